@@ -1,0 +1,32 @@
+# smelt developer entry points. `make test` and `make demo` work on a fresh
+# Debian 12 checkout: scripts/setup.sh installs and builds what is missing.
+PYTHON ?= python3
+export PYTHON
+ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0
+
+.PHONY: setup build demo test bench debug clean
+
+setup:
+	@bash scripts/setup.sh
+
+build:
+	@bash scripts/setup.sh build
+
+demo: setup
+	$(PYTHON) examples/quickstart.py
+
+test: setup
+	$(PYTHON) -m pytest -q tests
+
+bench: setup
+	$(PYTHON) benchmarks/micro.py
+
+# ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next
+# `make setup`/`make test` switches back to the release build).
+debug:
+	@SMELT_DEBUG=1 bash scripts/setup.sh
+	@echo 'run with: $(ASAN_RUN) $(PYTHON) -m pytest -q tests'
+
+clean:
+	rm -rf build python/smelt/_C*.so python/*.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

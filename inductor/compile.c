@@ -1,0 +1,77 @@
+/* compile.c — the compile pipeline: copy the graph, verify, lower (fusion
+ * into loop-level kernels), generate and load code. Each stage is one call. */
+#include "plan.h"
+#include "kix.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static smelt_graph *graph_copy(const smelt_graph *g)
+{
+    smelt_graph *c = smelt_graph_new();
+    if (!c)
+        return NULL;
+    c->nodes = realloc(c->nodes, sizeof(smelt_node) * (size_t)(g->n + 1));
+    c->outputs = realloc(c->outputs, sizeof(int32_t) * (size_t)(g->nout + 1));
+    if (!c->nodes || !c->outputs)
+        abort();
+    memcpy(c->nodes, g->nodes, sizeof(smelt_node) * (size_t)g->n);
+    memcpy(c->outputs, g->outputs, sizeof(int32_t) * (size_t)g->nout);
+    c->n = c->cap = g->n;
+    c->nout = c->outcap = g->nout;
+    c->ninputs = g->ninputs;
+    return c;
+}
+
+smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
+                          char *err, size_t errlen)
+{
+    if (smelt_graph_verify(g, err, errlen))
+        return NULL;
+    smelt_plan *p = calloc(1, sizeof *p);
+    if (!p || !(p->graph = graph_copy(g))) {
+        free(p);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (ind_lower(p, err, errlen) || cpu_codegen(p, opts, err, errlen)) {
+        smelt_plan_free(p);
+        return NULL;
+    }
+    if (opts && opts->keep_ir)
+        p->text_kernels = ind_kernels_print(p);
+    return p;
+}
+
+void smelt_plan_free(smelt_plan *p)
+{
+    if (!p)
+        return;
+    cpu_release(p);
+    for (int32_t k = 0; k < p->nkernels; k++)
+        free(p->kernels[k].items);
+    free(p->kernels);
+    free(p->bufs);
+    free(p->steps);
+    free(p->code);
+    kir_pool_free(&p->pool);
+    smelt_graph_free(p->graph);
+    free(p->text_kernels);
+    free(p->text_ir);
+    free(p->text_asm);
+    free(p);
+}
+
+int smelt_plan_num_kernels(const smelt_plan *p) { return p->nkernels; }
+int smelt_plan_num_externs(const smelt_plan *p) { return p->nexterns; }
+
+const char *smelt_plan_code(const smelt_plan *p, const char *which)
+{
+    if (!strcmp(which, "ir"))
+        return p->text_ir;
+    if (!strcmp(which, "asm"))
+        return p->text_asm;
+    if (!strcmp(which, "kernels"))
+        return p->text_kernels;
+    return NULL;
+}

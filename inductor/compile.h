@@ -1,0 +1,43 @@
+/* smelt inductor: compile a graph to a runnable plan.
+ *
+ * smelt_compile lowers the graph to loop-level kernels, fuses, generates
+ * code with the selected backend and returns a plan: the buffers, the kernel
+ * calls and the extern calls (oneDNN matmul) in order. A plan is immutable
+ * after compilation and may be run from several threads at once.
+ */
+#ifndef SMELT_COMPILE_H
+#define SMELT_COMPILE_H
+
+#include "graph.h"
+
+typedef struct smelt_plan smelt_plan;
+
+typedef struct smelt_compile_opts {
+    int vector_bits;   /* 0 = host's widest (512 with AVX-512, 256 AVX2, 128) */
+    int opt_level;     /* LLVM -O level 0..3; -1 = default (2) */
+    int keep_ir;       /* keep LLVM IR / assembly text for smelt_plan_code */
+} smelt_compile_opts;
+
+/* Returns NULL with a message in err on user-caused failure (unsupported
+ * dtype for an op, ...). The graph must verify. opts may be NULL (defaults:
+ * host vector width, -O2, keep_ir off). */
+smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
+                          char *err, size_t errlen);
+
+/* Runs the plan. inputs[k] points at the first element of graph input k,
+ * laid out with the shape and strides declared on that INPUT node. outputs[k]
+ * points at a caller-allocated contiguous buffer with the dtype and shape of
+ * graph output k. Safe to call without the GIL. Returns 0, or -1 with err
+ * (e.g. integer division by zero detected). */
+int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
+                   char *err, size_t errlen);
+
+void smelt_plan_free(smelt_plan *p);
+
+int smelt_plan_num_kernels(const smelt_plan *p);   /* generated kernels */
+int smelt_plan_num_externs(const smelt_plan *p);   /* matmul calls etc. */
+/* Text of the generated code: which = "ir" (LLVM IR, optimised), "asm"
+ * (assembly), "kernels" (the fused loop-level kernels). NULL if not kept. */
+const char *smelt_plan_code(const smelt_plan *p, const char *which);
+
+#endif

@@ -1,0 +1,1200 @@
+/* codegen.c — kir kernels to LLVM IR (C API), optimised and JIT-compiled.
+ *
+ * Entry: cpu_codegen(plan). One LLVM module per plan, one function per
+ * kernel with the signature void(void **bufs, i64 begin, i64 end).
+ *
+ * Loop structure of a kernel (see kir.h):
+ *   outer-vector mode (vectorised var is an outer var): work items are
+ *   (outer point without that var, tile of TILE along it); each tile runs a
+ *   vector body of L lanes, then a scalar tail. Reduction loops run inside,
+ *   accumulating lane-wise.
+ *   inner mode (vectorised var is a reduction var): work items are outer
+ *   points; each REDUCE/STORE loops over the reduction vars with the
+ *   vectorised var innermost (vector body + scalar tail); vector partials are
+ *   combined lane by lane at the end.
+ * Values are computed in f32 for f16/bf16, i1 for bool; loads and stores
+ * convert from/to the storage type. Transcendentals call SLEEF (u10).
+ */
+#include "../plan.h"
+#include "../kix.h"
+#include "jit.h"
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TILE_POINTWISE 2048
+#define MIN_CHUNK_ELEMS 16384
+#define MAX_PHASE 64
+
+typedef struct cg {
+    LLVMContextRef C;
+    LLVMModuleRef M;
+    LLVMBuilderRef B;
+    smelt_plan *p;
+    const kir_kernel *k;
+    int L, vbits;
+    LLVMValueRef fn, bufs_arg;
+    LLVMValueRef *bufptr;           /* per plan buffer, lazily loaded */
+    LLVMValueRef flag;              /* i32* error flag */
+    LLVMValueRef var[KIR_MAX_VARS];
+    LLVMValueRef phase[MAX_PHASE];
+    int phase_w[MAX_PHASE];
+    LLVMValueRef *memo[2];          /* per expr, width 1 and L */
+    uint32_t *memo_ep[2];
+    uint32_t epoch;
+    LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr, vd;
+    LLVMBasicBlockRef entry;
+} cg;
+
+/* ---------- types and constants ---------- */
+
+static LLVMTypeRef ctype(cg *g, smelt_dtype dt)
+{
+    switch (dt) {
+    case SMELT_BOOL: return g->i1;
+    case SMELT_U8: case SMELT_I8: return g->i8;
+    case SMELT_I16: return g->i16;
+    case SMELT_I32: return g->i32;
+    case SMELT_I64: return g->i64;
+    case SMELT_F64: return g->f64;
+    default: return g->f32;
+    }
+}
+
+static LLVMTypeRef stype(cg *g, smelt_dtype dt)
+{
+    switch (dt) {
+    case SMELT_BOOL: return g->i8;
+    case SMELT_F16: return g->f16;
+    case SMELT_BF16: return g->i16;
+    default: return ctype(g, dt);
+    }
+}
+
+static LLVMTypeRef vec(LLVMTypeRef t, int w) { return w > 1 ? LLVMVectorType(t, (unsigned)w) : t; }
+
+static int is_fp(smelt_dtype dt) { return smelt_dtype_is_float(dt); }
+static int is_unsigned(smelt_dtype dt) { return dt == SMELT_U8 || dt == SMELT_BOOL; }
+
+static LLVMValueRef splat(cg *g, LLVMValueRef s, int w)
+{
+    if (w == 1)
+        return s;
+    LLVMTypeRef vt = LLVMVectorType(LLVMTypeOf(s), (unsigned)w);
+    LLVMValueRef v = LLVMBuildInsertElement(g->B, LLVMGetUndef(vt), s, LLVMConstInt(g->i32, 0, 0), "");
+    LLVMValueRef zeros = LLVMConstNull(LLVMVectorType(g->i32, (unsigned)w));
+    return LLVMBuildShuffleVector(g->B, v, LLVMGetUndef(vt), zeros, "");
+}
+
+static LLVMValueRef cint(cg *g, LLVMTypeRef t, int64_t v, int w)
+{
+    return splat(g, LLVMConstInt(t, (unsigned long long)v, 1), w);
+}
+
+static LLVMValueRef cfp(cg *g, LLVMTypeRef t, double v, int w)
+{
+    return splat(g, LLVMConstReal(t, v), w);
+}
+
+/* Constant `v` (given as double and int) in the compute type of dt. */
+static LLVMValueRef cval(cg *g, smelt_dtype dt, double f, int64_t i, int w)
+{
+    LLVMTypeRef t = ctype(g, dt);
+    return is_fp(dt) ? cfp(g, t, f, w) : cint(g, t, dt == SMELT_BOOL ? (i != 0) : i, w);
+}
+
+static LLVMValueRef lanes(cg *g, int w)   /* <0, 1, ..., w-1> as i64 */
+{
+    LLVMValueRef e[64];
+    for (int i = 0; i < w; i++)
+        e[i] = LLVMConstInt(g->i64, (unsigned long long)i, 0);
+    return LLVMConstVector(e, (unsigned)w);
+}
+
+static LLVMValueRef call_intr(cg *g, const char *name, LLVMTypeRef t, LLVMValueRef *args, int n)
+{
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef f = LLVMGetIntrinsicDeclaration(g->M, id, &t, 1);
+    LLVMTypeRef ft = LLVMIntrinsicGetType(g->C, id, &t, 1);
+    return LLVMBuildCall2(g->B, ft, f, args, (unsigned)n, "");
+}
+
+static LLVMValueRef call_fn(cg *g, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n)
+{
+    LLVMTypeRef pt[3];
+    for (int i = 0; i < n; i++)
+        pt[i] = LLVMTypeOf(args[i]);
+    LLVMTypeRef ft = LLVMFunctionType(ret, pt, (unsigned)n, 0);
+    LLVMValueRef f = LLVMGetNamedFunction(g->M, name);
+    if (!f)
+        f = LLVMAddFunction(g->M, name, ft);
+    return LLVMBuildCall2(g->B, ft, f, args, (unsigned)n, "");
+}
+
+/* SLEEF math on a value of any width: split into native-width calls. */
+static LLVMValueRef sleef(cg *g, const char *fn, LLVMValueRef *a, int n)
+{
+    LLVMTypeRef t = LLVMTypeOf(a[0]);
+    int w = LLVMGetTypeKind(t) == LLVMVectorTypeKind ? (int)LLVMGetVectorSize(t) : 1;
+    LLVMTypeRef et = w > 1 ? LLVMGetElementType(t) : t;
+    int dbl = et == g->f64;
+    char name[64];
+    const char *acc = "_u10";   /* 1-ULP variants */
+    if (w == 1) {
+        snprintf(name, sizeof name, "Sleef_%s%s%s", fn, dbl ? "" : "f", acc);
+        return call_fn(g, name, et, a, n);
+    }
+    int nat = g->vbits / (dbl ? 64 : 32);
+    snprintf(name, sizeof name, "Sleef_%s%s%d%s", fn, dbl ? "d" : "f", nat, acc);
+    LLVMTypeRef nt = LLVMVectorType(et, (unsigned)nat);
+    LLVMValueRef out = LLVMGetUndef(t);
+    for (int base = 0; base < w; base += nat) {
+        LLVMValueRef part[3];
+        LLVMValueRef idx[64];
+        for (int i = 0; i < nat; i++)
+            idx[i] = LLVMConstInt(g->i32, (unsigned long long)(base + i), 0);
+        LLVMValueRef mask = LLVMConstVector(idx, (unsigned)nat);
+        for (int k = 0; k < n; k++)
+            part[k] = nat == w ? a[k] : LLVMBuildShuffleVector(g->B, a[k], LLVMGetUndef(t), mask, "");
+        LLVMValueRef r = call_fn(g, name, nt, part, n);
+        if (nat == w)
+            return r;
+        for (int i = 0; i < nat; i++)
+            out = LLVMBuildInsertElement(g->B, out,
+                                         LLVMBuildExtractElement(g->B, r, LLVMConstInt(g->i32, (unsigned long long)i, 0), ""),
+                                         LLVMConstInt(g->i32, (unsigned long long)(base + i), 0), "");
+    }
+    return out;
+}
+
+/* ---------- conversions ---------- */
+
+/* f32 (vector) -> bf16 bits (i16), round to nearest even, NaN quiet. */
+static LLVMValueRef f32_to_bf16(cg *g, LLVMValueRef x, int w)
+{
+    LLVMValueRef bits = LLVMBuildBitCast(g->B, x, vec(g->i32, w), "");
+    LLVMValueRef lsb = LLVMBuildAnd(g->B, LLVMBuildLShr(g->B, bits, cint(g, g->i32, 16, w), ""),
+                                    cint(g, g->i32, 1, w), "");
+    LLVMValueRef r = LLVMBuildAdd(g->B, bits, LLVMBuildAdd(g->B, lsb, cint(g, g->i32, 0x7fff, w), ""), "");
+    r = LLVMBuildLShr(g->B, r, cint(g, g->i32, 16, w), "");
+    LLVMValueRef nan = LLVMBuildFCmp(g->B, LLVMRealUNO, x, x, "");
+    r = LLVMBuildSelect(g->B, nan, cint(g, g->i32, 0x7fc0, w), r, "");
+    return LLVMBuildTrunc(g->B, r, vec(g->i16, w), "");
+}
+
+static LLVMValueRef bf16_to_f32(cg *g, LLVMValueRef h, int w)
+{
+    LLVMValueRef x = LLVMBuildZExt(g->B, h, vec(g->i32, w), "");
+    x = LLVMBuildShl(g->B, x, cint(g, g->i32, 16, w), "");
+    return LLVMBuildBitCast(g->B, x, vec(g->f32, w), "");
+}
+
+/* Rounds an f32 compute value to the precision of dt (F16/BF16). */
+static LLVMValueRef round_to(cg *g, LLVMValueRef x, smelt_dtype dt, int w)
+{
+    if (dt == SMELT_BF16)
+        return bf16_to_f32(g, f32_to_bf16(g, x, w), w);
+    LLVMValueRef h = LLVMBuildFPTrunc(g->B, x, vec(g->f16, w), "");
+    return LLVMBuildFPExt(g->B, h, vec(g->f32, w), "");
+}
+
+/* Converts compute value v of dtype `from` to the compute type of `to`
+ * with torch's conversion semantics. */
+static LLVMValueRef conv(cg *g, LLVMValueRef v, smelt_dtype from, smelt_dtype to, int w)
+{
+    if (from == to)
+        return v;
+    LLVMTypeRef tt = vec(ctype(g, to), w);
+    LLVMValueRef r;
+    if (to == SMELT_BOOL) {
+        if (is_fp(from))
+            return LLVMBuildFCmp(g->B, LLVMRealUNE, v, cfp(g, ctype(g, from), 0, w), "");
+        return LLVMBuildICmp(g->B, LLVMIntNE, v, cint(g, ctype(g, from), 0, w), "");
+    }
+    if (is_fp(from) && is_fp(to)) {
+        LLVMTypeRef ft = ctype(g, from), t2 = ctype(g, to);
+        r = ft == t2 ? v : ft == g->f64 ? LLVMBuildFPTrunc(g->B, v, tt, "") : LLVMBuildFPExt(g->B, v, tt, "");
+    } else if (is_fp(to)) {
+        r = is_unsigned(from) ? LLVMBuildUIToFP(g->B, v, tt, "") : LLVMBuildSIToFP(g->B, v, tt, "");
+    } else if (is_fp(from)) {
+        r = is_unsigned(to) ? LLVMBuildFPToUI(g->B, v, tt, "") : LLVMBuildFPToSI(g->B, v, tt, "");
+        return r;
+    } else {
+        unsigned fb = LLVMGetIntTypeWidth(ctype(g, from)), tb = LLVMGetIntTypeWidth(ctype(g, to));
+        if (fb == tb)
+            return v;
+        if (fb > tb)
+            return LLVMBuildTrunc(g->B, v, tt, "");
+        return is_unsigned(from) ? LLVMBuildZExt(g->B, v, tt, "") : LLVMBuildSExt(g->B, v, tt, "");
+    }
+    if (to == SMELT_F16 || to == SMELT_BF16)
+        r = round_to(g, r, to, w);
+    return r;
+}
+
+/* ---------- indexing, loads, stores ---------- */
+
+static LLVMValueRef ix_scalar(cg *g, int32_t e)
+{
+    const kix *k = &g->p->pool.ix[e];
+    switch (k->op) {
+    case KIX_CONST: return LLVMConstInt(g->i64, (unsigned long long)k->c, 1);
+    case KIX_VAR: return g->var[k->c];
+    case KIX_ADD: return LLVMBuildAdd(g->B, ix_scalar(g, k->a), ix_scalar(g, k->b), "");
+    case KIX_MUL: return LLVMBuildMul(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 1), "");
+    case KIX_DIV: return LLVMBuildUDiv(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 0), "");
+    default: return LLVMBuildURem(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 0), "");
+    }
+}
+
+/* Index of every lane: w scalars in out[] (vvar stepped per lane). */
+static void ix_lanes(cg *g, int32_t e, int w, LLVMValueRef *out)
+{
+    int v = g->k->vvar;
+    int64_t c = w > 1 ? kix_coef(&g->p->pool, e, v) : 0;
+    LLVMValueRef base = ix_scalar(g, e);
+    if (c != KIX_NONAFFINE) {
+        for (int i = 0; i < w; i++)
+            out[i] = i ? LLVMBuildAdd(g->B, base, LLVMConstInt(g->i64, (unsigned long long)(c * i), 1), "") : base;
+        return;
+    }
+    LLVMValueRef v0 = g->var[v];
+    for (int i = 0; i < w; i++) {
+        g->var[v] = LLVMBuildAdd(g->B, v0, LLVMConstInt(g->i64, (unsigned long long)i, 0), "");
+        out[i] = ix_scalar(g, e);
+    }
+    g->var[v] = v0;
+}
+
+static LLVMValueRef ix_vector(cg *g, int32_t e, int w)
+{
+    if (w == 1)
+        return ix_scalar(g, e);
+    int64_t c = kix_coef(&g->p->pool, e, g->k->vvar);
+    if (c != KIX_NONAFFINE) {
+        LLVMValueRef l = LLVMBuildMul(g->B, lanes(g, w), cint(g, g->i64, c, w), "");
+        return LLVMBuildAdd(g->B, splat(g, ix_scalar(g, e), w), l, "");
+    }
+    LLVMValueRef s[64], r = LLVMGetUndef(vec(g->i64, w));
+    ix_lanes(g, e, w, s);
+    for (int i = 0; i < w; i++)
+        r = LLVMBuildInsertElement(g->B, r, s[i], LLVMConstInt(g->i32, (unsigned long long)i, 0), "");
+    return r;
+}
+
+static LLVMValueRef buf_base(cg *g, int32_t b)
+{
+    if (!g->bufptr[b]) {
+        LLVMBasicBlockRef cur = LLVMGetInsertBlock(g->B);
+        LLVMPositionBuilderBefore(g->B, LLVMGetBasicBlockTerminator(g->entry));
+        LLVMValueRef slot = LLVMBuildGEP2(g->B, g->ptr, g->bufs_arg,
+                                          (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)b, 0) }, 1, "");
+        g->bufptr[b] = LLVMBuildLoad2(g->B, g->ptr, slot, "buf");
+        LLVMPositionBuilderAtEnd(g->B, cur);
+    }
+    return g->bufptr[b];
+}
+
+static LLVMValueRef elem_ptr(cg *g, LLVMTypeRef st, int32_t b, LLVMValueRef i)
+{
+    return LLVMBuildGEP2(g->B, st, buf_base(g, b), &i, 1, "");
+}
+
+static LLVMValueRef load_raw(cg *g, int32_t b, LLVMTypeRef st, int32_t ix, int w)
+{
+    int64_t c = w > 1 ? kix_coef(&g->p->pool, ix, g->k->vvar) : 0;
+    if (w == 1 || c == 0) {
+        LLVMValueRef l = LLVMBuildLoad2(g->B, st, elem_ptr(g, st, b, ix_scalar(g, ix)), "");
+        return splat(g, l, w);
+    }
+    if (c == 1) {
+        LLVMValueRef l = LLVMBuildLoad2(g->B, vec(st, w), elem_ptr(g, st, b, ix_scalar(g, ix)), "");
+        LLVMSetAlignment(l, (unsigned)(LLVMGetIntTypeWidth(st == g->f16 ? g->i16 : st == g->f32 ? g->i32 : st == g->f64 ? g->i64 : st) / 8));
+        return l;
+    }
+    LLVMValueRef idx[64], r = LLVMGetUndef(vec(st, w));
+    ix_lanes(g, ix, w, idx);
+    for (int i = 0; i < w; i++) {
+        LLVMValueRef l = LLVMBuildLoad2(g->B, st, elem_ptr(g, st, b, idx[i]), "");
+        r = LLVMBuildInsertElement(g->B, r, l, LLVMConstInt(g->i32, (unsigned long long)i, 0), "");
+    }
+    return r;
+}
+
+static LLVMValueRef load_val(cg *g, int32_t b, int32_t ix, int w)
+{
+    smelt_dtype dt = g->p->bufs[b].dtype;
+    LLVMValueRef v = load_raw(g, b, stype(g, dt), ix, w);
+    switch (dt) {
+    case SMELT_BOOL: return LLVMBuildICmp(g->B, LLVMIntNE, v, cint(g, g->i8, 0, w), "");
+    case SMELT_F16: return LLVMBuildFPExt(g->B, v, vec(g->f32, w), "");
+    case SMELT_BF16: return bf16_to_f32(g, v, w);
+    default: return v;
+    }
+}
+
+static void store_val(cg *g, int32_t b, int32_t ix, LLVMValueRef v, int w)
+{
+    smelt_dtype dt = g->p->bufs[b].dtype;
+    LLVMTypeRef st = stype(g, dt);
+    if (dt == SMELT_BOOL)
+        v = LLVMBuildZExt(g->B, v, vec(g->i8, w), "");
+    else if (dt == SMELT_F16)
+        v = LLVMBuildFPTrunc(g->B, v, vec(g->f16, w), "");
+    else if (dt == SMELT_BF16)
+        v = f32_to_bf16(g, v, w);
+    int64_t c = w > 1 ? kix_coef(&g->p->pool, ix, g->k->vvar) : 0;
+    if (w == 1) {
+        LLVMBuildStore(g->B, v, elem_ptr(g, st, b, ix_scalar(g, ix)));
+        return;
+    }
+    if (c == 1) {
+        LLVMValueRef s = LLVMBuildStore(g->B, v, elem_ptr(g, st, b, ix_scalar(g, ix)));
+        LLVMSetAlignment(s, 1);
+        return;
+    }
+    LLVMValueRef idx[64];
+    ix_lanes(g, ix, w, idx);
+    for (int i = 0; i < w; i++)
+        LLVMBuildStore(g->B, LLVMBuildExtractElement(g->B, v, LLVMConstInt(g->i32, (unsigned long long)i, 0), ""),
+                       elem_ptr(g, st, b, idx[i]));
+}
+
+/* ---------- pointwise ops ---------- */
+
+static LLVMValueRef sel(cg *g, LLVMValueRef c, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildSelect(g->B, c, a, b, "");
+}
+
+static LLVMValueRef fcmp(cg *g, LLVMRealPredicate p, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildFCmp(g->B, p, a, b, "");
+}
+
+static LLVMValueRef icmp(cg *g, LLVMIntPredicate p, LLVMValueRef a, LLVMValueRef b)
+{
+    return LLVMBuildICmp(g->B, p, a, b, "");
+}
+
+static void set_flag(cg *g, LLVMValueRef bad, int w)
+{
+    LLVMValueRef any = bad;
+    if (w > 1)
+        any = call_intr(g, "llvm.vector.reduce.or", LLVMTypeOf(bad), &bad, 1);
+    LLVMValueRef cur = LLVMBuildLoad2(g->B, g->i32, g->flag, "");
+    LLVMSetVolatile(cur, 1);
+    LLVMValueRef nv = LLVMBuildOr(g->B, cur, LLVMBuildZExt(g->B, any, g->i32, ""), "");
+    LLVMValueRef s = LLVMBuildStore(g->B, nv, g->flag);
+    LLVMSetVolatile(s, 1);
+}
+
+/* Integer division family with torch semantics; divisor 0 sets the flag. */
+static LLVMValueRef int_div(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef a, LLVMValueRef b, int w)
+{
+    LLVMTypeRef t = ctype(g, dt);
+    LLVMValueRef zero = cint(g, t, 0, w), one = cint(g, t, 1, w), m1 = cint(g, t, -1, w);
+    LLVMValueRef bz = icmp(g, LLVMIntEQ, b, zero);
+    set_flag(g, bz, w);
+    if (is_unsigned(dt)) {
+        LLVMValueRef bs = sel(g, bz, one, b);
+        return op == SMELT_OP_FLOORDIV ? LLVMBuildUDiv(g->B, a, bs, "") : LLVMBuildURem(g->B, a, bs, "");
+    }
+    LLVMValueRef bm1 = icmp(g, LLVMIntEQ, b, m1);
+    LLVMValueRef bs = sel(g, LLVMBuildOr(g->B, bz, bm1, ""), one, b);
+    LLVMValueRef q = LLVMBuildSDiv(g->B, a, bs, ""), r = LLVMBuildSRem(g->B, a, bs, "");
+    q = sel(g, bm1, LLVMBuildNeg(g->B, a, ""), q);
+    r = sel(g, bm1, zero, r);
+    LLVMValueRef adj = LLVMBuildAnd(g->B, icmp(g, LLVMIntNE, r, zero),
+                                    LLVMBuildXor(g->B, icmp(g, LLVMIntSLT, r, zero), icmp(g, LLVMIntSLT, b, zero), ""), "");
+    if (op == SMELT_OP_FLOORDIV)
+        return sel(g, adj, LLVMBuildSub(g->B, q, one, ""), q);
+    if (op == SMELT_OP_REMAINDER)
+        return sel(g, adj, LLVMBuildAdd(g->B, r, b, ""), r);
+    return r;
+}
+
+static LLVMValueRef fp_floordiv(cg *g, LLVMValueRef a, LLVMValueRef b, int w)
+{
+    LLVMTypeRef t = LLVMTypeOf(a);
+    LLVMTypeRef et = w > 1 ? LLVMGetElementType(t) : t;
+    LLVMValueRef zero = cfp(g, et, 0, w), one = cfp(g, et, 1, w);
+    LLVMValueRef mod = LLVMBuildFRem(g->B, a, b, "");
+    LLVMValueRef div = LLVMBuildFDiv(g->B, LLVMBuildFSub(g->B, a, mod, ""), b, "");
+    LLVMValueRef adj = LLVMBuildAnd(g->B, fcmp(g, LLVMRealONE, mod, zero),
+                                    LLVMBuildXor(g->B, fcmp(g, LLVMRealOLT, b, zero), fcmp(g, LLVMRealOLT, mod, zero), ""), "");
+    div = sel(g, adj, LLVMBuildFSub(g->B, div, one, ""), div);
+    LLVMValueRef fl = call_intr(g, "llvm.floor", t, &div, 1);
+    LLVMValueRef up = fcmp(g, LLVMRealOGT, LLVMBuildFSub(g->B, div, fl, ""), cfp(g, et, 0.5, w));
+    fl = sel(g, up, LLVMBuildFAdd(g->B, fl, one, ""), fl);
+    LLVMValueRef q = LLVMBuildFDiv(g->B, a, b, "");
+    LLVMValueRef cs[2] = { zero, q };
+    LLVMValueRef signed0 = call_intr(g, "llvm.copysign", t, cs, 2);
+    LLVMValueRef r = sel(g, fcmp(g, LLVMRealUNE, div, zero), fl, signed0);
+    return sel(g, fcmp(g, LLVMRealOEQ, b, zero), q, r);
+}
+
+static LLVMValueRef fp_remainder(cg *g, LLVMValueRef a, LLVMValueRef b, int w)
+{
+    LLVMTypeRef t = LLVMTypeOf(a);
+    LLVMTypeRef et = w > 1 ? LLVMGetElementType(t) : t;
+    LLVMValueRef zero = cfp(g, et, 0, w);
+    LLVMValueRef mod = LLVMBuildFRem(g->B, a, b, "");
+    LLVMValueRef adj = LLVMBuildAnd(g->B, fcmp(g, LLVMRealONE, mod, zero),
+                                    LLVMBuildXor(g->B, fcmp(g, LLVMRealOLT, b, zero), fcmp(g, LLVMRealOLT, mod, zero), ""), "");
+    return sel(g, adj, LLVMBuildFAdd(g->B, mod, b, ""), mod);
+}
+
+/* Integer power by squaring over all bits of the exponent. */
+static LLVMValueRef int_pow(cg *g, smelt_dtype dt, LLVMValueRef a, LLVMValueRef b, int w)
+{
+    LLVMTypeRef t = ctype(g, dt);
+    unsigned bits = LLVMGetIntTypeWidth(t);
+    LLVMValueRef one = cint(g, t, 1, w), zero = cint(g, t, 0, w), res = one, base = a, e = b;
+    for (unsigned i = 0; i < bits - (is_unsigned(dt) ? 0 : 1); i++) {
+        LLVMValueRef bit = icmp(g, LLVMIntNE, LLVMBuildAnd(g->B, e, one, ""), zero);
+        res = sel(g, bit, LLVMBuildMul(g->B, res, base, ""), res);
+        base = LLVMBuildMul(g->B, base, base, "");
+        e = LLVMBuildLShr(g->B, e, one, "");
+    }
+    if (is_unsigned(dt))
+        return res;
+    /* negative exponents: 1 -> 1, -1 -> +-1, else 0 */
+    LLVMValueRef neg = icmp(g, LLVMIntSLT, b, zero);
+    LLVMValueRef odd = icmp(g, LLVMIntNE, LLVMBuildAnd(g->B, b, one, ""), zero);
+    LLVMValueRef m1 = cint(g, t, -1, w);
+    LLVMValueRef nres = sel(g, icmp(g, LLVMIntEQ, a, one), one,
+                            sel(g, icmp(g, LLVMIntEQ, a, m1), sel(g, odd, m1, one), zero));
+    return sel(g, neg, nres, res);
+}
+
+static LLVMValueRef shift(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef a, LLVMValueRef b, int w)
+{
+    LLVMTypeRef t = ctype(g, dt);
+    unsigned bits = LLVMGetIntTypeWidth(t);
+    LLVMValueRef big = is_unsigned(dt) ? icmp(g, LLVMIntUGE, b, cint(g, t, bits, w))
+                                       : LLVMBuildOr(g->B, icmp(g, LLVMIntSGE, b, cint(g, t, bits, w)),
+                                                     icmp(g, LLVMIntSLT, b, cint(g, t, 0, w)), "");
+    LLVMValueRef bs = sel(g, big, cint(g, t, 0, w), b);
+    if (op == SMELT_OP_SHL)
+        return sel(g, big, cint(g, t, 0, w), LLVMBuildShl(g->B, a, bs, ""));
+    if (is_unsigned(dt))
+        return sel(g, big, cint(g, t, 0, w), LLVMBuildLShr(g->B, a, bs, ""));
+    return sel(g, big, LLVMBuildAShr(g->B, a, cint(g, t, bits - 1, w), ""), LLVMBuildAShr(g->B, a, bs, ""));
+}
+
+static LLVMValueRef maxmin(cg *g, int is_max, smelt_dtype dt, LLVMValueRef a, LLVMValueRef b)
+{
+    if (dt == SMELT_BOOL)
+        return is_max ? LLVMBuildOr(g->B, a, b, "") : LLVMBuildAnd(g->B, a, b, "");
+    if (is_fp(dt)) {
+        LLVMValueRef c = fcmp(g, is_max ? LLVMRealOGT : LLVMRealOLT, a, b);
+        c = LLVMBuildOr(g->B, c, fcmp(g, LLVMRealUNO, a, a), "");
+        return sel(g, c, a, b);
+    }
+    LLVMIntPredicate p = is_unsigned(dt) ? (is_max ? LLVMIntUGT : LLVMIntULT) : (is_max ? LLVMIntSGT : LLVMIntSLT);
+    return sel(g, icmp(g, p, a, b), a, b);
+}
+
+static LLVMValueRef compare(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef a, LLVMValueRef b)
+{
+    if (is_fp(dt)) {
+        static const LLVMRealPredicate fp[] = { LLVMRealOEQ, LLVMRealUNE, LLVMRealOLT, LLVMRealOLE, LLVMRealOGT, LLVMRealOGE };
+        return fcmp(g, fp[op - SMELT_OP_EQ], a, b);
+    }
+    static const LLVMIntPredicate sp[] = { LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE };
+    static const LLVMIntPredicate up[] = { LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE };
+    return icmp(g, (is_unsigned(dt) ? up : sp)[op - SMELT_OP_EQ], a, b);
+}
+
+static LLVMValueRef unary_fp(cg *g, smelt_op op, LLVMValueRef x, int w)
+{
+    LLVMTypeRef t = LLVMTypeOf(x);
+    LLVMTypeRef et = w > 1 ? LLVMGetElementType(t) : t;
+    LLVMValueRef one = cfp(g, et, 1, w), zero = cfp(g, et, 0, w);
+    switch (op) {
+    case SMELT_OP_NEG: return LLVMBuildFNeg(g->B, x, "");
+    case SMELT_OP_ABS: return call_intr(g, "llvm.fabs", t, &x, 1);
+    case SMELT_OP_EXP: return sleef(g, "exp", &x, 1);
+    case SMELT_OP_EXP2: return sleef(g, "exp2", &x, 1);
+    case SMELT_OP_EXPM1: return sleef(g, "expm1", &x, 1);
+    case SMELT_OP_LOG: return sleef(g, "log", &x, 1);
+    case SMELT_OP_LOG2: return sleef(g, "log2", &x, 1);
+    case SMELT_OP_LOG1P: return sleef(g, "log1p", &x, 1);
+    case SMELT_OP_SIN: return sleef(g, "sin", &x, 1);
+    case SMELT_OP_COS: return sleef(g, "cos", &x, 1);
+    case SMELT_OP_TAN: return sleef(g, "tan", &x, 1);
+    case SMELT_OP_TANH: return sleef(g, "tanh", &x, 1);
+    case SMELT_OP_ERF: return sleef(g, "erf", &x, 1);
+    case SMELT_OP_SQRT: return call_intr(g, "llvm.sqrt", t, &x, 1);
+    case SMELT_OP_RSQRT: return LLVMBuildFDiv(g->B, one, call_intr(g, "llvm.sqrt", t, &x, 1), "");
+    case SMELT_OP_RECIPROCAL: return LLVMBuildFDiv(g->B, one, x, "");
+    case SMELT_OP_SIGMOID: {
+        LLVMValueRef n = LLVMBuildFNeg(g->B, x, "");
+        LLVMValueRef e = sleef(g, "exp", &n, 1);
+        return LLVMBuildFDiv(g->B, one, LLVMBuildFAdd(g->B, one, e, ""), "");
+    }
+    case SMELT_OP_RELU: return sel(g, fcmp(g, LLVMRealOLT, x, zero), zero, x);
+    case SMELT_OP_FLOOR: return call_intr(g, "llvm.floor", t, &x, 1);
+    case SMELT_OP_CEIL: return call_intr(g, "llvm.ceil", t, &x, 1);
+    case SMELT_OP_TRUNC: return call_intr(g, "llvm.trunc", t, &x, 1);
+    case SMELT_OP_ROUND: return call_intr(g, "llvm.roundeven", t, &x, 1);
+    case SMELT_OP_SIGN:
+        return sel(g, fcmp(g, LLVMRealOGT, x, zero), one,
+                   sel(g, fcmp(g, LLVMRealOLT, x, zero), cfp(g, et, -1, w), zero));
+    case SMELT_OP_ISNAN: return fcmp(g, LLVMRealUNO, x, x);
+    case SMELT_OP_ISINF: return fcmp(g, LLVMRealOEQ, call_intr(g, "llvm.fabs", t, &x, 1), cfp(g, et, INFINITY, w));
+    default: return NULL;
+    }
+}
+
+static LLVMValueRef unary_int(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef x, int w)
+{
+    LLVMTypeRef t = ctype(g, dt);
+    LLVMValueRef zero = cint(g, t, 0, w);
+    int u = is_unsigned(dt);
+    switch (op) {
+    case SMELT_OP_NEG: return LLVMBuildNeg(g->B, x, "");
+    case SMELT_OP_ABS: return u ? x : sel(g, icmp(g, LLVMIntSLT, x, zero), LLVMBuildNeg(g->B, x, ""), x);
+    case SMELT_OP_RELU: return u ? x : sel(g, icmp(g, LLVMIntSLT, x, zero), zero, x);
+    case SMELT_OP_FLOOR: case SMELT_OP_CEIL: case SMELT_OP_TRUNC: case SMELT_OP_ROUND: return x;
+    case SMELT_OP_SIGN:
+        if (dt == SMELT_BOOL)
+            return x;
+        return LLVMBuildSub(g->B, LLVMBuildZExt(g->B, icmp(g, u ? LLVMIntUGT : LLVMIntSGT, x, zero), LLVMTypeOf(x), ""),
+                            LLVMBuildZExt(g->B, icmp(g, LLVMIntSLT, x, zero), LLVMTypeOf(x), ""), "");
+    case SMELT_OP_ISNAN: case SMELT_OP_ISINF: return cint(g, g->i1, 0, w);
+    case SMELT_OP_BITWISE_NOT: return LLVMBuildNot(g->B, x, "");
+    default: return NULL;
+    }
+}
+
+static LLVMValueRef binary_fp(cg *g, smelt_op op, LLVMValueRef a, LLVMValueRef b, int w)
+{
+    LLVMValueRef args[2] = { a, b };
+    switch (op) {
+    case SMELT_OP_ADD: return LLVMBuildFAdd(g->B, a, b, "");
+    case SMELT_OP_SUB: return LLVMBuildFSub(g->B, a, b, "");
+    case SMELT_OP_MUL: return LLVMBuildFMul(g->B, a, b, "");
+    case SMELT_OP_DIV: return LLVMBuildFDiv(g->B, a, b, "");
+    case SMELT_OP_FLOORDIV: return fp_floordiv(g, a, b, w);
+    case SMELT_OP_POW: return sleef(g, "pow", args, 2);
+    case SMELT_OP_FMOD: return LLVMBuildFRem(g->B, a, b, "");   /* exact, libm fmod */
+    case SMELT_OP_REMAINDER: return fp_remainder(g, a, b, w);
+    case SMELT_OP_ATAN2: return sleef(g, "atan2", args, 2);
+    default: return NULL;
+    }
+}
+
+static LLVMValueRef binary_int(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef a, LLVMValueRef b, int w)
+{
+    int boolean = dt == SMELT_BOOL;
+    switch (op) {
+    case SMELT_OP_ADD: return boolean ? LLVMBuildOr(g->B, a, b, "") : LLVMBuildAdd(g->B, a, b, "");
+    case SMELT_OP_SUB: return boolean ? LLVMBuildXor(g->B, a, b, "") : LLVMBuildSub(g->B, a, b, "");
+    case SMELT_OP_MUL: return boolean ? LLVMBuildAnd(g->B, a, b, "") : LLVMBuildMul(g->B, a, b, "");
+    case SMELT_OP_FLOORDIV: case SMELT_OP_FMOD: case SMELT_OP_REMAINDER: return int_div(g, op, dt, a, b, w);
+    case SMELT_OP_POW: return int_pow(g, dt, a, b, w);
+    case SMELT_OP_BITWISE_AND: case SMELT_OP_LOGICAL_AND: return LLVMBuildAnd(g->B, a, b, "");
+    case SMELT_OP_BITWISE_OR: case SMELT_OP_LOGICAL_OR: return LLVMBuildOr(g->B, a, b, "");
+    case SMELT_OP_BITWISE_XOR: case SMELT_OP_LOGICAL_XOR: return LLVMBuildXor(g->B, a, b, "");
+    case SMELT_OP_SHL: case SMELT_OP_SHR: return shift(g, op, dt, a, b, w);
+    default: return NULL;
+    }
+}
+
+static LLVMValueRef clamp(cg *g, const smelt_node *n, smelt_dtype dt, LLVMValueRef x, int w)
+{
+    if (n->a.clamp.has_lo) {
+        LLVMValueRef lo = cval(g, dt, n->a.clamp.flo, n->a.clamp.ilo, w);
+        x = is_fp(dt) ? sel(g, fcmp(g, LLVMRealOLT, x, lo), lo, x) : maxmin(g, 1, dt, x, lo);
+    }
+    if (n->a.clamp.has_hi) {
+        LLVMValueRef hi = cval(g, dt, n->a.clamp.fhi, n->a.clamp.ihi, w);
+        x = is_fp(dt) ? sel(g, fcmp(g, LLVMRealOGT, x, hi), hi, x) : maxmin(g, 0, dt, x, hi);
+    }
+    return x;
+}
+
+static LLVMValueRef emit(cg *g, int32_t e, int w);
+
+static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
+{
+    smelt_op op = (smelt_op)x->gop;
+    smelt_dtype cd = x->cdtype;
+    LLVMValueRef a[3] = { NULL, NULL, NULL };
+    for (int k = 0; k < 3 && x->src[k] >= 0; k++) {
+        const kexpr *s = &g->p->pool.ex[x->src[k]];
+        smelt_dtype to = (op == SMELT_OP_WHERE && k == 0) ? SMELT_BOOL : cd;
+        a[k] = conv(g, emit(g, x->src[k], w), s->dtype, to, w);
+    }
+    if (op == SMELT_OP_CAST)
+        return conv(g, a[0], cd, x->dtype, w);
+    if (op == SMELT_OP_WHERE)
+        return sel(g, a[0], a[1], a[2]);
+    if (op == SMELT_OP_CLAMP)
+        return clamp(g, &g->p->graph->nodes[x->gnode], cd, a[0], w);
+    if (op == SMELT_OP_LOGICAL_NOT)
+        return LLVMBuildNot(g->B, a[0], "");
+    if (op >= SMELT_OP_EQ && op <= SMELT_OP_GE)
+        return compare(g, op, cd, a[0], a[1]);
+    if (op == SMELT_OP_MAXIMUM || op == SMELT_OP_MINIMUM)
+        return maxmin(g, op == SMELT_OP_MAXIMUM, cd, a[0], a[1]);
+    LLVMValueRef r = NULL;
+    if (a[1])
+        r = is_fp(cd) ? binary_fp(g, op, a[0], a[1], w) : binary_int(g, op, cd, a[0], a[1], w);
+    else
+        r = is_fp(cd) ? unary_fp(g, op, a[0], w) : unary_int(g, op, cd, a[0], w);
+    if (!r)
+        abort();   /* the builder rejects op/dtype pairs not handled above */
+    if (r && (cd == SMELT_F16 || cd == SMELT_BF16) && x->dtype == cd)
+        r = round_to(g, r, cd, w);
+    return r;
+}
+
+/* Value of expression e at the current loop point, w lanes (w = 1 or L). */
+static LLVMValueRef emit(cg *g, int32_t e, int w)
+{
+    int wi = w > 1;
+    if (g->memo_ep[wi][e] == g->epoch)
+        return g->memo[wi][e];
+    const kexpr *x = &g->p->pool.ex[e];
+    LLVMValueRef r;
+    switch (x->op) {
+    case KE_LOAD: r = load_val(g, x->buf, x->ix, w); break;
+    case KE_CONST: r = cval(g, x->dtype, x->f, x->i, w); break;
+    case KE_INDEX: r = ix_vector(g, x->ix, w); break;
+    case KE_PHASE:
+        r = g->phase[x->phase];
+        if (g->phase_w[x->phase] == 1 && w > 1)
+            r = splat(g, r, w);
+        break;
+    default: r = emit_op(g, x, w); break;
+    }
+    g->memo[wi][e] = r;
+    g->memo_ep[wi][e] = g->epoch;
+    return r;
+}
+
+/* ---------- loops ---------- */
+
+typedef struct loop {
+    LLVMBasicBlockRef head, body, exit, pre;
+    LLVMValueRef iv;
+    int64_t step;
+} loop;
+
+static LLVMValueRef loop_begin(cg *g, loop *l, LLVMValueRef start, LLVMValueRef end, int64_t step)
+{
+    l->pre = LLVMGetInsertBlock(g->B);
+    l->head = LLVMAppendBasicBlockInContext(g->C, g->fn, "head");
+    l->body = LLVMAppendBasicBlockInContext(g->C, g->fn, "body");
+    l->exit = LLVMAppendBasicBlockInContext(g->C, g->fn, "exit");
+    l->step = step;
+    LLVMBuildBr(g->B, l->head);
+    LLVMPositionBuilderAtEnd(g->B, l->head);
+    l->iv = LLVMBuildPhi(g->B, g->i64, "i");
+    LLVMAddIncoming(l->iv, &start, &l->pre, 1);
+    LLVMValueRef next_ok = step == 1 ? icmp(g, LLVMIntSLT, l->iv, end)
+                                     : icmp(g, LLVMIntSLE, LLVMBuildAdd(g->B, l->iv, LLVMConstInt(g->i64, (unsigned long long)step, 0), ""), end);
+    LLVMBuildCondBr(g->B, next_ok, l->body, l->exit);
+    LLVMPositionBuilderAtEnd(g->B, l->body);
+    g->epoch++;
+    return l->iv;
+}
+
+static void loop_end(cg *g, loop *l)
+{
+    LLVMValueRef nx = LLVMBuildAdd(g->B, l->iv, LLVMConstInt(g->i64, (unsigned long long)l->step, 0), "");
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(g->B);
+    LLVMBuildBr(g->B, l->head);
+    LLVMAddIncoming(l->iv, &nx, &cur, 1);
+    LLVMPositionBuilderAtEnd(g->B, l->exit);
+    g->epoch++;
+}
+
+static LLVMValueRef entry_alloca(cg *g, LLVMTypeRef t)
+{
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(g->B);
+    LLVMPositionBuilderBefore(g->B, LLVMGetBasicBlockTerminator(g->entry));
+    LLVMValueRef a = LLVMBuildAlloca(g->B, t, "acc");
+    LLVMPositionBuilderAtEnd(g->B, cur);
+    return a;
+}
+
+/* ---------- reductions ---------- */
+
+typedef struct acc {
+    LLVMValueRef val, idx;        /* allocas (idx: argmax/argmin only) */
+    smelt_dtype dt;               /* accumulated value dtype */
+    int w;
+} acc;
+
+static int is_arg(smelt_op op) { return op == SMELT_OP_ARGMAX || op == SMELT_OP_ARGMIN; }
+
+static LLVMValueRef red_init(cg *g, smelt_op op, smelt_dtype dt, int w)
+{
+    int fp = is_fp(dt);
+    LLVMTypeRef t = ctype(g, dt);
+    unsigned bits = fp ? 0 : LLVMGetIntTypeWidth(t);
+    int64_t imax = bits >= 64 ? INT64_MAX : (int64_t)((1ull << (bits - 1)) - 1);
+    int64_t imin = bits >= 64 ? INT64_MIN : -(int64_t)(1ull << (bits - 1));
+    if (!fp && is_unsigned(dt)) {
+        imax = dt == SMELT_BOOL ? 1 : 255;
+        imin = 0;
+    }
+    switch (op) {
+    case SMELT_OP_PROD: case SMELT_OP_ALL: return cval(g, dt, 1, 1, w);
+    case SMELT_OP_AMAX: case SMELT_OP_ARGMAX: return fp ? cfp(g, t, -INFINITY, w) : cint(g, t, imin, w);
+    case SMELT_OP_AMIN: case SMELT_OP_ARGMIN: return fp ? cfp(g, t, INFINITY, w) : cint(g, t, imax, w);
+    default: return cval(g, dt, 0, 0, w);
+    }
+}
+
+static LLVMValueRef red_combine(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef a, LLVMValueRef v)
+{
+    switch (op) {
+    case SMELT_OP_SUM: return is_fp(dt) ? LLVMBuildFAdd(g->B, a, v, "") : dt == SMELT_BOOL ? LLVMBuildOr(g->B, a, v, "") : LLVMBuildAdd(g->B, a, v, "");
+    case SMELT_OP_PROD: return is_fp(dt) ? LLVMBuildFMul(g->B, a, v, "") : dt == SMELT_BOOL ? LLVMBuildAnd(g->B, a, v, "") : LLVMBuildMul(g->B, a, v, "");
+    case SMELT_OP_AMAX: return maxmin(g, 1, dt, v, a);
+    case SMELT_OP_AMIN: return maxmin(g, 0, dt, v, a);
+    case SMELT_OP_ANY: return LLVMBuildOr(g->B, a, v, "");
+    default: return LLVMBuildAnd(g->B, a, v, "");   /* ALL */
+    }
+}
+
+/* argmax/argmin step: take (v, i) over (a, ai) when strictly better, or
+ * equal (NaN equal NaN) with a smaller index. */
+static void arg_combine(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef *a, LLVMValueRef *ai,
+                        LLVMValueRef v, LLVMValueRef vi)
+{
+    LLVMValueRef better, equal;
+    if (is_fp(dt)) {
+        LLVMValueRef vn = fcmp(g, LLVMRealUNO, v, v), an = fcmp(g, LLVMRealUNO, *a, *a);
+        better = fcmp(g, op == SMELT_OP_ARGMAX ? LLVMRealOGT : LLVMRealOLT, v, *a);
+        better = LLVMBuildOr(g->B, better, LLVMBuildAnd(g->B, vn, LLVMBuildNot(g->B, an, ""), ""), "");
+        equal = LLVMBuildOr(g->B, fcmp(g, LLVMRealOEQ, v, *a), LLVMBuildAnd(g->B, vn, an, ""), "");
+    } else {
+        int u = is_unsigned(dt);
+        better = icmp(g, op == SMELT_OP_ARGMAX ? (u ? LLVMIntUGT : LLVMIntSGT) : (u ? LLVMIntULT : LLVMIntSLT), v, *a);
+        equal = icmp(g, LLVMIntEQ, v, *a);
+    }
+    LLVMValueRef take = LLVMBuildOr(g->B, better, LLVMBuildAnd(g->B, equal, icmp(g, LLVMIntSLT, vi, *ai), ""), "");
+    *a = sel(g, take, v, *a);
+    *ai = sel(g, take, vi, *ai);
+}
+
+/* Flat row-major index over the reduction vars at the current point. */
+static LLVMValueRef red_flat(cg *g, int w)
+{
+    kir_pool *P = &g->p->pool;
+    int32_t f = kix_const(P, 0);
+    for (int v = 0; v < g->k->nvars; v++)
+        if (g->k->rmask >> v & 1)
+            f = kix_add(P, kix_mul(P, f, g->k->size[v]), kix_var(P, v, g->k->size[v]));
+    return ix_vector(g, f, w);
+}
+
+static void acc_init(cg *g, acc *a, const kitem *it, int w)
+{
+    smelt_op op = (smelt_op)it->rop;
+    a->w = w;
+    a->dt = is_arg(op) ? g->p->pool.ex[it->value].dtype : (smelt_dtype)it->acc_dtype;
+    if (is_arg(op) && (a->dt == SMELT_F16 || a->dt == SMELT_BF16))
+        a->dt = SMELT_F32;
+    a->val = entry_alloca(g, vec(ctype(g, a->dt), w));
+    LLVMBuildStore(g->B, red_init(g, op, a->dt, w), a->val);
+    a->idx = NULL;
+    if (is_arg(op)) {
+        a->idx = entry_alloca(g, vec(g->i64, w));
+        LLVMBuildStore(g->B, cint(g, g->i64, INT64_MAX, w), a->idx);
+    }
+}
+
+static void acc_step(cg *g, acc *a, const kitem *it, int w)
+{
+    smelt_op op = (smelt_op)it->rop;
+    const kexpr *x = &g->p->pool.ex[it->value];
+    LLVMValueRef v = conv(g, emit(g, it->value, w), x->dtype, a->dt, w);
+    if (w != a->w)
+        abort();
+    LLVMValueRef cur = LLVMBuildLoad2(g->B, vec(ctype(g, a->dt), w), a->val, "");
+    if (is_arg(op)) {
+        LLVMValueRef ci = LLVMBuildLoad2(g->B, vec(g->i64, w), a->idx, "");
+        arg_combine(g, op, a->dt, &cur, &ci, v, red_flat(g, w));
+        LLVMBuildStore(g->B, ci, a->idx);
+    } else {
+        cur = red_combine(g, op, a->dt, cur, v);
+    }
+    LLVMBuildStore(g->B, cur, a->val);
+}
+
+/* Folds a vector accumulator into the scalar one, lane by lane. */
+static void acc_fold(cg *g, const kitem *it, acc *vec_acc, acc *s)
+{
+    smelt_op op = (smelt_op)it->rop;
+    LLVMTypeRef t = ctype(g, s->dt);
+    LLVMValueRef vv = LLVMBuildLoad2(g->B, vec(t, vec_acc->w), vec_acc->val, "");
+    LLVMValueRef vi = vec_acc->idx ? LLVMBuildLoad2(g->B, vec(g->i64, vec_acc->w), vec_acc->idx, "") : NULL;
+    LLVMValueRef cur = LLVMBuildLoad2(g->B, t, s->val, "");
+    LLVMValueRef ci = s->idx ? LLVMBuildLoad2(g->B, g->i64, s->idx, "") : NULL;
+    for (int i = 0; i < vec_acc->w; i++) {
+        LLVMValueRef lane = LLVMConstInt(g->i32, (unsigned long long)i, 0);
+        LLVMValueRef v = LLVMBuildExtractElement(g->B, vv, lane, "");
+        if (is_arg(op))
+            arg_combine(g, op, s->dt, &cur, &ci, v, LLVMBuildExtractElement(g->B, vi, lane, ""));
+        else
+            cur = red_combine(g, op, s->dt, cur, v);
+    }
+    LLVMBuildStore(g->B, cur, s->val);
+    if (ci)
+        LLVMBuildStore(g->B, ci, s->idx);
+}
+
+/* ---------- kernel structure ---------- */
+
+typedef void (*body_fn)(cg *g, const kitem *it, void *ctx, int w);
+
+/* Runs body over all reduction vars (nested loops in var order). In inner
+ * mode the vectorised var is innermost: a vector loop, then a scalar tail. */
+static void loop_rvars(cg *g, int w_outer, int from, body_fn body, const kitem *it, void *ctx, void *ctx_tail)
+{
+    const kir_kernel *k = g->k;
+    int v = from;
+    while (v < k->nvars && (!(k->rmask >> v & 1) || v == k->vvar))
+        v++;
+    if (v < k->nvars) {
+        loop l;
+        g->var[v] = loop_begin(g, &l, LLVMConstInt(g->i64, 0, 0), LLVMConstInt(g->i64, (unsigned long long)k->size[v], 0), 1);
+        loop_rvars(g, w_outer, v + 1, body, it, ctx, ctx_tail);
+        loop_end(g, &l);
+        return;
+    }
+    int inner = k->vvar >= 0 && (k->rmask >> k->vvar & 1);
+    if (!inner) {
+        body(g, it, ctx, w_outer);
+        g->epoch++;
+        return;
+    }
+    LLVMValueRef n = LLVMConstInt(g->i64, (unsigned long long)k->size[k->vvar], 0);
+    loop l;
+    g->var[k->vvar] = loop_begin(g, &l, LLVMConstInt(g->i64, 0, 0), n, g->L);
+    body(g, it, ctx, g->L);
+    loop_end(g, &l);
+    loop t;
+    int64_t main_end = k->size[k->vvar] / g->L * g->L;
+    g->var[k->vvar] = loop_begin(g, &t, LLVMConstInt(g->i64, (unsigned long long)main_end, 0), n, 1);
+    body(g, it, ctx_tail, 1);
+    loop_end(g, &t);
+}
+
+static void body_reduce(cg *g, const kitem *it, void *ctx, int w) { acc_step(g, (acc *)ctx, it, w); }
+
+static void body_store(cg *g, const kitem *it, void *ctx, int w)
+{
+    (void)ctx;
+    store_val(g, it->buf, it->ix, emit(g, it->value, w), w);
+}
+
+/* One outer point (w lanes of it in outer-vector mode): all items. */
+static void emit_point(cg *g, int w)
+{
+    const kir_kernel *k = g->k;
+    int inner = k->vvar >= 0 && (k->rmask >> k->vvar & 1);
+    int ph = 0;
+    g->epoch++;
+    for (int i = 0; i < k->nitems; i++) {
+        const kitem *it = &k->items[i];
+        if (it->kind == KI_ROWSTORE) {
+            body_store(g, it, NULL, w);
+            continue;
+        }
+        if (it->kind == KI_STORE) {
+            loop_rvars(g, w, 0, body_store, it, NULL, NULL);
+            continue;
+        }
+        acc s, vacc;
+        acc_init(g, &s, it, w);
+        if (inner)
+            acc_init(g, &vacc, it, g->L);
+        loop_rvars(g, w, 0, body_reduce, it, inner ? &vacc : &s, &s);
+        if (inner)
+            acc_fold(g, it, &vacc, &s);
+        LLVMValueRef r = LLVMBuildLoad2(g->B, s.idx ? vec(g->i64, w) : vec(ctype(g, s.dt), w), s.idx ? s.idx : s.val, "");
+        if (!s.idx)
+            r = conv(g, r, s.dt, (smelt_dtype)it->acc_dtype, w);
+        g->phase[ph] = r;
+        g->phase_w[ph++] = w;
+        g->epoch++;
+    }
+}
+
+static int64_t outer_items(const kir_kernel *k, int64_t tile, int64_t *ntiles)
+{
+    int64_t n = 1;
+    *ntiles = 1;
+    for (int v = 0; v < k->nvars; v++) {
+        if (k->rmask >> v & 1)
+            continue;
+        if (v == k->vvar) {
+            *ntiles = (k->size[v] + tile - 1) / tile;
+            n *= *ntiles;
+        } else {
+            n *= k->size[v];
+        }
+    }
+    return n;
+}
+
+/* Sets outer var values from item number `item`. Returns the tile number
+ * (outer-vector mode) or NULL. */
+static LLVMValueRef decode_item(cg *g, LLVMValueRef item, int64_t ntiles)
+{
+    const kir_kernel *k = g->k;
+    int outer_vec = k->vvar >= 0 && !(k->rmask >> k->vvar & 1);
+    LLVMValueRef rem = item, tile = NULL;
+    if (outer_vec) {
+        LLVMValueRef nt = LLVMConstInt(g->i64, (unsigned long long)ntiles, 0);
+        tile = LLVMBuildURem(g->B, rem, nt, "");
+        rem = LLVMBuildUDiv(g->B, rem, nt, "");
+    }
+    for (int v = k->nvars - 1; v >= 0; v--) {
+        if ((k->rmask >> v & 1) || (outer_vec && v == k->vvar))
+            continue;
+        LLVMValueRef sz = LLVMConstInt(g->i64, (unsigned long long)k->size[v], 0);
+        g->var[v] = LLVMBuildURem(g->B, rem, sz, "");
+        rem = LLVMBuildUDiv(g->B, rem, sz, "");
+    }
+    return tile;
+}
+
+static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
+{
+    const kir_kernel *k = g->k;
+    LLVMTypeRef params[3] = { g->ptr, g->i64, g->i64 };
+    g->fn = LLVMAddFunction(g->M, name, LLVMFunctionType(g->vd, params, 3, 0));
+    char vb[16];
+    snprintf(vb, sizeof vb, "%d", g->vbits);
+    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
+                               LLVMCreateStringAttribute(g->C, "min-legal-vector-width", 22, vb, (unsigned)strlen(vb)));
+    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
+                               LLVMCreateStringAttribute(g->C, "prefer-vector-width", 19, vb, (unsigned)strlen(vb)));
+    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
+                               LLVMCreateStringAttribute(g->C, "target-cpu", 10, cpu_host_cpu(), (unsigned)strlen(cpu_host_cpu())));
+    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
+                               LLVMCreateStringAttribute(g->C, "target-features", 15, cpu_host_features(), (unsigned)strlen(cpu_host_features())));
+    g->bufs_arg = LLVMGetParam(g->fn, 0);
+    g->entry = LLVMAppendBasicBlockInContext(g->C, g->fn, "entry");
+    LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(g->C, g->fn, "start");
+    LLVMPositionBuilderAtEnd(g->B, g->entry);
+    LLVMBuildBr(g->B, start);
+    LLVMPositionBuilderAtEnd(g->B, start);
+    memset(g->bufptr, 0, sizeof(LLVMValueRef) * (size_t)g->p->nbufs);
+    LLVMValueRef fslot = LLVMBuildGEP2(g->B, g->ptr, g->bufs_arg,
+                                       (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->p->nbufs, 0) }, 1, "");
+    g->flag = LLVMBuildLoad2(g->B, g->ptr, fslot, "flag");
+
+    int outer_vec = k->vvar >= 0 && !(k->rmask >> k->vvar & 1);
+    int has_r = k->rmask != 0;
+    int64_t tile = has_r ? (int64_t)g->L * 4 : TILE_POINTWISE;
+    int64_t ntiles;
+    code->nitems = outer_items(k, tile, &ntiles);
+    int64_t rn = 1;
+    for (int v = 0; v < k->nvars; v++)
+        if (k->rmask >> v & 1)
+            rn *= k->size[v];
+    int64_t per_item = (outer_vec ? tile : 1) * (rn > 0 ? rn : 1);
+    code->grain = (MIN_CHUNK_ELEMS + per_item - 1) / per_item;
+
+    loop items;
+    LLVMValueRef item = loop_begin(g, &items, LLVMGetParam(g->fn, 1), LLVMGetParam(g->fn, 2), 1);
+    LLVMValueRef t = decode_item(g, item, ntiles);
+    if (!outer_vec) {
+        emit_point(g, 1);
+    } else {
+        LLVMValueRef size = LLVMConstInt(g->i64, (unsigned long long)k->size[k->vvar], 0);
+        LLVMValueRef vs = LLVMBuildMul(g->B, t, LLVMConstInt(g->i64, (unsigned long long)tile, 0), "");
+        LLVMValueRef ve = LLVMBuildAdd(g->B, vs, LLVMConstInt(g->i64, (unsigned long long)tile, 0), "");
+        ve = sel(g, icmp(g, LLVMIntSLT, ve, size), ve, size);
+        loop vl;
+        g->var[k->vvar] = loop_begin(g, &vl, vs, ve, g->L);
+        emit_point(g, g->L);
+        loop_end(g, &vl);
+        LLVMValueRef cnt = LLVMBuildSub(g->B, ve, vs, "");
+        LLVMValueRef tail_start = LLVMBuildAdd(g->B, vs, LLVMBuildMul(g->B, LLVMBuildUDiv(g->B, cnt, LLVMConstInt(g->i64, (unsigned long long)g->L, 0), ""),
+                                                                       LLVMConstInt(g->i64, (unsigned long long)g->L, 0), ""), "");
+        loop tl;
+        g->var[k->vvar] = loop_begin(g, &tl, tail_start, ve, 1);
+        emit_point(g, 1);
+        loop_end(g, &tl);
+    }
+    loop_end(g, &items);
+    LLVMBuildRetVoid(g->B);
+}
+
+/* ---------- module ---------- */
+
+static void cg_init(cg *g, smelt_plan *p, LLVMContextRef C, int vbits)
+{
+    memset(g, 0, sizeof *g);
+    g->p = p;
+    g->C = C;
+    g->vbits = vbits;
+    g->L = vbits / 32;
+    g->B = LLVMCreateBuilderInContext(C);
+    g->i1 = LLVMInt1TypeInContext(C);
+    g->i8 = LLVMInt8TypeInContext(C);
+    g->i16 = LLVMInt16TypeInContext(C);
+    g->i32 = LLVMInt32TypeInContext(C);
+    g->i64 = LLVMInt64TypeInContext(C);
+    g->f16 = LLVMHalfTypeInContext(C);
+    g->f32 = LLVMFloatTypeInContext(C);
+    g->f64 = LLVMDoubleTypeInContext(C);
+    g->ptr = LLVMPointerTypeInContext(C, 0);
+    g->vd = LLVMVoidTypeInContext(C);
+    g->bufptr = calloc((size_t)p->nbufs + 1, sizeof(LLVMValueRef));
+}
+
+static void cg_alloc_memo(cg *g)
+{
+    for (int i = 0; i < 2; i++) {
+        free(g->memo[i]);
+        free(g->memo_ep[i]);
+        /* room for expressions added while generating (red_flat) */
+        size_t n = (size_t)g->p->pool.nex + 1;
+        g->memo[i] = calloc(n, sizeof(LLVMValueRef));
+        g->memo_ep[i] = calloc(n, sizeof(uint32_t));
+        if (!g->memo[i] || !g->memo_ep[i])
+            abort();
+    }
+    g->epoch = 1;
+}
+
+static char *emit_asm(LLVMTargetMachineRef tm, LLVMModuleRef M)
+{
+    LLVMMemoryBufferRef mb;
+    char *msg = NULL;
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, M, LLVMAssemblyFile, &msg, &mb)) {
+        LLVMDisposeMessage(msg);
+        return NULL;
+    }
+    size_t n = LLVMGetBufferSize(mb);
+    char *s = malloc(n + 1);
+    if (s) {
+        memcpy(s, LLVMGetBufferStart(mb), n);
+        s[n] = 0;
+    }
+    LLVMDisposeMemoryBuffer(mb);
+    return s;
+}
+
+static int optimise(LLVMModuleRef M, LLVMTargetMachineRef tm, int opt, char *err, size_t errlen)
+{
+    char pipeline[32];
+    snprintf(pipeline, sizeof pipeline, "default<O%d>", opt < 0 ? 2 : opt > 3 ? 3 : opt);
+    LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
+    LLVMErrorRef e = LLVMRunPasses(M, pipeline, tm, po);
+    LLVMDisposePassBuilderOptions(po);
+    if (e) {
+        char *m = LLVMGetErrorMessage(e);
+        snprintf(err, errlen, "LLVM passes: %s", m);
+        LLVMDisposeErrorMessage(m);
+        return -1;
+    }
+    return 0;
+}
+
+static unsigned long long module_counter;
+
+int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen)
+{
+    if (cpu_jit_ready(err, errlen))
+        return -1;
+    int host = cpu_host_vector_bits();
+    int vbits = o && o->vector_bits > 0 && o->vector_bits <= host ? o->vector_bits : host;
+    if (vbits < 128)
+        vbits = 128;
+    int opt = o ? o->opt_level : 2;
+    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+    LLVMContextRef C = LLVMOrcThreadSafeContextGetContext(tsc);
+    cg g;
+    cg_init(&g, p, C, vbits);
+    unsigned long long id = __atomic_add_fetch(&module_counter, 1, __ATOMIC_RELAXED);
+    char name[64];
+    snprintf(name, sizeof name, "smelt_g%llu", id);
+    g.M = LLVMModuleCreateWithNameInContext(name, C);
+    LLVMTargetMachineRef tm = cpu_target_machine(opt);
+    int rc = -1;
+    if (!tm) {
+        snprintf(err, errlen, "LLVM: no target machine for the host");
+        goto out;
+    }
+    LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+    char *dl = LLVMCopyStringRepOfTargetData(td);
+    LLVMSetDataLayout(g.M, dl);
+    LLVMDisposeMessage(dl);
+    LLVMDisposeTargetData(td);
+    char *triple = LLVMGetTargetMachineTriple(tm);
+    LLVMSetTarget(g.M, triple);
+    LLVMDisposeMessage(triple);
+    p->code = calloc((size_t)p->nkernels + 1, sizeof(plan_kernel_code));
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        char fname[80];
+        snprintf(fname, sizeof fname, "%s_k%d", name, i);
+        g.k = &p->kernels[i];
+        cg_alloc_memo(&g);
+        emit_kernel_fn(&g, fname, &p->code[i]);
+    }
+    char *verr = NULL;
+    if (LLVMVerifyModule(g.M, LLVMReturnStatusAction, &verr)) {
+        snprintf(err, errlen, "internal error: invalid LLVM IR: %.400s", verr);
+        LLVMDisposeMessage(verr);
+        goto out;
+    }
+    LLVMDisposeMessage(verr);
+    if (optimise(g.M, tm, opt, err, errlen))
+        goto out;
+    if (o && o->keep_ir) {
+        p->text_ir = LLVMPrintModuleToString(g.M);
+        p->text_asm = emit_asm(tm, g.M);
+    }
+    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(g.M, tsc);
+    g.M = NULL;
+    if (cpu_jit_add(tsm, &p->backend_state, err, errlen))
+        goto out;
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        char fname[80];
+        snprintf(fname, sizeof fname, "%s_k%d", name, i);
+        p->code[i].fn = (plan_kernel_fn)cpu_jit_lookup(fname, err, errlen);
+        if (!p->code[i].fn)
+            goto out;
+    }
+    rc = 0;
+out:
+    if (g.M)
+        LLVMDisposeModule(g.M);
+    if (tm)
+        LLVMDisposeTargetMachine(tm);
+    LLVMDisposeBuilder(g.B);
+    LLVMOrcDisposeThreadSafeContext(tsc);
+    for (int i = 0; i < 2; i++) {
+        free(g.memo[i]);
+        free(g.memo_ep[i]);
+    }
+    free(g.bufptr);
+    return rc;
+}
+
+void cpu_release(smelt_plan *p)
+{
+    cpu_jit_remove(p->backend_state);
+    p->backend_state = NULL;
+}

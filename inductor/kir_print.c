@@ -1,0 +1,129 @@
+/* kir_print.c — text listing of a plan's loop-level kernels, for
+ * SMELT_LOGS=output_code and Compiled.code("kernels"). */
+#include "plan.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+            return;
+        if (b->s && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        b->cap = (b->cap + (size_t)k + 1) * 2;
+        b->s = realloc(b->s, b->cap);
+        if (!b->s)
+            abort();
+    }
+}
+
+static void print_ix(sbuf *b, const kir_pool *P, int32_t e)
+{
+    const kix *k = &P->ix[e];
+    switch (k->op) {
+    case KIX_CONST: sb_printf(b, "%lld", (long long)k->c); return;
+    case KIX_VAR: sb_printf(b, "v%lld", (long long)k->c); return;
+    case KIX_ADD: print_ix(b, P, k->a); sb_printf(b, " + "); print_ix(b, P, k->b); return;
+    case KIX_MUL: sb_printf(b, "%lld*", (long long)k->c); break;
+    default: break;
+    }
+    if (k->op != KIX_MUL)
+        sb_printf(b, "(");
+    const kix *a = &P->ix[k->a];
+    int paren = k->op == KIX_MUL && a->op == KIX_ADD;
+    sb_printf(b, paren ? "(" : "");
+    print_ix(b, P, k->a);
+    sb_printf(b, paren ? ")" : "");
+    if (k->op == KIX_DIV)
+        sb_printf(b, " / %lld)", (long long)k->c);
+    else if (k->op == KIX_MOD)
+        sb_printf(b, " %% %lld)", (long long)k->c);
+}
+
+static void print_ex(sbuf *b, const kir_pool *P, int32_t e)
+{
+    const kexpr *x = &P->ex[e];
+    switch (x->op) {
+    case KE_LOAD:
+        sb_printf(b, "buf%d[", x->buf);
+        print_ix(b, P, x->ix);
+        sb_printf(b, "]");
+        return;
+    case KE_CONST:
+        if (smelt_dtype_is_float((smelt_dtype)x->dtype))
+            sb_printf(b, "%g", x->f);
+        else
+            sb_printf(b, "%lld", (long long)x->i);
+        return;
+    case KE_INDEX:
+        sb_printf(b, "index(");
+        print_ix(b, P, x->ix);
+        sb_printf(b, ")");
+        return;
+    case KE_PHASE:
+        sb_printf(b, "phase%d", x->phase);
+        return;
+    default:
+        sb_printf(b, "%s(", smelt_op_name((smelt_op)x->gop));
+        for (int k = 0; k < 3 && x->src[k] >= 0; k++) {
+            sb_printf(b, k ? ", " : "");
+            print_ex(b, P, x->src[k]);
+        }
+        sb_printf(b, x->gop == SMELT_OP_CAST ? " -> %s)" : ")", smelt_dtype_name((smelt_dtype)x->dtype));
+    }
+}
+
+static void print_kernel(sbuf *b, const smelt_plan *p, int i)
+{
+    const kir_kernel *k = &p->kernels[i];
+    static const char *kind[] = { "reduce", "store", "rowstore" };
+    sb_printf(b, "kernel %d: vars [", i);
+    for (int v = 0; v < k->nvars; v++)
+        sb_printf(b, "%sv%d:%lld%s%s", v ? ", " : "", v, (long long)k->size[v],
+                  k->rmask >> v & 1 ? " r" : "", v == k->vvar ? " vec" : "");
+    sb_printf(b, "]\n");
+    for (int j = 0, ph = 0; j < k->nitems; j++) {
+        const kitem *it = &k->items[j];
+        sb_printf(b, "  %s", kind[it->kind]);
+        if (it->kind == KI_REDUCE)
+            sb_printf(b, " phase%d = %s:%s ", ph++, smelt_op_name((smelt_op)it->rop),
+                      smelt_dtype_name((smelt_dtype)it->acc_dtype));
+        else {
+            sb_printf(b, " buf%d[", it->buf);
+            print_ix(b, &p->pool, it->ix);
+            sb_printf(b, "] = ");
+        }
+        print_ex(b, &p->pool, it->value);
+        sb_printf(b, "\n");
+    }
+}
+
+char *ind_kernels_print(const smelt_plan *p)
+{
+    sbuf b = { 0 };
+    sb_printf(&b, "");
+    for (int32_t s = 0; s < p->nsteps; s++) {
+        const plan_step *st = &p->steps[s];
+        if (st->kind == PS_KERNEL)
+            print_kernel(&b, p, st->kernel);
+        else
+            sb_printf(&b, "matmul buf%d @ buf%d -> buf%d (%s)\n", st->a_buf, st->b_buf, st->c_buf,
+                      smelt_dtype_name(st->mm.dtype));
+    }
+    return b.s;
+}

@@ -1,0 +1,309 @@
+/* kix.c — index expressions and scalar expressions of the kernel IR.
+ *
+ * Both arenas hash-cons: building the same expression twice yields the same
+ * id, so identical subexpressions are shared and equality is id equality.
+ * Index expressions are simplified on construction through a linear form
+ * over "atoms" (variables, divisions, remainders) with value ranges, which
+ * turns view chains such as flatten-then-unflatten back into plain
+ * variables and contiguous strided access into affine expressions.
+ */
+#include "kix.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define LIN_MAX 24
+
+typedef struct lin {
+    int64_t c0;
+    int n;
+    int32_t atom[LIN_MAX];
+    int64_t coef[LIN_MAX];
+} lin;
+
+static void *grow(void *p, int32_t *cap, int32_t need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    int32_t nc = *cap ? *cap * 2 : 256;
+    while (nc < need)
+        nc *= 2;
+    void *q = realloc(p, (size_t)nc * elem);
+    if (!q)
+        abort();
+    *cap = nc;
+    return q;
+}
+
+static int32_t ix_intern(kir_pool *P, kix k)
+{
+    for (int32_t i = P->nix - 1; i >= 0 && i >= P->nix - 4096; i--) {
+        const kix *o = &P->ix[i];
+        if (o->op == k.op && o->a == k.a && o->b == k.b && o->c == k.c &&
+            o->lo == k.lo && o->hi == k.hi)
+            return i;
+    }
+    P->ix = grow(P->ix, &P->cix, P->nix + 1, sizeof(kix));
+    P->ix[P->nix] = k;
+    return P->nix++;
+}
+
+int32_t kix_const(kir_pool *P, int64_t c)
+{
+    return ix_intern(P, (kix){ .op = KIX_CONST, .a = -1, .b = -1, .c = c, .lo = c, .hi = c });
+}
+
+int32_t kix_var(kir_pool *P, int var, int64_t size)
+{
+    if (size == 1)
+        return kix_const(P, 0);
+    /* a size-0 var never runs; give it the range of a single point */
+    return ix_intern(P, (kix){ .op = KIX_VAR, .a = -1, .b = -1, .c = var, .lo = 0,
+                               .hi = size > 0 ? size - 1 : 0 });
+}
+
+/* Appends coef*e (e any kix) to the linear form. */
+static void lin_add(const kir_pool *P, lin *L, int32_t e, int64_t coef)
+{
+    const kix *k = &P->ix[e];
+    if (coef == 0)
+        return;
+    switch (k->op) {
+    case KIX_CONST: L->c0 += coef * k->c; return;
+    case KIX_ADD: lin_add(P, L, k->a, coef); lin_add(P, L, k->b, coef); return;
+    case KIX_MUL: lin_add(P, L, k->a, coef * k->c); return;
+    default: break;
+    }
+    for (int i = 0; i < L->n; i++)
+        if (L->atom[i] == e) {
+            L->coef[i] += coef;
+            return;
+        }
+    if (L->n == LIN_MAX)
+        abort();   /* deeper than any view chain smelt builds */
+    L->atom[L->n] = e;
+    L->coef[L->n++] = coef;
+}
+
+static void lin_drop(lin *L, int i)
+{
+    L->atom[i] = L->atom[L->n - 1];
+    L->coef[i] = L->coef[L->n - 1];
+    L->n--;
+}
+
+/* c*K*(e/K) + c*(e%K) == c*e : folds such pairs until none are left. */
+static void lin_fold(const kir_pool *P, lin *L)
+{
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < L->n && !changed; i++) {
+            const kix *d = &P->ix[L->atom[i]];
+            if (d->op != KIX_DIV || L->coef[i] % d->c)
+                continue;
+            int64_t c = L->coef[i] / d->c;
+            for (int j = 0; j < L->n; j++) {
+                const kix *m = &P->ix[L->atom[j]];
+                if (m->op == KIX_MOD && m->a == d->a && m->c == d->c && L->coef[j] == c) {
+                    int32_t inner = d->a;
+                    lin_drop(L, i > j ? i : j);
+                    lin_drop(L, i > j ? j : i);
+                    lin_add(P, L, inner, c);
+                    changed = 1;
+                    break;
+                }
+            }
+        }
+    }
+    for (int i = L->n - 1; i >= 0; i--)
+        if (L->coef[i] == 0)
+            lin_drop(L, i);
+}
+
+static void lin_range(const kir_pool *P, const lin *L, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = L->c0;
+    for (int i = 0; i < L->n; i++) {
+        const kix *k = &P->ix[L->atom[i]];
+        int64_t a = L->coef[i] * k->lo, b = L->coef[i] * k->hi;
+        *lo += a < b ? a : b;
+        *hi += a < b ? b : a;
+    }
+}
+
+static int cmp_term(const void *x, const void *y)
+{
+    const int64_t *a = x, *b = y;
+    return (a[0] > b[0]) - (a[0] < b[0]);
+}
+
+/* Canonical tree for a linear form: terms sorted by atom id, constant last. */
+static int32_t lin_build(kir_pool *P, lin *L)
+{
+    lin_fold(P, L);
+    int64_t t[LIN_MAX][2];
+    for (int i = 0; i < L->n; i++) {
+        t[i][0] = L->atom[i];
+        t[i][1] = L->coef[i];
+    }
+    qsort(t, (size_t)L->n, sizeof t[0], cmp_term);
+    int32_t acc = -1;
+    for (int i = 0; i < L->n; i++) {
+        int32_t a = (int32_t)t[i][0];
+        const kix *ak = &P->ix[a];
+        int32_t term = a;
+        if (t[i][1] != 1) {
+            int64_t x = t[i][1] * ak->lo, y = t[i][1] * ak->hi;
+            term = ix_intern(P, (kix){ .op = KIX_MUL, .a = a, .b = -1, .c = t[i][1],
+                                       .lo = x < y ? x : y, .hi = x < y ? y : x });
+        }
+        if (acc < 0) {
+            acc = term;
+        } else {
+            const kix *l = &P->ix[acc], *r = &P->ix[term];
+            acc = ix_intern(P, (kix){ .op = KIX_ADD, .a = acc, .b = term, .c = 0,
+                                      .lo = l->lo + r->lo, .hi = l->hi + r->hi });
+        }
+    }
+    if (acc < 0)
+        return kix_const(P, L->c0);
+    if (L->c0) {
+        const kix *l = &P->ix[acc];
+        int32_t c = kix_const(P, L->c0);
+        acc = ix_intern(P, (kix){ .op = KIX_ADD, .a = acc, .b = c, .c = 0,
+                                  .lo = l->lo + L->c0, .hi = l->hi + L->c0 });
+    }
+    return acc;
+}
+
+int32_t kix_add(kir_pool *P, int32_t a, int32_t b)
+{
+    lin L = { 0 };
+    lin_add(P, &L, a, 1);
+    lin_add(P, &L, b, 1);
+    return lin_build(P, &L);
+}
+
+int32_t kix_mul(kir_pool *P, int32_t a, int64_t c)
+{
+    lin L = { 0 };
+    lin_add(P, &L, a, c);
+    return lin_build(P, &L);
+}
+
+static int64_t floordiv64(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+/* Splits L into q (terms divisible by K, scaled down) and r (the rest plus
+ * the constant's remainder). */
+static void lin_split(const lin *L, int64_t K, lin *q, lin *r)
+{
+    memset(q, 0, sizeof *q);
+    memset(r, 0, sizeof *r);
+    q->c0 = floordiv64(L->c0, K);
+    r->c0 = L->c0 - q->c0 * K;
+    for (int i = 0; i < L->n; i++) {
+        lin *d = (L->coef[i] % K == 0) ? q : r;
+        d->atom[d->n] = L->atom[i];
+        d->coef[d->n++] = (d == q) ? L->coef[i] / K : L->coef[i];
+    }
+}
+
+static int32_t divmod(kir_pool *P, int32_t a, int64_t K, int is_mod)
+{
+    if (K == 1)
+        return is_mod ? kix_const(P, 0) : a;
+    const kix *k = &P->ix[a];
+    if (k->lo >= 0 && k->hi < K)
+        return is_mod ? a : kix_const(P, 0);
+    lin L = { 0 }, q, r;
+    lin_add(P, &L, a, 1);
+    lin_split(&L, K, &q, &r);
+    int64_t rlo, rhi;
+    lin_range(P, &r, &rlo, &rhi);
+    int32_t base = a, head = -1;
+    if (rlo >= 0 && (q.n || q.c0)) {
+        base = lin_build(P, &r);
+        head = lin_build(P, &q);
+        const kix *b = &P->ix[base];
+        if (b->hi < K)
+            return is_mod ? base : head;
+    }
+    const kix *b = &P->ix[base];
+    int32_t node = ix_intern(P, (kix){ .op = is_mod ? KIX_MOD : KIX_DIV, .a = base, .b = -1,
+                                       .c = K, .lo = is_mod ? 0 : b->lo / K,
+                                       .hi = is_mod ? (b->hi < K - 1 ? b->hi : K - 1) : b->hi / K });
+    if (is_mod || head < 0)
+        return node;
+    return kix_add(P, head, node);
+}
+
+int32_t kix_div(kir_pool *P, int32_t a, int64_t K) { return divmod(P, a, K, 0); }
+int32_t kix_mod(kir_pool *P, int32_t a, int64_t K) { return divmod(P, a, K, 1); }
+
+int kix_uses_var(const kir_pool *P, int32_t e, int var)
+{
+    const kix *k = &P->ix[e];
+    switch (k->op) {
+    case KIX_CONST: return 0;
+    case KIX_VAR: return k->c == var;
+    case KIX_ADD: return kix_uses_var(P, k->a, var) || kix_uses_var(P, k->b, var);
+    default: return kix_uses_var(P, k->a, var);
+    }
+}
+
+int64_t kix_coef(const kir_pool *P, int32_t e, int var)
+{
+    const kix *k = &P->ix[e];
+    switch (k->op) {
+    case KIX_CONST: return 0;
+    case KIX_VAR: return k->c == var;
+    case KIX_ADD: {
+        int64_t a = kix_coef(P, k->a, var), b = kix_coef(P, k->b, var);
+        return (a == KIX_NONAFFINE || b == KIX_NONAFFINE) ? KIX_NONAFFINE : a + b;
+    }
+    case KIX_MUL: {
+        int64_t a = kix_coef(P, k->a, var);
+        return a == KIX_NONAFFINE ? a : a * k->c;
+    }
+    default: return kix_uses_var(P, k->a, var) ? KIX_NONAFFINE : 0;
+    }
+}
+
+static int64_t dbits(double f)
+{
+    int64_t b;
+    memcpy(&b, &f, sizeof b);
+    return b;
+}
+
+int32_t kexpr_intern(kir_pool *P, kexpr e)
+{
+    for (int32_t i = P->nex - 1; i >= 0 && i >= P->nex - 4096; i--) {
+        const kexpr *o = &P->ex[i];
+        if (o->op == e.op && o->dtype == e.dtype && o->cdtype == e.cdtype && o->gop == e.gop &&
+            o->src[0] == e.src[0] && o->src[1] == e.src[1] && o->src[2] == e.src[2] &&
+            o->gnode == e.gnode && o->buf == e.buf && o->ix == e.ix && o->phase == e.phase &&
+            dbits(o->f) == dbits(e.f) && o->i == e.i)
+            return i;
+    }
+    P->ex = grow(P->ex, &P->cex, P->nex + 1, sizeof(kexpr));
+    P->ex[P->nex] = e;
+    return P->nex++;
+}
+
+kexpr kexpr_blank(kexpr_op op, smelt_dtype dt)
+{
+    return (kexpr){ .op = (uint8_t)op, .dtype = (uint8_t)dt, .cdtype = (uint8_t)dt,
+                    .src = { -1, -1, -1 }, .gnode = -1, .buf = -1, .ix = -1, .phase = -1 };
+}
+
+void kir_pool_free(kir_pool *P)
+{
+    free(P->ix);
+    free(P->ex);
+    memset(P, 0, sizeof *P);
+}

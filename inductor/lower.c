@@ -1,0 +1,875 @@
+/* lower.c — graph IR to loop-level kernels (kir), with fusion.
+ *
+ * Entry: ind_lower(plan). Contract: on success the plan holds buffers, the
+ * kernels and the ordered steps (kernel runs and matmul calls) computing
+ * every graph output into its output buffer.
+ *
+ * Which nodes are materialised ("realized") into buffers:
+ *   inputs; outputs; CAT and MATMUL results; pointwise values with several
+ *   consumers unless cheap to recompute; reductions with several consumers
+ *   or that cannot fuse into their consumer's kernel.
+ * Everything else is inlined: a realized node's kernel evaluates its value
+ * at each output index by walking producers — views rewrite the index,
+ * pointwise ops combine operand values, and a single-consumer reduction
+ * becomes a REDUCE phase of the consumer's kernel when the consumer's loop
+ * nest can host it (softmax, layer norm: one kernel each). A fusion that
+ * fails realizes that reduction and lowering restarts.
+ */
+#include "plan.h"
+#include "kix.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHEAP_COST 8
+#define MAX_PHASES 32
+
+typedef struct phase_key {
+    int32_t node, nk, result;
+    int32_t kept[SMELT_MAX_DIMS];
+} phase_key;
+
+typedef struct lowering {
+    smelt_plan *p;
+    const smelt_graph *g;
+    uint8_t *realized;
+    int32_t *buf_of;       /* node -> buffer, -1 */
+    int32_t *nuse;
+    char *err;
+    size_t errlen;
+} lowering;
+
+typedef struct kb {
+    lowering *L;
+    kir_kernel k;
+    int32_t citems;
+    int nr;
+    int rvar[KIR_MAX_VARS];
+    phase_key keys[MAX_PHASES];
+    int nkeys;
+    int32_t fail_node;     /* reduction to realize before retrying, or -1 */
+    int error;             /* user-facing error already in L->err */
+} kb;
+
+static int32_t access(kb *b, int32_t node, const int32_t *idx);
+
+/* ---------- small helpers ---------- */
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *st)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= shape[d] > 1 ? shape[d] : 1;
+    }
+}
+
+static int cat_of(smelt_dtype dt)
+{
+    return dt == SMELT_BOOL ? 0 : smelt_dtype_is_float(dt) ? 2 : 1;
+}
+
+/* torch's combine_categories(higher, lower); -1 = undefined. */
+static int combine(int hi, int lo)
+{
+    if (hi < 0)
+        return lo;
+    if (lo < 0 || smelt_dtype_is_float(hi))
+        return hi;
+    if (hi == SMELT_BOOL || smelt_dtype_is_float(lo))
+        return smelt_dtype_promote(hi, lo);
+    return hi;
+}
+
+/* torch.result_type over the given nodes (Python scalars weak). */
+static smelt_dtype result_type(const smelt_graph *g, int n, const int32_t *src)
+{
+    int dim = -1, zero = -1, wrapped = -1;
+    for (int i = 0; i < n; i++) {
+        const smelt_node *s = &g->nodes[src[i]];
+        int *slot = s->op == SMELT_OP_SCALAR ? &wrapped : s->ndim ? &dim : &zero;
+        smelt_dtype dt = s->dtype;
+        if (s->op == SMELT_OP_SCALAR)
+            dt = dt == SMELT_F64 ? SMELT_F32 : dt;
+        if (*slot < 0)
+            *slot = dt;
+        else if (s->op == SMELT_OP_SCALAR)
+            *slot = cat_of(dt) > cat_of(*slot) ? (int)dt : *slot;
+        else
+            *slot = smelt_dtype_promote(*slot, dt);
+    }
+    return (smelt_dtype)combine(dim, combine(zero, wrapped));
+}
+
+static int32_t ex_const(kir_pool *P, smelt_dtype dt, double f, int64_t i)
+{
+    kexpr e = kexpr_blank(KE_CONST, dt);
+    if (smelt_dtype_is_float(dt))
+        e.f = f;
+    else
+        e.i = i;
+    return kexpr_intern(P, e);
+}
+
+static int32_t ex_op(kir_pool *P, smelt_op op, smelt_dtype dt, smelt_dtype cdt,
+                     int32_t a, int32_t b, int32_t c)
+{
+    kexpr e = kexpr_blank(KE_OP, dt);
+    e.gop = (uint16_t)op;
+    e.cdtype = (uint8_t)cdt;
+    e.src[0] = a;
+    e.src[1] = b;
+    e.src[2] = c;
+    return kexpr_intern(P, e);
+}
+
+static int32_t ex_cast(kir_pool *P, int32_t a, smelt_dtype to)
+{
+    smelt_dtype from = P->ex[a].dtype;
+    if (from == to)
+        return a;
+    return ex_op(P, SMELT_OP_CAST, to, from, a, -1, -1);
+}
+
+static int32_t new_var(kb *b, int64_t size)
+{
+    if (size == 1)
+        return kix_const(&b->L->p->pool, 0);
+    if (b->k.nvars == KIR_MAX_VARS)
+        return -1;
+    b->k.size[b->k.nvars] = size;
+    return kix_var(&b->L->p->pool, b->k.nvars++, size);
+}
+
+static void add_item(kb *b, kitem it)
+{
+    if (b->k.nitems == b->citems) {
+        b->citems = b->citems ? b->citems * 2 : 8;
+        b->k.items = realloc(b->k.items, (size_t)b->citems * sizeof(kitem));
+        if (!b->k.items)
+            abort();
+    }
+    b->k.items[b->k.nitems++] = it;
+}
+
+static int uses_rvar(kb *b, int32_t ix)
+{
+    for (int i = 0; i < b->nr; i++)
+        if (kix_uses_var(&b->L->p->pool, ix, b->rvar[i]))
+            return 1;
+    return 0;
+}
+
+/* Element index of a contiguous/strided buffer at idx. */
+static int32_t buf_index(kir_pool *P, int ndim, const int64_t *st, const int32_t *idx)
+{
+    int32_t acc = kix_const(P, 0);
+    for (int d = 0; d < ndim; d++)
+        acc = kix_add(P, acc, kix_mul(P, idx[d], st[d]));
+    return acc;
+}
+
+/* ---------- views ---------- */
+
+/* Index of RESHAPE's source: row-major linearise, then delinearise. */
+static void reshape_index(kir_pool *P, const smelt_node *n, const smelt_node *s,
+                          const int32_t *idx, int32_t *out)
+{
+    int64_t st[SMELT_MAX_DIMS], sst[SMELT_MAX_DIMS];
+    contiguous_strides(n->ndim, n->shape, st);
+    contiguous_strides(s->ndim, s->shape, sst);
+    int32_t lin = buf_index(P, n->ndim, st, idx);
+    for (int d = 0; d < s->ndim; d++) {
+        int32_t q = kix_div(P, lin, sst[d]);
+        out[d] = s->shape[d] > 1 ? kix_mod(P, q, s->shape[d]) : kix_const(P, 0);
+    }
+}
+
+/* Maps an index over view node n to an index over its source. */
+static void view_index(kir_pool *P, const smelt_graph *g, const smelt_node *n,
+                       const int32_t *idx, int32_t *out)
+{
+    const smelt_node *s = &g->nodes[n->src[0]];
+    int off = n->ndim - s->ndim;
+    switch ((smelt_op)n->op) {
+    case SMELT_OP_RESHAPE:
+        reshape_index(P, n, s, idx, out);
+        return;
+    case SMELT_OP_PERMUTE:
+        for (int d = 0; d < n->ndim; d++)
+            out[n->a.perm.perm[d]] = idx[d];
+        return;
+    case SMELT_OP_EXPAND:
+        for (int d = 0; d < s->ndim; d++)
+            out[d] = s->shape[d] == 1 ? kix_const(P, 0) : idx[d + off];
+        return;
+    case SMELT_OP_SLICE:
+        memcpy(out, idx, sizeof(int32_t) * (size_t)n->ndim);
+        out[n->a.slice.dim] = kix_add(P, kix_mul(P, idx[n->a.slice.dim], n->a.slice.step),
+                                      kix_const(P, n->a.slice.start));
+        return;
+    case SMELT_OP_SQUEEZE:
+        if (s->ndim == n->ndim) {
+            memcpy(out, idx, sizeof(int32_t) * (size_t)n->ndim);
+            return;
+        }
+        for (int d = 0, j = 0; d < s->ndim; d++)
+            out[d] = d == n->a.axis.dim ? kix_const(P, 0) : idx[j++];
+        return;
+    case SMELT_OP_UNSQUEEZE:
+        for (int d = 0, j = 0; d < n->ndim; d++)
+            if (d != n->a.axis.dim)
+                out[j++] = idx[d];
+        return;
+    case SMELT_OP_DIAGONAL: {
+        int64_t o = n->a.diag.offset;
+        int d1 = n->a.diag.dim1, d2 = n->a.diag.dim2;
+        int32_t i = idx[n->ndim - 1];
+        for (int d = 0, j = 0; d < s->ndim; d++)
+            if (d != d1 && d != d2)
+                out[d] = idx[j++];
+        out[d1] = kix_add(P, i, kix_const(P, o < 0 ? -o : 0));
+        out[d2] = kix_add(P, i, kix_const(P, o > 0 ? o : 0));
+        return;
+    }
+    default:
+        abort();   /* not a view: callers dispatch on the op kind */
+    }
+}
+
+/* Strided form of node (a realized buffer seen through views): buffer,
+ * element offset and strides. 0 if not expressible without a copy. */
+static int strided_of(lowering *L, int32_t node, int32_t *buf, int64_t *off, int64_t *st)
+{
+    const smelt_node *n = &L->g->nodes[node];
+    if (L->realized[node]) {
+        *buf = L->buf_of[node];
+        *off = 0;
+        if (n->op == SMELT_OP_INPUT)
+            memcpy(st, n->stride, sizeof(int64_t) * (size_t)n->ndim);
+        else
+            contiguous_strides(n->ndim, n->shape, st);
+        return 1;
+    }
+    if (smelt_op_kind_of((smelt_op)n->op) != SMELT_KIND_VIEW)
+        return 0;
+    const smelt_node *s = &L->g->nodes[n->src[0]];
+    int64_t ss[SMELT_MAX_DIMS];
+    if (!strided_of(L, n->src[0], buf, off, ss))
+        return 0;
+    int k = n->ndim - s->ndim;
+    switch ((smelt_op)n->op) {
+    case SMELT_OP_PERMUTE:
+        for (int d = 0; d < n->ndim; d++)
+            st[d] = ss[n->a.perm.perm[d]];
+        return 1;
+    case SMELT_OP_EXPAND:
+        for (int d = 0; d < n->ndim; d++)
+            st[d] = (d < k || s->shape[d - k] == 1) ? 0 : ss[d - k];
+        return 1;
+    case SMELT_OP_SLICE:
+        memcpy(st, ss, sizeof(int64_t) * (size_t)n->ndim);
+        *off += n->a.slice.start * ss[n->a.slice.dim];
+        st[n->a.slice.dim] *= n->a.slice.step;
+        return 1;
+    case SMELT_OP_SQUEEZE:
+        for (int d = 0, j = 0; d < s->ndim; d++)
+            if (s->ndim == n->ndim || d != n->a.axis.dim)
+                st[j++] = ss[d];
+        return 1;
+    case SMELT_OP_UNSQUEEZE:
+        for (int d = 0, j = 0; d < n->ndim; d++)
+            st[d] = d == n->a.axis.dim ? 0 : ss[j++];
+        return 1;
+    case SMELT_OP_RESHAPE: {
+        /* only reshapes of a row-major-contiguous source keep strides */
+        int64_t cs[SMELT_MAX_DIMS];
+        contiguous_strides(s->ndim, s->shape, cs);
+        for (int d = 0; d < s->ndim; d++)
+            if (s->shape[d] > 1 && ss[d] != cs[d])
+                return 0;
+        contiguous_strides(n->ndim, n->shape, st);
+        return 1;
+    }
+    default:
+        return 0;
+    }
+}
+
+/* ---------- reductions as phases ---------- */
+
+static smelt_dtype acc_dtype(smelt_op rop, smelt_dtype src)
+{
+    switch (rop) {
+    case SMELT_OP_ANY: case SMELT_OP_ALL: return SMELT_BOOL;
+    case SMELT_OP_ARGMAX: case SMELT_OP_ARGMIN: return SMELT_I64;
+    case SMELT_OP_AMAX: case SMELT_OP_AMIN:
+        return (src == SMELT_F16 || src == SMELT_BF16) ? SMELT_F32 : src;
+    default:
+        if (smelt_dtype_is_float(src))
+            return src == SMELT_F64 ? SMELT_F64 : SMELT_F32;
+        return SMELT_I64;
+    }
+}
+
+static int32_t add_phase(kb *b, smelt_op rop, int32_t value, smelt_dtype acc)
+{
+    kitem it = { .kind = KI_REDUCE, .rop = (uint16_t)rop, .acc_dtype = (uint8_t)acc,
+                 .value = value, .buf = -1, .ix = -1 };
+    add_item(b, it);
+    kexpr e = kexpr_blank(KE_PHASE, acc);
+    e.phase = b->k.nphase++;
+    return kexpr_intern(&b->L->p->pool, e);
+}
+
+/* Chooses or creates the reduction vars for a reduction whose kept-dim
+ * index uses `refd` (bitmask of vars) and whose reduced dims have `rnumel`
+ * elements. 0 when the kernel's loop nest cannot host it. */
+static int claim_rvars(kb *b, uint32_t refd, int64_t rnumel, int nred, const int64_t *rsz)
+{
+    if (b->nr) {
+        int64_t have = 1;
+        for (int i = 0; i < b->nr; i++)
+            have *= b->k.size[b->rvar[i]];
+        return have == rnumel;
+    }
+    int64_t unref = 1;
+    int nun = 0;
+    for (int v = 0; v < b->k.nvars; v++)
+        if (!(refd >> v & 1)) {
+            unref *= b->k.size[v];
+            nun++;
+        }
+    if (nun) {
+        if (unref != rnumel)
+            return 0;
+        for (int v = 0; v < b->k.nvars; v++)
+            if (!(refd >> v & 1)) {
+                b->rvar[b->nr++] = v;
+                b->k.rmask |= 1u << v;
+            }
+        return 1;
+    }
+    for (int i = 0; i < nred; i++) {
+        if (rsz[i] == 1)
+            continue;
+        if (b->k.nvars == KIR_MAX_VARS)
+            return 0;
+        b->rvar[b->nr++] = b->k.nvars;
+        b->k.rmask |= 1u << b->k.nvars;
+        b->k.size[b->k.nvars++] = rsz[i];
+    }
+    return 1;
+}
+
+static uint32_t vars_of(kb *b, const int32_t *ix, int n)
+{
+    uint32_t m = 0;
+    for (int i = 0; i < n; i++)
+        for (int v = 0; v < b->k.nvars; v++)
+            if (kix_uses_var(&b->L->p->pool, ix[i], v))
+                m |= 1u << v;
+    return m;
+}
+
+/* Source index of reduction r: kept dims from `kept`, reduced dims from the
+ * row-major delinearisation of the flat index over the kernel's rvars. */
+static void reduction_src_index(kb *b, const smelt_node *s, uint32_t dims,
+                                const int32_t *kept, int32_t *out)
+{
+    kir_pool *P = &b->L->p->pool;
+    int32_t flat = kix_const(P, 0);
+    for (int i = 0; i < b->nr; i++)
+        flat = kix_add(P, kix_mul(P, flat, b->k.size[b->rvar[i]]),
+                       kix_var(P, b->rvar[i], b->k.size[b->rvar[i]]));
+    int64_t rest = 1;
+    for (int d = s->ndim - 1; d >= 0; d--) {
+        if (!(dims >> d & 1)) {
+            out[d] = kept[d];
+            continue;
+        }
+        out[d] = kix_mod(P, kix_div(P, flat, rest), s->shape[d] > 0 ? s->shape[d] : 1);
+        rest *= s->shape[d] > 1 ? s->shape[d] : 1;
+    }
+}
+
+/* Value of reduction node r (not realized) at output index idx, as phases of
+ * the kernel under construction. -1 with b->fail_node = r when it cannot
+ * fuse here. */
+static int32_t reduction_value(kb *b, int32_t node, const int32_t *idx)
+{
+    lowering *L = b->L;
+    kir_pool *P = &L->p->pool;
+    const smelt_node *r = &L->g->nodes[node];
+    const smelt_node *s = &L->g->nodes[r->src[0]];
+    uint32_t dims = r->a.red.dims;
+    int32_t kept[SMELT_MAX_DIMS];
+    int64_t rsz[SMELT_MAX_DIMS], rnumel = 1;
+    int nred = 0;
+    for (int d = 0, j = 0; d < s->ndim; d++) {
+        if (dims >> d & 1) {
+            rsz[nred++] = s->shape[d];
+            rnumel *= s->shape[d];
+            kept[d] = kix_const(P, 0);
+            j += r->a.red.keepdim;
+        } else {
+            kept[d] = idx[j++];
+        }
+    }
+    for (int i = 0; i < b->nkeys; i++)
+        if (b->keys[i].node == node && !memcmp(b->keys[i].kept, kept, sizeof(int32_t) * (size_t)s->ndim))
+            return b->keys[i].result;
+    for (int d = 0; d < s->ndim; d++)
+        if (uses_rvar(b, kept[d]))
+            goto fail;
+    if (b->nkeys == MAX_PHASES || !claim_rvars(b, vars_of(b, kept, s->ndim), rnumel, nred, rsz))
+        goto fail;
+    if (rnumel == 0 && (r->op == SMELT_OP_AMAX || r->op == SMELT_OP_AMIN ||
+                        r->op == SMELT_OP_ARGMAX || r->op == SMELT_OP_ARGMIN)) {
+        snprintf(L->err, L->errlen, "%s: cannot reduce over a zero-size dimension",
+                 smelt_op_name((smelt_op)r->op));
+        b->error = 1;
+        return -1;
+    }
+    int32_t sidx[SMELT_MAX_DIMS];
+    reduction_src_index(b, s, dims, kept, sidx);
+    int32_t v = access(b, r->src[0], sidx);
+    if (v < 0)
+        return -1;
+    int32_t res = -1;
+    smelt_op op = (smelt_op)r->op;
+    smelt_dtype acc = acc_dtype(op, s->dtype);
+    if (op == SMELT_OP_MEAN || op == SMELT_OP_VAR || op == SMELT_OP_STD) {
+        int32_t sum = add_phase(b, SMELT_OP_SUM, v, acc);
+        int32_t n = ex_const(P, acc, (double)rnumel, 0);
+        res = ex_op(P, SMELT_OP_DIV, acc, acc, sum, n, -1);
+        if (op != SMELT_OP_MEAN) {
+            int32_t xc = ex_op(P, SMELT_OP_SUB, acc, acc, v, res, -1);
+            int32_t sq = ex_op(P, SMELT_OP_MUL, acc, acc, xc, xc, -1);
+            int32_t m2 = add_phase(b, SMELT_OP_SUM, sq, acc);
+            double den = (double)rnumel - (double)r->a.red.correction;
+            res = ex_op(P, SMELT_OP_DIV, acc, acc, m2, ex_const(P, acc, den > 0 ? den : 0, 0), -1);
+            if (op == SMELT_OP_STD)
+                res = ex_op(P, SMELT_OP_SQRT, acc, acc, res, -1, -1);
+        }
+    } else {
+        res = add_phase(b, op, v, acc);
+    }
+    res = ex_cast(P, res, r->dtype);
+    phase_key *k = &b->keys[b->nkeys++];
+    k->node = node;
+    k->nk = s->ndim;
+    k->result = res;
+    memcpy(k->kept, kept, sizeof(int32_t) * (size_t)s->ndim);
+    return res;
+fail:
+    b->fail_node = node;
+    return -1;
+}
+
+/* ---------- the expression walk ---------- */
+
+static smelt_dtype compute_dtype(const smelt_graph *g, const smelt_node *n)
+{
+    switch ((smelt_op)n->op) {
+    case SMELT_OP_EQ: case SMELT_OP_NE: case SMELT_OP_LT:
+    case SMELT_OP_LE: case SMELT_OP_GT: case SMELT_OP_GE:
+        return result_type(g, 2, n->src);
+    case SMELT_OP_WHERE:
+        return n->dtype;
+    case SMELT_OP_LOGICAL_AND: case SMELT_OP_LOGICAL_OR: case SMELT_OP_LOGICAL_XOR:
+    case SMELT_OP_LOGICAL_NOT:
+        return SMELT_BOOL;
+    case SMELT_OP_ISNAN: case SMELT_OP_ISINF: case SMELT_OP_CAST:
+        return g->nodes[n->src[0]].dtype;
+    default:
+        return n->dtype;
+    }
+}
+
+static int32_t leaf_value(kb *b, const smelt_node *n, const int32_t *idx)
+{
+    kir_pool *P = &b->L->p->pool;
+    smelt_dtype dt = n->dtype;
+    if (n->op == SMELT_OP_SCALAR || n->op == SMELT_OP_FULL)
+        return ex_const(P, dt, n->a.scalar.f, n->a.scalar.i);
+    kexpr e = kexpr_blank(KE_INDEX, SMELT_I64);
+    e.ix = n->op == SMELT_OP_IOTA ? idx[n->a.axis.dim] : idx[0];
+    int32_t i = kexpr_intern(P, e);
+    if (n->op == SMELT_OP_IOTA)
+        return ex_cast(P, i, dt);
+    smelt_dtype w = smelt_dtype_is_float(dt) ? SMELT_F64 : SMELT_I64;
+    int32_t start = ex_const(P, w, n->a.arange.fstart, n->a.arange.istart);
+    int32_t step = ex_const(P, w, n->a.arange.fstep, n->a.arange.istep);
+    int32_t v = ex_op(P, SMELT_OP_MUL, w, w, ex_cast(P, i, w), step, -1);
+    return ex_cast(P, ex_op(P, SMELT_OP_ADD, w, w, start, v, -1), dt);
+}
+
+static int32_t pointwise_value(kb *b, int32_t node, const int32_t *idx)
+{
+    const smelt_graph *g = b->L->g;
+    const smelt_node *n = &g->nodes[node];
+    int32_t v[3] = { -1, -1, -1 };
+    for (int k = 0; k < n->nsrc; k++) {
+        const smelt_node *s = &g->nodes[n->src[k]];
+        int32_t sidx[SMELT_MAX_DIMS];
+        int off = n->ndim - s->ndim;
+        for (int d = 0; d < s->ndim; d++)
+            sidx[d] = s->shape[d] == 1 ? kix_const(&b->L->p->pool, 0) : idx[d + off];
+        v[k] = access(b, n->src[k], sidx);
+        if (v[k] < 0)
+            return -1;
+    }
+    kexpr e = kexpr_blank(KE_OP, n->dtype);
+    e.gop = n->op;
+    e.cdtype = (uint8_t)compute_dtype(g, n);
+    e.gnode = n->op == SMELT_OP_CLAMP ? node : -1;
+    memcpy(e.src, v, sizeof v);
+    return kexpr_intern(&b->L->p->pool, e);
+}
+
+/* Scalar expression for node at index idx (one kix per dim of node). */
+static int32_t access(kb *b, int32_t node, const int32_t *idx)
+{
+    lowering *L = b->L;
+    const smelt_node *n = &L->g->nodes[node];
+    if (L->realized[node]) {
+        int64_t st[SMELT_MAX_DIMS];
+        int32_t buf, ix;
+        int64_t off;
+        strided_of(L, node, &buf, &off, st);
+        ix = buf_index(&L->p->pool, n->ndim, st, idx);
+        kexpr e = kexpr_blank(KE_LOAD, n->dtype);
+        e.buf = buf;
+        e.ix = ix;
+        return kexpr_intern(&L->p->pool, e);
+    }
+    switch (smelt_op_kind_of((smelt_op)n->op)) {
+    case SMELT_KIND_LEAF:
+        return leaf_value(b, n, idx);
+    case SMELT_KIND_VIEW: {
+        int32_t sidx[SMELT_MAX_DIMS];
+        view_index(&L->p->pool, L->g, n, idx, sidx);
+        return access(b, n->src[0], sidx);
+    }
+    case SMELT_KIND_REDUCTION:
+        return reduction_value(b, node, idx);
+    default:
+        return pointwise_value(b, node, idx);
+    }
+}
+
+/* ---------- realization ---------- */
+
+static int node_cost(lowering *L, int32_t node, int depth)
+{
+    const smelt_node *n = &L->g->nodes[node];
+    if (L->realized[node] || depth > 16)
+        return 1;
+    int c = 0;
+    switch (smelt_op_kind_of((smelt_op)n->op)) {
+    case SMELT_KIND_LEAF: return 0;
+    case SMELT_KIND_VIEW: break;
+    case SMELT_KIND_REDUCTION: return 2;   /* a phase of the same kernel */
+    default:
+        switch ((smelt_op)n->op) {
+        case SMELT_OP_EXP: case SMELT_OP_LOG: case SMELT_OP_SIN: case SMELT_OP_COS:
+        case SMELT_OP_TAN: case SMELT_OP_TANH: case SMELT_OP_ERF: case SMELT_OP_POW:
+        case SMELT_OP_SIGMOID: case SMELT_OP_ATAN2: case SMELT_OP_EXPM1: case SMELT_OP_LOG1P:
+        case SMELT_OP_EXP2: case SMELT_OP_LOG2: c = 3; break;
+        default: c = 1;
+        }
+    }
+    for (int k = 0; k < n->nsrc; k++)
+        c += node_cost(L, n->src[k], depth + 1);
+    return c;
+}
+
+static void decide_realized(lowering *L)
+{
+    const smelt_graph *g = L->g;
+    for (int32_t i = 0; i < g->n; i++) {
+        const smelt_node *n = &g->nodes[i];
+        smelt_op_kind k = smelt_op_kind_of((smelt_op)n->op);
+        if (n->op == SMELT_OP_INPUT || k == SMELT_KIND_CAT || k == SMELT_KIND_EXTERN)
+            L->realized[i] = 1;
+        else if (k == SMELT_KIND_REDUCTION && L->nuse[i] > 1)
+            L->realized[i] = 1;
+        else if ((k == SMELT_KIND_UNARY || k == SMELT_KIND_BINARY || k == SMELT_KIND_TERNARY) &&
+                 L->nuse[i] > 1 && node_cost(L, i, 0) > CHEAP_COST)
+            L->realized[i] = 1;
+    }
+    for (int32_t o = 0; o < g->nout; o++)
+        L->realized[g->outputs[o]] = 1;
+    for (int32_t i = 0; i < g->n; i++) {
+        const smelt_node *n = &g->nodes[i];
+        if (n->op != SMELT_OP_MATMUL)
+            continue;
+        for (int k = 0; k < 2; k++) {
+            int32_t buf;
+            int64_t off, st[SMELT_MAX_DIMS];
+            if (!strided_of(L, n->src[k], &buf, &off, st))
+                L->realized[n->src[k]] = 1;
+        }
+    }
+}
+
+/* ---------- plan building ---------- */
+
+static int32_t add_buf(smelt_plan *p, plan_buf b)
+{
+    if (p->nbufs == p->cbufs) {
+        p->cbufs = p->cbufs ? p->cbufs * 2 : 16;
+        p->bufs = realloc(p->bufs, (size_t)p->cbufs * sizeof(plan_buf));
+        if (!p->bufs)
+            abort();
+    }
+    p->bufs[p->nbufs] = b;
+    return p->nbufs++;
+}
+
+static void add_step(smelt_plan *p, plan_step s)
+{
+    if (p->nsteps == p->csteps) {
+        p->csteps = p->csteps ? p->csteps * 2 : 16;
+        p->steps = realloc(p->steps, (size_t)p->csteps * sizeof(plan_step));
+        if (!p->steps)
+            abort();
+    }
+    p->steps[p->nsteps++] = s;
+}
+
+static void add_kernel(smelt_plan *p, kb *b)
+{
+    if (p->nkernels == p->ckernels) {
+        p->ckernels = p->ckernels ? p->ckernels * 2 : 16;
+        p->kernels = realloc(p->kernels, (size_t)p->ckernels * sizeof(kir_kernel));
+        if (!p->kernels)
+            abort();
+    }
+    p->kernels[p->nkernels] = b->k;
+    add_step(p, (plan_step){ .kind = PS_KERNEL, .kernel = p->nkernels });
+    p->nkernels++;
+}
+
+/* Counts, per var, the accesses of expression e (and below) with unit
+ * stride in that var. `seen` marks visited expressions. */
+static void count_unit(const kir_pool *P, int32_t e, uint8_t *seen, int nvars, int *n)
+{
+    if (e < 0 || seen[e])
+        return;
+    seen[e] = 1;
+    const kexpr *x = &P->ex[e];
+    if (x->op == KE_LOAD)
+        for (int v = 0; v < nvars; v++)
+            n[v] += kix_coef(P, x->ix, v) == 1;
+    for (int k = 0; k < 3; k++)
+        count_unit(P, x->src[k], seen, nvars, n);
+}
+
+/* Picks the vectorised var: the one with unit stride in most accesses
+ * (stores count double); ties go to the later var. */
+static void choose_vvar(smelt_plan *p, kir_kernel *k)
+{
+    int n[KIR_MAX_VARS] = { 0 };
+    uint8_t *seen = calloc((size_t)p->pool.nex + 1, 1);
+    if (!seen)
+        abort();
+    for (int i = 0; i < k->nitems; i++) {
+        count_unit(&p->pool, k->items[i].value, seen, k->nvars, n);
+        for (int v = 0; v < k->nvars && k->items[i].ix >= 0; v++)
+            n[v] += 2 * (kix_coef(&p->pool, k->items[i].ix, v) == 1);
+    }
+    free(seen);
+    k->vvar = -1;
+    for (int v = 0, best = -1; v < k->nvars; v++)
+        if (n[v] >= best) {
+            best = n[v];
+            k->vvar = v;
+        }
+}
+
+static void kb_init(kb *b, lowering *L)
+{
+    memset(b, 0, sizeof *b);
+    b->L = L;
+    b->k.vvar = -1;
+    b->k.split_var = -1;
+    b->k.split = 1;
+    b->fail_node = -1;
+}
+
+/* Kernel storing node's value (computed when compute_root, else read from
+ * its buffer if realized) over its shape into buffer dst at contiguous index + `dst_off` along
+ * `cat_dim`. Returns 0, 1 when a reduction must be realized first, -1 on
+ * error. */
+static int emit_store_kernel(lowering *L, int32_t node, int compute_root, int32_t dst,
+                             int cat_dim, int64_t dst_off, const smelt_node *dst_node)
+{
+    const smelt_node *n = &L->g->nodes[node];
+    kir_pool *P = &L->p->pool;
+    kb b;
+    if (smelt_node_numel(n) == 0)
+        return 0;   /* nothing to write */
+    kb_init(&b, L);
+    int32_t idx[SMELT_MAX_DIMS], didx[SMELT_MAX_DIMS];
+    for (int d = 0; d < n->ndim; d++)
+        idx[d] = new_var(&b, n->shape[d]);
+    int root_realized = L->realized[node];
+    if (compute_root && n->op != SMELT_OP_INPUT)
+        L->realized[node] = 0;
+    int32_t v = access(&b, node, idx);
+    L->realized[node] = (uint8_t)root_realized;
+    if (v < 0) {
+        free(b.k.items);
+        if (b.error)
+            return -1;
+        if (b.fail_node >= 0) {
+            L->realized[b.fail_node] = 1;
+            return 1;
+        }
+        snprintf(L->err, L->errlen, "%s: too many loop dimensions", smelt_op_name((smelt_op)n->op));
+        return -1;
+    }
+    int64_t st[SMELT_MAX_DIMS];
+    contiguous_strides(dst_node->ndim, dst_node->shape, st);
+    memcpy(didx, idx, sizeof idx);
+    if (cat_dim >= 0)
+        didx[cat_dim] = kix_add(P, idx[cat_dim], kix_const(P, dst_off));
+    int32_t ix = buf_index(P, dst_node->ndim, st, didx);
+    kitem it = { .kind = uses_rvar(&b, ix) || !b.nr ? KI_STORE : KI_ROWSTORE,
+                 .value = ex_cast(P, v, dst_node->dtype), .buf = dst, .ix = ix };
+    add_item(&b, it);
+    choose_vvar(L->p, &b.k);
+    add_kernel(L->p, &b);
+    return 0;
+}
+
+static int emit_matmul(lowering *L, int32_t node)
+{
+    const smelt_node *n = &L->g->nodes[node];
+    plan_step s = { .kind = PS_MATMUL, .c_buf = L->buf_of[node] };
+    kern_matmul_desc *m = &s.mm;
+    m->dtype = n->dtype;
+    m->ndim = n->ndim;
+    int64_t cs[SMELT_MAX_DIMS];
+    contiguous_strides(n->ndim, n->shape, cs);
+    for (int d = 0; d < n->ndim; d++) {
+        m->c_dims[d] = n->shape[d];
+        m->c_strides[d] = cs[d];
+    }
+    for (int k = 0; k < 2; k++) {
+        const smelt_node *a = &L->g->nodes[n->src[k]];
+        int64_t st[SMELT_MAX_DIMS], *dims = k ? m->b_dims : m->a_dims;
+        int64_t *str = k ? m->b_strides : m->a_strides;
+        int32_t buf;
+        int64_t off;
+        if (!strided_of(L, n->src[k], &buf, &off, st))
+            abort();
+        int pad = n->ndim - a->ndim;
+        for (int d = 0; d < n->ndim; d++) {
+            dims[d] = d < pad ? 1 : a->shape[d - pad];
+            str[d] = d < pad ? 0 : st[d - pad];
+        }
+        if (k) {
+            s.b_buf = buf;
+            s.b_off = off;
+        } else {
+            s.a_buf = buf;
+            s.a_off = off;
+        }
+    }
+    add_step(L->p, s);
+    L->p->nexterns++;
+    return 0;
+}
+
+static int emit_node(lowering *L, int32_t i)
+{
+    const smelt_node *n = &L->g->nodes[i];
+    if (n->op == SMELT_OP_MATMUL)
+        return emit_matmul(L, i);
+    if (n->op != SMELT_OP_CAT)
+        return emit_store_kernel(L, i, 1, L->buf_of[i], -1, 0, n);
+    int64_t off = 0;
+    for (int k = 0; k < n->nsrc; k++) {
+        const smelt_node *s = &L->g->nodes[n->src[k]];
+        int r = emit_store_kernel(L, n->src[k], 0, L->buf_of[i], n->a.axis.dim, off, n);
+        if (r)
+            return r;
+        off += s->shape[n->a.axis.dim];
+    }
+    return 0;
+}
+
+static void reset_plan(smelt_plan *p)
+{
+    for (int32_t k = 0; k < p->nkernels; k++)
+        free(p->kernels[k].items);
+    p->nkernels = p->nbufs = p->nsteps = p->nexterns = 0;
+}
+
+/* One attempt: buffers for realized nodes, then kernels in topological
+ * order. Returns 0, 1 (a reduction was newly realized: retry) or -1. */
+static int lower_once(lowering *L)
+{
+    const smelt_graph *g = L->g;
+    smelt_plan *p = L->p;
+    reset_plan(p);
+    for (int32_t i = 0; i < g->n; i++)
+        L->buf_of[i] = -1;
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->nodes[i].op == SMELT_OP_INPUT)
+            L->buf_of[i] = add_buf(p, (plan_buf){ .kind = PB_INPUT, .dtype = g->nodes[i].dtype,
+                                                   .index = g->nodes[i].a.input.index });
+    int32_t *outbuf = malloc(sizeof(int32_t) * (size_t)(g->nout + 1));
+    if (!outbuf)
+        abort();
+    for (int32_t o = 0; o < g->nout; o++) {
+        int32_t nd = g->outputs[o];
+        outbuf[o] = add_buf(p, (plan_buf){ .kind = PB_OUTPUT, .dtype = g->nodes[nd].dtype, .index = o });
+        if (L->buf_of[nd] < 0)
+            L->buf_of[nd] = outbuf[o];
+    }
+    for (int32_t i = 0; i < g->n; i++)
+        if (L->realized[i] && L->buf_of[i] < 0)
+            L->buf_of[i] = add_buf(p, (plan_buf){ .kind = PB_TEMP, .dtype = g->nodes[i].dtype,
+                                                   .nbytes = smelt_node_numel(&g->nodes[i]) *
+                                                             (int64_t)smelt_dtype_size(g->nodes[i].dtype) });
+    int r = 0;
+    for (int32_t i = 0; i < g->n && !r; i++)
+        if (L->realized[i] && g->nodes[i].op != SMELT_OP_INPUT)
+            r = emit_node(L, i);
+    for (int32_t o = 0; o < g->nout && !r; o++) {
+        int32_t nd = g->outputs[o];
+        if (L->buf_of[nd] != outbuf[o])
+            r = emit_store_kernel(L, nd, 0, outbuf[o], -1, 0, &g->nodes[nd]);
+    }
+    free(outbuf);
+    return r;
+}
+
+int ind_lower(smelt_plan *p, char *err, size_t errlen)
+{
+    const smelt_graph *g = p->graph;
+    lowering L = { .p = p, .g = g, .err = err, .errlen = errlen };
+    L.realized = calloc((size_t)g->n + 1, 1);
+    L.buf_of = calloc((size_t)g->n + 1, sizeof(int32_t));
+    L.nuse = calloc((size_t)g->n + 1, sizeof(int32_t));
+    if (!L.realized || !L.buf_of || !L.nuse)
+        abort();
+    for (int32_t i = 0; i < g->n; i++)
+        for (int k = 0; k < g->nodes[i].nsrc; k++)
+            L.nuse[g->nodes[i].src[k]]++;
+    for (int32_t i = 0; i < g->n; i++)
+        L.buf_of[i] = -1;
+    decide_realized(&L);
+    int r;
+    while ((r = lower_once(&L)) == 1)
+        ;
+    free(L.realized);
+    free(L.buf_of);
+    free(L.nuse);
+    return r;
+}

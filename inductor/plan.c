@@ -1,0 +1,72 @@
+/* plan.c — runs a compiled plan: allocates temporaries, then runs each step
+ * (generated kernels across the thread pool, matmuls on kernels/matmul). */
+#include "plan.h"
+#include "../kernels/threadpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct run_ctx {
+    plan_kernel_fn fn;
+    void **bufs;
+} run_ctx;
+
+static void run_range(void *ctx, int64_t begin, int64_t end)
+{
+    run_ctx *r = ctx;
+    r->fn(r->bufs, begin, end);
+}
+
+static int run_matmul(const smelt_plan *p, const plan_step *s, void **bufs, char *err, size_t errlen)
+{
+    size_t es = smelt_dtype_size(s->mm.dtype);
+    const char *a = (const char *)bufs[s->a_buf] + s->a_off * (int64_t)es;
+    const char *b = (const char *)bufs[s->b_buf] + s->b_off * (int64_t)es;
+    (void)p;
+    return kern_matmul(&s->mm, a, b, bufs[s->c_buf], err, errlen);
+}
+
+int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
+                   char *err, size_t errlen)
+{
+    void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
+    int32_t flag = 0;
+    int rc = 0;
+    if (!bufs) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int32_t i = 0; i < p->nbufs && !rc; i++) {
+        const plan_buf *b = &p->bufs[i];
+        if (b->kind == PB_INPUT)
+            bufs[i] = inputs[b->index];
+        else if (b->kind == PB_OUTPUT)
+            bufs[i] = outputs[b->index];
+        else if (!(bufs[i] = aligned_alloc(64, (size_t)((b->nbytes + 63) / 64 * 64 + 64)))) {
+            snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)b->nbytes);
+            rc = -1;
+        }
+    }
+    bufs[p->nbufs] = &flag;
+    for (int32_t s = 0; s < p->nsteps && !rc; s++) {
+        const plan_step *st = &p->steps[s];
+        if (st->kind == PS_MATMUL) {
+            rc = run_matmul(p, st, bufs, err, errlen);
+            continue;
+        }
+        const plan_kernel_code *c = &p->code[st->kernel];
+        run_ctx r = { c->fn, bufs };
+        if (c->nitems > 0)
+            kern_parallel_for(c->nitems, c->grain, run_range, &r);
+        if (flag) {
+            snprintf(err, errlen, "ZeroDivisionError: integer division by zero");
+            rc = -1;
+        }
+    }
+    for (int32_t i = 0; i < p->nbufs; i++)
+        if (p->bufs[i].kind == PB_TEMP)
+            free(bufs[i]);
+    free(bufs);
+    return rc;
+}

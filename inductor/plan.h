@@ -1,0 +1,65 @@
+/* smelt plan internals: what lowering produces and the executor runs.
+ *
+ * Buffers are numbered; a kernel reads/writes buffers by number through the
+ * `bufs` array passed to it (bufs[nbufs] is the kernel's error-flag word).
+ * Steps run in order; each step's inputs were written by earlier steps.
+ */
+#ifndef SMELT_PLAN_H
+#define SMELT_PLAN_H
+
+#include "compile.h"
+#include "kir.h"
+#include "../kernels/matmul.h"
+
+typedef enum plan_buf_kind { PB_INPUT, PB_OUTPUT, PB_TEMP } plan_buf_kind;
+
+typedef struct plan_buf {
+    uint8_t kind;          /* plan_buf_kind */
+    uint8_t dtype;
+    int32_t index;         /* PB_INPUT/PB_OUTPUT: graph input/output number */
+    int64_t nbytes;        /* PB_TEMP: bytes to allocate */
+} plan_buf;
+
+typedef enum plan_step_kind { PS_KERNEL, PS_MATMUL } plan_step_kind;
+
+typedef struct plan_step {
+    uint8_t kind;
+    int32_t kernel;                        /* PS_KERNEL */
+    kern_matmul_desc mm;                   /* PS_MATMUL */
+    int32_t a_buf, b_buf, c_buf;
+    int64_t a_off, b_off;                  /* element offsets */
+} plan_step;
+
+/* Signature of every generated kernel: items [begin, end) of its work. */
+typedef void (*plan_kernel_fn)(void **bufs, int64_t begin, int64_t end);
+
+typedef struct plan_kernel_code {
+    plan_kernel_fn fn;       /* main body (split kernels: partial sums) */
+    plan_kernel_fn finish;   /* split kernels: combine partials; else NULL */
+    int64_t nitems, grain;   /* work items for fn and the minimum chunk */
+    int64_t scratch_bytes;   /* split kernels: partials buffer size */
+} plan_kernel_code;
+
+struct smelt_plan {
+    smelt_graph *graph;      /* private copy (attrs are read by codegen) */
+    kir_pool pool;
+    kir_kernel *kernels; int32_t nkernels, ckernels;
+    plan_buf *bufs; int32_t nbufs, cbufs;
+    plan_step *steps; int32_t nsteps, csteps;
+    int32_t nexterns;
+    plan_kernel_code *code;  /* one per kernel, filled by the backend */
+    void *backend_state;     /* backend-owned (JIT resource tracker) */
+    char *text_kernels, *text_ir, *text_asm;
+};
+
+/* lower.c: fills pool, kernels, bufs and steps from p->graph.
+ * 0, or -1 with err (unsupported op/dtype combination). */
+int ind_lower(smelt_plan *p, char *err, size_t errlen);
+/* lower.c: human-readable listing of the kernels (malloc'd). */
+char *ind_kernels_print(const smelt_plan *p);
+
+/* cpu/codegen.c: generates and loads code for every kernel, fills p->code. */
+int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen);
+void cpu_release(smelt_plan *p);
+
+#endif

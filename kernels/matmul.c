@@ -1,0 +1,704 @@
+/* smelt matmul (see matmul.h for the contract).
+ *
+ * fp32 (and bf16 on CPUs with bf16 instructions) go to oneDNN's matmul
+ * primitive when it has an optimised implementation for the operands'
+ * layout; the primitive (or the fact that oneDNN only has its slow reference
+ * kernel for that layout) is cached per (dtype, dims, strides, thread
+ * count). Everything else runs on the portable kernel below: operands are
+ * packed tile by tile into the accumulation type (f32 for f32/f16/bf16, f64
+ * for f64, wrapping uint64 for integers) and multiplied by a small
+ * register-blocked vector kernel, tiles spread over the smelt thread pool.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "matmul.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "threadpool.h"
+
+/* ------------------------------------------------------------------ dtypes */
+
+static const unsigned char k_esize[SMELT_NDTYPES] = {
+    [SMELT_BOOL] = 1, [SMELT_U8] = 1, [SMELT_I8] = 1, [SMELT_I16] = 2,
+    [SMELT_I32] = 4, [SMELT_I64] = 8, [SMELT_F16] = 2, [SMELT_BF16] = 2,
+    [SMELT_F32] = 4, [SMELT_F64] = 8,
+};
+
+static float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* IEEE half -> float, exact (subnormals, inf and NaN payloads kept). */
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t exp = o & (0x7c00u << 13);
+    o += (uint32_t)(127 - 15) << 23;
+    if (exp == 0x7c00u << 13) {
+        o += (uint32_t)(128 - 16) << 23;                       /* inf, NaN */
+    } else if (exp == 0) {                                     /* zero, subnormal */
+        o += 1u << 23;
+        o = f32_bits(bits_f32(o) - bits_f32(113u << 23));
+    }
+    return bits_f32(o | (uint32_t)(h & 0x8000u) << 16);
+}
+
+/* float -> IEEE half, round to nearest even; NaN -> 0x7e00 (as torch). */
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint32_t sign = u & 0x80000000u;
+    uint16_t o;
+    u ^= sign;
+    if (u >= (uint32_t)(127 + 16) << 23) {                     /* overflow, inf, NaN */
+        o = u > 0x7f800000u ? 0x7e00 : 0x7c00;
+    } else if (u < 113u << 23) {                               /* half subnormal or 0 */
+        uint32_t magic = (uint32_t)((127 - 15) + (23 - 10) + 1) << 23;
+        o = (uint16_t)(f32_bits(bits_f32(u) + bits_f32(magic)) - magic);
+    } else {
+        uint32_t odd = (u >> 13) & 1;
+        u += ((uint32_t)(15 - 127) << 23) + 0xfff + odd;
+        o = (uint16_t)(u >> 13);
+    }
+    return o | (uint16_t)(sign >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+/* float -> bfloat16, round to nearest even; NaN -> 0x7fc0 (as torch). */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+/* -------------------------------------------------------------- checking */
+
+static void fmt_dims(char *buf, size_t len, const int64_t *dims, int nd)
+{
+    size_t at = 0;
+    at += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < nd && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
+static int fail(char *err, size_t errlen, const char *msg, const kern_matmul_desc *d)
+{
+    char a[160], b[160], c[160];
+    fmt_dims(a, sizeof a, d->a_dims, d->ndim);
+    fmt_dims(b, sizeof b, d->b_dims, d->ndim);
+    fmt_dims(c, sizeof c, d->c_dims, d->ndim);
+    if (err && errlen)
+        snprintf(err, errlen, "matmul: %s (a %s, b %s, c %s)", msg, a, b, c);
+    return -1;
+}
+
+/* 0 if d satisfies matmul.h's contract, else -1 with a message. */
+static int check_desc(const kern_matmul_desc *d, char *err, size_t errlen)
+{
+    if (d->ndim < 2 || d->ndim > SMELT_MAX_DIMS) {
+        if (err && errlen)
+            snprintf(err, errlen, "matmul: ndim %d is outside [2, %d]", d->ndim, SMELT_MAX_DIMS);
+        return -1;
+    }
+    if ((unsigned)d->dtype >= SMELT_NDTYPES || d->dtype == SMELT_BOOL)
+        return fail(err, errlen, "unsupported dtype (bool or unknown)", d);
+    int nd = d->ndim;
+    for (int i = 0; i < nd; i++)
+        if (d->a_dims[i] < 0 || d->b_dims[i] < 0 || d->c_dims[i] < 0 ||
+            d->a_strides[i] < 0 || d->b_strides[i] < 0 || d->c_strides[i] < 0)
+            return fail(err, errlen, "negative size or stride", d);
+    if (d->a_dims[nd - 1] != d->b_dims[nd - 2] || d->c_dims[nd - 2] != d->a_dims[nd - 2] ||
+        d->c_dims[nd - 1] != d->b_dims[nd - 1])
+        return fail(err, errlen, "matrix sizes do not match", d);
+    for (int i = 0; i < nd - 2; i++) {
+        int64_t x = d->a_dims[i], y = d->b_dims[i];
+        if ((x != y && x != 1 && y != 1) || d->c_dims[i] != (x == 1 ? y : x))
+            return fail(err, errlen, "batch dims do not broadcast", d);
+    }
+    for (int i = 0; i < nd; i++)
+        if (d->c_dims[i] > 1 && d->c_strides[i] == 0)
+            return fail(err, errlen, "output has stride 0 in a dim of size > 1", d);
+    return 0;
+}
+
+/* -------------------------------------------------------- portable kernel */
+
+enum {
+    MM_MB = 32,             /* rows of C per tile */
+    MM_NC = 256,            /* columns of C per tile */
+    MM_KC = 128,            /* depth packed at once */
+    MM_PAD = 16,            /* packed rows of B/C padded to this many elements */
+    MM_GRAIN_MACS = 1 << 16 /* multiply-adds worth waking a thread for */
+};
+
+typedef enum mm_acc { MM_ACC_F32, MM_ACC_F64, MM_ACC_U64 } mm_acc;
+
+/* A matmul as the portable kernel sees it: batch dims flattened to one
+ * index with per-operand strides (0 where an operand is broadcast), tiles
+ * numbered batch-major, then row tile, then column tile. */
+typedef struct mm_plan {
+    smelt_dtype dt;
+    mm_acc acc;
+    size_t esz, accsz;
+    int nbd;
+    int64_t bdim[SMELT_MAX_DIMS], bsa[SMELT_MAX_DIMS], bsb[SMELT_MAX_DIMS], bsc[SMELT_MAX_DIMS];
+    int64_t M, N, K, am, ak, bk, bn, cm, cn;
+    int64_t mtiles, ntiles;
+    size_t ap_off, bp_off, acc_off, bufsz;   /* per-thread scratch layout */
+    const char *a, *b;
+    char *c;
+    _Atomic int oom;
+} mm_plan;
+
+#define MM_PACK(T, ACC, CONV)                                                  \
+    do {                                                                       \
+        const T *s = src;                                                      \
+        ACC *o = dst;                                                          \
+        for (int64_t r = 0; r < nr; r++) {                                     \
+            for (int64_t c = 0; c < nc; c++)                                   \
+                o[r * ld + c] = (ACC)CONV(s[r * rs + c * cs]);                 \
+            for (int64_t c = nc; c < ld; c++)                                  \
+                o[r * ld + c] = 0;                                             \
+        }                                                                      \
+    } while (0)
+
+/* Copies the nr x nc block at src (element strides rs, cs) into dst as the
+ * accumulation type, rows ld apart, zero-filling columns [nc, ld). */
+static void mm_pack(smelt_dtype dt, const void *src, int64_t nr, int64_t nc,
+                    int64_t rs, int64_t cs, void *dst, int64_t ld)
+{
+    switch (dt) {
+    case SMELT_F32: MM_PACK(float, float, ); break;
+    case SMELT_F16: MM_PACK(uint16_t, float, f16_to_f32); break;
+    case SMELT_BF16: MM_PACK(uint16_t, float, bf16_to_f32); break;
+    case SMELT_F64: MM_PACK(double, double, ); break;
+    case SMELT_U8: MM_PACK(uint8_t, uint64_t, ); break;
+    case SMELT_I8: MM_PACK(int8_t, uint64_t, (int64_t)); break;
+    case SMELT_I16: MM_PACK(int16_t, uint64_t, (int64_t)); break;
+    case SMELT_I32: MM_PACK(int32_t, uint64_t, (int64_t)); break;
+    case SMELT_I64: MM_PACK(int64_t, uint64_t, (int64_t)); break;
+    default: break;
+    }
+}
+
+#define MM_STORE(T, ACC, CONV)                                                 \
+    do {                                                                       \
+        const ACC *s = src;                                                    \
+        T *o = dst;                                                            \
+        for (int64_t r = 0; r < nr; r++)                                       \
+            for (int64_t c = 0; c < nc; c++)                                   \
+                o[r * rs + c * cs] = (T)CONV(s[r * ld + c]);                   \
+    } while (0)
+
+/* Writes the nr x nc accumulator block (rows ld apart) to dst (element
+ * strides rs, cs), rounding to nearest even / wrapping like torch. */
+static void mm_store(smelt_dtype dt, const void *src, int64_t nr, int64_t nc, int64_t ld,
+                     void *dst, int64_t rs, int64_t cs)
+{
+    switch (dt) {
+    case SMELT_F32: MM_STORE(float, float, ); break;
+    case SMELT_F16: MM_STORE(uint16_t, float, f32_to_f16); break;
+    case SMELT_BF16: MM_STORE(uint16_t, float, f32_to_bf16); break;
+    case SMELT_F64: MM_STORE(double, double, ); break;
+    case SMELT_U8: MM_STORE(uint8_t, uint64_t, ); break;
+    case SMELT_I8: MM_STORE(int8_t, uint64_t, ); break;
+    case SMELT_I16: MM_STORE(int16_t, uint64_t, ); break;
+    case SMELT_I32: MM_STORE(int32_t, uint64_t, ); break;
+    case SMELT_I64: MM_STORE(int64_t, uint64_t, ); break;
+    default: break;
+    }
+}
+
+/* Generic vectors of 64 bytes: one zmm, two ymm or four xmm registers. */
+typedef float mm_vf __attribute__((vector_size(64)));
+typedef double mm_vd __attribute__((vector_size(64)));
+typedef uint64_t mm_vu __attribute__((vector_size(64)));
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MM_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define MM_CLONES
+#endif
+
+#define MM_LOAD(v, p) memcpy(&(v), (p), sizeof(v))
+
+/* acc[rows][nbp] += ap[rows][kb] * bp[kb][nbp]; nbp is a multiple of the
+ * vector width. Four rows of one vector column stay in registers over k. */
+#define MM_GEMM(SFX, ACC, VEC)                                                 \
+    MM_CLONES static void mm_gemm_##SFX(int64_t rows, int64_t kb, int64_t nbp, \
+                                        const void *ap_, const void *bp_, void *acc_) \
+    {                                                                          \
+        const int64_t w = (int64_t)(sizeof(VEC) / sizeof(ACC));                \
+        const ACC *ap = ap_, *bp = bp_;                                        \
+        ACC *acc = acc_;                                                       \
+        for (int64_t j = 0; j < nbp; j += w) {                                 \
+            int64_t i = 0;                                                     \
+            for (; i + 4 <= rows; i += 4) {                                    \
+                const ACC *a0 = ap + i * kb, *a1 = a0 + kb, *a2 = a1 + kb, *a3 = a2 + kb; \
+                ACC *c = acc + i * nbp + j;                                    \
+                VEC c0, c1, c2, c3, b;                                         \
+                MM_LOAD(c0, c); MM_LOAD(c1, c + nbp);                          \
+                MM_LOAD(c2, c + 2 * nbp); MM_LOAD(c3, c + 3 * nbp);            \
+                for (int64_t k = 0; k < kb; k++) {                             \
+                    MM_LOAD(b, bp + k * nbp + j);                              \
+                    c0 += a0[k] * b; c1 += a1[k] * b;                          \
+                    c2 += a2[k] * b; c3 += a3[k] * b;                          \
+                }                                                              \
+                memcpy(c, &c0, sizeof c0); memcpy(c + nbp, &c1, sizeof c1);    \
+                memcpy(c + 2 * nbp, &c2, sizeof c2); memcpy(c + 3 * nbp, &c3, sizeof c3); \
+            }                                                                  \
+            for (; i < rows; i++) {                                            \
+                const ACC *a0 = ap + i * kb;                                   \
+                ACC *c = acc + i * nbp + j;                                    \
+                VEC c0, b;                                                     \
+                MM_LOAD(c0, c);                                                \
+                for (int64_t k = 0; k < kb; k++) {                             \
+                    MM_LOAD(b, bp + k * nbp + j);                              \
+                    c0 += a0[k] * b;                                           \
+                }                                                              \
+                memcpy(c, &c0, sizeof c0);                                     \
+            }                                                                  \
+        }                                                                      \
+    }
+
+MM_GEMM(f32, float, mm_vf)
+MM_GEMM(f64, double, mm_vd)
+MM_GEMM(u64, uint64_t, mm_vu)
+
+static void mm_gemm(mm_acc acc, int64_t rows, int64_t kb, int64_t nbp,
+                    const void *ap, const void *bp, void *c)
+{
+    if (acc == MM_ACC_F32)
+        mm_gemm_f32(rows, kb, nbp, ap, bp, c);
+    else if (acc == MM_ACC_F64)
+        mm_gemm_f64(rows, kb, nbp, ap, bp, c);
+    else
+        mm_gemm_u64(rows, kb, nbp, ap, bp, c);
+}
+
+static int64_t min64(int64_t x, int64_t y) { return x < y ? x : y; }
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* Element offsets of batch bi in a, b and c. */
+static void mm_batch_offsets(const mm_plan *p, int64_t bi, int64_t off[3])
+{
+    off[0] = off[1] = off[2] = 0;
+    for (int d = p->nbd - 1; d >= 0; d--) {
+        int64_t i = bi % p->bdim[d];
+        bi /= p->bdim[d];
+        off[0] += i * p->bsa[d];
+        off[1] += i * p->bsb[d];
+        off[2] += i * p->bsc[d];
+    }
+}
+
+/* Computes tile t (see mm_plan) using the scratch buffer buf. */
+static void mm_tile(const mm_plan *p, int64_t t, char *buf)
+{
+    int64_t per_batch = p->mtiles * p->ntiles, off[3];
+    mm_batch_offsets(p, t / per_batch, off);
+    int64_t i0 = (t % per_batch) / p->ntiles * MM_MB, j0 = t % p->ntiles * MM_NC;
+    int64_t rows = min64(MM_MB, p->M - i0), cols = min64(MM_NC, p->N - j0);
+    int64_t nbp = round_up(cols, MM_PAD);
+    void *ap = buf + p->ap_off, *bp = buf + p->bp_off, *acc = buf + p->acc_off;
+    memset(acc, 0, (size_t)(rows * nbp) * p->accsz);
+    for (int64_t k0 = 0; k0 < p->K; k0 += MM_KC) {
+        int64_t kb = min64(MM_KC, p->K - k0);
+        mm_pack(p->dt, p->a + (size_t)(off[0] + i0 * p->am + k0 * p->ak) * p->esz,
+                rows, kb, p->am, p->ak, ap, kb);
+        mm_pack(p->dt, p->b + (size_t)(off[1] + k0 * p->bk + j0 * p->bn) * p->esz,
+                kb, cols, p->bk, p->bn, bp, nbp);
+        mm_gemm(p->acc, rows, kb, nbp, ap, bp, acc);
+    }
+    mm_store(p->dt, acc, rows, cols, nbp,
+             p->c + (size_t)(off[2] + i0 * p->cm + j0 * p->cn) * p->esz, p->cm, p->cn);
+}
+
+/* kern_range_fn over tiles; scratch is allocated once per chunk. */
+static void mm_range(void *ctx, int64_t begin, int64_t end)
+{
+    mm_plan *p = ctx;
+    char *buf = aligned_alloc(64, p->bufsz);
+    if (!buf) {
+        atomic_store(&p->oom, 1);
+        return;
+    }
+    for (int64_t t = begin; t < end; t++)
+        mm_tile(p, t, buf);
+    free(buf);
+}
+
+/* Fills the portable kernel's view of a validated d with M, N, K > 0. */
+static void mm_plan_init(mm_plan *p, const kern_matmul_desc *d)
+{
+    int nd = d->ndim;
+    p->dt = d->dtype;
+    p->acc = d->dtype == SMELT_F64 ? MM_ACC_F64
+             : (d->dtype == SMELT_F32 || d->dtype == SMELT_F16 || d->dtype == SMELT_BF16)
+                 ? MM_ACC_F32 : MM_ACC_U64;
+    p->esz = k_esize[d->dtype];
+    p->accsz = p->acc == MM_ACC_F32 ? 4 : 8;
+    p->nbd = nd - 2;
+    for (int i = 0; i < nd - 2; i++) {
+        p->bdim[i] = d->c_dims[i];
+        p->bsa[i] = d->a_dims[i] == 1 ? 0 : d->a_strides[i];
+        p->bsb[i] = d->b_dims[i] == 1 ? 0 : d->b_strides[i];
+        p->bsc[i] = d->c_strides[i];
+    }
+    p->M = d->c_dims[nd - 2], p->N = d->c_dims[nd - 1], p->K = d->a_dims[nd - 1];
+    p->am = d->a_strides[nd - 2], p->ak = d->a_strides[nd - 1];
+    p->bk = d->b_strides[nd - 2], p->bn = d->b_strides[nd - 1];
+    p->cm = d->c_strides[nd - 2], p->cn = d->c_strides[nd - 1];
+    p->mtiles = (p->M + MM_MB - 1) / MM_MB;
+    p->ntiles = (p->N + MM_NC - 1) / MM_NC;
+    int64_t rows = min64(p->M, MM_MB), kb = min64(p->K, MM_KC);
+    int64_t nbp = round_up(min64(p->N, MM_NC), MM_PAD);
+    p->ap_off = 0;
+    p->bp_off = (size_t)round_up(rows * kb * (int64_t)p->accsz, 64);
+    p->acc_off = p->bp_off + (size_t)round_up(kb * nbp * (int64_t)p->accsz, 64);
+    p->bufsz = p->acc_off + (size_t)round_up(rows * nbp * (int64_t)p->accsz, 64);
+    atomic_init(&p->oom, 0);
+}
+
+/* The portable kernel for a validated d with M, N, K and batch > 0. */
+static int mm_portable(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                       int64_t nbatch, char *err, size_t errlen)
+{
+    mm_plan p;
+    mm_plan_init(&p, d);
+    p.a = a, p.b = b, p.c = c;
+    int64_t tile_macs = min64(p.M, MM_MB) * min64(p.N, MM_NC) * p.K;
+    int64_t grain = tile_macs >= MM_GRAIN_MACS ? 1 : MM_GRAIN_MACS / tile_macs;
+    kern_parallel_for(nbatch * p.mtiles * p.ntiles, grain, mm_range, &p);
+    if (atomic_load(&p.oom)) {
+        if (err && errlen)
+            snprintf(err, errlen, "matmul: out of memory for %zu bytes of scratch", p.bufsz);
+        return -1;
+    }
+    return 0;
+}
+
+/* K == 0: every element of c is a sum of nothing. */
+static void mm_zero(const kern_matmul_desc *d, void *c, int64_t nrows)
+{
+    mm_plan p;
+    mm_plan_init(&p, d);
+    for (int64_t r = 0; r < nrows; r++) {
+        int64_t off[3];
+        mm_batch_offsets(&p, r / p.M, off);
+        char *row = (char *)c + (size_t)(off[2] + r % p.M * p.cm) * p.esz;
+        for (int64_t j = 0; j < p.N; j++)
+            memset(row + (size_t)(j * p.cn) * p.esz, 0, p.esz);
+    }
+}
+
+/* ----------------------------------------------------------------- oneDNN */
+
+typedef void (*omp_set_fn)(int);
+typedef int (*omp_get_fn)(void);
+
+/* The CPU engine and stream (a oneDNN CPU stream executes synchronously and
+ * holds no per-call state, so one is shared); whether the CPU has bf16
+ * instructions (without them oneDNN emulates bf16 and is slower than the
+ * portable kernel); the OpenMP runtime oneDNN runs on, if it could be found,
+ * to give it smelt's thread count. */
+static struct {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    int native_bf16;
+    omp_set_fn omp_set;
+    omp_get_fn omp_get;
+} D;
+static pthread_once_t g_dnnl_once = PTHREAD_ONCE_INIT;
+
+static void dnnl_init_once(void)
+{
+    if (dnnl_engine_create(&D.eng, dnnl_cpu, 0) != dnnl_success) {
+        D.eng = NULL;
+        return;
+    }
+    if (dnnl_stream_create(&D.stream, D.eng, dnnl_stream_default_flags) != dnnl_success) {
+        dnnl_engine_destroy(D.eng);
+        D.eng = NULL;
+        return;
+    }
+    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+    D.native_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+    void *gomp = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (gomp) {
+        D.omp_set = (omp_set_fn)dlsym(gomp, "omp_set_num_threads");
+        D.omp_get = (omp_get_fn)dlsym(gomp, "omp_get_max_threads");
+        if (!D.omp_set || !D.omp_get)
+            D.omp_set = NULL, D.omp_get = NULL;
+    }
+#endif
+}
+
+enum { MM_SETS = 32, MM_WAYS = 8 };     /* 256 cached primitives */
+
+/* Operands as given to oneDNN: v[0..5] = a dims, a strides, b dims, b
+ * strides, c dims, c strides, zero beyond ndim (keys compare bytewise). */
+typedef struct mm_key {
+    int32_t dtype, ndim, nthreads, pad_;
+    int64_t v[6][SMELT_MAX_DIMS];
+} mm_key;
+
+/* prim NULL: oneDNN has only its reference kernel (or nothing) for this
+ * key, so the portable kernel runs instead. refs: the cache's reference plus
+ * one per call using it; the last release destroys it. */
+typedef struct mm_entry {
+    mm_key key;
+    uint64_t hash, last_use;
+    int refs;
+    dnnl_primitive_t prim;
+} mm_entry;
+
+static mm_entry *g_cache[MM_SETS][MM_WAYS];
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_tick;
+
+/* Size-1 dims get the stride a dense layout would give them, so that a
+ * layout oneDNN has a fast kernel for is recognised as such. */
+static void mm_fix_unit_strides(int nd, const int64_t *dims, int64_t *strides)
+{
+    for (int i = nd - 1; i >= 0; i--)
+        if (dims[i] == 1)
+            strides[i] = i == nd - 1 ? 1 : strides[i + 1] * dims[i + 1];
+}
+
+/* Canonical oneDNN operands for a validated d: a stride-0 batch dim becomes
+ * a size-1 dim (oneDNN's broadcast), size-1 dims get dense strides. */
+static void mm_make_key(const kern_matmul_desc *d, int nthreads, mm_key *k)
+{
+    const int64_t *src[6] = {d->a_dims, d->a_strides, d->b_dims, d->b_strides,
+                             d->c_dims, d->c_strides};
+    int nd = d->ndim;
+    memset(k, 0, sizeof *k);
+    k->dtype = d->dtype, k->ndim = nd, k->nthreads = nthreads;
+    for (int i = 0; i < 6; i++)
+        memcpy(k->v[i], src[i], (size_t)nd * sizeof(int64_t));
+    for (int o = 0; o < 4; o += 2)
+        for (int i = 0; i < nd - 2; i++)
+            if (k->v[o + 1][i] == 0)
+                k->v[o][i] = 1;
+    for (int o = 0; o < 6; o += 2)
+        mm_fix_unit_strides(nd, k->v[o], k->v[o + 1]);
+}
+
+static uint64_t mm_key_hash(const mm_key *k)
+{
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static dnnl_status_t mm_key_mds(const mm_key *k, dnnl_memory_desc_t md[3])
+{
+    dnnl_data_type_t dt = k->dtype == SMELT_BF16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_status_t st = dnnl_success;
+    for (int o = 0; o < 3 && st == dnnl_success; o++)
+        st = dnnl_memory_desc_init_by_strides(&md[o], k->ndim, k->v[2 * o], dt, k->v[2 * o + 1]);
+    return st;
+}
+
+/* oneDNN's primitive for k, or NULL where it has only a reference kernel
+ * (slower than the portable one) or fails. */
+static dnnl_primitive_t mm_create_prim(const mm_key *k)
+{
+    dnnl_memory_desc_t md[3];
+    dnnl_matmul_desc_t mmd;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t prim = NULL;
+    const char *impl = "ref";
+    if (mm_key_mds(k, md) != dnnl_success ||
+        dnnl_matmul_desc_init(&mmd, &md[0], &md[1], NULL, &md[2]) != dnnl_success ||
+        dnnl_primitive_desc_create(&pd, &mmd, NULL, D.eng, NULL) != dnnl_success)
+        return NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    if (strncmp(impl, "ref", 3) != 0 && dnnl_primitive_create(&prim, pd) != dnnl_success)
+        prim = NULL;
+    dnnl_primitive_desc_destroy(pd);
+    return prim;
+}
+
+/* Drops one reference; caller holds g_cache_mu. */
+static void mm_entry_release_locked(mm_entry *e)
+{
+    if (--e->refs > 0)
+        return;
+    if (e->prim)
+        dnnl_primitive_destroy(e->prim);
+    free(e);
+}
+
+static void mm_entry_release(mm_entry *e)
+{
+    pthread_mutex_lock(&g_cache_mu);
+    mm_entry_release_locked(e);
+    pthread_mutex_unlock(&g_cache_mu);
+}
+
+/* Puts e in its set, evicting the least recently used entry if full.
+ * Caller holds g_cache_mu. */
+static void mm_cache_insert_locked(mm_entry *e)
+{
+    mm_entry **set = g_cache[e->hash % MM_SETS];
+    int victim = 0;
+    for (int w = 0; w < MM_WAYS; w++) {
+        if (!set[w]) {
+            victim = w;
+            break;
+        }
+        if (set[w]->last_use < set[victim]->last_use)
+            victim = w;
+    }
+    if (set[victim])
+        mm_entry_release_locked(set[victim]);
+    set[victim] = e;
+}
+
+/* The cache entry for k with a reference held for the caller (release it
+ * with mm_entry_release), created on a miss; NULL if out of memory. */
+static mm_entry *mm_cache_get(const mm_key *k)
+{
+    uint64_t h = mm_key_hash(k);
+    mm_entry **set = g_cache[h % MM_SETS], *e = NULL;
+    pthread_mutex_lock(&g_cache_mu);
+    for (int w = 0; w < MM_WAYS && !e; w++)
+        if (set[w] && set[w]->hash == h && memcmp(&set[w]->key, k, sizeof *k) == 0)
+            e = set[w];
+    if (!e && (e = calloc(1, sizeof *e))) {
+        e->key = *k, e->hash = h, e->refs = 1;
+        e->prim = mm_create_prim(k);
+        mm_cache_insert_locked(e);
+    }
+    if (e) {
+        e->refs++;
+        e->last_use = ++g_tick;
+    }
+    pthread_mutex_unlock(&g_cache_mu);
+    return e;
+}
+
+static int mm_dnnl_exec(const mm_entry *e, const void *a, const void *b, void *c,
+                        char *err, size_t errlen)
+{
+    dnnl_memory_desc_t md[3];
+    dnnl_memory_t mem[3] = {NULL, NULL, NULL};
+    void *ptr[3] = {(void *)a, (void *)b, c};
+    dnnl_status_t st = mm_key_mds(&e->key, md);
+    for (int o = 0; o < 3 && st == dnnl_success; o++)
+        st = dnnl_memory_create(&mem[o], &md[o], D.eng, ptr[o]);
+    if (st == dnnl_success) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]},
+                                   {DNNL_ARG_DST, mem[2]}};
+        st = dnnl_primitive_execute(e->prim, D.stream, 3, args);
+        if (st == dnnl_success)
+            st = dnnl_stream_wait(D.stream);
+    }
+    for (int o = 0; o < 3; o++)
+        if (mem[o])
+            dnnl_memory_destroy(mem[o]);
+    if (st == dnnl_success)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "matmul: oneDNN failed: %s", dnnl_status2str(st));
+    return -1;
+}
+
+#define MM_DECLINED 1
+
+/* Runs a validated fp32/bf16 d with M, N, K > 0 on oneDNN with smelt's
+ * thread count: 0 done, -1 error, MM_DECLINED if oneDNN has no fast kernel
+ * for the dtype or layout (or is unavailable) and the portable kernel
+ * should run. */
+static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                     char *err, size_t errlen)
+{
+    pthread_once(&g_dnnl_once, dnnl_init_once);
+    if (!D.eng || (d->dtype == SMELT_BF16 && !D.native_bf16))
+        return MM_DECLINED;
+    int nt = kern_get_num_threads(), old = 0;
+    if (D.omp_set && (old = D.omp_get()) != nt)
+        D.omp_set(nt);
+    mm_key k;
+    mm_make_key(d, D.omp_set ? nt : 0, &k);
+    mm_entry *e = mm_cache_get(&k);
+    int rc = MM_DECLINED;
+    if (e && e->prim)
+        rc = mm_dnnl_exec(e, a, b, c, err, errlen);
+    if (e)
+        mm_entry_release(e);
+    if (D.omp_set && old != nt)
+        D.omp_set(old);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- entries */
+
+int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                char *err, size_t errlen)
+{
+    if (check_desc(d, err, errlen) != 0)
+        return -1;
+    int nd = d->ndim;
+    int64_t nbatch = 1, M = d->c_dims[nd - 2], N = d->c_dims[nd - 1], K = d->a_dims[nd - 1];
+    for (int i = 0; i < nd - 2; i++)
+        nbatch *= d->c_dims[i];
+    if (nbatch == 0 || M == 0 || N == 0)
+        return 0;
+    if (K == 0) {
+        mm_zero(d, c, nbatch * M);
+        return 0;
+    }
+    if (d->dtype == SMELT_F32 || d->dtype == SMELT_BF16) {
+        int rc = mm_onednn(d, a, b, c, err, errlen);
+        if (rc != MM_DECLINED)
+            return rc;
+    }
+    return mm_portable(d, a, b, c, nbatch, err, errlen);
+}
+
+void kern_matmul_cache_clear(void)
+{
+    pthread_mutex_lock(&g_cache_mu);
+    for (int s = 0; s < MM_SETS; s++)
+        for (int w = 0; w < MM_WAYS; w++)
+            if (g_cache[s][w]) {
+                mm_entry_release_locked(g_cache[s][w]);
+                g_cache[s][w] = NULL;
+            }
+    pthread_mutex_unlock(&g_cache_mu);
+}

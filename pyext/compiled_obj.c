@@ -1,0 +1,369 @@
+/* smelt._C.Compiled: a compiled plan callable on torch tensors.
+ *
+ * A call checks every input against the graph's INPUT node (a CPU strided
+ * torch.Tensor of the same dtype, shape and strides; strides of size-0/1
+ * dims and of empty tensors are not compared, they address nothing),
+ * allocates each output with torch.empty and runs the plan without the
+ * GIL. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "module.h"
+
+typedef struct input_spec {
+    uint8_t dtype, ndim;
+    int64_t shape[SMELT_MAX_DIMS], stride[SMELT_MAX_DIMS];
+} input_spec;
+
+typedef struct CompiledObject {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    smelt_plan *plan;
+    Py_ssize_t nin, nout;
+    input_spec *ins;
+    uint8_t *out_dtypes;
+    PyObject **out_shapes;   /* tuple per output, argument of torch.empty */
+} CompiledObject;
+
+/* ------------------------------------------------------------------ */
+/* input checks                                                       */
+
+static PyObject *spec_tuple(const int64_t *v, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int d = 0; t && d < n; d++) {
+        PyObject *x = PyLong_FromLongLong(v[d]);
+        if (!x) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, d, x);
+    }
+    return t;
+}
+
+/* Reads a tuple of ints of length n into out; 1 if it matches n ints,
+ * 0 if not, -1 on error. */
+static int read_ints(PyObject *seq, int n, int64_t *out)
+{
+    if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != n)
+        return 0;
+    for (int d = 0; d < n; d++) {
+        out[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, d));
+        if (out[d] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 1;
+}
+
+static int mismatch(Py_ssize_t k, const char *what, const int64_t *want, int n, PyObject *got)
+{
+    PyObject *w = spec_tuple(want, n);
+    if (w)
+        PyErr_Format(PyExc_ValueError, "input %zd: expected %s %R, got %R", k, what, w, got);
+    Py_XDECREF(w);
+    return -1;
+}
+
+/* Shape and strides of tensor t against the spec. */
+static int check_layout(pyext_state *st, const input_spec *sp, Py_ssize_t k, PyObject *t)
+{
+    int64_t got[SMELT_MAX_DIMS];
+    PyObject *shape = PyObject_GetAttr(t, st->s_shape);
+    int ok = shape ? read_ints(shape, sp->ndim, got) : -1;
+    if (ok == 1)
+        ok = memcmp(got, sp->shape, sizeof got[0] * sp->ndim) == 0;
+    if (ok <= 0) {
+        if (ok == 0)
+            mismatch(k, "shape", sp->shape, sp->ndim, shape);
+        Py_XDECREF(shape);
+        return -1;
+    }
+    Py_DECREF(shape);
+    PyObject *stride = PyObject_CallMethodNoArgs(t, st->s_stride);
+    ok = stride ? read_ints(stride, sp->ndim, got) : -1;
+    bool empty = false;
+    for (int d = 0; d < sp->ndim; d++)
+        empty |= sp->shape[d] == 0;
+    for (int d = 0; ok == 1 && !empty && d < sp->ndim; d++)
+        ok = sp->shape[d] <= 1 || got[d] == sp->stride[d];
+    if (ok == 0)
+        mismatch(k, "strides", sp->stride, sp->ndim, stride);
+    Py_XDECREF(stride);
+    return ok == 1 ? 0 : -1;
+}
+
+/* Type, device, layout and dtype of argument k. */
+static int check_kind(pyext_state *st, const input_spec *sp, Py_ssize_t k, PyObject *t)
+{
+    if (!PyObject_TypeCheck(t, (PyTypeObject *)st->tensor_type))
+        return PyErr_Format(PyExc_TypeError, "input %zd: expected a torch.Tensor, got %s", k,
+                            Py_TYPE(t)->tp_name), -1;
+    PyObject *v = PyObject_GetAttr(t, st->s_is_cpu);
+    int cpu = v ? PyObject_IsTrue(v) : -1;
+    Py_XDECREF(v);
+    if (cpu <= 0) {
+        PyObject *dev = cpu == 0 ? PyObject_GetAttr(t, st->s_device) : NULL;
+        if (dev)
+            PyErr_Format(PyExc_ValueError, "input %zd: expected a cpu tensor, got device %R",
+                         k, dev);
+        Py_XDECREF(dev);
+        return -1;
+    }
+    if (!(v = PyObject_GetAttr(t, st->s_layout)))
+        return -1;
+    int same = v == st->strided;
+    if (!same)
+        PyErr_Format(PyExc_ValueError, "input %zd: expected a strided tensor, got %R", k, v);
+    Py_DECREF(v);
+    if (!same || !(v = PyObject_GetAttr(t, st->s_dtype)))
+        return -1;
+    same = v == st->dtypes[sp->dtype];
+    if (!same)
+        PyErr_Format(PyExc_TypeError, "input %zd: expected dtype %R, got %R", k,
+                     st->dtypes[sp->dtype], v);
+    Py_DECREF(v);
+    return same ? 0 : -1;
+}
+
+/* data_ptr() of tensor t; NULL with an exception set on error. */
+static void *data_ptr(pyext_state *st, PyObject *t, int *err)
+{
+    PyObject *p = PyObject_CallMethodNoArgs(t, st->s_data_ptr);
+    void *r = p ? PyLong_AsVoidPtr(p) : NULL;
+    Py_XDECREF(p);
+    *err = !p || (r == NULL && PyErr_Occurred());
+    return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* call                                                               */
+
+/* New output tensor k (torch.empty(shape, dtype=...)) and its data. */
+static PyObject *new_output(pyext_state *st, CompiledObject *self, Py_ssize_t k, void **ptr)
+{
+    PyObject *args[2] = {self->out_shapes[k], st->dtypes[self->out_dtypes[k]]};
+    PyObject *t = PyObject_Vectorcall(st->empty, args, 1, st->kw_dtype);
+    int err = !t;
+    *ptr = t ? data_ptr(st, t, &err) : NULL;
+    if (err)
+        Py_CLEAR(t);
+    return t;
+}
+
+/* Validates the inputs, allocates the outputs into list `outs` and runs
+ * the plan with the GIL released. */
+static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void **ptrs)
+{
+    pyext_state *st = pyext_state_of((PyObject *)self);
+    char err[512];
+    int bad = 0;
+    for (Py_ssize_t k = 0; k < self->nin; k++) {
+        if (check_kind(st, &self->ins[k], k, args[k]) ||
+            check_layout(st, &self->ins[k], k, args[k]))
+            return -1;
+        ptrs[k] = data_ptr(st, args[k], &bad);
+        if (bad)
+            return -1;
+    }
+    for (Py_ssize_t k = 0; k < self->nout; k++) {
+        PyObject *t = new_output(st, self, k, &ptrs[self->nin + k]);
+        if (!t)
+            return -1;
+        PyList_SET_ITEM(outs, k, t);
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = smelt_plan_run(self->plan, ptrs, ptrs + self->nin, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        PyErr_Format(PyExc_RuntimeError, "%s", err);
+    return rc;
+}
+
+static PyObject *compiled_vectorcall(PyObject *obj, PyObject *const *args, size_t nargsf,
+                                     PyObject *kwnames)
+{
+    CompiledObject *self = (CompiledObject *)obj;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    void *stack[16], **ptrs = stack;
+    if (kwnames && PyTuple_GET_SIZE(kwnames))
+        return PyErr_Format(PyExc_TypeError, "Compiled takes no keyword arguments");
+    if (nargs != self->nin)
+        return PyErr_Format(PyExc_TypeError, "expected %zd inputs, got %zd", self->nin, nargs);
+    if (self->nin + self->nout > 16 &&
+        !(ptrs = PyMem_Malloc(sizeof *ptrs * (size_t)(self->nin + self->nout))))
+        return PyErr_NoMemory();
+    PyObject *outs = PyList_New(self->nout);
+    if (outs && run(self, args, outs, ptrs))
+        Py_CLEAR(outs);
+    if (ptrs != stack)
+        PyMem_Free(ptrs);
+    return outs;
+}
+
+/* ------------------------------------------------------------------ */
+/* attributes                                                         */
+
+static PyObject *compiled_code(CompiledObject *self, PyObject *which)
+{
+    const char *w = PyUnicode_Check(which) ? PyUnicode_AsUTF8(which) : NULL;
+    if (!w || (strcmp(w, "ir") && strcmp(w, "asm") && strcmp(w, "kernels"))) {
+        PyErr_Clear();
+        return PyErr_Format(PyExc_ValueError, "code: expected 'ir', 'asm' or 'kernels', got %R",
+                            which);
+    }
+    const char *text = smelt_plan_code(self->plan, w);
+    if (!text)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(text);
+}
+
+static PyObject *get_num_kernels(CompiledObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(smelt_plan_num_kernels(self->plan));
+}
+
+static PyObject *get_num_externs(CompiledObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(smelt_plan_num_externs(self->plan));
+}
+
+static PyObject *compiled_repr(CompiledObject *self)
+{
+    return PyUnicode_FromFormat("<smelt._C.Compiled: %zd inputs, %zd outputs, %d kernels, "
+                                "%d externs>", self->nin, self->nout,
+                                smelt_plan_num_kernels(self->plan),
+                                smelt_plan_num_externs(self->plan));
+}
+
+/* ------------------------------------------------------------------ */
+/* lifetime                                                           */
+
+static int compiled_traverse(CompiledObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    for (Py_ssize_t k = 0; self->out_shapes && k < self->nout; k++)
+        Py_VISIT(self->out_shapes[k]);
+    return 0;
+}
+
+static int compiled_clear(CompiledObject *self)
+{
+    for (Py_ssize_t k = 0; self->out_shapes && k < self->nout; k++)
+        Py_CLEAR(self->out_shapes[k]);
+    return 0;
+}
+
+static void compiled_dealloc(CompiledObject *self)
+{
+    PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    compiled_clear(self);
+    smelt_plan_free(self->plan);
+    PyMem_Free(self->ins);
+    PyMem_Free(self->out_dtypes);
+    PyMem_Free(self->out_shapes);
+    tp->tp_free(self);
+    Py_DECREF(tp);
+}
+
+/* Copies the input specs and output shapes/dtypes of g into self. */
+static int fill_specs(CompiledObject *self, const smelt_graph *g)
+{
+    self->nin = g->ninputs;
+    self->nout = g->nout;
+    self->ins = PyMem_Calloc((size_t)self->nin + 1, sizeof *self->ins);
+    self->out_dtypes = PyMem_Calloc((size_t)self->nout + 1, 1);
+    self->out_shapes = PyMem_Calloc((size_t)self->nout + 1, sizeof(PyObject *));
+    if (!self->ins || !self->out_dtypes || !self->out_shapes)
+        return PyErr_NoMemory(), -1;
+    for (int32_t i = 0; i < g->n; i++) {
+        const smelt_node *n = &g->nodes[i];
+        if (n->op != SMELT_OP_INPUT)
+            continue;
+        input_spec *sp = &self->ins[n->a.input.index];
+        sp->dtype = n->dtype;
+        sp->ndim = n->ndim;
+        memcpy(sp->shape, n->shape, sizeof sp->shape);
+        memcpy(sp->stride, n->stride, sizeof sp->stride);
+    }
+    for (Py_ssize_t k = 0; k < self->nout; k++) {
+        const smelt_node *n = &g->nodes[g->outputs[k]];
+        self->out_dtypes[k] = n->dtype;
+        if (!(self->out_shapes[k] = spec_tuple(n->shape, n->ndim)))
+            return -1;
+    }
+    return 0;
+}
+
+PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan)
+{
+    PyTypeObject *tp = (PyTypeObject *)st->compiled_type;
+    CompiledObject *self = (CompiledObject *)tp->tp_alloc(tp, 0);
+    if (!self) {
+        smelt_plan_free(plan);
+        return NULL;
+    }
+    self->vectorcall = compiled_vectorcall;
+    self->plan = plan;
+    if (fill_specs(self, g)) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyMethodDef compiled_methods[] = {
+    {"code", (PyCFunction)compiled_code, METH_O,
+     "code(which) -> str or None\n\nGenerated code: 'ir', 'asm' or 'kernels' (kept only "
+     "with keep_code=True or SMELT_LOGS)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef compiled_getset[] = {
+    {"num_kernels", (getter)get_num_kernels, NULL, "generated fused kernels", NULL},
+    {"num_externs", (getter)get_num_externs, NULL, "extern calls (matmul ...)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef compiled_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(CompiledObject, vectorcall), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot compiled_slots[] = {
+    {Py_tp_dealloc, compiled_dealloc},
+    {Py_tp_traverse, compiled_traverse},
+    {Py_tp_clear, compiled_clear},
+    {Py_tp_call, PyVectorcall_Call},
+    {Py_tp_methods, compiled_methods},
+    {Py_tp_getset, compiled_getset},
+    {Py_tp_members, compiled_members},
+    {Py_tp_repr, compiled_repr},
+    {Py_tp_doc, "A compiled graph: call it with the graph's input tensors; returns a list "
+                "of new contiguous output tensors."},
+    {0, NULL},
+};
+
+static PyType_Spec compiled_spec = {
+    .name = "smelt._C.Compiled",
+    .basicsize = sizeof(CompiledObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_HAVE_VECTORCALL,
+    .slots = compiled_slots,
+};
+
+int pyext_compiled_type_init(PyObject *m, pyext_state *st)
+{
+    st->compiled_type = PyType_FromModuleAndSpec(m, &compiled_spec, NULL);
+    if (!st->compiled_type)
+        return -1;
+    return PyModule_AddObjectRef(m, "Compiled", st->compiled_type);
+}

@@ -1,0 +1,214 @@
+/* smelt._C: module definition (multi-phase init), module state, the
+ * torch dtype mapping and the thread-count functions. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "../kernels/threadpool.h"
+#include "log.h"
+#include "module.h"
+
+static const char *const torch_dtype_names[SMELT_NDTYPES] = {
+    "bool", "uint8", "int8", "int16", "int32", "int64",
+    "float16", "bfloat16", "float32", "float64",
+};
+
+pyext_state *pyext_state_of(PyObject *obj)
+{
+    return PyType_GetModuleState(Py_TYPE(obj));
+}
+
+int pyext_dtype_from_py(pyext_state *st, PyObject *obj, const char *what)
+{
+    for (int dt = 0; dt < SMELT_NDTYPES; dt++)
+        if (obj == st->dtypes[dt])
+            return dt;
+    PyErr_Format(PyExc_TypeError, "%s: unsupported dtype %R (expected one of torch.bool, "
+                 "uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64)",
+                 what, obj);
+    return -1;
+}
+
+PyObject *pyext_dtype_to_py(pyext_state *st, smelt_dtype dt)
+{
+    return st->dtypes[dt];
+}
+
+/* ------------------------------------------------------------------ */
+/* module functions                                                   */
+
+static PyObject *set_num_threads(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 1 || n > 4096)
+        return PyErr_Format(PyExc_ValueError, "set_num_threads: expected 1 to 4096 threads, "
+                            "got %ld", n);
+    kern_set_num_threads((int)n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *get_num_threads(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyLong_FromLong(kern_get_num_threads());
+}
+
+static PyMethodDef module_methods[] = {
+    {"set_num_threads", set_num_threads, METH_O,
+     "set_num_threads(n)\n--\n\nNumber of threads compiled kernels use (n >= 1)."},
+    {"get_num_threads", get_num_threads, METH_NOARGS,
+     "get_num_threads()\n--\n\nNumber of threads compiled kernels use."},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ------------------------------------------------------------------ */
+/* module state                                                       */
+
+#define STATE_OBJECTS(X)                                                        \
+    X(tensor_type) X(empty) X(strided) X(graph_type) X(compiled_type) X(kw_dtype) \
+    X(s_data_ptr) X(s_shape) X(s_stride) X(s_dtype) X(s_is_cpu) X(s_layout) X(s_device)
+
+static int module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+    pyext_state *st = PyModule_GetState(m);
+    if (!st)
+        return 0;
+    for (int dt = 0; dt < SMELT_NDTYPES; dt++)
+        Py_VISIT(st->dtypes[dt]);
+#define VISIT(f) Py_VISIT(st->f);
+    STATE_OBJECTS(VISIT)
+#undef VISIT
+    return 0;
+}
+
+static int module_clear(PyObject *m)
+{
+    pyext_state *st = PyModule_GetState(m);
+    if (!st)
+        return 0;
+    for (int dt = 0; dt < SMELT_NDTYPES; dt++)
+        Py_CLEAR(st->dtypes[dt]);
+#define CLEAR(f) Py_CLEAR(st->f);
+    STATE_OBJECTS(CLEAR)
+#undef CLEAR
+    return 0;
+}
+
+static void module_free(void *m)
+{
+    module_clear((PyObject *)m);
+    pyext_log_fini();
+    kern_threadpool_shutdown();
+}
+
+/* Fetches the torch objects the state keeps. */
+static int state_init_torch(pyext_state *st, PyObject *torch)
+{
+    for (int dt = 0; dt < SMELT_NDTYPES; dt++)
+        if (!(st->dtypes[dt] = PyObject_GetAttrString(torch, torch_dtype_names[dt])))
+            return -1;
+    st->tensor_type = PyObject_GetAttrString(torch, "Tensor");
+    st->empty = PyObject_GetAttrString(torch, "empty");
+    st->strided = PyObject_GetAttrString(torch, "strided");
+    st->kw_dtype = Py_BuildValue("(s)", "dtype");
+    if (!st->tensor_type || !st->empty || !st->strided || !st->kw_dtype)
+        return -1;
+    if (!PyType_Check(st->tensor_type)) {
+        PyErr_SetString(PyExc_ImportError, "smelt._C: torch.Tensor is not a type");
+        return -1;
+    }
+    return 0;
+}
+
+static int state_init_names(pyext_state *st)
+{
+#define INTERN(f, s) if (!(st->f = PyUnicode_InternFromString(s))) return -1;
+    INTERN(s_data_ptr, "data_ptr")
+    INTERN(s_shape, "shape")
+    INTERN(s_stride, "stride")
+    INTERN(s_dtype, "dtype")
+    INTERN(s_is_cpu, "is_cpu")
+    INTERN(s_layout, "layout")
+    INTERN(s_device, "device")
+#undef INTERN
+    return 0;
+}
+
+/* OPS: a tuple of (name, arity, kind) for every op in inductor/ops.def. */
+static int add_op_table(PyObject *m)
+{
+    static const char *const kinds[] = {"leaf", "unary", "binary", "ternary",
+                                        "reduction", "view", "cat", "extern"};
+    PyObject *ops = PyTuple_New(SMELT_NOPS);
+    if (!ops)
+        return -1;
+    for (int op = 0; op < SMELT_NOPS; op++) {
+        PyObject *row = Py_BuildValue("(sis)", smelt_op_name((smelt_op)op),
+                                      smelt_op_arity((smelt_op)op),
+                                      kinds[smelt_op_kind_of((smelt_op)op)]);
+        if (!row) {
+            Py_DECREF(ops);
+            return -1;
+        }
+        PyTuple_SET_ITEM(ops, op, row);
+    }
+    if (PyModule_AddObject(m, "OPS", ops) < 0) {
+        Py_DECREF(ops);
+        return -1;
+    }
+    return PyModule_AddIntConstant(m, "MAX_DIMS", SMELT_MAX_DIMS);
+}
+
+/* Thread pool sized like torch's intra-op pool. */
+static int init_threads(PyObject *torch)
+{
+    PyObject *n = PyObject_CallMethod(torch, "get_num_threads", NULL);
+    long v = n ? PyLong_AsLong(n) : -1;
+    Py_XDECREF(n);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    kern_set_num_threads(v > 0 ? (int)v : 1);
+    return 0;
+}
+
+static int module_exec(PyObject *m)
+{
+    pyext_state *st = PyModule_GetState(m);
+    int rc = -1;
+    if (pyext_log_init() < 0)
+        return -1;
+    PyObject *torch = PyImport_ImportModule("torch");
+    if (!torch)
+        return -1;
+    if (state_init_torch(st, torch) == 0 && state_init_names(st) == 0 &&
+        pyext_graph_type_init(m, st) == 0 && pyext_compiled_type_init(m, st) == 0 &&
+        add_op_table(m) == 0 && init_threads(torch) == 0)
+        rc = 0;
+    Py_DECREF(torch);
+    return rc;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "smelt._C",
+    .m_doc = "smelt compiler back end: graph IR builder and compiled plans.",
+    .m_size = sizeof(pyext_state),
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+    .m_traverse = module_traverse,
+    .m_clear = module_clear,
+    .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__C(void)
+{
+    return PyModuleDef_Init(&module_def);
+}

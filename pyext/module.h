@@ -1,0 +1,41 @@
+/* smelt._C internals shared by the pyext files: the module state and the
+ * torch <-> smelt conversions. Include after Python.h. */
+#ifndef SMELT_PYEXT_MODULE_H
+#define SMELT_PYEXT_MODULE_H
+
+#include "../inductor/compile.h"
+#include "../inductor/graph.h"
+
+/* Per-module state: every Python object smelt._C keeps, owned references
+ * fetched once in module exec (torch is imported there). */
+typedef struct pyext_state {
+    PyObject *dtypes[SMELT_NDTYPES];   /* torch.bool, torch.uint8, ... by smelt_dtype */
+    PyObject *tensor_type;             /* torch.Tensor */
+    PyObject *empty;                   /* torch.empty */
+    PyObject *strided;                 /* torch.strided */
+    PyObject *graph_type;              /* smelt._C.Graph */
+    PyObject *compiled_type;           /* smelt._C.Compiled */
+    PyObject *kw_dtype;                /* ("dtype",): kwnames for torch.empty */
+    /* interned attribute names */
+    PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cpu, *s_layout, *s_device;
+} pyext_state;
+
+/* State of the module that defined obj's type (Graph or Compiled). */
+pyext_state *pyext_state_of(PyObject *obj);
+
+/* torch.dtype -> smelt_dtype; -1 with TypeError naming `what` otherwise. */
+int pyext_dtype_from_py(pyext_state *st, PyObject *obj, const char *what);
+
+/* smelt_dtype -> torch.dtype (borrowed). */
+PyObject *pyext_dtype_to_py(pyext_state *st, smelt_dtype dt);
+
+/* Create the heap types and add them to module m (0, or -1 with an
+ * exception). */
+int pyext_graph_type_init(PyObject *m, pyext_state *st);
+int pyext_compiled_type_init(PyObject *m, pyext_state *st);
+
+/* A new Compiled object running plan (ownership taken, also on failure)
+ * with the inputs and outputs of g. NULL with an exception on failure. */
+PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan);
+
+#endif

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Puts everything smelt needs in place and builds it; silent when nothing
+# needs doing (well under a second then).
+#
+#   scripts/setup.sh         Debian packages, Python packages, then the
+#                            extension if a source, header or flag changed
+#   scripts/setup.sh build   only the extension, always relinked
+#
+# Environment: PYTHON (default python3), SMELT_DEBUG=1 for the ASan/UBSan
+# build (see README). Installs with apt-get (as root, or through sudo) and pip;
+# torch is pinned to the CPU build of 2.13.0 and never upgraded.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3}
+TORCH_PIN=2.13.0
+TORCH_INDEX=https://download.pytorch.org/whl/cpu
+DEBS=(llvm-19-dev libsleef-dev libdnnl-dev libze-dev spirv-tools)
+SRC_DIRS=(pyext tracer guards inductor autograd kernels)
+LOG=build/setup.log
+STAMP=build/setup.stamp
+export DEBIAN_FRONTEND=noninteractive PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=1
+
+say() { echo "setup: $*" >&2; }
+
+# Runs a command with its output in $LOG; on failure shows the log and stops.
+quietly() {
+    if ! "$@" >"$LOG" 2>&1 </dev/null; then
+        cat "$LOG" >&2
+        say "failed: $*"
+        exit 1
+    fi
+}
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"
+    elif command -v sudo >/dev/null; then sudo "$@"
+    else say "need root to run: $*"; exit 1
+    fi
+}
+
+# Prints the Python-side needs, one word each: python3-dev python3-pip
+# (Debian packages), torch pytest numpy setuptools (pip). No torch import.
+python_needs() {
+    "$PY" - <<'EOF'
+import importlib.metadata as md, importlib.util as iu, os, sysconfig
+need = []
+if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+    need.append("python3-dev")
+if iu.find_spec("pip") is None:
+    need.append("python3-pip")
+def version(dist):
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return ""
+if not version("torch").startswith("2.13.0"):
+    need.append("torch")
+need += [m for m in ("pytest", "numpy") if iu.find_spec(m) is None]
+try:
+    if tuple(int(x) for x in version("setuptools").split(".")[:2]) < (70, 1):
+        need.append("setuptools")
+except ValueError:
+    need.append("setuptools")
+print(" ".join(need))
+EOF
+}
+
+# Installs the missing Debian packages among $@ (apt-get update only then).
+install_debs() {
+    command -v dpkg-query >/dev/null || return 0
+    local have missing=() p
+    have=$(dpkg-query -W -f='${Package} ${Status}\n' "$@" 2>/dev/null | awk '$NF == "installed" {print $1}')
+    for p in "$@"; do grep -qx "$p" <<<"$have" || missing+=("$p"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    say "installing Debian packages: ${missing[*]}"
+    quietly as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    quietly as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# Installs the missing pip packages named by python_needs.
+install_pips() {
+    local need=" $* " extra=()
+    [ $# -eq 0 ] && return 0
+    [ -f "$("$PY" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] \
+        && export PIP_BREAK_SYSTEM_PACKAGES=1
+    if [[ $need == *" torch "* ]] && ! "$PY" -c "import torch; assert torch.__version__.startswith('$TORCH_PIN')" 2>/dev/null; then
+        say "installing torch==$TORCH_PIN (CPU)"
+        # +cpu from the CPU index outranks PyPI's CUDA build of the same version
+        quietly "$PY" -m pip install -q "torch==$TORCH_PIN" --extra-index-url "$TORCH_INDEX"
+    fi
+    [[ $need == *" pytest "* ]] && extra+=(pytest)
+    [[ $need == *" numpy "* ]] && extra+=(numpy)
+    [[ $need == *" setuptools "* ]] && extra+=("setuptools>=70.1")
+    if [ ${#extra[@]} -gt 0 ]; then
+        say "installing ${extra[*]}"
+        quietly "$PY" -m pip install -q "${extra[@]}"
+    fi
+}
+
+# Hash of everything the extension is built from, plus variant and ABI.
+source_hash() {
+    local dirs=() d
+    for d in "${SRC_DIRS[@]}"; do [ -d "$d" ] && dirs+=("$d"); done
+    {
+        echo "debug=${SMELT_DEBUG:-0} $("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+        find "${dirs[@]}" -type f \( -name '*.c' -o -name '*.h' -o -name '*.def' \) -print0 \
+            | sort -z | xargs -0 -r sha1sum
+        sha1sum setup.py pyproject.toml
+    } | sha1sum | cut -d' ' -f1
+}
+
+# True if `import smelt` from any directory finds this checkout.
+registered() {
+    local origin
+    origin=$("$PY" -P -c 'import importlib.util as u; s = u.find_spec("smelt"); print(s.origin if s else "")' 2>/dev/null)
+    [ "$origin" = "$ROOT/python/smelt/__init__.py" ]
+}
+
+# Builds smelt._C in place (python/smelt/_C*.so) when forced ($1 = force),
+# when sources changed since the last good build, or when not installed.
+build() {
+    local hash variant=release
+    hash=$(source_hash)
+    [ "${SMELT_DEBUG:-0}" != 0 ] && variant=debug
+    if ! registered; then
+        say "building smelt._C ($variant) and installing it in editable mode"
+        quietly "$PY" -m pip install -q --no-deps --no-build-isolation -e .
+    elif [ "${1:-}" = force ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$hash" ] \
+            || ! compgen -G 'python/smelt/_C*.so' >/dev/null; then
+        say "building smelt._C ($variant)"
+        quietly "$PY" setup.py -q build_ext --inplace
+    fi
+    echo "$hash" >"$STAMP"
+}
+
+mkdir -p build
+exec 9>build/setup.lock
+flock 9   # several people may run it in one checkout at once
+
+
+if [ "${1:-}" = build ]; then
+    PY=$("$PY" -c 'import sys; print(sys.executable)')
+    build force
+    exit 0
+fi
+command -v "$PY" >/dev/null || install_debs python3
+PY=$("$PY" -c 'import sys; print(sys.executable)')   # resolve shims once
+needs=$(python_needs)
+debs=("${DEBS[@]}")
+command -v make >/dev/null || debs+=(make)
+command -v gcc >/dev/null || debs+=(gcc libc6-dev)
+for n in python3-dev python3-pip; do [[ " $needs " == *" $n "* ]] && debs+=("$n"); done
+install_debs "${debs[@]}"
+[[ " $needs " == *" python3-pip "* ]] && needs=$(python_needs)
+install_pips $needs
+build

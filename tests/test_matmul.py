@@ -1,0 +1,94 @@
+"""matmul (the EXTERN op) vs torch.matmul: dtypes, 2-d and batched with
+broadcast batch dims, transposed / stepped / expanded operands, K = 0, odd
+sizes, and pointwise epilogues (bias + relu).
+
+Float tolerance: dtype's rtol on |ref| plus the same factor times (|a| @ |b|),
+the error bound of any summation order over K.
+"""
+import pytest
+import torch
+
+from conftest import (BF16, F16, F32, F64, I32, I64, POINTWISE_TOL, assert_close,
+                      dname, rand, run, run_compiled)
+
+MM_DTYPES = [F32, F64, BF16, F16, I64, I32]
+
+# name -> (a from mk(shape), b from mk(shape))
+MM_CASES = {
+    "1x1x1": lambda mk: (mk((1, 1)), mk((1, 1))),
+    "2d-odd": lambda mk: (mk((7, 13)), mk((13, 5))),
+    "2d-tails": lambda mk: (mk((17, 33)), mk((33, 15))),
+    "2d-big": lambda mk: (mk((67, 131)), mk((131, 97))),
+    "K0": lambda mk: (mk((3, 0)), mk((0, 4))),
+    "M0": lambda mk: (mk((0, 5)), mk((5, 4))),
+    "aT": lambda mk: (mk((13, 7)).T, mk((13, 5))),
+    "bT": lambda mk: (mk((7, 13)), mk((5, 13)).T),
+    "both-T": lambda mk: (mk((13, 7)).T, mk((5, 13)).T),
+    "stepped": lambda mk: (mk((7, 26))[:, ::2], mk((13, 10))[:, 1::2]),
+    "batched": lambda mk: (mk((3, 7, 13)), mk((3, 13, 5))),
+    "bcast-batch": lambda mk: (mk((2, 1, 5, 7)), mk((3, 7, 4))),
+    "bcast-2d-rhs": lambda mk: (mk((4, 6, 9)), mk((9, 11))),
+    "bcast-2d-lhs": lambda mk: (mk((6, 9)), mk((4, 9, 11))),
+    "batched-perm": lambda mk: (mk((7, 3, 13)).permute(1, 0, 2), mk((3, 5, 13)).transpose(1, 2)),
+    "expanded-batch": lambda mk: (mk((1, 7, 13)).expand(4, 7, 13), mk((4, 13, 5))),
+}
+SHORT = ["2d-odd", "2d-tails", "K0", "bT", "bcast-batch", "expanded-batch"]
+MM_PARAMS = [(c, dt) for dt in MM_DTYPES for c in (MM_CASES if dt in (F32, BF16) else SHORT)]
+
+
+def mm_tol(a, b, ref):
+    """(rtol, atol) for float results: scaled by |a| @ |b|."""
+    if not ref.is_floating_point():
+        return None, None
+    rtol, atol = POINTWISE_TOL[ref.dtype]
+    bound = torch.matmul(a.double().abs(), b.double().abs())
+    return rtol, atol + 4 * rtol * bound
+
+
+def mm_inputs(dtype):
+    return dict(low=-5, high=5) if not dtype.is_floating_point else dict(low=-1, high=1)
+
+
+@pytest.mark.parametrize("case,dtype", MM_PARAMS, ids=[f"{c}-{dname(d)}" for c, d in MM_PARAMS])
+def test_matmul(case, dtype, gen):
+    a, b = MM_CASES[case](lambda s: rand(s, dtype, gen=gen, **mm_inputs(dtype)))
+    ref = torch.matmul(a, b)
+    out, f = run_compiled(lambda g, x, y: g.op("matmul", x, y), a, b)
+    rtol, atol = mm_tol(a, b, ref)
+    assert_close(out, ref, rtol=rtol, atol=atol)
+
+
+def test_matmul_float32_is_extern(gen):
+    """A float32 GEMM runs as an extern call (oneDNN), not a generated loop."""
+    a, b = rand((33, 64), F32, gen=gen), rand((64, 17), F32, gen=gen)
+    _, f = run_compiled(lambda g, x, y: g.op("matmul", x, y), a, b)
+    assert f.num_externs == 1
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16, F64], ids=dname)
+def test_matmul_bias_relu(dtype, gen):
+    """relu(a @ w + bias): the epilogue fused or not, values as torch."""
+    a, w = rand((37, 65), dtype, gen=gen, low=-1, high=1), rand((65, 29), dtype, gen=gen, low=-1, high=1)
+    bias = rand((29,), dtype, gen=gen)
+    out = run(lambda g, x, w, b: g.op("relu", g.op("add", g.op("matmul", x, w), b)), a, w, bias)
+    ref = torch.relu(a @ w + bias)
+    rtol, atol = mm_tol(a, w, ref)
+    # two roundings (matmul output, then add) in low precision
+    assert_close(out, ref, rtol=2 * rtol, atol=2 * atol)
+
+
+def test_matmul_chain_with_views_and_reduction(gen):
+    """Pointwise prologue on the operands, a view between two matmuls, a
+    reduction after: attention-like softmax(q @ k^T) @ v."""
+    q, k, v = (rand((2, 9, 16), F32, gen=gen) for _ in range(3))
+
+    def build(g, q, k, v):
+        s = g.op("matmul", g.op("mul", q, g.scalar(0.25)), g.op("permute", k, perm=[0, 2, 1]))
+        m = g.op("amax", s, dims=-1, keepdim=True)
+        e = g.op("exp", g.op("sub", s, m))
+        p = g.op("div", e, g.op("sum", e, dims=-1, keepdim=True))
+        return [g.op("matmul", p, v), g.op("sum", s, dims=[1, 2])]
+    outs = run(build, q, k, v)
+    s = (q * 0.25) @ k.transpose(1, 2)
+    assert_close(outs[0], torch.softmax(s, -1) @ v, rtol=1e-4, atol=1e-5)
+    assert_close(outs[1], s.sum((1, 2)), rtol=1e-4, atol=1e-4 * s.abs().sum((1, 2)))
