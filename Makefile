@@ -2,7 +2,7 @@
 # Debian 12 checkout: scripts/setup.sh installs and builds what is missing.
 PYTHON ?= python3
 export PYTHON
-ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0
+ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0
 
 .PHONY: setup build demo test bench debug clean
 

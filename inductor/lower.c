@@ -653,9 +653,9 @@ static void add_kernel(smelt_plan *p, kb *b)
     p->nkernels++;
 }
 
-/* Counts, per var, the accesses of expression e (and below) with unit
- * stride in that var. `seen` marks visited expressions. */
-static void count_unit(const kir_pool *P, int32_t e, uint8_t *seen, int nvars, int *n)
+/* Adds `wt` per access of expression e (and below) with unit stride in
+ * var v, for every var. `seen` marks visited expressions. */
+static void count_unit(const kir_pool *P, int32_t e, uint8_t *seen, int nvars, int64_t wt, int64_t *n)
 {
     if (e < 0 || seen[e])
         return;
@@ -663,31 +663,81 @@ static void count_unit(const kir_pool *P, int32_t e, uint8_t *seen, int nvars, i
     const kexpr *x = &P->ex[e];
     if (x->op == KE_LOAD)
         for (int v = 0; v < nvars; v++)
-            n[v] += kix_coef(P, x->ix, v) == 1;
+            n[v] += wt * (kix_coef(P, x->ix, v) == 1);
     for (int k = 0; k < 3; k++)
-        count_unit(P, x->src[k], seen, nvars, n);
+        count_unit(P, x->src[k], seen, nvars, wt, n);
 }
 
-/* Picks the vectorised var: the one with unit stride in most accesses
- * (stores count double); ties go to the later var. */
+/* Picks the vectorised var: the one with unit stride in the most executed
+ * accesses (an access inside a reduction loop runs once per reduced
+ * element, a row store once; stores count double); ties go to the later
+ * var. */
 static void choose_vvar(smelt_plan *p, kir_kernel *k)
 {
-    int n[KIR_MAX_VARS] = { 0 };
-    uint8_t *seen = calloc((size_t)p->pool.nex + 1, 1);
+    int64_t n[KIR_MAX_VARS] = { 0 }, rn = 1;
+    for (int v = 0; v < k->nvars; v++)
+        if (k->rmask >> v & 1)
+            rn *= k->size[v] > 0 ? k->size[v] : 1;
+    uint8_t *seen = malloc((size_t)p->pool.nex + 1);
     if (!seen)
         abort();
     for (int i = 0; i < k->nitems; i++) {
-        count_unit(&p->pool, k->items[i].value, seen, k->nvars, n);
+        int64_t wt = k->items[i].kind == KI_ROWSTORE ? 1 : rn;
+        memset(seen, 0, (size_t)p->pool.nex + 1);
+        count_unit(&p->pool, k->items[i].value, seen, k->nvars, wt, n);
         for (int v = 0; v < k->nvars && k->items[i].ix >= 0; v++)
-            n[v] += 2 * (kix_coef(&p->pool, k->items[i].ix, v) == 1);
+            n[v] += 2 * wt * (kix_coef(&p->pool, k->items[i].ix, v) == 1);
     }
     free(seen);
     k->vvar = -1;
-    for (int v = 0, best = -1; v < k->nvars; v++)
+    int64_t best = -1;
+    for (int v = 0; v < k->nvars; v++)
         if (n[v] >= best) {
             best = n[v];
             k->vvar = v;
         }
+}
+
+/* Splits a small-output, long reduction (a full sum) into chunks reduced in
+ * parallel: inner-vector kernels with one REDUCE item (not argmax/argmin)
+ * feeding only ROWSTOREs. The chunk count depends only on sizes, so results
+ * do not depend on the thread count. */
+static void choose_split(kir_kernel *k)
+{
+    if (!k->rmask || k->vvar < 0 || !(k->rmask >> k->vvar & 1))
+        return;
+    int64_t outer = 1, rn = 1;
+    int nred = 0;
+    for (int i = 0; i < k->nitems; i++) {
+        const kitem *it = &k->items[i];
+        if (it->kind == KI_STORE || (it->kind == KI_REDUCE && (it->rop == SMELT_OP_ARGMAX || it->rop == SMELT_OP_ARGMIN)))
+            return;
+        nred += it->kind == KI_REDUCE;
+    }
+    for (int v = 0; v < k->nvars; v++) {
+        if (k->rmask >> v & 1)
+            rn *= k->size[v];
+        else
+            outer *= k->size[v];
+    }
+    if (nred != 1 || outer >= 16 || rn < 65536)
+        return;
+    int sv = k->vvar;
+    for (int v = 0; v < k->nvars; v++)
+        if ((k->rmask >> v & 1) && v != k->vvar) {
+            sv = v;
+            break;
+        }
+    /* chunks of >= 8192 elements: short per-lane sums, partials combined in
+     * f64 (see the CPU backend), so long float sums stay accurate */
+    int64_t S = rn / 8192 < 4096 ? rn / 8192 : 4096;
+    int64_t lim = sv == k->vvar ? k->size[sv] / 64 : k->size[sv];
+    if (S > lim)
+        S = lim;
+    if (S >= 2) {
+        k->split = (int)S;
+        k->split_var = sv;
+    }
 }
 
 static void kb_init(kb *b, lowering *L)
@@ -742,6 +792,7 @@ static int emit_store_kernel(lowering *L, int32_t node, int compute_root, int32_
                  .value = ex_cast(P, v, dst_node->dtype), .buf = dst, .ix = ix };
     add_item(&b, it);
     choose_vvar(L->p, &b.k);
+    choose_split(&b.k);
     add_kernel(L->p, &b);
     return 0;
 }

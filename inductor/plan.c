@@ -30,7 +30,7 @@ static int run_matmul(const smelt_plan *p, const plan_step *s, void **bufs, char
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
                    char *err, size_t errlen)
 {
-    void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
+    void **bufs = calloc((size_t)p->nbufs + 2, sizeof(void *));
     int32_t flag = 0;
     int rc = 0;
     if (!bufs) {
@@ -57,8 +57,19 @@ int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *output
         }
         const plan_kernel_code *c = &p->code[st->kernel];
         run_ctx r = { c->fn, bufs };
+        if (c->finish && !(bufs[p->nbufs + 1] = malloc((size_t)c->scratch_bytes))) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+            break;
+        }
         if (c->nitems > 0)
             kern_parallel_for(c->nitems, c->grain, run_range, &r);
+        if (c->finish) {
+            r.fn = c->finish;
+            kern_parallel_for(c->nfinish, 1, run_range, &r);
+            free(bufs[p->nbufs + 1]);
+            bufs[p->nbufs + 1] = NULL;
+        }
         if (flag) {
             snprintf(err, errlen, "ZeroDivisionError: integer division by zero");
             rc = -1;

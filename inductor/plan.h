@@ -1,7 +1,8 @@
 /* smelt plan internals: what lowering produces and the executor runs.
  *
  * Buffers are numbered; a kernel reads/writes buffers by number through the
- * `bufs` array passed to it (bufs[nbufs] is the kernel's error-flag word).
+ * `bufs` array passed to it (bufs[nbufs] is the kernel's error-flag word, bufs[nbufs+1] a split
+ * kernel's partials).
  * Steps run in order; each step's inputs were written by earlier steps.
  */
 #ifndef SMELT_PLAN_H
@@ -37,7 +38,8 @@ typedef struct plan_kernel_code {
     plan_kernel_fn fn;       /* main body (split kernels: partial sums) */
     plan_kernel_fn finish;   /* split kernels: combine partials; else NULL */
     int64_t nitems, grain;   /* work items for fn and the minimum chunk */
-    int64_t scratch_bytes;   /* split kernels: partials buffer size */
+    int64_t nfinish;         /* split kernels: work items of finish */
+    int64_t scratch_bytes;   /* split kernels: partials buffer (bufs[nbufs+1]) */
 } plan_kernel_code;
 
 struct smelt_plan {

@@ -52,6 +52,8 @@ typedef struct cg {
     uint32_t epoch;
     LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, ptr, vd;
     LLVMBasicBlockRef entry;
+    LLVMValueRef split_lo, split_hi;  /* split kernels: this item's chunk */
+    LLVMValueRef scratch, slot;       /* split kernels: partials, this item's slot */
 } cg;
 
 /* ---------- types and constants ---------- */
@@ -873,7 +875,9 @@ static void loop_rvars(cg *g, int w_outer, int from, body_fn body, const kitem *
         v++;
     if (v < k->nvars) {
         loop l;
-        g->var[v] = loop_begin(g, &l, LLVMConstInt(g->i64, 0, 0), LLVMConstInt(g->i64, (unsigned long long)k->size[v], 0), 1);
+        int sp = v == k->split_var && g->split_lo;
+        g->var[v] = loop_begin(g, &l, sp ? g->split_lo : LLVMConstInt(g->i64, 0, 0),
+                               sp ? g->split_hi : LLVMConstInt(g->i64, (unsigned long long)k->size[v], 0), 1);
         loop_rvars(g, w_outer, v + 1, body, it, ctx, ctx_tail);
         loop_end(g, &l);
         return;
@@ -884,14 +888,18 @@ static void loop_rvars(cg *g, int w_outer, int from, body_fn body, const kitem *
         g->epoch++;
         return;
     }
-    LLVMValueRef n = LLVMConstInt(g->i64, (unsigned long long)k->size[k->vvar], 0);
+    int sp = k->vvar == k->split_var && g->split_lo;
+    LLVMValueRef lo = sp ? g->split_lo : LLVMConstInt(g->i64, 0, 0);
+    LLVMValueRef hi = sp ? g->split_hi : LLVMConstInt(g->i64, (unsigned long long)k->size[k->vvar], 0);
+    LLVMValueRef Lc = LLVMConstInt(g->i64, (unsigned long long)g->L, 0);
     loop l;
-    g->var[k->vvar] = loop_begin(g, &l, LLVMConstInt(g->i64, 0, 0), n, g->L);
+    g->var[k->vvar] = loop_begin(g, &l, lo, hi, g->L);
     body(g, it, ctx, g->L);
     loop_end(g, &l);
+    LLVMValueRef n = LLVMBuildSub(g->B, hi, lo, "");
+    LLVMValueRef main_end = LLVMBuildAdd(g->B, lo, LLVMBuildMul(g->B, LLVMBuildUDiv(g->B, n, Lc, ""), Lc, ""), "");
     loop t;
-    int64_t main_end = k->size[k->vvar] / g->L * g->L;
-    g->var[k->vvar] = loop_begin(g, &t, LLVMConstInt(g->i64, (unsigned long long)main_end, 0), n, 1);
+    g->var[k->vvar] = loop_begin(g, &t, main_end, hi, 1);
     body(g, it, ctx_tail, 1);
     loop_end(g, &t);
 }
@@ -928,6 +936,12 @@ static void emit_point(cg *g, int w)
         loop_rvars(g, w, 0, body_reduce, it, inner ? &vacc : &s, &s);
         if (inner)
             acc_fold(g, it, &vacc, &s);
+        if (g->scratch) {   /* split kernel: this chunk's partial, rows later */
+            LLVMTypeRef at = ctype(g, s.dt);
+            LLVMValueRef pv = LLVMBuildLoad2(g->B, at, s.val, "");
+            LLVMBuildStore(g->B, pv, LLVMBuildGEP2(g->B, at, g->scratch, &g->slot, 1, ""));
+            return;
+        }
         LLVMValueRef r = LLVMBuildLoad2(g->B, s.idx ? vec(g->i64, w) : vec(ctype(g, s.dt), w), s.idx ? s.idx : s.val, "");
         if (!s.idx)
             r = conv(g, r, s.dt, (smelt_dtype)it->acc_dtype, w);
@@ -976,21 +990,24 @@ static LLVMValueRef decode_item(cg *g, LLVMValueRef item, int64_t ntiles)
     return tile;
 }
 
-static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
+static void add_str_attr(cg *g, const char *k, const char *v)
 {
-    const kir_kernel *k = g->k;
+    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateStringAttribute(g->C, k, (unsigned)strlen(k), v, (unsigned)strlen(v)));
+}
+
+/* Starts function `name` (void(void **bufs, i64 begin, i64 end)): entry
+ * block for allocas and buffer loads, flag and scratch pointers. */
+static void begin_fn(cg *g, const char *name)
+{
     LLVMTypeRef params[3] = { g->ptr, g->i64, g->i64 };
     g->fn = LLVMAddFunction(g->M, name, LLVMFunctionType(g->vd, params, 3, 0));
     char vb[16];
     snprintf(vb, sizeof vb, "%d", g->vbits);
-    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
-                               LLVMCreateStringAttribute(g->C, "min-legal-vector-width", 22, vb, (unsigned)strlen(vb)));
-    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
-                               LLVMCreateStringAttribute(g->C, "prefer-vector-width", 19, vb, (unsigned)strlen(vb)));
-    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
-                               LLVMCreateStringAttribute(g->C, "target-cpu", 10, cpu_host_cpu(), (unsigned)strlen(cpu_host_cpu())));
-    LLVMAddAttributeAtIndex(g->fn, LLVMAttributeFunctionIndex,
-                               LLVMCreateStringAttribute(g->C, "target-features", 15, cpu_host_features(), (unsigned)strlen(cpu_host_features())));
+    add_str_attr(g, "min-legal-vector-width", vb);
+    add_str_attr(g, "prefer-vector-width", vb);
+    add_str_attr(g, "target-cpu", cpu_host_cpu());
+    add_str_attr(g, "target-features", cpu_host_features());
     g->bufs_arg = LLVMGetParam(g->fn, 0);
     g->entry = LLVMAppendBasicBlockInContext(g->C, g->fn, "entry");
     LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(g->C, g->fn, "start");
@@ -1001,21 +1018,97 @@ static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
     LLVMValueRef fslot = LLVMBuildGEP2(g->B, g->ptr, g->bufs_arg,
                                        (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->p->nbufs, 0) }, 1, "");
     g->flag = LLVMBuildLoad2(g->B, g->ptr, fslot, "flag");
+    LLVMValueRef sslot = LLVMBuildGEP2(g->B, g->ptr, g->bufs_arg,
+                                       (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->p->nbufs + 1, 0) }, 1, "");
+    g->scratch = g->k->split > 1 ? LLVMBuildLoad2(g->B, g->ptr, sslot, "scratch") : NULL;
+    g->split_lo = g->split_hi = NULL;
+}
 
+/* Split kernels: item -> (outer point, chunk); sets the chunk bounds. */
+static LLVMValueRef decode_split(cg *g, LLVMValueRef item)
+{
+    const kir_kernel *k = g->k;
+    int64_t n = k->size[k->split_var];
+    int64_t c = (n + k->split - 1) / k->split;
+    if (k->split_var == k->vvar)
+        c = (c + 63) / 64 * 64;
+    LLVMValueRef S = LLVMConstInt(g->i64, (unsigned long long)k->split, 0);
+    LLVMValueRef chunk = LLVMBuildURem(g->B, item, S, "");
+    g->split_lo = LLVMBuildMul(g->B, chunk, LLVMConstInt(g->i64, (unsigned long long)c, 0), "");
+    LLVMValueRef hi = LLVMBuildAdd(g->B, g->split_lo, LLVMConstInt(g->i64, (unsigned long long)c, 0), "");
+    LLVMValueRef nn = LLVMConstInt(g->i64, (unsigned long long)n, 0);
+    g->split_hi = sel(g, icmp(g, LLVMIntSLT, hi, nn), hi, nn);
+    g->split_lo = sel(g, icmp(g, LLVMIntSLT, g->split_lo, nn), g->split_lo, nn);
+    g->slot = item;
+    return LLVMBuildUDiv(g->B, item, S, "");
+}
+
+/* Split kernels: combine the partials of each outer point in chunk order,
+ * then run the ROWSTOREs. */
+static void emit_finish_fn(cg *g, const char *name)
+{
+    const kir_kernel *k = g->k;
+    begin_fn(g, name);
+    LLVMValueRef scratch = g->scratch;
+    g->scratch = NULL;
+    loop items;
+    LLVMValueRef item = loop_begin(g, &items, LLVMGetParam(g->fn, 1), LLVMGetParam(g->fn, 2), 1);
+    int64_t nt;
+    (void)nt;
+    decode_item(g, item, 1);
+    const kitem *red = NULL;
+    for (int i = 0; i < k->nitems && !red; i++)
+        if (k->items[i].kind == KI_REDUCE)
+            red = &k->items[i];
+    acc s;
+    acc_init(g, &s, red, 1);
+    LLVMTypeRef at = ctype(g, s.dt);
+    /* float sums combine their partials in f64 */
+    smelt_dtype cdt = red->rop == SMELT_OP_SUM && s.dt == SMELT_F32 ? SMELT_F64 : s.dt;
+    LLVMValueRef cacc = entry_alloca(g, ctype(g, cdt));
+    LLVMBuildStore(g->B, conv(g, LLVMBuildLoad2(g->B, at, s.val, ""), s.dt, cdt, 1), cacc);
+    loop l;
+    LLVMValueRef c = loop_begin(g, &l, LLVMConstInt(g->i64, 0, 0), LLVMConstInt(g->i64, (unsigned long long)k->split, 0), 1);
+    LLVMValueRef idx = LLVMBuildAdd(g->B, LLVMBuildMul(g->B, item, LLVMConstInt(g->i64, (unsigned long long)k->split, 0), ""), c, "");
+    LLVMValueRef pv = LLVMBuildLoad2(g->B, at, LLVMBuildGEP2(g->B, at, scratch, &idx, 1, ""), "");
+    LLVMValueRef cur = LLVMBuildLoad2(g->B, ctype(g, cdt), cacc, "");
+    LLVMBuildStore(g->B, red_combine(g, (smelt_op)red->rop, cdt, cur, conv(g, pv, s.dt, cdt, 1)), cacc);
+    loop_end(g, &l);
+    g->phase[0] = conv(g, LLVMBuildLoad2(g->B, ctype(g, cdt), cacc, ""), cdt, (smelt_dtype)red->acc_dtype, 1);
+    g->phase_w[0] = 1;
+    g->epoch++;
+    for (int i = 0; i < k->nitems; i++)
+        if (k->items[i].kind == KI_ROWSTORE)
+            body_store(g, &k->items[i], NULL, 1);
+    loop_end(g, &items);
+    LLVMBuildRetVoid(g->B);
+}
+
+static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
+{
+    const kir_kernel *k = g->k;
+    begin_fn(g, name);
     int outer_vec = k->vvar >= 0 && !(k->rmask >> k->vvar & 1);
-    int has_r = k->rmask != 0;
-    int64_t tile = has_r ? (int64_t)g->L * 4 : TILE_POINTWISE;
+    int64_t tile = k->rmask ? (int64_t)g->L * 4 : TILE_POINTWISE;
     int64_t ntiles;
-    code->nitems = outer_items(k, tile, &ntiles);
+    int64_t nouter = outer_items(k, tile, &ntiles);
     int64_t rn = 1;
     for (int v = 0; v < k->nvars; v++)
         if (k->rmask >> v & 1)
             rn *= k->size[v];
     int64_t per_item = (outer_vec ? tile : 1) * (rn > 0 ? rn : 1);
+    code->nitems = nouter;
     code->grain = (MIN_CHUNK_ELEMS + per_item - 1) / per_item;
-
+    if (k->split > 1) {
+        code->nitems = nouter * k->split;
+        code->grain = 1;
+        code->nfinish = nouter;
+        code->scratch_bytes = code->nitems * 8;
+    }
     loop items;
     LLVMValueRef item = loop_begin(g, &items, LLVMGetParam(g->fn, 1), LLVMGetParam(g->fn, 2), 1);
+    if (k->split > 1)
+        item = decode_split(g, item);
     LLVMValueRef t = decode_item(g, item, ntiles);
     if (!outer_vec) {
         emit_point(g, 1);
@@ -1029,8 +1122,8 @@ static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
         emit_point(g, g->L);
         loop_end(g, &vl);
         LLVMValueRef cnt = LLVMBuildSub(g->B, ve, vs, "");
-        LLVMValueRef tail_start = LLVMBuildAdd(g->B, vs, LLVMBuildMul(g->B, LLVMBuildUDiv(g->B, cnt, LLVMConstInt(g->i64, (unsigned long long)g->L, 0), ""),
-                                                                       LLVMConstInt(g->i64, (unsigned long long)g->L, 0), ""), "");
+        LLVMValueRef Lc = LLVMConstInt(g->i64, (unsigned long long)g->L, 0);
+        LLVMValueRef tail_start = LLVMBuildAdd(g->B, vs, LLVMBuildMul(g->B, LLVMBuildUDiv(g->B, cnt, Lc, ""), Lc, ""), "");
         loop tl;
         g->var[k->vvar] = loop_begin(g, &tl, tail_start, ve, 1);
         emit_point(g, 1);
@@ -1147,11 +1240,15 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
     LLVMDisposeMessage(triple);
     p->code = calloc((size_t)p->nkernels + 1, sizeof(plan_kernel_code));
     for (int32_t i = 0; i < p->nkernels; i++) {
-        char fname[80];
+        char fname[128];
         snprintf(fname, sizeof fname, "%s_k%d", name, i);
         g.k = &p->kernels[i];
         cg_alloc_memo(&g);
         emit_kernel_fn(&g, fname, &p->code[i]);
+        if (g.k->split > 1) {
+            snprintf(fname, sizeof fname, "%s_k%d_finish", name, i);
+            emit_finish_fn(&g, fname);
+        }
     }
     char *verr = NULL;
     if (LLVMVerifyModule(g.M, LLVMReturnStatusAction, &verr)) {
@@ -1171,11 +1268,16 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
     if (cpu_jit_add(tsm, &p->backend_state, err, errlen))
         goto out;
     for (int32_t i = 0; i < p->nkernels; i++) {
-        char fname[80];
+        char fname[128];
         snprintf(fname, sizeof fname, "%s_k%d", name, i);
         p->code[i].fn = (plan_kernel_fn)cpu_jit_lookup(fname, err, errlen);
         if (!p->code[i].fn)
             goto out;
+        if (p->kernels[i].split > 1) {
+            snprintf(fname, sizeof fname, "%s_k%d_finish", name, i);
+            if (!(p->code[i].finish = (plan_kernel_fn)cpu_jit_lookup(fname, err, errlen)))
+                goto out;
+        }
     }
     rc = 0;
 out:
