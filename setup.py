@@ -11,6 +11,7 @@ CPython only.
 import glob
 import os
 import shlex
+import shutil
 import subprocess
 
 from setuptools import Extension, setup
@@ -98,6 +99,15 @@ class BuildExt(build_ext):
             super().build_extension(ext)
         finally:
             self.compiler._compile = compile_one
+
+    def copy_file(self, infile, outfile, *args, **kwargs):
+        """Puts the built .so in place by rename: a process that has the old
+        one loaded keeps its mapping instead of crashing on a rewritten file."""
+        tmp = outfile + ".tmp"
+        shutil.copyfile(infile, tmp)
+        shutil.copymode(infile, tmp)
+        os.replace(tmp, outfile)
+        return outfile, True
 
 
 sources = project_files("*.c")

@@ -301,17 +301,22 @@ static void promo_slot(int *slot, smelt_dtype dt)
  * 0-d tensors, which win over Python scalars, except that a lower priority
  * class of a higher category (bool < int < float) still raises the result;
  * a Python float counts as the default float dtype. */
-static smelt_dtype result_type(const infer_ctx *c, int from, int to)
+smelt_dtype smelt_result_type(const smelt_node *const *src, int n)
 {
     int dim = -1, zero = -1, wrapped = -1;
-    for (int i = from; i < to; i++) {
-        const smelt_node *s = c->s[i];
+    for (int i = 0; i < n; i++) {
+        const smelt_node *s = src[i];
         if (s->op == SMELT_OP_SCALAR)
             promo_slot(&wrapped, s->dtype == SMELT_F64 ? DEFAULT_FLOAT : (smelt_dtype)s->dtype);
         else
             promo_slot(s->ndim ? &dim : &zero, (smelt_dtype)s->dtype);
     }
     return (smelt_dtype)combine_categories(dim, combine_categories(zero, wrapped));
+}
+
+static smelt_dtype result_type(const infer_ctx *c, int from, int to)
+{
+    return smelt_result_type(c->s + from, to - from);
 }
 
 /* Broadcasts the shapes of sources [0, k) into c->out. */

@@ -119,6 +119,12 @@ smelt_dtype smelt_dtype_promote(smelt_dtype a, smelt_dtype b);
 
 int64_t smelt_node_numel(const smelt_node *n);
 
+/* torch.result_type over the given nodes: dimensioned tensors win over 0-d
+ * tensors, which win over Python scalars (SCALAR nodes), except that a
+ * higher category (bool < int < float) still raises the result; a Python
+ * float counts as float32. */
+smelt_dtype smelt_result_type(const smelt_node *const *src, int n);
+
 /* Lifetime. smelt_graph_new returns NULL only on allocation failure. */
 smelt_graph *smelt_graph_new(void);
 void smelt_graph_free(smelt_graph *g);

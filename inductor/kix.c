@@ -92,28 +92,35 @@ static void lin_drop(lin *L, int i)
     L->n--;
 }
 
-/* c*K*(e/K) + c*(e%K) == c*e : folds such pairs until none are left. */
+/* Folds c*K*(x/(A*K)) + c*((x/A)%K) == c*(x/A) (A = 1: c*K*(x/K) +
+ * c*(x%K) == c*x) until no such pair is left, then drops zero terms. */
+static int fold_pair(const kir_pool *P, lin *L, int i, int j)
+{
+    const kix *d = &P->ix[L->atom[i]], *m = &P->ix[L->atom[j]];
+    if (d->op != KIX_DIV || m->op != KIX_MOD || L->coef[j] == 0 || L->coef[i] != L->coef[j] * m->c)
+        return 0;
+    int32_t y = m->a, x = y;
+    int64_t A = 1;
+    if (P->ix[y].op == KIX_DIV) {
+        x = P->ix[y].a;
+        A = P->ix[y].c;
+    }
+    if (!((x == d->a && A * m->c == d->c) || (y == d->a && m->c == d->c)))
+        return 0;
+    int64_t c = L->coef[j];
+    lin_drop(L, i > j ? i : j);
+    lin_drop(L, i > j ? j : i);
+    lin_add(P, L, y, c);
+    return 1;
+}
+
 static void lin_fold(const kir_pool *P, lin *L)
 {
     for (int changed = 1; changed;) {
         changed = 0;
-        for (int i = 0; i < L->n && !changed; i++) {
-            const kix *d = &P->ix[L->atom[i]];
-            if (d->op != KIX_DIV || L->coef[i] % d->c)
-                continue;
-            int64_t c = L->coef[i] / d->c;
-            for (int j = 0; j < L->n; j++) {
-                const kix *m = &P->ix[L->atom[j]];
-                if (m->op == KIX_MOD && m->a == d->a && m->c == d->c && L->coef[j] == c) {
-                    int32_t inner = d->a;
-                    lin_drop(L, i > j ? i : j);
-                    lin_drop(L, i > j ? j : i);
-                    lin_add(P, L, inner, c);
-                    changed = 1;
-                    break;
-                }
-            }
-        }
+        for (int i = 0; i < L->n && !changed; i++)
+            for (int j = 0; j < L->n && !changed; j++)
+                changed = i != j && fold_pair(P, L, i, j);
     }
     for (int i = L->n - 1; i >= 0; i--)
         if (L->coef[i] == 0)
@@ -212,6 +219,37 @@ static void lin_split(const lin *L, int64_t K, lin *q, lin *r)
     }
 }
 
+static int32_t divmod(kir_pool *P, int32_t a, int64_t K, int is_mod);
+
+/* x/K and x%K when some c > 1 divides K and every term of x, except a
+ * part R with range [0, c): x = c*y + R gives x/K = y/(K/c) and
+ * x%K = c*(y%(K/c)) + R. The largest such c is used; -1 if none. */
+static int32_t divide_through(kir_pool *P, const lin *L, int64_t K, int is_mod)
+{
+    int64_t best = 1;
+    lin y, r;
+    for (int i = 0; i < L->n; i++) {
+        int64_t c = L->coef[i];
+        if (c <= best || K % c)
+            continue;
+        lin q, rr;
+        lin_split(L, c, &q, &rr);
+        int64_t lo, hi;
+        lin_range(P, &rr, &lo, &hi);
+        if (lo >= 0 && hi < c) {
+            best = c;
+            y = q;
+            r = rr;
+        }
+    }
+    if (best == 1)
+        return -1;
+    int32_t yi = lin_build(P, &y), ri = lin_build(P, &r);
+    if (!is_mod)
+        return divmod(P, yi, K / best, 0);
+    return kix_add(P, kix_mul(P, divmod(P, yi, K / best, 1), best), ri);
+}
+
 static int32_t divmod(kir_pool *P, int32_t a, int64_t K, int is_mod)
 {
     if (K == 1)
@@ -231,6 +269,11 @@ static int32_t divmod(kir_pool *P, int32_t a, int64_t K, int is_mod)
         const kix *b = &P->ix[base];
         if (b->hi < K)
             return is_mod ? base : head;
+    }
+    if (k->lo >= 0) {
+        int32_t t = divide_through(P, &L, K, is_mod);
+        if (t >= 0)
+            return t;
     }
     const kix *b = &P->ix[base];
     int32_t node = ix_intern(P, (kix){ .op = is_mod ? KIX_MOD : KIX_DIV, .a = base, .b = -1,

@@ -65,41 +65,12 @@ static void contiguous_strides(int ndim, const int64_t *shape, int64_t *st)
     }
 }
 
-static int cat_of(smelt_dtype dt)
-{
-    return dt == SMELT_BOOL ? 0 : smelt_dtype_is_float(dt) ? 2 : 1;
-}
-
-/* torch's combine_categories(higher, lower); -1 = undefined. */
-static int combine(int hi, int lo)
-{
-    if (hi < 0)
-        return lo;
-    if (lo < 0 || smelt_dtype_is_float(hi))
-        return hi;
-    if (hi == SMELT_BOOL || smelt_dtype_is_float(lo))
-        return smelt_dtype_promote(hi, lo);
-    return hi;
-}
-
-/* torch.result_type over the given nodes (Python scalars weak). */
 static smelt_dtype result_type(const smelt_graph *g, int n, const int32_t *src)
 {
-    int dim = -1, zero = -1, wrapped = -1;
-    for (int i = 0; i < n; i++) {
-        const smelt_node *s = &g->nodes[src[i]];
-        int *slot = s->op == SMELT_OP_SCALAR ? &wrapped : s->ndim ? &dim : &zero;
-        smelt_dtype dt = s->dtype;
-        if (s->op == SMELT_OP_SCALAR)
-            dt = dt == SMELT_F64 ? SMELT_F32 : dt;
-        if (*slot < 0)
-            *slot = dt;
-        else if (s->op == SMELT_OP_SCALAR)
-            *slot = cat_of(dt) > cat_of(*slot) ? (int)dt : *slot;
-        else
-            *slot = smelt_dtype_promote(*slot, dt);
-    }
-    return (smelt_dtype)combine(dim, combine(zero, wrapped));
+    const smelt_node *s[SMELT_MAX_SRC];
+    for (int i = 0; i < n; i++)
+        s[i] = &g->nodes[src[i]];
+    return smelt_result_type(s, n);
 }
 
 static int32_t ex_const(kir_pool *P, smelt_dtype dt, double f, int64_t i)
@@ -750,51 +721,143 @@ static void kb_init(kb *b, lowering *L)
     b->fail_node = -1;
 }
 
+/* Loop vars for node's dims: dims of size 1 get index 0; a dim with
+ * merge[d] set shares one var with the next dim of size > 1 (row-major).
+ * var_dim[v] = first dim of var v. */
+static void make_dim_vars(kb *b, const smelt_node *n, const uint8_t *merge, int32_t *idx, int *var_dim)
+{
+    kir_pool *P = &b->L->p->pool;
+    for (int d = 0; d < n->ndim;) {
+        if (n->shape[d] == 1) {
+            idx[d++] = kix_const(P, 0);
+            continue;
+        }
+        int grp[SMELT_MAX_DIMS], ng = 0;
+        int64_t total = 1;
+        for (int e = d; e < n->ndim; e++) {
+            if (n->shape[e] == 1) {
+                idx[e] = kix_const(P, 0);
+                continue;
+            }
+            grp[ng++] = e;
+            total *= n->shape[e];
+            if (!merge[e])
+                break;
+        }
+        var_dim[b->k.nvars] = d;
+        int32_t u = new_var(b, total);
+        int64_t inner = 1;
+        for (int i = ng - 1; i >= 0; i--) {
+            idx[grp[i]] = kix_mod(P, kix_div(P, u, inner), n->shape[grp[i]]);
+            inner *= n->shape[grp[i]];
+        }
+        d = grp[ng - 1] + 1;
+    }
+}
+
+/* Collects every index expression the kernel evaluates. */
+static void collect_ix(const kir_pool *P, int32_t e, uint8_t *seen, int32_t *out, int *n, int cap)
+{
+    if (e < 0 || seen[e])
+        return;
+    seen[e] = 1;
+    const kexpr *x = &P->ex[e];
+    if ((x->op == KE_LOAD || x->op == KE_INDEX) && *n < cap)
+        out[(*n)++] = x->ix;
+    for (int k = 0; k < 3; k++)
+        collect_ix(P, x->src[k], seen, out, n, cap);
+}
+
+/* Marks in merge[] the adjacent dim vars (both outer or both reduction,
+ * among the first nv vars) that every access walks as one row-major run.
+ * Returns the number of merges found. */
+static int find_merges(lowering *L, const kir_kernel *k, int nv, const int *var_dim, uint8_t *merge)
+{
+    enum { CAP = 512 };
+    int32_t ix[CAP];
+    int n = 0, found = 0;
+    const kir_pool *P = &L->p->pool;
+    uint8_t *seen = calloc((size_t)P->nex + 1, 1);
+    if (!seen)
+        abort();
+    for (int i = 0; i < k->nitems; i++) {
+        collect_ix(P, k->items[i].value, seen, ix, &n, CAP);
+        if (k->items[i].ix >= 0 && n < CAP)
+            ix[n++] = k->items[i].ix;
+    }
+    free(seen);
+    if (n == CAP)
+        return 0;
+    for (int v = 0; v + 1 < nv; v++) {
+        if ((k->rmask >> v & 1) != (k->rmask >> (v + 1) & 1))
+            continue;
+        int ok = 1;
+        for (int i = 0; i < n && ok; i++) {
+            int64_t a = kix_coef(P, ix[i], v), c = kix_coef(P, ix[i], v + 1);
+            ok = a != KIX_NONAFFINE && c != KIX_NONAFFINE && a == c * k->size[v + 1];
+        }
+        if (ok) {
+            merge[var_dim[v]] = 1;
+            found++;
+        }
+    }
+    return found;
+}
+
 /* Kernel storing node's value (computed when compute_root, else read from
- * its buffer if realized) over its shape into buffer dst at contiguous index + `dst_off` along
- * `cat_dim`. Returns 0, 1 when a reduction must be realized first, -1 on
- * error. */
+ * its buffer if realized) over its shape into buffer dst at contiguous
+ * index, plus dst_off along cat_dim. Returns 0, 1 when a reduction must be
+ * realized first, -1 on error. Contiguous runs of dims become one loop var:
+ * the kernel is built once, the runs found, and built again merged. */
 static int emit_store_kernel(lowering *L, int32_t node, int compute_root, int32_t dst,
                              int cat_dim, int64_t dst_off, const smelt_node *dst_node)
 {
     const smelt_node *n = &L->g->nodes[node];
     kir_pool *P = &L->p->pool;
-    kb b;
+    uint8_t merge[SMELT_MAX_DIMS] = { 0 };
     if (smelt_node_numel(n) == 0)
         return 0;   /* nothing to write */
-    kb_init(&b, L);
-    int32_t idx[SMELT_MAX_DIMS], didx[SMELT_MAX_DIMS];
-    for (int d = 0; d < n->ndim; d++)
-        idx[d] = new_var(&b, n->shape[d]);
-    int root_realized = L->realized[node];
-    if (compute_root && n->op != SMELT_OP_INPUT)
-        L->realized[node] = 0;
-    int32_t v = access(&b, node, idx);
-    L->realized[node] = (uint8_t)root_realized;
-    if (v < 0) {
-        free(b.k.items);
-        if (b.error)
+    for (int pass = 0;; pass++) {
+        kb b;
+        kb_init(&b, L);
+        int32_t idx[SMELT_MAX_DIMS], didx[SMELT_MAX_DIMS];
+        int var_dim[KIR_MAX_VARS];
+        make_dim_vars(&b, n, merge, idx, var_dim);
+        int nv = b.k.nvars;
+        int root_realized = L->realized[node];
+        if (compute_root && n->op != SMELT_OP_INPUT)
+            L->realized[node] = 0;
+        int32_t v = access(&b, node, idx);
+        L->realized[node] = (uint8_t)root_realized;
+        if (v < 0) {
+            free(b.k.items);
+            if (b.error)
+                return -1;
+            if (b.fail_node >= 0) {
+                L->realized[b.fail_node] = 1;
+                return 1;
+            }
+            snprintf(L->err, L->errlen, "%s: too many loop dimensions", smelt_op_name((smelt_op)n->op));
             return -1;
-        if (b.fail_node >= 0) {
-            L->realized[b.fail_node] = 1;
-            return 1;
         }
-        snprintf(L->err, L->errlen, "%s: too many loop dimensions", smelt_op_name((smelt_op)n->op));
-        return -1;
+        int64_t st[SMELT_MAX_DIMS];
+        contiguous_strides(dst_node->ndim, dst_node->shape, st);
+        memcpy(didx, idx, sizeof idx);
+        if (cat_dim >= 0)
+            didx[cat_dim] = kix_add(P, idx[cat_dim], kix_const(P, dst_off));
+        int32_t ix = buf_index(P, dst_node->ndim, st, didx);
+        kitem it = { .kind = uses_rvar(&b, ix) || !b.nr ? KI_STORE : KI_ROWSTORE,
+                     .value = ex_cast(P, v, dst_node->dtype), .buf = dst, .ix = ix };
+        add_item(&b, it);
+        if (pass == 0 && find_merges(L, &b.k, nv, var_dim, merge)) {
+            free(b.k.items);
+            continue;
+        }
+        choose_vvar(L->p, &b.k);
+        choose_split(&b.k);
+        add_kernel(L->p, &b);
+        return 0;
     }
-    int64_t st[SMELT_MAX_DIMS];
-    contiguous_strides(dst_node->ndim, dst_node->shape, st);
-    memcpy(didx, idx, sizeof idx);
-    if (cat_dim >= 0)
-        didx[cat_dim] = kix_add(P, idx[cat_dim], kix_const(P, dst_off));
-    int32_t ix = buf_index(P, dst_node->ndim, st, didx);
-    kitem it = { .kind = uses_rvar(&b, ix) || !b.nr ? KI_STORE : KI_ROWSTORE,
-                 .value = ex_cast(P, v, dst_node->dtype), .buf = dst, .ix = ix };
-    add_item(&b, it);
-    choose_vvar(L->p, &b.k);
-    choose_split(&b.k);
-    add_kernel(L->p, &b);
-    return 0;
 }
 
 static int emit_matmul(lowering *L, int32_t node)

@@ -11,7 +11,7 @@
 # torch is pinned to the CPU build of 2.13.0 and never upgraded.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-ROOT=$PWD
+ROOT=$(pwd -P)
 PY=${PYTHON:-python3}
 TORCH_PIN=2.13.0
 TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -71,7 +71,7 @@ EOF
 install_debs() {
     command -v dpkg-query >/dev/null || return 0
     local have missing=() p
-    have=$(dpkg-query -W -f='${Package} ${Status}\n' "$@" 2>/dev/null | awk '$NF == "installed" {print $1}')
+    have=$( (dpkg-query -W -f='${Package} ${Status}\n' "$@" 2>/dev/null || true) | awk '$NF == "installed" {print $1}')
     for p in "$@"; do grep -qx "$p" <<<"$have" || missing+=("$p"); done
     [ ${#missing[@]} -eq 0 ] && return 0
     say "installing Debian packages: ${missing[*]}"
@@ -83,8 +83,6 @@ install_debs() {
 install_pips() {
     local need=" $* " extra=()
     [ $# -eq 0 ] && return 0
-    [ -f "$("$PY" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')/EXTERNALLY-MANAGED" ] \
-        && export PIP_BREAK_SYSTEM_PACKAGES=1
     if [[ $need == *" torch "* ]] && ! "$PY" -c "import torch; assert torch.__version__.startswith('$TORCH_PIN')" 2>/dev/null; then
         say "installing torch==$TORCH_PIN (CPU)"
         # +cpu from the CPU index outranks PyPI's CUDA build of the same version
@@ -97,6 +95,15 @@ install_pips() {
         say "installing ${extra[*]}"
         quietly "$PY" -m pip install -q "${extra[@]}"
     fi
+}
+
+# Resolves $PY to the interpreter's real path (pyenv shims cost ~50 ms per
+# call) and lets pip install into a Debian-managed system Python.
+resolve_python() {
+    local info
+    info=$("$PY" -c 'import os, sys, sysconfig; print(sys.executable); print(int(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))')
+    PY=$(head -n1 <<<"$info")
+    if [ "$(tail -n1 <<<"$info")" = 1 ]; then export PIP_BREAK_SYSTEM_PACKAGES=1; fi
 }
 
 # Hash of everything the extension is built from, plus variant and ABI.
@@ -114,7 +121,8 @@ source_hash() {
 # True if `import smelt` from any directory finds this checkout.
 registered() {
     local origin
-    origin=$("$PY" -P -c 'import importlib.util as u; s = u.find_spec("smelt"); print(s.origin if s else "")' 2>/dev/null)
+    origin=$("$PY" -P -c 'import importlib.util as u, os; s = u.find_spec("smelt")
+print(os.path.realpath(s.origin) if s else "")' 2>/dev/null)
     [ "$origin" = "$ROOT/python/smelt/__init__.py" ]
 }
 
@@ -139,14 +147,13 @@ mkdir -p build
 exec 9>build/setup.lock
 flock 9   # several people may run it in one checkout at once
 
-
 if [ "${1:-}" = build ]; then
-    PY=$("$PY" -c 'import sys; print(sys.executable)')
+    resolve_python
     build force
     exit 0
 fi
 command -v "$PY" >/dev/null || install_debs python3
-PY=$("$PY" -c 'import sys; print(sys.executable)')   # resolve shims once
+resolve_python
 needs=$(python_needs)
 debs=("${DEBS[@]}")
 command -v make >/dev/null || debs+=(make)

@@ -62,6 +62,7 @@ def read_ops_def():
 
 
 OPS = read_ops_def()
+OP_KIND = {name: kind for name, _, kind in OPS}
 
 
 def ops_of_kind(kind):
@@ -171,9 +172,12 @@ def make_input(g, t):
 
 # ---------------------------------------------------------------- eager reference
 
-UNARY_TORCH = {"floordiv": torch.floor_divide}
-BINARY_TORCH = {"floordiv": torch.floor_divide, "eq": torch.eq, "ne": torch.ne,
-                "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge}
+TORCH_NAME = {"floordiv": "floor_divide"}   # smelt op name -> torch function name
+
+
+def torch_fn(op):
+    """The torch function implementing pointwise op `op`."""
+    return getattr(torch, TORCH_NAME.get(op, op))
 
 
 def _weak(a, other):
@@ -214,10 +218,11 @@ def _flat_reduce(fn, x, dims, keepdim):
 
 
 def torch_reduce(name, x, dims=None, keepdim=False, correction=1):
+    """Reduction `name` with smelt's attrs (dims: None | int | list; prod and
+    argmax/argmin over several dims via _flat_reduce, since torch takes one)."""
     d = _red_dims(x, dims)
     if name in ("prod", "argmax", "argmin"):
-        fn = getattr(torch, name)
-        return _flat_reduce(lambda y, k: fn(y, k), x, d, keepdim)
+        return _flat_reduce(getattr(torch, name), x, d, keepdim)
     if x.ndim == 0:
         d = None
     if name in ("var", "std"):
@@ -231,16 +236,16 @@ def torch_reduce(name, x, dims=None, keepdim=False, correction=1):
 
 def torch_op(name, *s, **a):
     """torch eager semantics of smelt primitive `name` (the test oracle)."""
-    kind = {n: k for n, _, k in OPS}.get(name)
+    kind = OP_KIND.get(name)
     if name == "cast":
         return s[0].to(a["dtype"])
     if name == "clamp":
         return torch.clamp(s[0], min=a.get("min"), max=a.get("max"))
     if kind == "UNARY":
-        return getattr(torch, name)(s[0])
+        return torch_fn(name)(s[0])
     if kind == "BINARY":
         x, y = _weak(s[0], s[1]), _weak(s[1], s[0])
-        return BINARY_TORCH.get(name, getattr(torch, name, None))(x, y)
+        return torch_fn(name)(x, y)
     if name == "where":
         c, x, y = s
         if isinstance(x, Number) and isinstance(y, Number):

@@ -11,7 +11,7 @@ import torch
 
 from conftest import (BF16, BOOL, EVERY, F16, F32, F64, FLOATS, I16, I32, I64, I8,
                       MAIN, SMALL_INTS, U8, TINY_LAYOUTS, check, dname,
-                      layouts, make_layouts, ops_of_kind, rand)
+                      layouts, make_layouts, ops_of_kind, rand, torch_fn)
 
 
 def torch_accepts(fn, *dtypes):
@@ -66,7 +66,7 @@ def unary_kw(op, dtype):
 
 UNARY_CASES = [(op, dt) for op in UNARY
                for dt in MAIN + (SMALL_INTS if op in SMALL_INT_UNARY else [])
-               if torch_accepts(getattr(torch, op), dt)]
+               if torch_accepts(torch_fn(op), dt)]
 
 
 @pytest.mark.parametrize("op,dtype", UNARY_CASES, ids=ids(UNARY_CASES))
@@ -148,18 +148,12 @@ def test_clamp_float_bounds_promote_ints(gen):
 # ---------------------------------------------------------------- binary
 
 BINARY = ops_of_kind("BINARY")
-TORCH_BINARY = {"floordiv": torch.floor_divide, "bitwise_left_shift": torch.bitwise_left_shift,
-                "bitwise_right_shift": torch.bitwise_right_shift}
 SHIFTS = ("bitwise_left_shift", "bitwise_right_shift")
 DIVISIONS = ("div", "floordiv", "fmod", "remainder")
 TIES = ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum")
 LOGICAL = ("logical_and", "logical_or", "logical_xor")
 BITWISE = ("bitwise_and", "bitwise_or", "bitwise_xor")
 SMALL_INT_BINARY = ("add", "mul", "floordiv", "remainder", "lt", "bitwise_xor") + SHIFTS
-
-
-def torch_binary(op):
-    return TORCH_BINARY.get(op) or getattr(torch, op)
 
 
 def binary_kw(op, dtype):
@@ -220,7 +214,7 @@ def make_pairs(names, dtype, ka, kb, gen):
 
 BINARY_CASES = [(op, dt) for op in BINARY
                 for dt in MAIN + (SMALL_INTS if op in SMALL_INT_BINARY else [])
-                if torch_accepts(torch_binary(op), dt, dt)]
+                if torch_accepts(torch_fn(op), dt, dt)]
 
 
 @pytest.mark.parametrize("op,dtype", BINARY_CASES, ids=ids(BINARY_CASES))
@@ -234,7 +228,7 @@ def test_binary(op, dtype, gen):
 
     def build(g, *xs):
         outs = [g.op(op, xs[2 * i], xs[2 * i + 1]) for i in range(len(pairs))]
-        a, b = xs[0], xs[1]   # "same" pair: a for tensor-op-scalar, b (in-domain divisor/exponent) for scalar-op-tensor
+        a, b = xs[0], xs[1]   # the "same" pair; b is the in-domain divisor / exponent / shift
         return outs + [g.op(op, a, g.scalar(s)), g.op(op, g.scalar(s), b)]
 
     check(build, *flat, names=names + ["tensor_scalar", "scalar_tensor"])
@@ -309,7 +303,7 @@ PROMO_OPS = ["add", "sub", "mul", "div", "floordiv", "remainder", "pow", "maximu
 @pytest.mark.parametrize("op", PROMO_OPS)
 def test_binary_type_promotion(op, gen):
     """Mixed-dtype tensor operands, broadcast (5,1,7) with (3,7)."""
-    pairs = [(a, b) for a, b in PROMO_PAIRS if torch_accepts(torch_binary(op), a, b)]
+    pairs = [(a, b) for a, b in PROMO_PAIRS if torch_accepts(torch_fn(op), a, b)]
     xs = []
     for da, db in pairs:
         ka, _ = binary_kw(op, da)
