@@ -89,6 +89,8 @@ typedef struct kir_kernel {
 typedef struct kir_pool {
     kix *ix; int32_t nix, cix;
     kexpr *ex; int32_t nex, cex;
+    int32_t *hix, *hex;    /* open-addressing intern tables (-1 = empty) */
+    int32_t chix, chex;    /* their sizes, powers of two */
 } kir_pool;
 
 #endif

@@ -35,16 +35,60 @@ static void *grow(void *p, int32_t *cap, int32_t need, size_t elem)
     return q;
 }
 
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+/* Rebuilds table *t (size *cap) for n entries hashed by hf. */
+typedef uint64_t (*hash_fn)(const kir_pool *P, int32_t id);
+
+static void rehash(const kir_pool *P, int32_t **t, int32_t *cap, int32_t n, hash_fn hf)
+{
+    int32_t nc = *cap ? *cap * 2 : 1024;
+    int32_t *nt = malloc(sizeof(int32_t) * (size_t)nc);
+    if (!nt)
+        abort();
+    memset(nt, 0xff, sizeof(int32_t) * (size_t)nc);
+    for (int32_t id = 0; id < n; id++) {
+        uint64_t h = hf(P, id);
+        for (int32_t s = (int32_t)(h & (uint64_t)(nc - 1));; s = (s + 1) & (nc - 1))
+            if (nt[s] < 0) {
+                nt[s] = id;
+                break;
+            }
+    }
+    free(*t);
+    *t = nt;
+    *cap = nc;
+}
+
+static uint64_t ix_hash(const kir_pool *P, int32_t id)
+{
+    const kix *k = &P->ix[id];
+    uint64_t h = mix(mix(mix(k->op, (uint64_t)k->a), (uint64_t)k->b), (uint64_t)k->c);
+    return mix(mix(h, (uint64_t)k->lo), (uint64_t)k->hi);
+}
+
+static int ix_equal(const kix *o, const kix *k)
+{
+    return o->op == k->op && o->a == k->a && o->b == k->b && o->c == k->c &&
+           o->lo == k->lo && o->hi == k->hi;
+}
+
 static int32_t ix_intern(kir_pool *P, kix k)
 {
-    for (int32_t i = P->nix - 1; i >= 0 && i >= P->nix - 4096; i--) {
-        const kix *o = &P->ix[i];
-        if (o->op == k.op && o->a == k.a && o->b == k.b && o->c == k.c &&
-            o->lo == k.lo && o->hi == k.hi)
-            return i;
-    }
+    if (2 * (P->nix + 1) > P->chix)
+        rehash(P, &P->hix, &P->chix, P->nix, ix_hash);
     P->ix = grow(P->ix, &P->cix, P->nix + 1, sizeof(kix));
-    P->ix[P->nix] = k;
+    P->ix[P->nix] = k;   /* staged at the end to hash it */
+    uint64_t h = ix_hash(P, P->nix);
+    int32_t s = (int32_t)(h & (uint64_t)(P->chix - 1));
+    for (; P->hix[s] >= 0; s = (s + 1) & (P->chix - 1))
+        if (ix_equal(&P->ix[P->hix[s]], &k))
+            return P->hix[s];
+    P->hix[s] = P->nix;
     return P->nix++;
 }
 
@@ -323,18 +367,36 @@ static int64_t dbits(double f)
     return b;
 }
 
+static uint64_t ex_hash(const kir_pool *P, int32_t id)
+{
+    const kexpr *e = &P->ex[id];
+    uint64_t h = mix(mix(mix(e->op, e->dtype), e->cdtype), e->gop);
+    for (int k = 0; k < 3; k++)
+        h = mix(h, (uint64_t)e->src[k]);
+    h = mix(mix(mix(mix(h, (uint64_t)e->gnode), (uint64_t)e->buf), (uint64_t)e->ix), (uint64_t)e->phase);
+    return mix(mix(h, (uint64_t)dbits(e->f)), (uint64_t)e->i);
+}
+
+static int ex_equal(const kexpr *o, const kexpr *e)
+{
+    return o->op == e->op && o->dtype == e->dtype && o->cdtype == e->cdtype && o->gop == e->gop &&
+           o->src[0] == e->src[0] && o->src[1] == e->src[1] && o->src[2] == e->src[2] &&
+           o->gnode == e->gnode && o->buf == e->buf && o->ix == e->ix && o->phase == e->phase &&
+           dbits(o->f) == dbits(e->f) && o->i == e->i;
+}
+
 int32_t kexpr_intern(kir_pool *P, kexpr e)
 {
-    for (int32_t i = P->nex - 1; i >= 0 && i >= P->nex - 4096; i--) {
-        const kexpr *o = &P->ex[i];
-        if (o->op == e.op && o->dtype == e.dtype && o->cdtype == e.cdtype && o->gop == e.gop &&
-            o->src[0] == e.src[0] && o->src[1] == e.src[1] && o->src[2] == e.src[2] &&
-            o->gnode == e.gnode && o->buf == e.buf && o->ix == e.ix && o->phase == e.phase &&
-            dbits(o->f) == dbits(e.f) && o->i == e.i)
-            return i;
-    }
+    if (2 * (P->nex + 1) > P->chex)
+        rehash(P, &P->hex, &P->chex, P->nex, ex_hash);
     P->ex = grow(P->ex, &P->cex, P->nex + 1, sizeof(kexpr));
-    P->ex[P->nex] = e;
+    P->ex[P->nex] = e;   /* staged at the end to hash it */
+    uint64_t h = ex_hash(P, P->nex);
+    int32_t s = (int32_t)(h & (uint64_t)(P->chex - 1));
+    for (; P->hex[s] >= 0; s = (s + 1) & (P->chex - 1))
+        if (ex_equal(&P->ex[P->hex[s]], &e))
+            return P->hex[s];
+    P->hex[s] = P->nex;
     return P->nex++;
 }
 
@@ -348,5 +410,7 @@ void kir_pool_free(kir_pool *P)
 {
     free(P->ix);
     free(P->ex);
+    free(P->hix);
+    free(P->hex);
     memset(P, 0, sizeof *P);
 }

@@ -14,7 +14,6 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd -P)
 PY=${PYTHON:-python3}
 TORCH_PIN=2.13.0
-TORCH_INDEX=https://download.pytorch.org/whl/cpu
 DEBS=(llvm-19-dev libsleef-dev libdnnl-dev libze-dev spirv-tools)
 SRC_DIRS=(pyext tracer guards inductor autograd kernels)
 LOG=build/setup.log
@@ -85,8 +84,9 @@ install_pips() {
     [ $# -eq 0 ] && return 0
     if [[ $need == *" torch "* ]] && ! "$PY" -c "import torch; assert torch.__version__.startswith('$TORCH_PIN')" 2>/dev/null; then
         say "installing torch==$TORCH_PIN (CPU)"
-        # +cpu from the CPU index outranks PyPI's CUDA build of the same version
-        quietly "$PY" -m pip install -q "torch==$TORCH_PIN" --extra-index-url "$TORCH_INDEX"
+        # this exact pin resolves to the machine's local CPU build (a plain
+        # `torch` would pull a multi-GB CUDA build)
+        quietly "$PY" -m pip install -q "torch==$TORCH_PIN"
     fi
     [[ $need == *" pytest "* ]] && extra+=(pytest)
     [[ $need == *" numpy "* ]] && extra+=(numpy)

@@ -746,12 +746,15 @@ static LLVMValueRef red_init(cg *g, smelt_op op, smelt_dtype dt, int w)
 {
     int fp = is_fp(dt);
     LLVMTypeRef t = ctype(g, dt);
-    unsigned bits = fp ? 0 : LLVMGetIntTypeWidth(t);
-    int64_t imax = bits >= 64 ? INT64_MAX : (int64_t)((1ull << (bits - 1)) - 1);
-    int64_t imin = bits >= 64 ? INT64_MIN : -(int64_t)(1ull << (bits - 1));
-    if (!fp && is_unsigned(dt)) {
-        imax = dt == SMELT_BOOL ? 1 : 255;
-        imin = 0;
+    int64_t imax = 0, imin = 0;
+    if (!fp) {
+        unsigned bits = LLVMGetIntTypeWidth(t);
+        imax = bits >= 64 ? INT64_MAX : (int64_t)((1ull << (bits - 1)) - 1);
+        imin = bits >= 64 ? INT64_MIN : -(int64_t)(1ull << (bits - 1));
+        if (is_unsigned(dt)) {
+            imax = dt == SMELT_BOOL ? 1 : 255;
+            imin = 0;
+        }
     }
     switch (op) {
     case SMELT_OP_PROD: case SMELT_OP_ALL: return cval(g, dt, 1, 1, w);
