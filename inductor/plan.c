@@ -1,6 +1,7 @@
 /* plan.c — runs a compiled plan: allocates temporaries, then runs each step
  * (generated kernels across the thread pool, matmuls on kernels/matmul). */
 #include "plan.h"
+#include "../kernels/memory.h"
 #include "../kernels/threadpool.h"
 
 #include <stdio.h>
@@ -43,7 +44,7 @@ int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *output
             bufs[i] = inputs[b->index];
         else if (b->kind == PB_OUTPUT)
             bufs[i] = outputs[b->index];
-        else if (!(bufs[i] = aligned_alloc(64, (size_t)((b->nbytes + 63) / 64 * 64 + 64)))) {
+        else if (!(bufs[i] = kern_alloc_temp((size_t)b->nbytes))) {
             snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)b->nbytes);
             rc = -1;
         }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "module.h"
+#include "../kernels/memory.h"
 
 typedef struct input_spec {
     uint8_t dtype, ndim;
@@ -27,6 +28,7 @@ typedef struct CompiledObject {
     input_spec *ins;
     uint8_t *out_dtypes;
     PyObject **out_shapes;   /* tuple per output, argument of torch.empty */
+    size_t *out_nbytes;
 } CompiledObject;
 
 /* ------------------------------------------------------------------ */
@@ -152,6 +154,8 @@ static PyObject *new_output(pyext_state *st, CompiledObject *self, Py_ssize_t k,
     *ptr = t ? data_ptr(st, t, &err) : NULL;
     if (err)
         Py_CLEAR(t);
+    else
+        kern_advise_huge(*ptr, self->out_nbytes[k]);
     return t;
 }
 
@@ -270,6 +274,7 @@ static void compiled_dealloc(CompiledObject *self)
     PyMem_Free(self->ins);
     PyMem_Free(self->out_dtypes);
     PyMem_Free(self->out_shapes);
+    PyMem_Free(self->out_nbytes);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -282,7 +287,8 @@ static int fill_specs(CompiledObject *self, const smelt_graph *g)
     self->ins = PyMem_Calloc((size_t)self->nin + 1, sizeof *self->ins);
     self->out_dtypes = PyMem_Calloc((size_t)self->nout + 1, 1);
     self->out_shapes = PyMem_Calloc((size_t)self->nout + 1, sizeof(PyObject *));
-    if (!self->ins || !self->out_dtypes || !self->out_shapes)
+    self->out_nbytes = PyMem_Calloc((size_t)self->nout + 1, sizeof(size_t));
+    if (!self->ins || !self->out_dtypes || !self->out_shapes || !self->out_nbytes)
         return PyErr_NoMemory(), -1;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
@@ -297,6 +303,7 @@ static int fill_specs(CompiledObject *self, const smelt_graph *g)
     for (Py_ssize_t k = 0; k < self->nout; k++) {
         const smelt_node *n = &g->nodes[g->outputs[k]];
         self->out_dtypes[k] = n->dtype;
+        self->out_nbytes[k] = (size_t)smelt_node_numel(n) * smelt_dtype_size(n->dtype);
         if (!(self->out_shapes[k] = spec_tuple(n->shape, n->ndim)))
             return -1;
     }

@@ -54,6 +54,9 @@ typedef struct cg {
     LLVMBasicBlockRef entry;
     LLVMValueRef split_lo, split_hi;  /* split kernels: this item's chunk */
     LLVMValueRef scratch, slot;       /* split kernels: partials, this item's slot */
+    int32_t rc_expr, rc_flat;         /* row cache: expression, flat index (kix) */
+    LLVMValueRef rc_buf;              /* its stack row */
+    int rc_ready;                     /* filled for the current row */
 } cg;
 
 /* ---------- types and constants ---------- */
@@ -670,6 +673,20 @@ static LLVMValueRef emit(cg *g, int32_t e, int w)
         return g->memo[wi][e];
     const kexpr *x = &g->p->pool.ex[e];
     LLVMValueRef r;
+    if (e == g->rc_expr) {
+        LLVMTypeRef t = ctype(g, x->dtype);
+        LLVMValueRef at = LLVMBuildGEP2(g->B, t, g->rc_buf, (LLVMValueRef[]){ ix_scalar(g, g->rc_flat) }, 1, "");
+        if (g->rc_ready) {
+            r = LLVMBuildLoad2(g->B, vec(t, w), at, "");
+            LLVMSetAlignment(r, 4);
+        } else {
+            r = emit_op(g, x, w);
+            LLVMSetAlignment(LLVMBuildStore(g->B, r, at), 4);
+        }
+        g->memo[wi][e] = r;
+        g->memo_ep[wi][e] = g->epoch;
+        return r;
+    }
     switch (x->op) {
     case KE_LOAD: r = load_val(g, x->buf, x->ix, w); break;
     case KE_CONST: r = cval(g, x->dtype, x->f, x->i, w); break;
@@ -915,6 +932,74 @@ static void body_store(cg *g, const kitem *it, void *ctx, int w)
     store_val(g, it->buf, it->ix, emit(g, it->value, w), w);
 }
 
+static int is_costly(const kir_pool *P, int32_t e)
+{
+    const kexpr *x = &P->ex[e];
+    if (x->op != KE_OP)
+        return 0;
+    switch ((smelt_op)x->gop) {
+    case SMELT_OP_EXP: case SMELT_OP_EXP2: case SMELT_OP_EXPM1: case SMELT_OP_LOG:
+    case SMELT_OP_LOG2: case SMELT_OP_LOG1P: case SMELT_OP_SIN: case SMELT_OP_COS:
+    case SMELT_OP_TAN: case SMELT_OP_TANH: case SMELT_OP_ERF: case SMELT_OP_POW:
+    case SMELT_OP_SIGMOID: case SMELT_OP_ATAN2:
+        return 1;
+    default:
+        for (int k = 0; k < 3; k++)
+            if (x->src[k] >= 0 && is_costly(P, x->src[k]))
+                return 1;
+        return 0;
+    }
+}
+
+static int contains(const kir_pool *P, int32_t root, int32_t e)
+{
+    if (root == e)
+        return 1;
+    const kexpr *x = &P->ex[root];
+    for (int k = 0; k < 3; k++)
+        if (x->src[k] >= 0 && contains(P, x->src[k], e))
+            return 1;
+    return 0;
+}
+
+#define ROW_CACHE_BYTES 65536
+
+/* Row cache (inner mode, vectorised var last): the value of a REDUCE item
+ * that calls transcendentals and reappears in a later item (softmax's
+ * exp(x - max)) is kept per reduction index in a stack row while its loop
+ * runs, and read back by the later loops instead of recomputed. */
+static void plan_row_cache(cg *g)
+{
+    const kir_kernel *k = g->k;
+    kir_pool *P = &g->p->pool;
+    g->rc_expr = -1;
+    if (k->vvar < 0 || !(k->rmask >> k->vvar & 1) || k->vvar != k->nvars - 1 || k->split > 1)
+        return;
+    int64_t rn = 1;
+    for (int v = 0; v < k->nvars; v++)
+        if (k->rmask >> v & 1)
+            rn *= k->size[v];
+    for (int i = 0; i < k->nitems && g->rc_expr < 0; i++) {
+        int32_t e = k->items[i].value;
+        if (k->items[i].kind != KI_REDUCE || !is_costly(P, e) ||
+            rn * (int64_t)smelt_dtype_size((smelt_dtype)P->ex[e].dtype) > ROW_CACHE_BYTES)
+            continue;
+        for (int j = i + 1; j < k->nitems && g->rc_expr < 0; j++)
+            if (contains(P, k->items[j].value, e))
+                g->rc_expr = e;
+    }
+    if (g->rc_expr < 0)
+        return;
+    int32_t f = kix_const(P, 0);
+    for (int v = 0; v < k->nvars; v++)
+        if (k->rmask >> v & 1)
+            f = kix_add(P, kix_mul(P, f, k->size[v]), kix_var(P, v, k->size[v]));
+    g->rc_flat = f;
+    LLVMTypeRef t = LLVMArrayType2(ctype(g, P->ex[g->rc_expr].dtype), (uint64_t)rn + (uint64_t)g->L);
+    g->rc_buf = entry_alloca(g, t);
+    LLVMSetAlignment(g->rc_buf, 64);
+}
+
 /* One outer point (w lanes of it in outer-vector mode): all items. */
 static void emit_point(cg *g, int w)
 {
@@ -922,6 +1007,7 @@ static void emit_point(cg *g, int w)
     int inner = k->vvar >= 0 && (k->rmask >> k->vvar & 1);
     int ph = 0;
     g->epoch++;
+    g->rc_ready = 0;
     for (int i = 0; i < k->nitems; i++) {
         const kitem *it = &k->items[i];
         if (it->kind == KI_ROWSTORE) {
@@ -937,6 +1023,7 @@ static void emit_point(cg *g, int w)
         if (inner)
             acc_init(g, &vacc, it, g->L);
         loop_rvars(g, w, 0, body_reduce, it, inner ? &vacc : &s, &s);
+        g->rc_ready |= it->value == g->rc_expr;
         if (inner)
             acc_fold(g, it, &vacc, &s);
         if (g->scratch) {   /* split kernel: this chunk's partial, rows later */
@@ -1052,6 +1139,7 @@ static void emit_finish_fn(cg *g, const char *name)
 {
     const kir_kernel *k = g->k;
     begin_fn(g, name);
+    g->rc_expr = -1;
     LLVMValueRef scratch = g->scratch;
     g->scratch = NULL;
     loop items;
@@ -1091,6 +1179,7 @@ static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
 {
     const kir_kernel *k = g->k;
     begin_fn(g, name);
+    plan_row_cache(g);
     int outer_vec = k->vvar >= 0 && !(k->rmask >> k->vvar & 1);
     int64_t tile = k->rmask ? (int64_t)g->L * 4 : TILE_POINTWISE;
     int64_t ntiles;

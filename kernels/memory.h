@@ -1,0 +1,17 @@
+/* smelt memory helpers for large buffers. */
+#ifndef SMELT_KERN_MEMORY_H
+#define SMELT_KERN_MEMORY_H
+
+#include <stddef.h>
+
+/* Asks the OS to back the 2 MiB-aligned interior of [p, p+n) with
+ * transparent huge pages before it is first touched, so a fresh multi-MB
+ * output costs a few hundred page faults instead of thousands. A no-op for
+ * buffers under 4 MiB or where the OS declines. */
+void kern_advise_huge(void *p, size_t n);
+
+/* 64-byte aligned temporary of n bytes (huge pages advised); NULL when out
+ * of memory. Release with free(). */
+void *kern_alloc_temp(size_t n);
+
+#endif
