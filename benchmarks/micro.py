@@ -6,7 +6,10 @@ smelt compiled graph (built directly with the smelt._C Graph API) and of
 torch.compile(backend="inductor"), the time ratios, the achieved bandwidth, both
 compilers' compile times and the smelt result's error against eager:
 
-  chain      8 pointwise ops on a 16M float32 vector (one input, one output)
+  chain      8 arithmetic pointwise ops on a 16M float32 vector (one input, one
+             output): memory-bound, judged against the bandwidth ceiling
+  chainmath  8 pointwise ops with sin/exp/sqrt on 16M float32: compute-bound,
+             judged against eager
   softmax    softmax over the last dim of 4096x4096 float32 (amax/sub/exp/sum/div)
   layernorm  layer norm of 8192x1024 float32 with weight and bias (mean/var/rsqrt)
   sum        sum of 64M float32 to a scalar
@@ -161,11 +164,28 @@ def compare(got, ref, rtol, atol):
 # the kernels: eager function, smelt graph, traffic, tolerance, target
 
 def eager_chain(x):
+    """8 arithmetic ops: mul, add, abs, maximum, mul, sub, neg, minimum."""
+    t = torch.maximum((x * 1.5 + 0.5).abs(), torch.tensor(0.25))
+    return torch.minimum(-(t * 2.0 - 1.0), torch.tensor(3.0))
+
+
+def graph_chain(C, x):
+    g = C.Graph()
+    t = g.input(F32, tuple(x.shape))
+    t = g.op("add", g.op("mul", t, g.scalar(1.5)), g.scalar(0.5))
+    t = g.op("maximum", g.op("abs", t), g.op("full", shape=[], value=0.25, dtype=F32))
+    t = g.op("sub", g.op("mul", t, g.scalar(2.0)), g.scalar(1.0))
+    t = g.op("minimum", g.op("neg", t), g.op("full", shape=[], value=3.0, dtype=F32))
+    g.output(t)
+    return g
+
+
+def eager_chainmath(x):
     """8 pointwise ops: mul, add, sin, exp, mul, add, reciprocal, sqrt."""
     return torch.sqrt(torch.reciprocal(torch.exp(torch.sin(x * 1.5 + 0.5)) * 2.0 + 1.0))
 
 
-def graph_chain(C, x):
+def graph_chainmath(C, x):
     g = C.Graph()
     t = g.input(F32, tuple(x.shape))
     t = g.op("mul", t, g.scalar(1.5))
@@ -249,10 +269,14 @@ def make_cases(quick):
          "inputs": lambda: (torch.randn(n_sum, generator=gen), torch.empty(n_sum)),
          "eager": eager_copy_, "graph": None, "inductor": False, "tol": None,
          "target": "strict ceiling", "bytes": lambda inputs, out: 2 * out.nbytes},
-        {"name": "chain", "desc": f"8 pointwise ops, {n_chain >> 20}M f32",
+        {"name": "chain", "desc": f"8 arith pointwise ops, {n_chain >> 20}M f32",
          "inputs": lambda: (torch.randn(n_chain, generator=gen),),
          "eager": eager_chain, "graph": graph_chain, "inductor": True,
          "tol": (1e-5, 1e-6), "target": "bandwidth"},
+        {"name": "chainmath", "desc": f"8 ops incl. sin/exp/sqrt, {n_chain >> 20}M f32",
+         "inputs": lambda: (torch.randn(n_chain, generator=gen),),
+         "eager": eager_chainmath, "graph": graph_chainmath, "inductor": True,
+         "tol": (1e-5, 1e-6), "target": "eager"},
         {"name": "softmax", "desc": f"softmax(-1), {sm_rows}x4096 f32",
          "inputs": lambda: (torch.randn(sm_rows, 4096, generator=gen),),
          "eager": eager_softmax, "graph": graph_softmax, "inductor": True,
@@ -537,7 +561,7 @@ def parse_args(argv):
                    help="use torch's default inductor cache dir (default: a fresh one, so "
                         "inductor compile times are cold)")
     p.add_argument("--only", metavar="NAMES",
-                   help="comma list of clone,copy_,chain,softmax,layernorm,sum")
+                   help="comma list of clone,copy_,chain,chainmath,softmax,layernorm,sum")
     return p.parse_args(argv)
 
 
