@@ -18,17 +18,27 @@ typedef struct GraphObject {
 /* ------------------------------------------------------------------ */
 /* argument conversion                                                */
 
+/* o.__index__() as long long with its overflow sign; -1 with a TypeError
+ * naming op/key (`what` says what else is accepted) when o is no int. */
+static int index_value(PyObject *o, const char *op, const char *key, const char *what,
+                       long long *r, int *overflow)
+{
+    if (!PyIndex_Check(o))
+        return PyErr_Format(PyExc_TypeError, "%s: %s must be an int%s, got %s", op, key, what,
+                            Py_TYPE(o)->tp_name), -1;
+    PyObject *v = PyNumber_Index(o);
+    *overflow = 0;
+    *r = v ? PyLong_AsLongLongAndOverflow(v, overflow) : -1;
+    Py_XDECREF(v);
+    return (!v || (*r == -1 && PyErr_Occurred())) ? -1 : 0;
+}
+
 /* Python int (or __index__) -> int64; ValueError naming op/key on overflow. */
 static int int_arg(PyObject *o, const char *op, const char *key, int64_t *out)
 {
-    if (!PyIndex_Check(o))
-        return PyErr_Format(PyExc_TypeError, "%s: %s must be an int, got %s", op, key,
-                            Py_TYPE(o)->tp_name), -1;
-    PyObject *v = PyNumber_Index(o);
-    int overflow = 0;
-    long long r = v ? PyLong_AsLongLongAndOverflow(v, &overflow) : -1;
-    Py_XDECREF(v);
-    if (!v || (r == -1 && PyErr_Occurred()))
+    long long r;
+    int overflow;
+    if (index_value(o, op, key, "", &r, &overflow))
         return -1;
     if (overflow)
         return PyErr_Format(PyExc_ValueError, "%s: %s %R is out of range", op, key, o), -1;
@@ -36,21 +46,16 @@ static int int_arg(PyObject *o, const char *op, const char *key, int64_t *out)
     return 0;
 }
 
-/* Like int_arg, saturating to the int64 range (slice bounds). */
+/* Like int_arg, saturating to the int64 range (slice bounds); None -> dflt. */
 static int bound_arg(PyObject *o, const char *op, const char *key, int64_t dflt, int64_t *out)
 {
+    long long r;
+    int overflow;
     if (!o || o == Py_None) {
         *out = dflt;
         return 0;
     }
-    if (!PyIndex_Check(o))
-        return PyErr_Format(PyExc_TypeError, "%s: %s must be an int or None, got %s", op, key,
-                            Py_TYPE(o)->tp_name), -1;
-    PyObject *v = PyNumber_Index(o);
-    int overflow = 0;
-    long long r = v ? PyLong_AsLongLongAndOverflow(v, &overflow) : -1;
-    Py_XDECREF(v);
-    if (!v || (r == -1 && PyErr_Occurred()))
+    if (index_value(o, op, key, " or None", &r, &overflow))
         return -1;
     *out = overflow > 0 ? INT64_MAX : overflow < 0 ? INT64_MIN : r;
     return 0;
