@@ -185,7 +185,9 @@ static int module_exec(PyObject *m)
         return -1;
     if (state_init_torch(st, torch) == 0 && state_init_names(st) == 0 &&
         pyext_graph_type_init(m, st) == 0 && pyext_compiled_type_init(m, st) == 0 &&
-        add_op_table(m) == 0 && init_threads(torch) == 0)
+        pyext_guard_type_init(m) == 0 &&
+        add_op_table(m) == 0 && init_threads(torch) == 0 && pyext_hook_init(m) == 0 &&
+        pyext_function_type_init(m) == 0)
         rc = 0;
     Py_DECREF(torch);
     return rc;

@@ -33,6 +33,9 @@ PyObject *pyext_dtype_to_py(pyext_state *st, smelt_dtype dt);
  * exception). */
 int pyext_graph_type_init(PyObject *m, pyext_state *st);
 int pyext_compiled_type_init(PyObject *m, pyext_state *st);
+int pyext_guard_type_init(PyObject *m);   /* smelt._C._GuardTree */
+int pyext_function_type_init(PyObject *m);   /* smelt._C.CompiledFunction */
+int pyext_hook_init(PyObject *m);   /* frame hook + its test functions */
 
 /* A new Compiled object running plan (ownership taken, also on failure)
  * with the inputs and outputs of g. NULL with an exception on failure. */

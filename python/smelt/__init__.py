@@ -1,7 +1,8 @@
 """smelt: a just-in-time compiler for PyTorch programs, written in C.
 
-For now this exposes the compiler back end as `smelt._C` (the internal graph
-API, see README.md); the public `smelt.compile` arrives with the tracer.
+`smelt.compile(fn_or_module)` traces the Python code that runs, compiles the
+graph it builds into fused CPU kernels and reuses them while its guards hold;
+`smelt._C` is the internal graph API (see README.md).
 """
 import logging
 import os
@@ -42,3 +43,5 @@ log_channels = frozenset(_configure_logging(os.environ.get("SMELT_LOGS", "")))
 
 if hasattr(_C, "set_num_threads"):
     _C.set_num_threads(torch.get_num_threads())
+
+from ._api import CompiledModule, compile, reset  # noqa: E402

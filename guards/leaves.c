@@ -1,0 +1,278 @@
+/* leaves.c — the leaf checks of the guard tree (except TENSOR_MATCH, in
+ * tensor.c): their builders and their evaluation. */
+#include "guard_int.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* constants                                                          */
+
+#define CONST_MAX_DEPTH 16
+
+static bool is_const(PyObject *v, int depth)
+{
+    if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
+        PyUnicode_CheckExact(v))
+        return true;
+    if (!PyTuple_CheckExact(v) || depth >= CONST_MAX_DEPTH)
+        return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++)
+        if (!is_const(PyTuple_GET_ITEM(v, i), depth + 1))
+            return false;
+    return true;
+}
+
+bool guard_is_const(PyObject *v) { return is_const(v, 0); }
+
+/* Floats: NaN equals NaN, -0.0 differs from 0.0 (they behave differently). */
+static bool float_equal(double x, double y)
+{
+    if (isnan(x) || isnan(y))
+        return isnan(x) && isnan(y);
+    return x == y && signbit(x) == signbit(y);
+}
+
+bool guard_const_equal(PyObject *a, PyObject *b)
+{
+    if (Py_TYPE(a) != Py_TYPE(b))
+        return false;
+    if (a == b)
+        return true;
+    if (PyLong_CheckExact(a))
+        return PyObject_RichCompareBool(a, b, Py_EQ) == 1;   /* int == int cannot raise */
+    if (PyFloat_CheckExact(a))
+        return float_equal(PyFloat_AS_DOUBLE(a), PyFloat_AS_DOUBLE(b));
+    if (PyUnicode_CheckExact(a))
+        return PyUnicode_Compare(a, b) == 0;
+    if (!PyTuple_CheckExact(a) || PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(b))
+        return false;   /* None and bools are singletons: equal only if identical */
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a); i++)
+        if (!guard_const_equal(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i)))
+            return false;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* builders                                                           */
+
+/* Leaves go on value nodes; only CALL_IS (global state) sits on the root. */
+static int value_node(guard_node *n, const char *what)
+{
+    if (n && n->kind != GUARD_ROOT)
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%s: %s", what,
+                 n ? "the root has no value (checks go on LOCAL/GLOBAL nodes and below)"
+                   : "no node");
+    return -1;
+}
+
+static int push_obj(guard_node *n, guard_leaf_kind kind, PyObject *obj, const char *what)
+{
+    if (value_node(n, what))
+        return -1;
+    return guard_leaf_push(n, (guard_leaf){.kind = (uint8_t)kind, .obj = Py_XNewRef(obj)});
+}
+
+int guard_add_type_is(guard_node *n, PyTypeObject *type)
+{
+    if (!type || !PyType_Check((PyObject *)type))
+        return PyErr_SetString(PyExc_TypeError, "guard_add_type_is: expected a type"), -1;
+    return push_obj(n, LEAF_TYPE_IS, (PyObject *)type, "guard_add_type_is");
+}
+
+int guard_add_id_is(guard_node *n, PyObject *obj)
+{
+    if (!obj)
+        return PyErr_SetString(PyExc_TypeError, "guard_add_id_is: NULL object"), -1;
+    return push_obj(n, LEAF_ID_IS, obj, "guard_add_id_is");
+}
+
+int guard_add_equals(guard_node *n, PyObject *value)
+{
+    if (!value || !guard_is_const(value))
+        return PyErr_Format(PyExc_TypeError, "guard_add_equals: expected None, bool, int, "
+                            "float, str or a tuple of those, got %s",
+                            value ? Py_TYPE(value)->tp_name : "NULL"), -1;
+    return push_obj(n, LEAF_EQUALS, value, "guard_add_equals");
+}
+
+int guard_add_none(guard_node *n, int is_none)
+{
+    return push_obj(n, is_none ? LEAF_ID_IS : LEAF_ID_NOT, Py_None, "guard_add_none");
+}
+
+int guard_add_bool(guard_node *n, int value)
+{
+    return push_obj(n, LEAF_ID_IS, value ? Py_True : Py_False, "guard_add_bool");
+}
+
+int guard_add_len_eq(guard_node *n, Py_ssize_t len)
+{
+    if (len < 0)
+        return PyErr_Format(PyExc_ValueError, "guard_add_len_eq: length %zd < 0", len), -1;
+    if (value_node(n, "guard_add_len_eq"))
+        return -1;
+    return guard_leaf_push(n, (guard_leaf){.kind = LEAF_LEN_EQ, .n = len});
+}
+
+int guard_add_dict_keys(guard_node *n, PyObject *keys)
+{
+    bool ok = keys && PyTuple_CheckExact(keys);
+    for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(keys); i++) {
+        PyObject *k = PyTuple_GET_ITEM(keys, i);
+        ok = PyUnicode_CheckExact(k) || PyLong_CheckExact(k);
+    }
+    if (!ok)
+        return PyErr_SetString(PyExc_TypeError, "guard_add_dict_keys: expected a tuple of "
+                               "exact str or int keys"), -1;
+    return push_obj(n, LEAF_DICT_KEYS, keys, "guard_add_dict_keys");
+}
+
+int guard_add_empty_dict_or_none(guard_node *n)
+{
+    return push_obj(n, LEAF_EMPTY_DICT_OR_NONE, NULL, "guard_add_empty_dict_or_none");
+}
+
+int guard_add_tensor_match(guard_node *n, PyObject *example, const uint8_t *dynamic_dims)
+{
+    if (value_node(n, "guard_add_tensor_match"))
+        return -1;
+    guard_tensor_spec *ts = guard_tensor_spec_new(n->tree, example, dynamic_dims);
+    if (!ts)
+        return -1;
+    return guard_leaf_push(n, (guard_leaf){.kind = LEAF_TENSOR, .ts = ts});
+}
+
+/* Global-state readers: torch.<attr>() must keep returning the same object. */
+static const struct {
+    const char *attr, *text;
+} global_state[] = {
+    {"is_grad_enabled", "torch.is_grad_enabled()"},
+    {"get_default_dtype", "torch.get_default_dtype()"},
+};
+
+int guard_add_global_state(guard_tree *t)
+{
+    PyObject *torch = PyImport_ImportModule("torch");
+    if (!torch)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < sizeof global_state / sizeof global_state[0]; i++) {
+        PyObject *fn = PyObject_GetAttrString(torch, global_state[i].attr);
+        PyObject *now = fn ? PyObject_CallNoArgs(fn) : NULL;
+        if (!now) {
+            Py_XDECREF(fn);
+            rc = -1;
+            break;
+        }
+        rc = guard_leaf_push(t->nodes[0], (guard_leaf){.kind = LEAF_CALL_IS, .obj = fn,
+                                                        .aux = now, .text = global_state[i].text});
+    }
+    Py_DECREF(torch);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* checks                                                             */
+
+/* "<leaf text> failed: got <text of got>"; returns 0. */
+static int failed_obj(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *got)
+{
+    guard_buf b = {0};
+    guard_leaf_text(&b, n, l);
+    guard_buf_printf(&b, " failed: got ");
+    guard_obj_text(&b, got);
+    guard_fail(c, "%s", b.s && !b.oom ? b.s : "guard failed (out of memory for the reason)");
+    free(b.s);
+    return 0;
+}
+
+/* len(v) into *len: 1, 0 (failed: v has no len) or -1. */
+static int length(guard_ctx *c, const guard_node *n, PyObject *v, Py_ssize_t *len)
+{
+    if (PyTuple_CheckExact(v) || PyList_CheckExact(v) || PyDict_CheckExact(v)) {
+        *len = PyDict_CheckExact(v) ? PyDict_GET_SIZE(v) : Py_SIZE(v);
+        return 1;
+    }
+    *len = PyObject_Length(v);
+    if (*len >= 0)
+        return 1;
+    char what[512];
+    snprintf(what, sizeof what, "len(%s)", n->source);
+    return guard_fail_exc(c, what);
+}
+
+static int check_len(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
+{
+    Py_ssize_t len;
+    int r = length(c, n, v, &len);
+    if (r != 1 || len == l->n)
+        return r;
+    return guard_fail(c, "len(%s) == %zd failed: got %zd", n->source, l->n, len);
+}
+
+/* Keys of dict v in iteration order against the tuple l->obj. */
+static int check_dict_keys(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
+{
+    PyObject *want = l->obj;
+    if (!PyDict_CheckExact(v)) {   /* OrderedDict & co: their own iteration order */
+        PyObject *got = PySequence_Tuple(v);
+        if (!got)
+            return guard_fail_exc(c, n->source);
+        int ok = guard_const_equal(got, want);
+        int r = ok ? 1 : failed_obj(c, n, l, got);
+        Py_DECREF(got);
+        return r;
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *val;
+    bool ok = PyDict_GET_SIZE(v) == PyTuple_GET_SIZE(want);
+    while (ok && PyDict_Next(v, &pos, &k, &val))
+        ok = guard_const_equal(k, PyTuple_GET_ITEM(want, i++));
+    if (ok)
+        return 1;
+    PyObject *got = PySequence_Tuple(v);
+    int r = got ? failed_obj(c, n, l, got) : guard_fail_exc(c, n->source);
+    Py_XDECREF(got);
+    return r;
+}
+
+static int check_call(guard_ctx *c, const guard_leaf *l)
+{
+    PyObject *r = PyObject_CallNoArgs(l->obj);
+    if (!r)
+        return guard_fail_exc(c, l->text);
+    int ok = r == l->aux;
+    if (!ok) {
+        guard_buf b = {0};
+        guard_obj_text(&b, l->aux);
+        guard_buf_printf(&b, " failed: got ");
+        guard_obj_text(&b, r);
+        guard_fail(c, "%s is %s", l->text, b.s && !b.oom ? b.s : "?");
+        free(b.s);
+    }
+    Py_DECREF(r);
+    return ok;
+}
+
+int guard_leaf_check(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
+{
+    switch ((guard_leaf_kind)l->kind) {
+    case LEAF_TYPE_IS:
+        return (PyObject *)Py_TYPE(v) == l->obj ? 1 : failed_obj(c, n, l, (PyObject *)Py_TYPE(v));
+    case LEAF_ID_IS: return v == l->obj ? 1 : failed_obj(c, n, l, v);
+    case LEAF_ID_NOT: return v != l->obj ? 1 : failed_obj(c, n, l, v);
+    case LEAF_EQUALS: return guard_const_equal(v, l->obj) ? 1 : failed_obj(c, n, l, v);
+    case LEAF_LEN_EQ: return check_len(c, n, l, v);
+    case LEAF_DICT_KEYS:
+        return PyDict_Check(v) ? check_dict_keys(c, n, l, v) : failed_obj(c, n, l, v);
+    case LEAF_EMPTY_DICT_OR_NONE:
+        return v == Py_None || (PyDict_Check(v) && PyDict_GET_SIZE(v) == 0)
+                   ? 1 : failed_obj(c, n, l, v);
+    case LEAF_TENSOR: return guard_tensor_check(c, n, l->ts, v);
+    case LEAF_CALL_IS: return check_call(c, l);
+    }
+    PyErr_SetString(PyExc_SystemError, "guards: bad leaf kind");
+    return -1;
+}

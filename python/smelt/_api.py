@@ -1,0 +1,86 @@
+"""smelt.compile / smelt.reset: the thin public layer over smelt._C.
+
+A compiled function is a smelt._C.CompiledFunction (tracing, guards and the
+cache of compiled entries are all in C). A compiled nn.Module is a wrapper
+module that keeps the original's parameters, state_dict, train()/eval() and
+attributes, and runs `type(module).forward` through one CompiledFunction.
+"""
+import functools
+import os
+import weakref
+
+import torch
+
+from . import _C
+
+_live = weakref.WeakSet()   # every CompiledFunction, for reset()
+
+
+def _disabled():
+    return os.environ.get("SMELT_DISABLE", "") not in ("", "0")
+
+
+def _compile_function(fn, fullgraph):
+    cf = _C.CompiledFunction(fn, fullgraph=fullgraph)
+    _live.add(cf)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return cf(*args, **kwargs)
+
+    wrapper._smelt = cf
+    return wrapper
+
+
+class CompiledModule(torch.nn.Module):
+    """A module whose forward runs through smelt. Attribute access, parameters,
+    buffers, state_dict and train()/eval() are those of the original module."""
+
+    def __init__(self, mod, fullgraph):
+        super().__init__()
+        self._orig_mod = mod
+        self.training = mod.training
+        forward = type(mod).forward
+        self._smelt = _C.CompiledFunction(forward, fullgraph=fullgraph)
+        _live.add(self._smelt)
+
+    def forward(self, *args, **kwargs):
+        return self._smelt(self._orig_mod, *args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._orig_mod, name)
+
+    def state_dict(self, *args, **kwargs):
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args, **kwargs):
+        return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def __repr__(self):
+        return f"smelt.CompiledModule({self._orig_mod!r})"
+
+
+def compile(obj=None, *, dynamic=None, fullgraph=False, mode=None, options=None):
+    """Compile a function or nn.Module; also usable as @smelt.compile or
+    @smelt.compile(fullgraph=True). With SMELT_DISABLE=1 returns obj as is.
+
+    dynamic, mode and options are accepted for torch.compile compatibility;
+    dynamic shapes are not implemented yet (every new shape compiles anew)."""
+    if obj is None:
+        return lambda o: compile(o, dynamic=dynamic, fullgraph=fullgraph, mode=mode, options=options)
+    if _disabled():
+        return obj
+    if isinstance(obj, torch.nn.Module):
+        return CompiledModule(obj, fullgraph)
+    if callable(obj) and hasattr(obj, "__code__"):
+        return _compile_function(obj, fullgraph)
+    raise TypeError(f"smelt.compile: expected a function or nn.Module, got {type(obj).__name__}")
+
+
+def reset():
+    """Drop every compiled entry of every compiled function and module."""
+    for cf in list(_live):
+        cf.reset()

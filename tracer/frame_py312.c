@@ -1,0 +1,87 @@
+/* The frame hook's CPython 3.12 part: the only place (with frame_py311.c)
+ * that reads CPython's internal frame layout (Include/internal/
+ * pycore_frame.h). Compiled to nothing on other versions.
+ *
+ * 3.12 facts used: _PyEval_Vector pushes and fills the frame and returns
+ * what the eval-frame function returns; the evaluator clears and pops the
+ * frame when it finishes (clear_thread_frame in Python/ceval.c), so a frame
+ * that is not run must be cleared and popped here. A frame that has not run
+ * yet has prev_instr one before its first code unit and is not linked into
+ * the thread's frame chain (the evaluator links it), so nothing can have
+ * made a frame object for it; its cells are made and free variables copied
+ * by its first instructions (MAKE_CELL, COPY_FREE_VARS). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#if PY_VERSION_HEX >= 0x030c0000 && PY_VERSION_HEX < 0x030d0000
+
+#define Py_BUILD_CORE
+#include <internal/pycore_frame.h>
+#undef Py_BUILD_CORE
+
+#include "eval_frame.h"
+
+int tracer_frame_open(struct _PyInterpreterFrame *frame, tracer_frame_view *v)
+{
+    PyCodeObject *code = frame->f_code;
+    if (frame->owner != FRAME_OWNED_BY_THREAD || !PyFunction_Check(frame->f_funcobj) ||
+        frame->prev_instr != _PyCode_CODE(code) - 1)
+        return 0;
+    v->code = code;
+    v->func = frame->f_funcobj;
+    v->globals = frame->f_globals;
+    v->builtins = frame->f_builtins;
+    v->closure = ((PyFunctionObject *)frame->f_funcobj)->func_closure;
+    v->localsplus = frame->localsplus;
+    v->nlocalsplus = code->co_nlocalsplus;
+    v->first_free = code->co_nlocalsplus - code->co_nfreevars;
+    return 1;
+}
+
+/* Drops the frame's references as _PyFrame_ClearExceptCode (Python/frame.c)
+ * does for a frame without a frame object, then its code, with the C
+ * recursion allowance lowered while finalizers may run (as
+ * clear_thread_frame does). */
+static void frame_clear(PyThreadState *ts, _PyInterpreterFrame *frame)
+{
+    if (frame->frame_obj != NULL)
+        Py_FatalError("smelt (" __FILE__ "): a frame smelt did not run has a frame object");
+    ts->c_recursion_remaining--;
+    for (int i = 0; i < frame->stacktop; i++)
+        Py_XDECREF(frame->localsplus[i]);
+    Py_XDECREF(frame->f_locals);
+    Py_DECREF(frame->f_funcobj);
+    Py_DECREF(frame->f_code);
+    ts->c_recursion_remaining++;
+}
+
+/* Pops the frame, which must be the top of the thread's data stack, as
+ * _PyThreadState_PopFrame (Python/pystate.c) does: when it is the first in
+ * its stack chunk the chunk is freed (with the arena allocator that
+ * allocated it) and the previous chunk becomes current; the root chunk is
+ * never popped this way (its first slot is never a frame). */
+static void frame_pop(PyThreadState *ts, _PyInterpreterFrame *frame)
+{
+    PyObject **base = (PyObject **)frame;
+    _PyStackChunk *chunk = ts->datastack_chunk;
+    if (base != &chunk->data[0]) {
+        ts->datastack_top = base;
+        return;
+    }
+    _PyStackChunk *prev = chunk->previous;
+    ts->datastack_top = &prev->data[prev->top];
+    ts->datastack_chunk = prev;
+    ts->datastack_limit = (PyObject **)((char *)prev + prev->size);
+    PyObjectArenaAllocator arena;
+    PyObject_GetArenaAllocator(&arena);
+    arena.free(arena.ctx, chunk, chunk->size);
+}
+
+void tracer_frame_discard(PyThreadState *ts, struct _PyInterpreterFrame *frame)
+{
+    assert((PyObject **)frame + frame->f_code->co_framesize == ts->datastack_top);
+    frame_clear(ts, frame);
+    frame_pop(ts, frame);
+}
+
+#endif
