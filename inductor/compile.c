@@ -53,6 +53,8 @@ void smelt_plan_free(smelt_plan *p)
     free(p->kernels);
     free(p->bufs);
     free(p->steps);
+    for (int32_t k = 0; p->code && k < p->nkernels; k++)
+        free(p->code[k].slots);
     free(p->code);
     kir_pool_free(&p->pool);
     smelt_graph_free(p->graph);

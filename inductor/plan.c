@@ -13,6 +13,8 @@ typedef struct run_ctx {
     void **bufs;
 } run_ctx;
 
+#define MAX_STACK_SLOTS 64
+
 static void run_range(void *ctx, int64_t begin, int64_t end)
 {
     run_ctx *r = ctx;
@@ -31,7 +33,7 @@ static int run_matmul(const smelt_plan *p, const plan_step *s, void **bufs, char
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
                    char *err, size_t errlen)
 {
-    void **bufs = calloc((size_t)p->nbufs + 2, sizeof(void *));
+    void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
     int32_t flag = 0;
     int rc = 0;
     if (!bufs) {
@@ -49,7 +51,6 @@ int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *output
             rc = -1;
         }
     }
-    bufs[p->nbufs] = &flag;
     for (int32_t s = 0; s < p->nsteps && !rc; s++) {
         const plan_step *st = &p->steps[s];
         if (st->kind == PS_MATMUL) {
@@ -57,20 +58,30 @@ int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *output
             continue;
         }
         const plan_kernel_code *c = &p->code[st->kernel];
-        run_ctx r = { c->fn, bufs };
-        if (c->finish && !(bufs[p->nbufs + 1] = malloc((size_t)c->scratch_bytes))) {
+        void *small[MAX_STACK_SLOTS + 2], **kb = small;
+        if (c->nslots > MAX_STACK_SLOTS && !(kb = malloc(sizeof(void *) * (size_t)(c->nslots + 2)))) {
             snprintf(err, errlen, "out of memory");
             rc = -1;
             break;
         }
-        if (c->nitems > 0)
+        for (int32_t i = 0; i < c->nslots; i++)
+            kb[i] = bufs[c->slots[i]];
+        kb[c->nslots] = &flag;
+        kb[c->nslots + 1] = NULL;
+        run_ctx r = { c->fn, kb };
+        if (c->finish && !(kb[c->nslots + 1] = malloc((size_t)c->scratch_bytes))) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+        if (!rc && c->nitems > 0)
             kern_parallel_for(c->nitems, c->grain, run_range, &r);
-        if (c->finish) {
+        if (!rc && c->finish) {
             r.fn = c->finish;
             kern_parallel_for(c->nfinish, 1, run_range, &r);
-            free(bufs[p->nbufs + 1]);
-            bufs[p->nbufs + 1] = NULL;
         }
+        free(kb[c->nslots + 1]);
+        if (kb != small)
+            free(kb);
         if (flag) {
             snprintf(err, errlen, "ZeroDivisionError: integer division by zero");
             rc = -1;

@@ -1,8 +1,8 @@
 /* smelt plan internals: what lowering produces and the executor runs.
  *
- * Buffers are numbered; a kernel reads/writes buffers by number through the
- * `bufs` array passed to it (bufs[nbufs] is the kernel's error-flag word, bufs[nbufs+1] a split
- * kernel's partials).
+ * Buffers are numbered; a kernel reads/writes them through its own slot
+ * table (plan_kernel_code.slots), so kernels that differ only in which
+ * buffers they touch share one compiled function.
  * Steps run in order; each step's inputs were written by earlier steps.
  */
 #ifndef SMELT_PLAN_H
@@ -31,10 +31,15 @@ typedef struct plan_step {
     int64_t a_off, b_off;                  /* element offsets */
 } plan_step;
 
-/* Signature of every generated kernel: items [begin, end) of its work. */
+/* Signature of every generated kernel: items [begin, end) of its work.
+ * `bufs` is the kernel's own slot table: bufs[i] = plan buffer slots[i],
+ * then the error flag, then a split kernel's partials. */
 typedef void (*plan_kernel_fn)(void **bufs, int64_t begin, int64_t end);
 
 typedef struct plan_kernel_code {
+    int32_t *slots;          /* kernel slot -> plan buffer */
+    int32_t nslots;
+    int32_t same_as;         /* an earlier kernel with identical code, or -1 */
     plan_kernel_fn fn;       /* main body (split kernels: partial sums) */
     plan_kernel_fn finish;   /* split kernels: combine partials; else NULL */
     int64_t nitems, grain;   /* work items for fn and the minimum chunk */

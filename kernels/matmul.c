@@ -640,17 +640,14 @@ static int mm_dnnl_exec(const mm_entry *e, const void *a, const void *b, void *c
 
 #define MM_DECLINED 1
 
-/* Runs a validated fp32/bf16 d with M, N, K > 0 on oneDNN with smelt's
- * thread count: 0 done, -1 error, MM_DECLINED if oneDNN has no fast kernel
- * for the dtype or layout (or is unavailable) and the portable kernel
- * should run. */
-static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, void *c,
-                     char *err, size_t errlen)
+/* Runs a validated fp32/bf16 d with M, N, K > 0 on oneDNN, single-threaded
+ * (smelt's pool splits the work, see mm_onednn): 0 done, -1 error,
+ * MM_DECLINED if oneDNN has no fast kernel for the dtype or layout (or is
+ * unavailable) and the portable kernel should run. */
+static int mm_onednn_one(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                         char *err, size_t errlen)
 {
-    pthread_once(&g_dnnl_once, dnnl_init_once);
-    if (!D.eng || (d->dtype == SMELT_BF16 && !D.native_bf16))
-        return MM_DECLINED;
-    int nt = kern_get_num_threads(), old = 0;
+    int nt = 1, old = 0;
     if (D.omp_set && (old = D.omp_get()) != nt)
         D.omp_set(nt);
     mm_key k;
@@ -664,6 +661,69 @@ static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, vo
     if (D.omp_set && old != nt)
         D.omp_set(old);
     return rc;
+}
+
+/* A piece of a matmul: rows (or batch entries) [begin, end) along dim s. */
+typedef struct mm_split {
+    const kern_matmul_desc *d;
+    const char *a, *b;
+    char *c;
+    int s, rc, declined;
+    size_t es;
+    char err[256];
+} mm_split;
+
+static void mm_split_range(void *ctx, int64_t begin, int64_t end)
+{
+    mm_split *m = ctx;
+    kern_matmul_desc p = *m->d;
+    int s = m->s, nd = p.ndim;
+    const char *a = m->a, *b = m->b;
+    char *c = m->c + (size_t)(begin * p.c_strides[s]) * m->es;
+    p.c_dims[s] = end - begin;
+    if (p.a_dims[s] != 1 || s == nd - 2) {
+        a += (size_t)(begin * p.a_strides[s]) * m->es;
+        p.a_dims[s] = end - begin;
+    }
+    if (s != nd - 2 && p.b_dims[s] != 1) {
+        b += (size_t)(begin * p.b_strides[s]) * m->es;
+        p.b_dims[s] = end - begin;
+    }
+    char err[256];
+    int rc = mm_onednn_one(&p, a, b, c, err, sizeof err);
+    if (rc == MM_DECLINED)
+        m->declined = 1;
+    else if (rc) {
+        m->rc = rc;
+        snprintf(m->err, sizeof m->err, "%s", err);
+    }
+}
+
+/* oneDNN runs each call single-threaded: its OpenMP team would otherwise
+ * spin against smelt's own thread pool (milliseconds lost per call on a
+ * busy machine). The work is split across smelt's pool instead, along the
+ * outermost batch dim when it is large enough, else along the rows. */
+static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                     char *err, size_t errlen)
+{
+    pthread_once(&g_dnnl_once, dnnl_init_once);
+    if (!D.eng || (d->dtype == SMELT_BF16 && !D.native_bf16))
+        return MM_DECLINED;
+    int nd = d->ndim, nt = kern_get_num_threads();
+    double flops = 2.0 * (double)d->c_dims[nd - 2] * (double)d->c_dims[nd - 1] * (double)d->a_dims[nd - 1];
+    for (int i = 0; i < nd - 2; i++)
+        flops *= (double)d->c_dims[i];
+    int s = (nd > 2 && d->c_dims[0] >= nt) ? 0 : nd - 2;
+    if (nt <= 1 || flops < 2e5 || d->c_dims[s] < 2)
+        return mm_onednn_one(d, a, b, c, err, errlen);
+    mm_split m = { .d = d, .a = a, .b = b, .c = c, .s = s, .es = d->dtype == SMELT_F32 ? 4 : 2 };
+    int64_t n = d->c_dims[s];
+    kern_parallel_for(n, (n + nt - 1) / nt, mm_split_range, &m);
+    if (m.rc) {
+        snprintf(err, errlen, "%s", m.err);
+        return -1;
+    }
+    return m.declined ? MM_DECLINED : 0;
 }
 
 /* ---------------------------------------------------------------- entries */

@@ -43,6 +43,8 @@ typedef struct cg {
     int L, vbits;
     LLVMValueRef fn, bufs_arg;
     LLVMValueRef *bufptr;           /* per plan buffer, lazily loaded */
+    int32_t *slot_of;               /* plan buffer -> this kernel's slot, or -1 */
+    int32_t nslots;
     LLVMValueRef flag;              /* i32* error flag */
     LLVMValueRef var[KIR_MAX_VARS];
     LLVMValueRef phase[MAX_PHASE];
@@ -301,7 +303,7 @@ static LLVMValueRef buf_base(cg *g, int32_t b)
         LLVMBasicBlockRef cur = LLVMGetInsertBlock(g->B);
         LLVMPositionBuilderBefore(g->B, LLVMGetBasicBlockTerminator(g->entry));
         LLVMValueRef slot = LLVMBuildGEP2(g->B, g->ptr, g->bufs_arg,
-                                          (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)b, 0) }, 1, "");
+                                          (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->slot_of[b], 0) }, 1, "");
         g->bufptr[b] = LLVMBuildLoad2(g->B, g->ptr, slot, "buf");
         LLVMPositionBuilderAtEnd(g->B, cur);
     }
@@ -1106,10 +1108,10 @@ static void begin_fn(cg *g, const char *name)
     LLVMPositionBuilderAtEnd(g->B, start);
     memset(g->bufptr, 0, sizeof(LLVMValueRef) * (size_t)g->p->nbufs);
     LLVMValueRef fslot = LLVMBuildGEP2(g->B, g->ptr, g->bufs_arg,
-                                       (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->p->nbufs, 0) }, 1, "");
+                                       (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->nslots, 0) }, 1, "");
     g->flag = LLVMBuildLoad2(g->B, g->ptr, fslot, "flag");
     LLVMValueRef sslot = LLVMBuildGEP2(g->B, g->ptr, g->bufs_arg,
-                                       (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->p->nbufs + 1, 0) }, 1, "");
+                                       (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->nslots + 1, 0) }, 1, "");
     g->scratch = g->k->split > 1 ? LLVMBuildLoad2(g->B, g->ptr, sslot, "scratch") : NULL;
     g->split_lo = g->split_hi = NULL;
 }
@@ -1225,6 +1227,115 @@ static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
     LLVMBuildRetVoid(g->B);
 }
 
+/* ---------- content addressing ---------- */
+
+/* The canonical byte form of a kernel: its loop nest, items and expression
+ * DAG with buffers renumbered by first use (each with its dtype) and shared
+ * subexpressions written once and referenced after. Kernels with equal keys
+ * compile to the same code; the renumbering gives the kernel's slot table. */
+typedef struct kkey {
+    uint8_t *b;
+    size_t n, cap;
+    int32_t *ex_id, *ix_id;   /* local numbering of visited expressions, 0 = not yet */
+    int32_t nex_seen, nix_seen;
+    int32_t *slot_of, *slots;
+    int32_t nslots;
+} kkey;
+
+static void kk_put(kkey *k, const void *p, size_t n)
+{
+    if (k->n + n > k->cap) {
+        k->cap = (k->cap + n) * 2;
+        if (!(k->b = realloc(k->b, k->cap)))
+            abort();
+    }
+    memcpy(k->b + k->n, p, n);
+    k->n += n;
+}
+
+static void kk_i64(kkey *k, int64_t v) { kk_put(k, &v, sizeof v); }
+
+static void kk_slot(kkey *k, const smelt_plan *p, int32_t buf)
+{
+    if (k->slot_of[buf] < 0) {
+        k->slots[k->nslots] = buf;
+        k->slot_of[buf] = k->nslots++;
+    }
+    kk_i64(k, k->slot_of[buf]);
+    kk_i64(k, p->bufs[buf].dtype);
+}
+
+static void kk_ix(kkey *k, const kir_pool *P, int32_t e)
+{
+    if (k->ix_id[e]) {
+        kk_i64(k, -k->ix_id[e]);
+        return;
+    }
+    k->ix_id[e] = ++k->nix_seen;
+    const kix *x = &P->ix[e];
+    int64_t h[4] = { x->op, x->c, x->lo, x->hi };
+    kk_put(k, h, sizeof h);
+    if (x->a >= 0)
+        kk_ix(k, P, x->a);
+    if (x->b >= 0)
+        kk_ix(k, P, x->b);
+}
+
+static void kk_ex(kkey *k, const smelt_plan *p, int32_t e)
+{
+    if (k->ex_id[e]) {
+        kk_i64(k, -k->ex_id[e]);
+        return;
+    }
+    k->ex_id[e] = ++k->nex_seen;
+    const kexpr *x = &p->pool.ex[e];
+    int64_t fb;
+    memcpy(&fb, &x->f, sizeof fb);
+    int64_t h[7] = { x->op, x->dtype, x->cdtype, x->gop, x->phase, fb, x->i };
+    kk_put(k, h, sizeof h);
+    if (x->gnode >= 0)   /* clamp bounds: the attrs, not the node number */
+        kk_put(k, &p->graph->nodes[x->gnode].a.clamp, sizeof p->graph->nodes[x->gnode].a.clamp);
+    if (x->op == KE_LOAD)
+        kk_slot(k, p, x->buf);
+    if (x->ix >= 0)
+        kk_ix(k, &p->pool, x->ix);
+    for (int s = 0; s < 3; s++)
+        if (x->src[s] >= 0)
+            kk_ex(k, p, x->src[s]);
+}
+
+/* Fills k (its arrays sized for p) with the key of kernel kn. */
+static void kernel_key(kkey *k, const smelt_plan *p, const kir_kernel *kn)
+{
+    k->n = 0;
+    k->nslots = k->nex_seen = k->nix_seen = 0;
+    memset(k->ex_id, 0, sizeof(int32_t) * (size_t)p->pool.nex);
+    memset(k->ix_id, 0, sizeof(int32_t) * (size_t)p->pool.nix);
+    for (int32_t b = 0; b < p->nbufs; b++)
+        k->slot_of[b] = -1;
+    int64_t h[6] = { kn->nvars, kn->rmask, kn->vvar, kn->split, kn->split_var, kn->nitems };
+    kk_put(k, h, sizeof h);
+    kk_put(k, kn->size, sizeof(int64_t) * (size_t)kn->nvars);
+    for (int i = 0; i < kn->nitems; i++) {
+        const kitem *it = &kn->items[i];
+        int64_t ih[3] = { it->kind, it->rop, it->acc_dtype };
+        kk_put(k, ih, sizeof ih);
+        kk_ex(k, p, it->value);
+        if (it->kind != KI_REDUCE) {
+            kk_slot(k, p, it->buf);
+            kk_ix(k, &p->pool, it->ix);
+        }
+    }
+}
+
+static uint64_t key_hash(const uint8_t *b, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 /* ---------- module ---------- */
 
 static void cg_init(cg *g, smelt_plan *p, LLVMContextRef C, int vbits)
@@ -1331,17 +1442,56 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
     LLVMSetTarget(g.M, triple);
     LLVMDisposeMessage(triple);
     p->code = calloc((size_t)p->nkernels + 1, sizeof(plan_kernel_code));
+    uint8_t **keys = calloc((size_t)p->nkernels + 1, sizeof(uint8_t *));
+    size_t *klen = calloc((size_t)p->nkernels + 1, sizeof(size_t));
+    uint64_t *khash = calloc((size_t)p->nkernels + 1, sizeof(uint64_t));
+    kkey kk = { 0 };
+    kk.slot_of = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
+    if (!p->code || !keys || !klen || !khash || !kk.slot_of)
+        abort();
     for (int32_t i = 0; i < p->nkernels; i++) {
+        plan_kernel_code *c = &p->code[i];
+        kk.ex_id = realloc(kk.ex_id, sizeof(int32_t) * (size_t)(p->pool.nex + 1));
+        kk.ix_id = realloc(kk.ix_id, sizeof(int32_t) * (size_t)(p->pool.nix + 1));
+        c->slots = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
+        if (!kk.ex_id || !kk.ix_id || !c->slots)
+            abort();
+        kk.slots = c->slots;
+        kernel_key(&kk, p, &p->kernels[i]);
+        c->nslots = kk.nslots;
+        keys[i] = malloc(kk.n);
+        if (!keys[i])
+            abort();
+        memcpy(keys[i], kk.b, kk.n);
+        klen[i] = kk.n;
+        khash[i] = key_hash(kk.b, kk.n);
+        c->same_as = -1;
+        for (int32_t j = 0; j < i && c->same_as < 0; j++)
+            if (p->code[j].same_as < 0 && khash[j] == khash[i] && klen[j] == klen[i] && !memcmp(keys[j], keys[i], klen[i]))
+                c->same_as = j;
+        if (c->same_as >= 0)
+            continue;
         char fname[128];
         snprintf(fname, sizeof fname, "%s_k%d", name, i);
         g.k = &p->kernels[i];
+        g.slot_of = kk.slot_of;
+        g.nslots = kk.nslots;
         cg_alloc_memo(&g);
-        emit_kernel_fn(&g, fname, &p->code[i]);
+        emit_kernel_fn(&g, fname, c);
         if (g.k->split > 1) {
             snprintf(fname, sizeof fname, "%s_k%d_finish", name, i);
             emit_finish_fn(&g, fname);
         }
     }
+    for (int32_t i = 0; i < p->nkernels; i++)
+        free(keys[i]);
+    free(keys);
+    free(klen);
+    free(khash);
+    free(kk.b);
+    free(kk.ex_id);
+    free(kk.ix_id);
+    free(kk.slot_of);
     char *verr = NULL;
     if (LLVMVerifyModule(g.M, LLVMReturnStatusAction, &verr)) {
         snprintf(err, errlen, "internal error: invalid LLVM IR: %.400s", verr);
@@ -1361,6 +1511,17 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
         goto out;
     for (int32_t i = 0; i < p->nkernels; i++) {
         char fname[128];
+        plan_kernel_code *c = &p->code[i];
+        if (c->same_as >= 0) {   /* identical kernel: its code, this kernel's slots */
+            const plan_kernel_code *o = &p->code[c->same_as];
+            c->fn = o->fn;
+            c->finish = o->finish;
+            c->nitems = o->nitems;
+            c->grain = o->grain;
+            c->nfinish = o->nfinish;
+            c->scratch_bytes = o->scratch_bytes;
+            continue;
+        }
         snprintf(fname, sizeof fname, "%s_k%d", name, i);
         p->code[i].fn = (plan_kernel_fn)cpu_jit_lookup(fname, err, errlen);
         if (!p->code[i].fn)
