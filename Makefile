@@ -20,6 +20,7 @@ test: setup
 
 bench: setup
 	$(PYTHON) benchmarks/micro.py
+	$(PYTHON) benchmarks/tracer.py
 
 # ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next
 # `make setup`/`make test` switches back to the release build).
