@@ -185,16 +185,24 @@ guard_node *guard_local(guard_tree *t, int index, const char *name)
     return n;
 }
 
+/* name (UTF-8) as an interned str; NULL + TypeError/UnicodeError. */
+static PyObject *intern(const char *name)
+{
+    if (!name)
+        return PyErr_SetString(PyExc_TypeError, "guards: NULL name"), NULL;
+    return PyUnicode_InternFromString(name);
+}
+
 guard_node *guard_global(guard_tree *t, const char *name)
 {
-    return child(t, t->nodes[0], GUARD_GLOBAL, 0, PyUnicode_InternFromString(name), NULL);
+    return child(t, t->nodes[0], GUARD_GLOBAL, 0, intern(name), NULL);
 }
 
 guard_node *guard_attr(guard_tree *t, guard_node *parent, const char *name)
 {
     if (check_parent(t, parent))
         return NULL;
-    return child(t, parent, GUARD_ATTR, 0, PyUnicode_InternFromString(name), NULL);
+    return child(t, parent, GUARD_ATTR, 0, intern(name), NULL);
 }
 
 guard_node *guard_item(guard_tree *t, guard_node *parent, Py_ssize_t index)

@@ -190,4 +190,21 @@ int guard_check(const guard_tree *t, PyObject *const *locals, int nlocals, PyObj
  * NULL when out of memory. */
 char *guard_tree_print(const guard_tree *t);
 
+/* ---------------------------------------------------------------- export
+ * (guards/export.c) What the tree's owner needs besides a yes/no: the
+ * values the check fetched (the compiled code's inputs), so that what runs
+ * is exactly what was checked, fetched once. */
+
+/* guard_check that hands out values: the same checks in the same order
+ * with the same result, but no reason (run guard_check for it after a
+ * failure). want (NULL: nothing wanted) and vals have one entry per node
+ * (guard_tree_num_nodes); vals must be all NULL on entry. Returns 1 with
+ * vals[id] = the value of node id (new reference) for every wanted node
+ * that has checks at or below it (the walk fetches exactly those; others
+ * stay NULL); 0 (a check failed) or -1 (error, as guard_check) with vals
+ * all NULL again. */
+int guard_check_values(const guard_tree *t, PyObject *const *locals, int nlocals,
+                       PyObject *globals, PyObject *builtins, const uint8_t *want,
+                       PyObject **vals);
+
 #endif

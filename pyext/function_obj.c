@@ -2,29 +2,38 @@
  * on its first calls.
  *
  * A call binds the arguments to the function's parameters, then looks for a
- * cache entry whose guards all hold; a hit runs the entry's compiled plan
- * (or the function itself for an entry recorded as a graph break); a miss
- * traces the function on these arguments (tracer/interp.c), compiles the
- * graph and adds an entry. After MAX_ENTRIES entries the function runs
- * eagerly, with one warning.
+ * cache entry whose guard tree (guards/guards.h) holds on that frame; a hit
+ * runs the entry's compiled plan on the graph inputs that very check
+ * fetched (guard_check_values: fetched once, not re-validated), or the
+ * function itself for an entry recorded as a graph break; a miss traces the function on these arguments (tracer/interp.c),
+ * builds the entry's guard tree from the sources and guards the trace
+ * recorded, compiles the graph and adds the entry. After MAX_ENTRIES
+ * entries the function runs eagerly, with one warning.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "module.h"
 #include "log.h"
+#include "../guards/guards.h"
 #include "../tracer/trace.h"
 
 #define MAX_ENTRIES 8
 #define MAX_LOCALS 64
+#define MAX_CELLS 64
+#define VALS_SMALL 128   /* guard nodes whose values fit on the stack */
 
 typedef struct entry {
     tr_result r;
+    guard_tree *tree;      /* NULL: its guards could not be built; never matches */
+    int *input_node;       /* graph input k is the value of tree node input_node[k] */
+    uint8_t *want;         /* by node id: 1 for the nodes in input_node */
     PyObject *compiled;    /* smelt._C.Compiled, or NULL: run eagerly */
-    int grad_mode;         /* -1: any; else torch.is_grad_enabled() must equal it */
     struct entry *next;
 } entry;
 
@@ -32,33 +41,99 @@ typedef struct FunctionObject {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *fn;
+    PyObject *code;        /* fn.__code__ the entries were traced from (NULL: none yet) */
     entry *entries;
     int nentries, fullgraph, warned;
     long ncompiles, nbreaks, nhits;
+    double trace_ms, compile_ms;   /* of the last new entry */
     PyObject *last_reason;
     PyObject *weakrefs;
 } FunctionObject;
 
 static PyObject *grad_enabled_fn;   /* torch.is_grad_enabled */
 
-/* ---------- binding ---------- */
+/* ---------- the frame ----------
+ *
+ * What the guard trees see as the frame's locals: the bound parameters
+ * loc[0..nargs) in CPython's order, then the contents of the function's
+ * closure cells loc[nargs + i] (NULL for an empty cell). So a closure
+ * variable of the compiled function is the local L['name'] of its trees:
+ * the function object is fixed per CompiledFunction, and so is its closure
+ * tuple (read-only); only the cells' contents change. nargs depends on the
+ * code object only, which is why entries are dropped when fn.__code__ is
+ * replaced. */
 
-/* Lays out fn's parameters from a vectorcall into locals (new refs), as
- * CPython does: positional/keyword parameters, *args tuple, **kwargs dict. */
-static int bind(PyObject *fn, PyObject *const *args, size_t nargsf, PyObject *kwn, PyObject **loc, int *nloc)
+/* One call: its frame for the guard trees (loc[0..nloc): parameters, then
+ * cell contents), and the original arguments for running eagerly. */
+typedef struct call_frame {
+    PyObject *const *loc;
+    int nloc;
+    PyObject *globals, *builtins;
+    PyObject *const *args;
+    size_t nargsf;
+    PyObject *kwn;
+} call_frame;
+
+/* co_varnames of co, fetched on first use into *names (NULL + error). */
+static PyObject *varnames(PyCodeObject *co, PyObject **names)
+{
+    if (!*names)
+        *names = PyCode_GetVarnames(co);
+    return *names;
+}
+
+/* Slot of keyword kn among the parameters that accept keywords; -1 if
+ * none, -2 on error. */
+static int keyword_slot(PyCodeObject *co, PyObject **names, PyObject *kn)
+{
+    if (!varnames(co, names))
+        return -2;
+    int last = co->co_argcount + co->co_kwonlyargcount;
+    for (int i = co->co_posonlyargcount; i < last; i++)
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(*names, i), kn) == 0)
+            return i;
+    return PyErr_Occurred() ? -2 : -1;
+}
+
+/* Fills the unbound parameters of loc[0..np+nk) from fn's defaults. */
+static int bind_defaults(PyObject *fn, PyCodeObject *co, PyObject **names, PyObject **loc)
+{
+    int np = co->co_argcount, nk = co->co_kwonlyargcount;
+    PyObject *defs = PyFunction_GET_DEFAULTS(fn), *kwdefs = PyFunction_GET_KW_DEFAULTS(fn);
+    Py_ssize_t nd = defs ? PyTuple_GET_SIZE(defs) : 0;
+    for (int i = 0; i < np + nk; i++) {
+        if (loc[i])
+            continue;
+        PyObject *d = i < np && i >= np - nd ? PyTuple_GET_ITEM(defs, i - (np - nd)) : NULL;
+        if (i >= np && kwdefs && varnames(co, names))
+            d = PyDict_GetItem(kwdefs, PyTuple_GET_ITEM(*names, i));
+        if (!d) {
+            if (varnames(co, names))
+                PyErr_Format(PyExc_TypeError, "%U() missing argument %R", co->co_name,
+                             PyTuple_GET_ITEM(*names, i));
+            return -1;
+        }
+        loc[i] = Py_NewRef(d);
+    }
+    return 0;
+}
+
+/* Lays out fn's parameters from a vectorcall into loc (new refs), as
+ * CPython does: positional/keyword parameters, *args tuple, **kwargs dict;
+ * *nargs gets their number. 0, or -1 with TypeError (loc then empty). */
+static int bind(PyObject *fn, PyObject *const *args, size_t nargsf, PyObject *kwn, PyObject **loc, int *nargs)
 {
     PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
     Py_ssize_t na = PyVectorcall_NARGS(nargsf), nkw = kwn ? PyTuple_GET_SIZE(kwn) : 0;
     int np = co->co_argcount, nk = co->co_kwonlyargcount;
     int hv = !!(co->co_flags & CO_VARARGS), hk = !!(co->co_flags & CO_VARKEYWORDS);
     int total = np + nk + hv + hk;
+    *nargs = 0;
     if (total > MAX_LOCALS)
         return PyErr_SetString(PyExc_TypeError, "smelt: too many parameters"), -1;
     memset(loc, 0, sizeof(PyObject *) * (size_t)total);
-    *nloc = total;
-    PyObject *names = PyObject_GetAttrString((PyObject *)co, "co_varnames");
-    PyObject *kwd = hk ? PyDict_New() : NULL;
-    if (!names || (hk && !kwd))
+    PyObject *names = NULL, *kwd = hk ? PyDict_New() : NULL;
+    if (hk && !kwd)
         goto fail;
     if (na > np && !hv) {
         PyErr_Format(PyExc_TypeError, "%U() takes %d positional arguments but %zd were given", co->co_name, np, na);
@@ -72,10 +147,9 @@ static int bind(PyObject *fn, PyObject *const *args, size_t nargsf, PyObject *kw
         PyTuple_SET_ITEM(loc[np + nk], i - np, Py_NewRef(args[i]));
     for (Py_ssize_t k = 0; k < nkw; k++) {
         PyObject *kn = PyTuple_GET_ITEM(kwn, k);
-        int slot = -1;
-        for (int i = co->co_posonlyargcount; i < np + nk; i++)
-            if (PyUnicode_Compare(PyTuple_GET_ITEM(names, i), kn) == 0)
-                slot = i;
+        int slot = keyword_slot(co, &names, kn);
+        if (slot == -2)
+            goto fail;
         if (slot >= 0 && !loc[slot])
             loc[slot] = Py_NewRef(args[na + k]);
         else if (slot < 0 && kwd && !PyDict_SetItem(kwd, kn, args[na + k]))
@@ -88,20 +162,10 @@ static int bind(PyObject *fn, PyObject *const *args, size_t nargsf, PyObject *kw
     if (hk)
         loc[np + nk + hv] = kwd;
     kwd = NULL;
-    PyObject *defs = PyFunction_GET_DEFAULTS(fn), *kwdefs = PyFunction_GET_KW_DEFAULTS(fn);
-    Py_ssize_t nd = defs ? PyTuple_GET_SIZE(defs) : 0;
-    for (int i = 0; i < np + nk; i++) {
-        if (loc[i])
-            continue;
-        PyObject *d = i < np ? (i >= np - nd ? PyTuple_GET_ITEM(defs, i - (np - nd)) : NULL)
-                             : (kwdefs ? PyDict_GetItem(kwdefs, PyTuple_GET_ITEM(names, i)) : NULL);
-        if (!d) {
-            PyErr_Format(PyExc_TypeError, "%U() missing argument %R", co->co_name, PyTuple_GET_ITEM(names, i));
-            goto fail;
-        }
-        loc[i] = Py_NewRef(d);
-    }
-    Py_DECREF(names);
+    if (bind_defaults(fn, co, &names, loc))
+        goto fail;
+    Py_XDECREF(names);
+    *nargs = total;
     return 0;
 fail:
     Py_XDECREF(names);
@@ -111,146 +175,127 @@ fail:
     return -1;
 }
 
-/* ---------- sources and guards ---------- */
-
-typedef struct fetch_ctx {
-    const tr_result *r;
-    PyObject *const *loc;
-    PyObject *globals, *builtins;
-    PyObject *fn;          /* the compiled function (root of SRC_CELL with no parent) */
-    PyObject **memo;       /* new refs, NULL = not fetched */
-} fetch_ctx;
-
-/* Value of source s (borrowed from the memo); NULL with no error set when
- * it cannot be fetched (a failed guard), or with an error. */
-static PyObject *fetch(fetch_ctx *c, int32_t s)
+/* Appends the contents of fn's closure cells to loc[0..nargs) (new refs,
+ * NULL for an empty cell; cells past MAX_CELLS are left out, so guards on
+ * them fail as missing locals). Returns the frame's size. */
+static int add_cells(PyObject *fn, PyObject **loc, int nargs)
 {
-    if (c->memo[s])
-        return c->memo[s];
-    const tr_src *src = &c->r->srcs[s];
-    PyObject *p = src->parent >= 0 ? fetch(c, src->parent) : NULL, *v = NULL;
-    if (src->parent >= 0 && !p)
-        return NULL;
-    switch (src->kind) {
-    case SRC_LOCAL: v = Py_XNewRef(c->loc[src->index]); break;
-    case SRC_GLOBAL: v = Py_XNewRef(PyDict_GetItemWithError(c->globals, src->key)); break;
-    case SRC_BUILTIN: v = Py_XNewRef(PyDict_GetItemWithError(c->builtins, src->key)); break;
-    case SRC_ATTR: v = PyObject_GetAttr(p, src->key); break;
-    case SRC_ITEM: v = PySequence_GetItem(p, src->index); break;
-    case SRC_DICT: v = PyDict_Check(p) ? Py_XNewRef(PyDict_GetItemWithError(p, src->key)) : NULL; break;
-    case SRC_TYPE: v = Py_NewRef((PyObject *)Py_TYPE(p)); break;
-    case SRC_CELL: {
-        PyObject *owner = src->parent >= 0 ? p : c->fn;
-        PyObject *clo = PyFunction_Check(owner) ? PyFunction_GET_CLOSURE(owner) : NULL;
-        PyObject *cell = clo && src->index < PyTuple_GET_SIZE(clo) ? PyTuple_GET_ITEM(clo, src->index) : NULL;
-        v = cell ? Py_XNewRef(PyCell_GET(cell)) : NULL;
-        break;
+    PyObject *clo = PyFunction_GET_CLOSURE(fn);
+    int n = clo && PyTuple_Check(clo) ? (int)PyTuple_GET_SIZE(clo) : 0;
+    if (n > MAX_CELLS)
+        n = MAX_CELLS;
+    for (int i = 0; i < n; i++) {
+        PyObject *cell = PyTuple_GET_ITEM(clo, i);
+        loc[nargs + i] = PyCell_Check(cell) ? Py_XNewRef(PyCell_GET(cell)) : NULL;
     }
-    }
-    if (!v && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
+    return nargs + n;
+}
+
+/* ---------- guard trees ---------- */
+
+/* UTF-8 of name i of tuple names ("?" when there is none). */
+static const char *name_at(PyObject *names, Py_ssize_t i)
+{
+    const char *s = names && i < PyTuple_GET_SIZE(names) ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i)) : NULL;
+    if (!s)
         PyErr_Clear();
-    c->memo[s] = v;
-    return v;
+    return s ? s : "?";
 }
 
-static int tensor_matches(PyObject *v, PyObject *ex)
+/* The tree node of source src, whose ancestors' nodes are in nodes[]
+ * (sources come parent first). vars/cells: the code's co_varnames and
+ * co_freevars (for the names of locals); nargs: the frame's parameter
+ * count. NULL with an exception. */
+static guard_node *src_node(guard_tree *t, const tr_src *src, guard_node **nodes, PyObject *vars, PyObject *cells,
+                            int nargs)
 {
-    static const char *attrs[] = { "dtype", "shape", "is_cpu", "requires_grad" };
-    if (Py_TYPE(v) != Py_TYPE(ex))
-        return 0;
-    for (int i = 0; i < 4; i++) {
-        PyObject *a = PyObject_GetAttrString(v, attrs[i]), *b = PyObject_GetAttrString(ex, attrs[i]);
-        int eq = a && b && (a == b || PyObject_RichCompareBool(a, b, Py_EQ) == 1);
-        Py_XDECREF(a);
-        Py_XDECREF(b);
-        if (!eq)
-            return PyErr_Occurred() ? -1 : 0;
+    guard_node *p = src->parent >= 0 ? nodes[src->parent] : NULL;
+    const char *key = src->key && PyUnicode_Check(src->key) ? PyUnicode_AsUTF8(src->key) : NULL;
+    switch ((tr_src_kind)src->kind) {
+    case SRC_LOCAL: return guard_local(t, (int)src->index, name_at(vars, src->index));
+    case SRC_GLOBAL:
+    case SRC_BUILTIN: return guard_global(t, key);   /* a global shadowing a builtin is found first */
+    case SRC_ATTR: return guard_attr(t, p, key);
+    case SRC_ITEM: return guard_item(t, p, src->index);
+    case SRC_DICT: return guard_dict_item(t, p, src->key);
+    case SRC_TYPE: return guard_type(t, p);
+    case SRC_CELL:
+        if (p)
+            return guard_closure_cell(t, p, (int)src->index);
+        return guard_local(t, nargs + (int)src->index, name_at(cells, src->index));
     }
-    PyObject *a = PyObject_CallMethod(v, "stride", NULL), *b = PyObject_CallMethod(ex, "stride", NULL);
-    int eq = a && b && PyObject_RichCompareBool(a, b, Py_EQ) == 1;
-    Py_XDECREF(a);
-    Py_XDECREF(b);
-    return eq ? 1 : PyErr_Occurred() ? -1 : 0;
+    PyErr_SetString(PyExc_SystemError, "smelt: unknown source kind");
+    return NULL;
 }
 
-static int guard_holds(fetch_ctx *c, const tr_guard *gd)
+/* Adds the leaf for tracer guard gd on node n. 0, or -1 with an exception. */
+static int add_leaf(guard_node *n, const tr_guard *gd)
 {
-    PyObject *v = fetch(c, gd->src);
-    if (!v)
-        return PyErr_Occurred() ? -1 : 0;
-    switch (gd->kind) {
-    case TG_TYPE: return (PyObject *)Py_TYPE(v) == gd->obj;
-    case TG_ID: return v == gd->obj;
-    case TG_EQ: return Py_TYPE(v) == Py_TYPE(gd->obj) && PyObject_RichCompareBool(v, gd->obj, Py_EQ) == 1;
-    case TG_LEN: return PyObject_Length(v) == gd->n;
-    case TG_EMPTY: return v == Py_None || (PyDict_Check(v) && PyDict_GET_SIZE(v) == 0);
-    default: return tensor_matches(v, gd->obj);
+    switch ((tr_guard_kind)gd->kind) {
+    case TG_TYPE: return guard_add_type_is(n, (PyTypeObject *)gd->obj);
+    case TG_ID: return guard_add_id_is(n, gd->obj);
+    case TG_EQ:
+        if (guard_add_equals(n, gd->obj) == 0)
+            return 0;
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear();   /* not a constant equals knows (Ellipsis, ...): identity */
+        return guard_add_id_is(n, gd->obj);
+    case TG_TENSOR: return guard_add_tensor_match(n, gd->obj, NULL);
+    case TG_LEN: return guard_add_len_eq(n, gd->n);
+    case TG_EMPTY: return guard_add_empty_dict_or_none(n);
     }
+    PyErr_SetString(PyExc_SystemError, "smelt: unknown guard kind");
+    return -1;
 }
 
-static void src_text(const tr_result *r, int32_t s, char *buf, size_t n)
+/* The guard tree of a trace of fn with nargs parameters: global state (grad
+ * mode, default dtype) on the root, one node per source, one leaf per
+ * guard; input_node[k] gets the node of graph input k. NULL + exception. */
+static guard_tree *build_tree(PyObject *fn, int nargs, const tr_result *r, int *input_node)
 {
-    const tr_src *src = &r->srcs[s];
-    char p[400] = "";
-    if (src->parent >= 0)
-        src_text(r, src->parent, p, sizeof p);
-    switch (src->kind) {
-    case SRC_LOCAL: snprintf(buf, n, "L[%zd]", src->index); break;
-    case SRC_GLOBAL: snprintf(buf, n, "G['%s']", PyUnicode_AsUTF8(src->key)); break;
-    case SRC_BUILTIN: snprintf(buf, n, "B['%s']", PyUnicode_AsUTF8(src->key)); break;
-    case SRC_ATTR: snprintf(buf, n, "%s.%s", p, PyUnicode_AsUTF8(src->key)); break;
-    case SRC_ITEM: snprintf(buf, n, "%s[%zd]", p, src->index); break;
-    case SRC_DICT: {
-        PyObject *rep = PyObject_Repr(src->key);
-        snprintf(buf, n, "%s[%s]", p, rep ? PyUnicode_AsUTF8(rep) : "?");
-        Py_XDECREF(rep);
-        break;
-    }
-    case SRC_TYPE: snprintf(buf, n, "type(%s)", p); break;
-    case SRC_CELL: snprintf(buf, n, "%s.__closure__[%zd]", src->parent >= 0 ? p : "F", src->index); break;
-    }
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    guard_tree *t = guard_tree_new();
+    guard_node **nodes = PyMem_Calloc((size_t)r->nsrcs + 1, sizeof *nodes);
+    PyObject *vars = PyCode_GetVarnames(co), *cells = PyCode_GetFreevars(co);
+    int ok = t && nodes && vars && cells && guard_add_global_state(t) == 0;
+    if (t && !nodes)
+        PyErr_NoMemory();
+    for (int32_t i = 0; ok && i < r->nsrcs; i++)
+        ok = (nodes[i] = src_node(t, &r->srcs[i], nodes, vars, cells, nargs)) != NULL;
+    for (int32_t i = 0; ok && i < r->nguards; i++)
+        ok = add_leaf(nodes[r->guards[i].src], &r->guards[i]) == 0;
+    for (int32_t k = 0; ok && k < r->ninputs; k++)
+        input_node[k] = guard_node_id(nodes[r->input_src[k]]);
+    PyMem_Free(nodes);
+    Py_XDECREF(vars);
+    Py_XDECREF(cells);
+    if (ok)
+        return t;
+    guard_tree_free(t);
+    return NULL;
 }
 
-static const char *guard_kind_name(int k)
+/* "<qualname> (<file>:<line>)" of fn's code, for log lines (new ref). */
+static PyObject *fn_where(PyObject *fn)
 {
-    static const char *names[] = { "type is", "is", "==", "tensor matches", "len ==", "is empty" };
-    return names[k];
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    return PyUnicode_FromFormat("%U (%U:%d)", co->co_qualname, co->co_filename, co->co_firstlineno);
 }
 
-/* 1 if every guard of e holds; 0 with the first failure described in why
- * (if given); -1 on error. */
-static int entry_matches(entry *e, PyObject *fn, PyObject *const *loc, PyObject *globals, char *why, size_t n)
+/* Logs "<what> <where>: <text>" on channel ch (when it is on). */
+static void log_fn(pyext_log_channel ch, PyObject *fn, const char *what, const char *text)
 {
-    PyObject *memo_small[64], **memo = memo_small;
-    if (e->r.nsrcs > 64 && !(memo = PyMem_Calloc((size_t)e->r.nsrcs, sizeof(PyObject *))))
-        return PyErr_NoMemory(), -1;
-    memset(memo, 0, sizeof(PyObject *) * (size_t)(e->r.nsrcs < 64 ? 64 : e->r.nsrcs));
-    fetch_ctx c = { .r = &e->r, .loc = loc, .globals = globals, .builtins = PyEval_GetBuiltins(), .fn = fn, .memo = memo };
-    int ok = 1;
-    if (e->grad_mode >= 0) {
-        PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
-        ok = g ? (g == Py_True) == e->grad_mode : -1;
-        Py_XDECREF(g);
-        if (!ok && why)
-            snprintf(why, n, "grad mode changed");
-    }
-    for (int32_t i = 0; ok == 1 && i < e->r.nguards; i++) {
-        ok = guard_holds(&c, &e->r.guards[i]);
-        if (ok == 0 && why) {
-            char s[400];
-            src_text(&e->r, e->r.guards[i].src, s, sizeof s);
-            PyObject *rep = e->r.guards[i].obj ? PyObject_Repr(e->r.guards[i].obj) : NULL;
-            snprintf(why, n, "%s %s %s failed", s, guard_kind_name(e->r.guards[i].kind),
-                     rep ? PyUnicode_AsUTF8(rep) : "");
-            Py_XDECREF(rep);
-            PyErr_Clear();
-        }
-    }
-    for (int32_t i = 0; i < e->r.nsrcs; i++)
-        Py_XDECREF(memo[i]);
-    if (memo != memo_small)
-        PyMem_Free(memo);
-    return ok;
+    if (!pyext_log_on(ch))
+        return;
+    PyObject *where = fn_where(fn);
+    PyObject *line = where ? PyUnicode_FromFormat("%s %U: %s", what, where, text) : NULL;
+    const char *s = line ? PyUnicode_AsUTF8(line) : NULL;
+    if (s)
+        pyext_log_write(ch, s);
+    PyErr_Clear();
+    Py_XDECREF(line);
+    Py_XDECREF(where);
 }
 
 /* ---------- running an entry ---------- */
@@ -286,118 +331,158 @@ static PyObject *build_result(const tr_result *r, int32_t o, PyObject *outs)
     return c;
 }
 
-static PyObject *run_entry(entry *e, PyObject *fn, PyObject *const *loc, PyObject *globals)
+/* Runs compiled entry e on vals, the values its guard check just fetched
+ * (by node id); releases the inputs' values. The inputs passed their
+ * TENSOR_MATCH checks, so the plan runs without re-validating them. */
+static PyObject *run_compiled(entry *e, PyObject **vals)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
-    int32_t n = e->r.ninputs;
-    if (n > 32 && !(ins = PyMem_Calloc((size_t)n, sizeof(PyObject *))))
-        return PyErr_NoMemory();
-    PyObject *memo_small[64], **memo = memo_small;
-    if (e->r.nsrcs > 64 && !(memo = PyMem_Calloc((size_t)e->r.nsrcs, sizeof(PyObject *))))
-        goto out;
-    memset(memo, 0, sizeof(PyObject *) * (size_t)(e->r.nsrcs < 64 ? 64 : e->r.nsrcs));
-    fetch_ctx c = { .r = &e->r, .loc = loc, .globals = globals, .builtins = PyEval_GetBuiltins(), .fn = fn, .memo = memo };
-    int ok = 1;
-    for (int32_t k = 0; k < n && ok; k++)
-        ok = (ins[k] = fetch(&c, e->r.input_src[k])) != NULL;
-    if (ok) {
-        PyObject *outs = PyObject_Vectorcall(e->compiled, ins, (size_t)n, NULL);
-        if (outs) {
-            res = build_result(&e->r, 0, outs);
-            Py_DECREF(outs);
-        }
-    } else if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_RuntimeError, "smelt: an input vanished between guard check and run");
-    }
-    for (int32_t i = 0; i < e->r.nsrcs; i++)
-        Py_XDECREF(memo[i]);
-    if (memo != memo_small)
-        PyMem_Free(memo);
-out:
+    int32_t n = e->r.ninputs, k = 0;
+    if (n > 32 && !(ins = PyMem_Malloc(sizeof *ins * (size_t)n)))
+        PyErr_NoMemory();
+    while (ins && k < n && (ins[k] = vals[e->input_node[k]]))   /* each has a check: fetched */
+        k++;
+    if (ins && k < n)
+        PyErr_SetString(PyExc_SystemError, "smelt: a graph input was not fetched by its guards");
+    PyObject *outs = ins && k == n ? pyext_compiled_call_trusted(e->compiled, ins) : NULL;
+    if (outs)
+        res = build_result(&e->r, 0, outs);
+    Py_XDECREF(outs);
+    for (k = 0; k < n; k++)
+        Py_CLEAR(vals[e->input_node[k]]);
     if (ins != ins_small)
         PyMem_Free(ins);
     return res;
 }
 
+/* Checks entry e's guards on call f; when they hold, runs the entry into
+ * *res (compiled: on the values the check fetched; a break entry: the
+ * function itself). 1 matched (*res may be NULL with an error), 0 not,
+ * -1 error. */
+static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObject **res)
+{
+    if (!e->tree)
+        return 0;
+    int nn = guard_tree_num_nodes(e->tree);
+    PyObject *small[VALS_SMALL], **vals = small;
+    if (nn > VALS_SMALL && !(vals = PyMem_Calloc((size_t)nn, sizeof *vals)))
+        return PyErr_NoMemory(), -1;
+    if (vals == small)
+        memset(small, 0, sizeof *small * (size_t)nn);
+    int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
+    if (m == 1)
+        *res = e->compiled ? run_compiled(e, vals) : PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
+    if (vals != small)
+        PyMem_Free(vals);
+    return m;
+}
+
+/* Why entry e does not match call f, into why[0..n). 0, or -1 on error. */
+static int reason_of(const entry *e, const call_frame *f, char *why, size_t n)
+{
+    if (!e->tree) {
+        snprintf(why, n, "the guards of an entry could not be built: it never matches");
+        return 0;
+    }
+    int m = guard_check(e->tree, f->loc, f->nloc, f->globals, f->builtins, why, n);
+    if (m == 1)
+        snprintf(why, n, "the guards passed when checked again (a fetch with side effects?)");
+    return m < 0 ? -1 : 0;
+}
+
 static void entry_free(entry *e)
 {
     tracer_result_clear(&e->r);
+    guard_tree_free(e->tree);
+    PyMem_Free(e->input_node);
+    PyMem_Free(e->want);
     Py_XDECREF(e->compiled);
     PyMem_Free(e);
 }
 
 /* ---------- tracing a new entry ---------- */
 
-static int any_requires_grad(const tr_result *r, PyObject *fn, PyObject *const *loc, PyObject *globals)
+static double now_ms(void)
 {
-    PyObject *memo_small[64] = { 0 }, **memo = memo_small;
-    if (r->nsrcs > 64 && !(memo = PyMem_Calloc((size_t)r->nsrcs, sizeof(PyObject *))))
-        return -1;
-    fetch_ctx c = { .r = r, .loc = loc, .globals = globals, .builtins = PyEval_GetBuiltins(), .fn = fn, .memo = memo };
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* 1 if some graph input requires grad. Every TENSOR guard's example is an
+ * input of this very call (the tracer adds one per graph input). */
+static int inputs_require_grad(const tr_result *r)
+{
     int any = 0;
-    for (int32_t k = 0; k < r->ninputs && !any; k++) {
-        PyObject *t = fetch(&c, r->input_src[k]);
-        PyObject *rg = t ? PyObject_GetAttrString(t, "requires_grad") : NULL;
+    for (int32_t i = 0; i < r->nguards && !any; i++) {
+        PyObject *rg = r->guards[i].kind == TG_TENSOR ? PyObject_GetAttrString(r->guards[i].obj, "requires_grad") : NULL;
         any = rg == Py_True;
         Py_XDECREF(rg);
     }
-    for (int32_t i = 0; i < r->nsrcs; i++)
-        Py_XDECREF(memo[i]);
-    if (memo != memo_small)
-        PyMem_Free(memo);
+    PyErr_Clear();
     return any;
 }
 
-static void log_guards(const tr_result *r)
+/* Guard tree of e, built from its trace; on failure the entry becomes an
+ * eager one that never matches again. -1 only for errors that must
+ * propagate (a BaseException that is no Exception, MemoryError). */
+static int entry_guards(FunctionObject *self, entry *e, int nargs, int *rc)
 {
-    if (!pyext_log_on(PYEXT_LOG_GUARDS))
-        return;
-    PyObject *lines = PyList_New(0);
-    for (int32_t i = 0; lines && i < r->nguards; i++) {
-        char s[400];
-        src_text(r, r->guards[i].src, s, sizeof s);
-        PyObject *rep = r->guards[i].obj ? PyObject_Repr(r->guards[i].obj) : PyUnicode_FromString("");
-        PyObject *l = rep ? PyUnicode_FromFormat("  %s %s %U", s, guard_kind_name(r->guards[i].kind), rep) : NULL;
-        if (!l || PyList_Append(lines, l))
-            PyErr_Clear();
-        Py_XDECREF(l);
-        Py_XDECREF(rep);
+    if (!(e->input_node = PyMem_Calloc((size_t)e->r.ninputs + 1, sizeof(int))))
+        return PyErr_NoMemory(), -1;
+    if ((e->tree = build_tree(self->fn, nargs, &e->r, e->input_node))) {
+        if (!(e->want = PyMem_Calloc((size_t)guard_tree_num_nodes(e->tree), 1)))
+            return PyErr_NoMemory(), -1;
+        for (int32_t k = 0; k < e->r.ninputs; k++)
+            e->want[e->input_node[k]] = 1;
+        char *txt = pyext_log_on(PYEXT_LOG_GUARDS) ? guard_tree_print(e->tree) : NULL;
+        if (txt)
+            log_fn(PYEXT_LOG_GUARDS, self->fn, "new entry of", txt);
+        free(txt);
+        return 0;
     }
-    PyObject *nl = PyUnicode_FromString("\n"), *txt = lines && nl ? PyUnicode_Join(nl, lines) : NULL;
-    if (txt)
-        pyext_log_write(PYEXT_LOG_GUARDS, PyUnicode_AsUTF8(txt));
+    if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *msg = value ? PyObject_Str(value) : NULL;
+    const char *m = msg ? PyUnicode_AsUTF8(msg) : NULL;
+    snprintf(e->r.reason, sizeof e->r.reason, "guards could not be built: %s: %.300s",
+             ((PyTypeObject *)type)->tp_name, m ? m : "?");
     PyErr_Clear();
-    Py_XDECREF(txt);
-    Py_XDECREF(nl);
-    Py_XDECREF(lines);
+    Py_XDECREF(msg);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    *rc = 1;
+    return 0;
 }
 
 /* Traces and compiles a new entry for this call (a break entry when the
- * trace stops). NULL with an exception on error. */
-static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nloc)
+ * trace stops); loc[0..nargs) are the bound parameters. NULL with an
+ * exception on error. */
+static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
 {
     entry *e = PyMem_Calloc(1, sizeof *e);
     if (!e)
         return (entry *)PyErr_NoMemory();
-    e->grad_mode = -1;
-    int rc = tracer_trace(self->fn, loc, nloc, &e->r);
-    if (rc < 0) {
-        entry_free(e);
-        return NULL;
-    }
-    PyObject *globals = PyFunction_GET_GLOBALS(self->fn);
-    if (rc == 0) {
-        int rg = any_requires_grad(&e->r, self->fn, loc, globals);
-        PyObject *g = rg > 0 ? PyObject_CallNoArgs(grad_enabled_fn) : NULL;
-        if (rg > 0 && g == Py_True) {
+    double t0 = now_ms();
+    int rc = tracer_trace(self->fn, loc, nargs, &e->r);
+    self->trace_ms = now_ms() - t0;
+    if (rc < 0)
+        goto fail;
+    if (rc == 0 && inputs_require_grad(&e->r)) {
+        PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
+        if (!g)
+            goto fail;
+        if (g == Py_True) {   /* the tree's grad-mode guard keeps it to this mode */
             rc = 1;
             snprintf(e->r.reason, sizeof e->r.reason, "inputs require grad: autograd through compiled code is not built yet");
         }
-        if (rg > 0)
-            e->grad_mode = g == Py_True;
-        Py_XDECREF(g);
-        PyErr_Clear();
+        Py_DECREF(g);
     }
+    if (entry_guards(self, e, nargs, &rc))
+        goto fail;
     if (rc == 1) {
         self->nbreaks++;
         Py_XSETREF(self->last_reason, PyUnicode_FromString(e->r.reason));
@@ -410,10 +495,18 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nloc)
             pyext_log_write(PYEXT_LOG_GRAPH, txt);
         free(txt);
     }
-    log_guards(&e->r);
     char err[512];
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) };
+    t0 = now_ms();
     smelt_plan *plan = smelt_compile(e->r.graph, &o, err, sizeof err);
+    self->compile_ms = now_ms() - t0;
+    if (plan && pyext_log_on(PYEXT_LOG_PERF)) {
+        char line[256];
+        snprintf(line, sizeof line, "%s: trace %.1f ms (%d nodes, %d guards), compile %.1f ms (%d kernels, %d externs)",
+                 PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname), self->trace_ms,
+                 e->r.graph->n, e->r.nguards, self->compile_ms, smelt_plan_num_kernels(plan), smelt_plan_num_externs(plan));
+        pyext_log_write(PYEXT_LOG_PERF, line);
+    }
     if (!plan) {
         snprintf(e->r.reason, sizeof e->r.reason, "compile failed: %.400s", err);
         self->nbreaks++;
@@ -422,61 +515,86 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nloc)
     if (pyext_log_on(PYEXT_LOG_OUTPUT_CODE) && smelt_plan_code(plan, "kernels"))
         pyext_log_write(PYEXT_LOG_OUTPUT_CODE, smelt_plan_code(plan, "kernels"));
     e->compiled = pyext_compiled_new(st, e->r.graph, plan);
-    if (!e->compiled) {
-        entry_free(e);
-        return NULL;
-    }
+    if (!e->compiled)
+        goto fail;
     self->ncompiles++;
     return e;
+fail:
+    entry_free(e);
+    return NULL;
+}
+
+static void drop_entries(FunctionObject *self)
+{
+    while (self->entries) {
+        entry *e = self->entries;
+        self->entries = e->next;
+        entry_free(e);
+    }
+    self->nentries = 0;
 }
 
 /* ---------- the call ---------- */
 
+/* A call that no entry matched: a new entry (traced, compiled, run), or,
+ * past MAX_ENTRIES, the function run eagerly. */
+static PyObject *miss(FunctionObject *self, const call_frame *f, int nargs)
+{
+    char why[512] = "";
+    int full = self->nentries >= MAX_ENTRIES;
+    if (self->entries && (pyext_log_on(PYEXT_LOG_RECOMPILES) || (full && !self->warned)) &&
+        reason_of(self->entries, f, why, sizeof why))
+        return NULL;
+    if (full) {
+        if (!self->warned++ &&
+            PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "smelt: %U recompiled %d times; running it eagerly from now on (last: %s)",
+                             ((PyCodeObject *)self->code)->co_name, MAX_ENTRIES, why))
+            return NULL;
+        return PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
+    }
+    if (self->entries)
+        log_fn(PYEXT_LOG_RECOMPILES, self->fn, "recompiling", why);
+    entry *e = new_entry(self, f->loc, nargs);
+    if (!e)
+        return NULL;
+    e->next = self->entries;
+    self->entries = e;
+    self->nentries++;
+    if (!e->compiled) {
+        if (pyext_log_on(PYEXT_LOG_GRAPH_BREAKS))
+            pyext_log_write(PYEXT_LOG_GRAPH_BREAKS, e->r.reason);
+        if (self->fullgraph)
+            return PyErr_Format(PyExc_RuntimeError, "smelt (fullgraph=True): %s", e->r.reason);
+    }
+    PyObject *res = NULL;
+    int m = try_entry(self, e, f, &res);
+    if (m == 0)   /* its guards fail on the very call it was traced from: run eagerly */
+        res = PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
+    return res;
+}
+
 static PyObject *function_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwn)
 {
     FunctionObject *self = (FunctionObject *)op;
-    PyObject *loc[MAX_LOCALS];
-    int nloc;
-    if (bind(self->fn, args, nargsf, kwn, loc, &nloc))
+    PyObject *loc[MAX_LOCALS + MAX_CELLS], *res = NULL;
+    int nargs;
+    if (bind(self->fn, args, nargsf, kwn, loc, &nargs))
         return NULL;
-    PyObject *globals = PyFunction_GET_GLOBALS(self->fn), *res = NULL;
-    char why[512] = "";
-    entry *e = self->entries;
+    call_frame f = { .loc = loc, .nloc = add_cells(self->fn, loc, nargs), .globals = PyFunction_GET_GLOBALS(self->fn),
+                     .builtins = ((PyFunctionObject *)self->fn)->func_builtins, .args = args, .nargsf = nargsf, .kwn = kwn };
+    PyObject *code = PyFunction_GET_CODE(self->fn);
+    if (code != self->code) {   /* fn.__code__ was replaced: every entry is stale */
+        drop_entries(self);
+        Py_XSETREF(self->code, Py_NewRef(code));
+    }
     int m = 0;
-    for (; e; e = e->next)
-        if ((m = entry_matches(e, self->fn, loc, globals, why[0] ? NULL : why, sizeof why)) != 0)
-            break;
-    if (m < 0)
-        goto out;
-    if (!e && self->nentries >= MAX_ENTRIES) {
-        if (!self->warned++)
-            PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "smelt: %U recompiled %d times; running it eagerly from now on (last: %s)",
-                             ((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_name, MAX_ENTRIES, why);
-        res = PyObject_Vectorcall(self->fn, args, nargsf, kwn);
-        goto out;
-    }
-    if (!e) {
-        if (self->entries && pyext_log_on(PYEXT_LOG_RECOMPILES))
-            pyext_log_write(PYEXT_LOG_RECOMPILES, why);
-        if (!(e = new_entry(self, loc, nloc)))
-            goto out;
-        e->next = self->entries;
-        self->entries = e;
-        self->nentries++;
-        if (!e->compiled) {
-            if (pyext_log_on(PYEXT_LOG_GRAPH_BREAKS))
-                pyext_log_write(PYEXT_LOG_GRAPH_BREAKS, e->r.reason);
-            if (self->fullgraph) {
-                PyErr_Format(PyExc_RuntimeError, "smelt (fullgraph=True): %s", e->r.reason);
-                goto out;
-            }
-        }
-    } else {
+    for (entry *e = self->entries; e && m == 0; e = e->next)
+        m = try_entry(self, e, &f, &res);
+    if (m == 1)
         self->nhits++;
-    }
-    res = e->compiled ? run_entry(e, self->fn, loc, globals) : PyObject_Vectorcall(self->fn, args, nargsf, kwn);
-out:
-    for (int i = 0; i < nloc; i++)
+    else if (m == 0)
+        res = miss(self, &f, nargs);
+    for (int i = 0; i < f.nloc; i++)
         Py_XDECREF(loc[i]);
     return res;
 }
@@ -508,14 +626,15 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     return (PyObject *)self;
 }
 
-static void drop_entries(FunctionObject *self)
+/* Visits the objects a trace result owns (tp_traverse helper). */
+static int result_traverse(const tr_result *r, visitproc visit, void *arg)
 {
-    while (self->entries) {
-        entry *e = self->entries;
-        self->entries = e->next;
-        entry_free(e);
-    }
-    self->nentries = 0;
+    Py_VISIT(r->keep);
+    for (int32_t i = 0; i < r->nguards; i++)
+        Py_VISIT(r->guards[i].obj);
+    for (int32_t i = 0; i < r->nouts; i++)
+        Py_VISIT(r->outs[i].obj);
+    return 0;
 }
 
 static int function_traverse(PyObject *op, visitproc visit, void *arg)
@@ -523,10 +642,13 @@ static int function_traverse(PyObject *op, visitproc visit, void *arg)
     FunctionObject *self = (FunctionObject *)op;
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(self->fn);
+    Py_VISIT(self->code);
     Py_VISIT(self->last_reason);
     for (entry *e = self->entries; e; e = e->next) {
         Py_VISIT(e->compiled);
-        Py_VISIT(e->r.keep);
+        int r = result_traverse(&e->r, visit, arg);
+        if (r || (r = guard_tree_traverse(e->tree, visit, arg)))
+            return r;
     }
     return 0;
 }
@@ -535,6 +657,7 @@ static int function_clear(PyObject *op)
 {
     FunctionObject *self = (FunctionObject *)op;
     Py_CLEAR(self->fn);
+    Py_CLEAR(self->code);
     Py_CLEAR(self->last_reason);
     drop_entries(self);
     return 0;
@@ -565,9 +688,10 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
     int eager = 0;
     for (entry *e = self->entries; e; e = e->next)
         eager += !e->compiled;
-    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O}", "entries", self->nentries, "eager_entries", eager,
+    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d}", "entries", self->nentries, "eager_entries", eager,
                          "compiles", self->ncompiles, "breaks", self->nbreaks, "hits", self->nhits,
-                         "last_break", self->last_reason ? self->last_reason : Py_None);
+                         "last_break", self->last_reason ? self->last_reason : Py_None,
+                         "trace_ms", self->trace_ms, "compile_ms", self->compile_ms);
 }
 
 static PyObject *function_get_fn(PyObject *op, void *unused)

@@ -83,7 +83,7 @@ static PyObject *hook_uninstall(PyObject *m, PyObject *unused)
     (void)unused;
     const tracer_callback *cb = tracer_hook_current();
     if (cb == NULL || cb->on_frame != test_on_frame)
-        return PyErr_Format(PyExc_RuntimeError, "_hook_uninstall: no test hook active on this thread");
+        return PyErr_Format(PyExc_RuntimeError, "_hook_uninstall: no test hook on this thread");
     test_hook *h = cb->ctx;
     tracer_hook_exit(h->prev);
     long long offered = h->offered;

@@ -41,4 +41,10 @@ int pyext_hook_init(PyObject *m);   /* frame hook + its test functions */
  * with the inputs and outputs of g. NULL with an exception on failure. */
 PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan);
 
+/* Runs Compiled `compiled` on exactly its number of inputs without
+ * re-validating them: for callers whose guards already checked each input
+ * is a CPU tensor with the declared dtype, shape and strides. Returns the
+ * list of outputs, or NULL with an exception. */
+PyObject *pyext_compiled_call_trusted(PyObject *compiled, PyObject *const *args);
+
 #endif

@@ -8,7 +8,7 @@
 #include "eval_frame.h"
 
 #if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030d0000
-#error "smelt's frame hook supports CPython 3.11 and 3.12: a new version needs its tracer/frame_py3XX.c"
+#error "smelt's frame hook supports CPython 3.11 and 3.12 (a new version needs a frame_py3XX.c)"
 #endif
 
 /* co_extra API: private names in 3.11, PyUnstable_ (old ones deprecated)
@@ -110,9 +110,9 @@ int tracer_hook_installed(void)
 /* ------------------------------------------------------------------ */
 /* skip rules                                                         */
 
-/* 1 if code's file lies under a skipped directory: the longest matching
- * rule decides (so site-packages inside the stdlib directory is kept, and
- * torch inside site-packages is skipped). */
+/* 1 for `<frozen ...>` and for files under a skipped directory: the
+ * longest matching rule decides (so site-packages inside the stdlib
+ * directory is kept, and torch inside site-packages is skipped). */
 static int skipped_file(PyObject *filename)
 {
     if (!PyUnicode_Check(filename))
@@ -133,6 +133,8 @@ static int skipped_file(PyObject *filename)
     return skip;
 }
 
+/* Generators and coroutines are resumed, not started, by their frames'
+ * evaluations; non-function code keeps its variables in a dict. */
 static int decide_skip(PyCodeObject *code)
 {
     if (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))
@@ -165,8 +167,8 @@ static int add_rule(PyObject *ospath, PyObject *dir, int skip)
     PyObject *dirs[2] = {dir, real};
     int rc = 0;
     for (int k = 0; k < 2 && rc == 0; k++) {
-        PyObject *rule = Py_BuildValue("(NO)", PyObject_CallMethod(ospath, "join", "Os", dirs[k], ""),
-                                       skip ? Py_True : Py_False);
+        PyObject *prefix = PyObject_CallMethod(ospath, "join", "Os", dirs[k], "");
+        PyObject *rule = Py_BuildValue("(NO)", prefix, skip ? Py_True : Py_False);
         rc = rule ? PyList_Append(skip_rules, rule) : -1;
         Py_XDECREF(rule);
     }
@@ -190,35 +192,42 @@ static int add_package_rule(PyObject *ospath, PyObject *obj, int skip)
     return rc;
 }
 
-/* stdlib / platstdlib skipped; purelib, platlib and site's site-packages
- * kept (they may sit inside the stdlib directory). */
+/* stdlib / platstdlib skipped; purelib and platlib kept (they may sit
+ * inside the stdlib directory). */
 static int add_sysconfig_rules(PyObject *ospath)
 {
     static const char *const names[] = {"stdlib", "platstdlib", "purelib", "platlib"};
-    PyObject *paths = PyImport_ImportModule("sysconfig");
-    PyObject *d = paths ? PyObject_CallMethod(paths, "get_paths", NULL) : NULL;
-    Py_XDECREF(paths);
-    if (d == NULL || !PyDict_Check(d)) {
-        Py_XDECREF(d);
-        return -1;
+    PyObject *sysconfig = PyImport_ImportModule("sysconfig");
+    PyObject *d = sysconfig ? PyObject_CallMethod(sysconfig, "get_paths", NULL) : NULL;
+    Py_XDECREF(sysconfig);
+    if (d != NULL && !PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "smelt: sysconfig.get_paths() is not a dict");
+        Py_CLEAR(d);
     }
-    int rc = 0;
+    int rc = d ? 0 : -1;
     for (int k = 0; k < 4 && rc == 0; k++)
         rc = add_rule(ospath, PyDict_GetItemString(d, names[k]), k < 2);
-    Py_DECREF(d);
-    PyObject *site = rc == 0 ? PyImport_ImportModule("site") : NULL;
-    PyObject *sp = site ? PyObject_CallMethod(site, "getsitepackages", NULL) : NULL;
-    for (Py_ssize_t k = 0; sp && PyList_Check(sp) && k < PyList_GET_SIZE(sp) && rc == 0; k++)
-        rc = add_rule(ospath, PyList_GET_ITEM(sp, k), 0);
-    if (rc == 0 && sp == NULL)
-        PyErr_Clear();   /* no site module (python -S) or old virtualenv */
-    Py_XDECREF(sp);
-    Py_XDECREF(site);
+    Py_XDECREF(d);
     return rc;
 }
 
-/* The rules: sysconfig's, then torch's package (if imported) and the
- * package of `module` (smelt's) skipped. */
+/* site.getsitepackages() kept too (nothing without the site module). */
+static int add_site_rules(PyObject *ospath)
+{
+    PyObject *site = PyImport_ImportModule("site");
+    PyObject *sp = site ? PyObject_CallMethod(site, "getsitepackages", NULL) : NULL;
+    Py_XDECREF(site);
+    if (sp == NULL)
+        PyErr_Clear();   /* python -S, or an old virtualenv's site */
+    int rc = 0;
+    for (Py_ssize_t k = 0; sp && PyList_Check(sp) && k < PyList_GET_SIZE(sp) && rc == 0; k++)
+        rc = add_rule(ospath, PyList_GET_ITEM(sp, k), 0);
+    Py_XDECREF(sp);
+    return rc;
+}
+
+/* The rules: sysconfig's and site's, then torch's package (if imported)
+ * and the package of `module` (smelt's) skipped. */
 static int init_skip_rules(PyObject *module)
 {
     PyObject *ospath = PyImport_ImportModule("os.path");
@@ -226,7 +235,8 @@ static int init_skip_rules(PyObject *module)
     PyObject *torch = name ? PyImport_GetModule(name) : NULL;
     int rc = -1;
     if (ospath && name && !PyErr_Occurred() && add_sysconfig_rules(ospath) == 0 &&
-        add_package_rule(ospath, torch, 1) == 0 && add_package_rule(ospath, module, 1) == 0)
+        add_site_rules(ospath) == 0 && add_package_rule(ospath, torch, 1) == 0 &&
+        add_package_rule(ospath, module, 1) == 0)
         rc = 0;
     Py_XDECREF(torch);
     Py_XDECREF(name);

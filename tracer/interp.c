@@ -3,9 +3,12 @@
  * Entry: tracer_trace(). The loop follows the single path the traced call's
  * arguments take: a branch on a constant is decided now (and the constant
  * guarded); a branch on tensor data ends the trace. Python calls are inlined
- * into new symbolic frames; torch calls go to ops.c. Opcodes are matched by
- * name (tables built from the `opcode` module at start-up), so a new
- * CPython minor version adds cases instead of renumbering.
+ * into new symbolic frames (functions made in the traced code too, with
+ * their closure cells); generators are frames suspended at each yield and
+ * resumed by whoever iterates them; torch calls go to ops.c, builtins to
+ * builtins.c. Opcodes are matched by name (tables built from the `opcode`
+ * module at start-up), so a new CPython minor version adds cases instead of
+ * renumbering.
  */
 #include "tstate.h"
 
@@ -30,7 +33,9 @@
     X(POP_JUMP_FORWARD_IF_NONE) X(POP_JUMP_FORWARD_IF_NOT_NONE) X(POP_JUMP_BACKWARD_IF_FALSE) \
     X(POP_JUMP_BACKWARD_IF_TRUE) X(POP_JUMP_BACKWARD_IF_NONE) X(POP_JUMP_BACKWARD_IF_NOT_NONE) \
     X(JUMP_IF_FALSE_OR_POP) X(JUMP_IF_TRUE_OR_POP) X(RETURN_VALUE) X(FORMAT_VALUE) \
-    X(BUILD_STRING) X(EXTENDED_ARG) X(GET_LEN)
+    X(BUILD_STRING) X(EXTENDED_ARG) X(GET_LEN) X(LOAD_CLOSURE) X(MAKE_FUNCTION) \
+    X(RETURN_GENERATOR) X(YIELD_VALUE) X(BEFORE_WITH) X(UNPACK_EX) X(STORE_SUBSCR) \
+    X(DELETE_SUBSCR) X(BUILD_SET) X(SET_ADD) X(SET_UPDATE) X(IMPORT_NAME) X(IMPORT_FROM)
 
 enum {
 #define X(n) OP_##n,
@@ -47,6 +52,35 @@ static const char *op_names[] = {
 
 static uint8_t op_of[256];       /* CPython opcode -> OP_* */
 static uint8_t ncache[256];      /* inline cache entries after the opcode */
+static char opname_all[256][32]; /* every CPython opcode's name, for break reasons */
+
+/* Interned attribute names used for sources, and the grad-mode context
+ * managers `with` may enter (classes whose construction has no effect). */
+static PyObject *s_forward, *s_globals, *s_modules, *s_params, *s_buffers, *s_dict, *s_self, *s_call;
+static PyObject *ctx_classes[2];                 /* torch.no_grad, torch.inference_mode */
+static PyObject *ctx_grad_off, *ctx_exit;        /* markers: a grad-off manager, its __exit__ */
+
+static int init_names(void)
+{
+    s_forward = PyUnicode_InternFromString("forward");
+    s_globals = PyUnicode_InternFromString("__globals__");
+    s_modules = PyUnicode_InternFromString("_modules");
+    s_params = PyUnicode_InternFromString("_parameters");
+    s_buffers = PyUnicode_InternFromString("_buffers");
+    s_dict = PyUnicode_InternFromString("__dict__");
+    s_self = PyUnicode_InternFromString("__self__");
+    s_call = PyUnicode_InternFromString("__call__");
+    ctx_grad_off = PyUnicode_InternFromString("<smelt: grad-off context manager>");
+    ctx_exit = PyUnicode_InternFromString("<smelt: context manager exit>");
+    PyObject *torch = PyImport_ImportModule("torch");
+    if (!torch)
+        return -1;
+    ctx_classes[0] = PyObject_GetAttrString(torch, "no_grad");
+    ctx_classes[1] = PyObject_GetAttrString(torch, "inference_mode");
+    Py_DECREF(torch);
+    return s_forward && s_globals && s_modules && s_params && s_buffers && s_dict && s_self && s_call &&
+           ctx_grad_off && ctx_exit && ctx_classes[0] && ctx_classes[1] ? 0 : -1;
+}
 
 int tracer_init(void)
 {
@@ -64,12 +98,21 @@ int tracer_init(void)
         if (v)
             op_of[PyLong_AsLong(v) & 255] = (uint8_t)i;
     }
+    PyObject *names = PyObject_GetAttrString(opcode, "opname");
+    for (Py_ssize_t i = 0; names && i < 256 && i < PySequence_Size(names); i++) {
+        PyObject *v = PySequence_GetItem(names, i);
+        const char *u = v ? PyUnicode_AsUTF8(v) : NULL;
+        snprintf(opname_all[i], sizeof opname_all[i], "%s", u ? u : "?");
+        Py_XDECREF(v);
+    }
+    Py_XDECREF(names);
+    PyErr_Clear();
     for (Py_ssize_t i = 0; i < 256 && i < PySequence_Size(caches); i++) {
         PyObject *v = PySequence_GetItem(caches, i);
         ncache[i] = v ? (uint8_t)PyLong_AsLong(v) : 0;
         Py_XDECREF(v);
     }
-    rc = ops_init();
+    rc = init_names() || bi_init() ? -1 : ops_init();
 out:
     Py_XDECREF(opmap);
     Py_XDECREF(caches);
@@ -102,19 +145,35 @@ int tr_break(tracer *T, const char *fmt, ...)
     if (!T->broke) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(T->r->reason, sizeof T->r->reason, fmt, ap);
+        PyObject *s = PyUnicode_FromFormatV(fmt, ap);
         va_end(ap);
+        const char *u = s ? PyUnicode_AsUTF8(s) : NULL;
+        snprintf(T->r->reason, sizeof T->r->reason, "%s", u ? u : "(reason unavailable)");
+        Py_XDECREF(s);
+        if (!u)
+            PyErr_Clear();
         T->broke = 1;
     }
     return -1;
 }
 
+/* The arena keeps one V_NULL slot before vals[0], so that vals[-1] (an
+ * absent argument) reads as a harmless non-tensor instead of out of
+ * bounds. */
 int32_t tv_new(tracer *T, tv_kind k)
 {
-    tv *nv = grow(T->vals, &T->cvals, T->nvals + 1, sizeof(tv));
+    tv *base = T->vals ? T->vals - 1 : NULL;
+    int32_t cap = T->cvals;
+    tv *nv = grow(base, &cap, T->nvals + 2, sizeof(tv));
     if (!nv)
         return PyErr_NoMemory(), -1;
-    T->vals = nv;
+    if (!base) {
+        memset(nv, 0, sizeof *nv);
+        nv->kind = V_NULL;
+        nv->node = nv->src = nv->self_ = nv->sl[0] = nv->sl[1] = nv->sl[2] = -1;
+    }
+    T->cvals = cap;
+    T->vals = nv + 1;
     tv *v = &T->vals[T->nvals];
     memset(v, 0, sizeof *v);
     v->kind = (uint8_t)k;
@@ -124,8 +183,10 @@ int32_t tv_new(tracer *T, tv_kind k)
     return T->nvals++;
 }
 
-static int tv_push_item(tracer *T, int32_t c, int32_t item, PyObject *key)
+int tv_push_item(tracer *T, int32_t c, int32_t item, PyObject *key)
 {
+    if (c < 0 || item < 0)
+        return -1;
     tv *v = &T->vals[c];
     int32_t cap = v->cap;
     int32_t *it = grow(v->items, &cap, v->n + 1, sizeof(int32_t));
@@ -162,28 +223,63 @@ int32_t tv_tensor(tracer *T, int32_t node)
     return v;
 }
 
+int32_t tv_int(tracer *T, int64_t i)
+{
+    PyObject *o = PyLong_FromLongLong(i);
+    int32_t v = o ? tv_obj(T, o, -1) : -1;
+    Py_XDECREF(o);
+    return v;
+}
+
+static int32_t tv_bool(tracer *T, int b)
+{
+    return tv_obj(T, b ? Py_True : Py_False, -1);
+}
+
+/* A V_BOUND of method obj (a function, or a name) on value self. */
+static int32_t tv_bound(tracer *T, PyObject *obj, int32_t self, int32_t fn_src)
+{
+    if (self < 0 || tr_keep(T, obj))
+        return -1;
+    int32_t b = tv_new(T, V_BOUND);
+    if (b >= 0) {
+        T->vals[b].obj = obj;
+        T->vals[b].self_ = self;
+        T->vals[b].src = fn_src;
+    }
+    return b;
+}
+
 int32_t tr_node_add(tracer *T, const smelt_node *proto)
 {
+    if (T->broke)
+        return -1;   /* operands of a failed step are not nodes */
+    for (int k = 0; k < proto->nsrc; k++)
+        if (proto->src[k] < 0 || proto->src[k] >= T->g->n)
+            return tr_break(T, "%s of a non-tensor", smelt_op_name((smelt_op)proto->op));
     int32_t id = smelt_graph_add(T->g, proto);
     if (id < 0)
         return tr_break(T, "%s", T->g->err);
-    uint8_t *nv = grow(T->viewed, &T->cviewed, T->g->n + 1, 1);
-    if (!nv)
+    uint8_t *nc = grow(T->contig, &T->ccontig, T->g->n + 1, 1);
+    if (!nc)
         return PyErr_NoMemory(), -1;
-    T->viewed = nv;
-    T->viewed[id] = 0;
-    if (smelt_op_kind_of((smelt_op)T->g->nodes[id].op) == SMELT_KIND_VIEW)
-        T->viewed[T->g->nodes[id].src[0]] = 1;
+    T->contig = nc;
+    T->contig[id] = 0;
     return id;
 }
 
-static int32_t src_new(tracer *T, tr_src_kind k, int32_t parent, Py_ssize_t index, PyObject *key)
+/* The source kind/parent/index/key, shared with an existing equal one.
+ * key (if any) must be a str or another hashable constant; it is kept. */
+int32_t tr_src_new(tracer *T, tr_src_kind k, int32_t parent, Py_ssize_t index, PyObject *key)
 {
     tr_result *r = T->r;
+    if (parent < 0 && (k == SRC_ATTR || k == SRC_ITEM || k == SRC_DICT || k == SRC_TYPE))
+        return -1;   /* no parent source: the value is not refetched */
     for (int32_t i = 0; i < r->nsrcs; i++) {   /* shared prefixes: one source per path */
         const tr_src *s = &r->srcs[i];
         if (s->kind == k && s->parent == parent && s->index == index &&
-            (s->key == key || (s->key && key && PyObject_RichCompareBool(s->key, key, Py_EQ) == 1)))
+            (s->key == key || (s->key && key && Py_TYPE(s->key) == Py_TYPE(key) &&
+                               PyObject_RichCompareBool(s->key, key, Py_EQ) == 1)))
             return i;
     }
     tr_src *ns = grow(r->srcs, &T->csrcs, r->nsrcs + 1, sizeof(tr_src));
@@ -196,7 +292,7 @@ static int32_t src_new(tracer *T, tr_src_kind k, int32_t parent, Py_ssize_t inde
     return r->nsrcs++;
 }
 
-static int add_guard(tracer *T, tr_guard_kind k, int32_t src, PyObject *obj, Py_ssize_t n)
+int tr_add_guard(tracer *T, tr_guard_kind k, int32_t src, PyObject *obj, Py_ssize_t n)
 {
     tr_result *r = T->r;
     if (src < 0)
@@ -225,7 +321,7 @@ static int is_trusted_module(PyObject *o)
         return 0;
     }
     return !strncmp(n, "torch", 5) || !strcmp(n, "math") || !strcmp(n, "operator") ||
-           !strcmp(n, "builtins");
+           !strcmp(n, "builtins") || !strcmp(n, "functools");
 }
 
 static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
@@ -273,20 +369,22 @@ static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
         tr_break(T, "%s", T->g->err);
         goto out;
     }
-    uint8_t *nv = grow(T->viewed, &T->cviewed, T->g->n + 1, 1);
+    uint8_t *nc = grow(T->contig, &T->ccontig, T->g->n + 1, 1);
     int32_t *ni = grow(T->r->input_src, &T->cinputs, T->r->ninputs + 1, sizeof(int32_t));
-    if (!nv || !ni) {
+    if (!nc || !ni) {
         PyErr_NoMemory();
         goto out;
     }
-    T->viewed = nv;
-    T->viewed[node] = 0;
+    T->contig = nc;
+    T->contig[node] = 0;
     T->r->input_src = ni;
     T->r->input_src[T->r->ninputs++] = src;
     v = tv_tensor(T, node);
+    if (v >= 0)
+        T->vals[v].obj = (PyObject *)Py_TYPE(t);   /* its exact type (guarded with it) */
     PyObject *vid = PyLong_FromLong(v);
     if (v < 0 || !vid || PyDict_SetItem(T->tensor_of, key, vid) || tr_keep(T, t) ||
-        add_guard(T, TG_TENSOR, src, t, 0))
+        tr_add_guard(T, TG_TENSOR, src, t, 0))
         v = -1;
     Py_XDECREF(vid);
 out:
@@ -300,7 +398,7 @@ out:
 
 /* Wraps object o fetched from src (-1: computed/trusted). Tensors become
  * graph inputs; tuples and lists become containers of wrapped items (their
- * length guarded). */
+ * length guarded). Dicts stay objects until used (tr_dict_value). */
 int32_t tv_obj(tracer *T, PyObject *o, int32_t src)
 {
     if (ops_is_tensor(o))
@@ -308,17 +406,19 @@ int32_t tv_obj(tracer *T, PyObject *o, int32_t src)
     if ((PyTuple_CheckExact(o) || PyList_CheckExact(o)) && PySequence_Size(o) <= 256) {
         int isl = PyList_CheckExact(o);
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        if (add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || add_guard(T, TG_LEN, src, NULL, n))
+        if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || tr_add_guard(T, TG_LEN, src, NULL, n))
             return -1;
         int32_t c = tv_new(T, isl ? V_LIST : V_TUPLE);
         for (Py_ssize_t i = 0; c >= 0 && i < n; i++) {
-            int32_t s = src >= 0 ? src_new(T, SRC_ITEM, src, i, NULL) : -1;
+            int32_t s = src >= 0 ? tr_src_new(T, SRC_ITEM, src, i, NULL) : -1;
             int32_t it = (src >= 0 && s < 0) ? -1 : tv_obj(T, PySequence_Fast_GET_ITEM(o, i), s);
             if (it < 0 || tv_push_item(T, c, it, NULL))
                 return -1;
         }
-        if (c >= 0)
+        if (c >= 0) {
             T->vals[c].src = src;
+            T->vals[c].frozen = 1;   /* an existing list: its updates would be lost */
+        }
         return c;
     }
     if (tr_keep(T, o))
@@ -337,6 +437,13 @@ static int is_plain_const(PyObject *o)
            PyUnicode_CheckExact(o) || o == Py_Ellipsis;
 }
 
+static const char *kind_name(tracer *T, int32_t v)
+{
+    static const char *names[] = { "NULL", "tensor", "object", "tuple", "list", "dict", "method",
+                                   "iterator", "slice", "function", "cell" };
+    return names[T->vals[v].kind];
+}
+
 /* The concrete object of V_OBJ v; records the guard that makes using its
  * value sound: equality for plain constants, identity otherwise (unless it
  * came from a trusted module such as torch). */
@@ -344,12 +451,53 @@ PyObject *tr_const(tracer *T, int32_t v)
 {
     tv *x = &T->vals[v];
     if (x->kind != V_OBJ) {
-        tr_break(T, "expected a constant, got a %s", x->kind == V_TENSOR ? "tensor" : "container");
+        tr_break(T, "expected a constant, got a %s", kind_name(T, v));
         return NULL;
     }
-    if (x->src >= 0 && add_guard(T, is_plain_const(x->obj) ? TG_EQ : TG_ID, x->src, x->obj, 0))
+    if (x->src >= 0 && tr_add_guard(T, is_plain_const(x->obj) ? TG_EQ : TG_ID, x->src, x->obj, 0))
         return NULL;
     return x->obj;
+}
+
+/* A new Python object equal to value v: a constant (guarded as tr_const
+ * does), or a tuple/list/dict/slice of such built anew. NULL: a break
+ * (tensors and the like have no trace-time value) or an error. */
+PyObject *tr_pyobj(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    if (x->kind == V_OBJ) {
+        PyObject *o = tr_const(T, v);
+        return Py_XNewRef(o);
+    }
+    if (x->kind == V_SLICE) {
+        PyObject *p[3] = { Py_None, Py_None, Py_None };
+        for (int i = 0; i < 3; i++)
+            if (T->vals[v].sl[i] >= 0 && !(p[i] = tr_const(T, T->vals[v].sl[i])))
+                return NULL;
+        return PySlice_New(p[0], p[1], p[2]);
+    }
+    if (x->kind != V_TUPLE && x->kind != V_LIST && x->kind != V_DICT) {
+        tr_break(T, "a %s has no value at trace time", kind_name(T, v));
+        return NULL;
+    }
+    int n = x->n, kind = x->kind;
+    PyObject *c = kind == V_DICT ? PyDict_New() : kind == V_LIST ? PyList_New(n) : PyTuple_New(n);
+    for (int i = 0; c && i < n; i++) {
+        PyObject *it = tr_pyobj(T, T->vals[v].items[i]);
+        if (!it)
+            Py_CLEAR(c);
+        else if (kind == V_DICT) {
+            if (PyDict_SetItem(c, T->vals[v].keys[i], it))
+                Py_CLEAR(c);
+            Py_DECREF(it);
+        } else if (kind == V_LIST)
+            PyList_SET_ITEM(c, i, it);
+        else
+            PyTuple_SET_ITEM(c, i, it);
+    }
+    if (c && kind == V_TUPLE && T->vals[v].obj)   /* torch.Size, named tuples */
+        Py_SETREF(c, PyObject_CallOneArg(T->vals[v].obj, c));
+    return c;
 }
 
 int tr_int(tracer *T, int32_t v, int64_t *out)
@@ -363,18 +511,60 @@ int tr_int(tracer *T, int32_t v, int64_t *out)
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* A V_DICT for dict value v. A dict object becomes one whose items carry
+ * their sources; its type and length are guarded, and each key's presence
+ * (through a type guard on its item), so iteration order and membership
+ * are sound. Such a dict belongs to the caller: it is never mutated. */
+int32_t tr_dict_value(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    if (x->kind == V_DICT)
+        return v;
+    if (x->kind != V_OBJ || !PyDict_CheckExact(x->obj))
+        return tr_break(T, "expected a dict, got a %s", kind_name(T, v));
+    PyObject *o = x->obj;
+    int32_t src = x->src;
+    if (PyDict_GET_SIZE(o) > 256)
+        return tr_break(T, "dict with %zd items is too large to trace through", PyDict_GET_SIZE(o));
+    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || tr_add_guard(T, TG_LEN, src, NULL, PyDict_GET_SIZE(o)))
+        return -1;
+    int32_t d = tv_new(T, V_DICT);
+    PyObject *k, *val;
+    Py_ssize_t p = 0;
+    while (d >= 0 && PyDict_Next(o, &p, &k, &val)) {
+        if (!is_plain_const(k))
+            return tr_break(T, "dict key of type %s", Py_TYPE(k)->tp_name);
+        int32_t ks = src >= 0 ? tr_src_new(T, SRC_DICT, src, 0, k) : -1;
+        if ((src >= 0 && ks < 0) || tr_keep(T, k))
+            return -1;
+        if (!ops_is_tensor(val) && tr_add_guard(T, TG_TYPE, ks, (PyObject *)Py_TYPE(val), 0))
+            return -1;
+        int32_t iv = tv_obj(T, val, ks);
+        if (iv < 0 || tv_push_item(T, d, iv, k))
+            return -1;
+    }
+    if (d >= 0) {
+        T->vals[d].src = src;
+        T->vals[d].frozen = 1;
+    }
+    return d;
+}
+
 /* ---------- frames ---------- */
 
 typedef struct tframe {
     PyObject *code, *func, *globals, *builtins, *consts, *names, *bytes;
-    int32_t func_src;
+    int32_t func_src;      /* source of func (-1: none): roots its globals' and cells' sources */
     int trusted;           /* torch-internal code: its globals are not guarded */
     int is_top;            /* the traced function's own frame */
-    int32_t *locals;
+    int32_t *locals;       /* co_nlocalsplus slots; cell variables hold V_CELL values */
     int nlocals;
     int32_t *stack;
     int sp, cap;
     PyObject *kwnames;
+    int pc;                /* next instruction (a generator resumes here) */
+    int yielded;           /* run_frame stopped at a YIELD_VALUE */
+    struct tframe *back;   /* the frame that is running this one */
 } tframe;
 
 static int push(tframe *f, int32_t v)
@@ -412,116 +602,353 @@ static int code_trusted(PyObject *code)
     return strstr(s, "/torch/") != NULL;
 }
 
-/* Binds call arguments to fn's parameters into a new frame's locals. */
-static int bind_args(tracer *T, tframe *f, PyObject *fn, const call_args *a)
+static void frame_free(tframe *f)
 {
-    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    if (!f)
+        return;
+    PyMem_Free(f->locals);
+    PyMem_Free(f->stack);
+    Py_XDECREF(f->bytes);
+    PyMem_Free(f);
+}
+
+/* A new frame for code co (all slots unbound). func: the real function
+ * (NULL for a V_FUNC: its free variables are then filled by the caller). */
+static tframe *frame_new(PyObject *co, PyObject *func, PyObject *globals, int32_t func_src, int trusted)
+{
+    PyCodeObject *c = (PyCodeObject *)co;
+    tframe *f = PyMem_Calloc(1, sizeof *f);
+    if (!f)
+        return (tframe *)PyErr_NoMemory();
+    *f = (tframe){ .code = co, .func = func, .globals = globals, .builtins = PyEval_GetBuiltins(),
+                   .consts = c->co_consts, .names = c->co_names, .func_src = func_src,
+                   .trusted = trusted, .nlocals = c->co_nlocalsplus, .cap = c->co_stacksize + 8 };
+    f->locals = PyMem_Malloc(sizeof(int32_t) * (size_t)(f->nlocals + 1));
+    f->stack = PyMem_Malloc(sizeof(int32_t) * (size_t)f->cap);
+    f->bytes = PyObject_GetAttrString(co, "co_code");
+    if (!f->locals || !f->stack || !f->bytes) {
+        frame_free(f);
+        return PyErr_Occurred() ? NULL : (tframe *)PyErr_NoMemory();
+    }
+    for (int i = 0; i < f->nlocals; i++)
+        f->locals[i] = -1;
+    return f;
+}
+
+/* A callee's defaults: a real function's objects, or a V_FUNC's values. */
+typedef struct fdefaults {
+    PyObject *pos, *kw;    /* __defaults__ tuple, __kwdefaults__ dict (NULL: none) */
+    int32_t vpos, vkw;     /* V_TUPLE / V_DICT values (-1: none) */
+} fdefaults;
+
+/* Default of parameter i (name) among nargs positional ones: a value id,
+ * -2 when there is none, -1 on error. */
+static int32_t default_of(tracer *T, const fdefaults *d, int i, int nargs, PyObject *name)
+{
+    if (i < nargs) {
+        int nd = d->pos ? (int)PyTuple_GET_SIZE(d->pos) : d->vpos >= 0 ? T->vals[d->vpos].n : 0;
+        if (i < nargs - nd)
+            return -2;
+        int k = i - (nargs - nd);
+        /* defaults are part of the function, guarded by its identity */
+        return d->pos ? tv_obj(T, PyTuple_GET_ITEM(d->pos, k), -1) : T->vals[d->vpos].items[k];
+    }
+    if (d->kw) {
+        PyObject *o = PyDict_GetItemWithError(d->kw, name);
+        return o ? tv_obj(T, o, -1) : PyErr_Occurred() ? -1 : -2;
+    }
+    for (int k = 0; d->vkw >= 0 && k < T->vals[d->vkw].n; k++)
+        if (PyUnicode_Compare(T->vals[d->vkw].keys[k], name) == 0)
+            return T->vals[d->vkw].items[k];
+    return -2;
+}
+
+/* Binds call arguments to code co's parameters into frame f's locals, as
+ * CPython does: positional, keyword, *args tuple, **kwargs dict, defaults. */
+static int bind_args(tracer *T, tframe *f, PyCodeObject *co, const fdefaults *d, const call_args *a)
+{
     int nargs = co->co_argcount, nkwonly = co->co_kwonlyargcount;
     int has_var = !!(co->co_flags & CO_VARARGS), has_kw = !!(co->co_flags & CO_VARKEYWORDS);
     PyObject *varnames = PyObject_GetAttrString((PyObject *)co, "co_varnames");
+    int rc = -1;
     if (!varnames)
         return -1;
     int npos = a->npos < nargs ? a->npos : nargs;
     for (int i = 0; i < npos; i++)
         f->locals[i] = a->pos[i];
     if (a->npos > nargs && !has_var) {
-        Py_DECREF(varnames);
-        return tr_break(T, "too many positional arguments for %U", co->co_name);
+        tr_break(T, "too many positional arguments for %U", co->co_name);
+        goto out;
     }
-    if (has_var) {
-        int32_t t = tv_tuple(T, a->pos + npos, a->npos - npos);
-        f->locals[nargs + nkwonly] = t;
-    }
+    if (has_var && (f->locals[nargs + nkwonly] = tv_tuple(T, a->pos + npos, a->npos - npos)) < 0)
+        goto out;
     int32_t kwd = has_kw ? tv_new(T, V_DICT) : -1;
     for (int k = 0; k < a->nkw; k++) {
         int slot = -1;
-        for (int i = 0; i < nargs + nkwonly; i++)
+        for (int i = co->co_posonlyargcount; i < nargs + nkwonly; i++)
             if (PyUnicode_Compare(PyTuple_GET_ITEM(varnames, i), a->kwn[k]) == 0)
                 slot = i;
-        if (slot >= 0 && slot >= co->co_posonlyargcount)
+        if (slot >= 0 && f->locals[slot] < 0)
             f->locals[slot] = a->kwv[k];
-        else if (kwd >= 0)
-            tv_push_item(T, kwd, a->kwv[k], a->kwn[k]);
-        else {
-            Py_DECREF(varnames);
-            return tr_break(T, "unexpected keyword argument %U for %U", a->kwn[k], co->co_name);
+        else if (slot < 0 && kwd >= 0) {
+            if (tv_push_item(T, kwd, a->kwv[k], a->kwn[k]))
+                goto out;
+        } else {
+            tr_break(T, "unexpected or repeated keyword argument %U for %U", a->kwn[k], co->co_name);
+            goto out;
         }
     }
     if (has_kw)
         f->locals[nargs + nkwonly + has_var] = kwd;
-    PyObject *defs = PyFunction_GET_DEFAULTS(fn), *kwdefs = PyFunction_GET_KW_DEFAULTS(fn);
-    Py_ssize_t nd = defs ? PyTuple_GET_SIZE(defs) : 0;
     for (int i = 0; i < nargs + nkwonly; i++) {
         if (f->locals[i] >= 0)
             continue;
-        PyObject *d = NULL;
-        if (i < nargs && i >= nargs - nd)
-            d = PyTuple_GET_ITEM(defs, i - (nargs - nd));
-        else if (i >= nargs && kwdefs)
-            d = PyDict_GetItem(kwdefs, PyTuple_GET_ITEM(varnames, i));
-        if (!d) {
-            Py_DECREF(varnames);
-            return tr_break(T, "missing argument %U of %U", PyTuple_GET_ITEM(varnames, i), co->co_name);
-        }
-        f->locals[i] = tv_obj(T, d, -1);   /* defaults: part of the function, guarded by its identity */
+        int32_t v = default_of(T, d, i, nargs, PyTuple_GET_ITEM(varnames, i));
+        if (v == -2)
+            tr_break(T, "missing argument %U of %U", PyTuple_GET_ITEM(varnames, i), co->co_name);
+        if (v < 0)
+            goto out;
+        f->locals[i] = v;
     }
+    rc = 0;
+out:
     Py_DECREF(varnames);
+    return rc;
+}
+
+/* Runs frame f (fully, or a generator's frame: wrapped as an iterator) and
+ * frees it unless a generator keeps it. */
+static int32_t enter_frame(tracer *T, tframe *f)
+{
+    PyCodeObject *co = (PyCodeObject *)f->code;
+    if (co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) {
+        frame_free(f);
+        return tr_break(T, "coroutine %U", co->co_name);
+    }
+    if (co->co_flags & CO_GENERATOR) {
+        int32_t it = tv_new(T, V_ITER);
+        if (it < 0) {
+            frame_free(f);
+            return -1;
+        }
+        T->vals[it].sub = IT_GEN;
+        T->vals[it].frame = f;
+        return it;
+    }
+    if (T->depth >= MAX_DEPTH) {
+        frame_free(f);
+        return tr_break(T, "call depth over %d", MAX_DEPTH);
+    }
+    T->depth++;
+    int32_t r = run_frame(T, f);
+    T->depth--;
+    frame_free(f);
+    return r;
+}
+
+/* Next value of generator iterator `it`: 1 and *out, 0 when it returned
+ * (it is then done), -1 on a break. */
+int tr_gen_next(tracer *T, int32_t it, int32_t *out)
+{
+    tframe *f = T->vals[it].frame;
+    if (T->vals[it].done || !f)
+        return 0;
+    if (f->back)
+        return tr_break(T, "generator already executing");
+    if (T->depth >= MAX_DEPTH)
+        return tr_break(T, "call depth over %d", MAX_DEPTH);
+    if (f->pc > 0 && push(f, tv_obj(T, Py_None, -1)))   /* the value next() sends */
+        return -1;
+    T->depth++;
+    int32_t r = run_frame(T, f);
+    T->depth--;
+    if (r < 0)
+        return -1;
+    if (f->yielded) {
+        *out = r;
+        return 1;
+    }
+    T->vals[it].done = 1;
     return 0;
 }
 
+/* ---------- aliasing ---------- */
+
+typedef struct marker {
+    uint8_t *seen;
+    int32_t *todo;
+    int32_t n, cap;
+} marker;
+
+static int mark_push(marker *m, int32_t v)
+{
+    if (v < 0 || m->seen[v])
+        return 0;
+    int32_t *t = grow(m->todo, &m->cap, m->n + 1, sizeof(int32_t));
+    if (!t)
+        return PyErr_NoMemory(), -1;
+    m->todo = t;
+    m->todo[m->n++] = v;
+    return 0;
+}
+
+static int mark_frame(marker *m, const tframe *f)
+{
+    for (int i = 0; i < f->nlocals; i++)
+        if (mark_push(m, f->locals[i]))
+            return -1;
+    for (int i = 0; i < f->sp; i++)
+        if (mark_push(m, f->stack[i]))
+            return -1;
+    return 0;
+}
+
+/* Pushes what value v holds: container items, cells' contents, closures,
+ * iterators' inputs and suspended generator frames. */
+static int mark_children(tracer *T, marker *m, int32_t v)
+{
+    tv *x = &T->vals[v];
+    int rc = (x->kind != V_FUNC && mark_push(m, x->self_)) ||   /* a V_FUNC's self_ is a source */
+             mark_push(m, x->sl[0]) || mark_push(m, x->sl[1]) || mark_push(m, x->sl[2]);
+    for (int i = 0; !rc && x->kind != V_OBJ && i < x->n; i++)
+        rc = mark_push(m, x->items[i]);
+    if (!rc && x->kind == V_ITER && x->frame)
+        rc = mark_frame(m, x->frame);
+    return rc;
+}
+
+/* Whether a value other than x that the running frames can still reach
+ * views x's node (through a chain of view ops) or shares it: then an
+ * in-place update of x would have to reach that value too, which is not
+ * modelled. 1 / 0, -1 on error. */
+int tr_aliased(tracer *T, int32_t x)
+{
+    int32_t target = T->vals[x].node;
+    marker m = { .seen = PyMem_Calloc((size_t)T->nvals, 1) };
+    int found = m.seen ? 0 : (PyErr_NoMemory(), -1);
+    for (tframe *f = T->frame; !found && f; f = f->back)
+        found = mark_frame(&m, f);
+    while (!found && m.n > 0) {
+        int32_t v = m.todo[--m.n];
+        if (m.seen[v])
+            continue;
+        m.seen[v] = 1;
+        if (T->vals[v].kind == V_TENSOR && v != x) {
+            for (int32_t n = T->vals[v].node; !found; n = T->g->nodes[n].src[0]) {
+                found = n == target;
+                if (smelt_op_kind_of((smelt_op)T->g->nodes[n].op) != SMELT_KIND_VIEW)
+                    break;
+            }
+        }
+        if (!found && mark_children(T, &m, v))
+            found = -1;
+    }
+    PyMem_Free(m.seen);
+    PyMem_Free(m.todo);
+    return found;
+}
+
 /* Inlines a call of Python function fn (its identity is guarded where it
- * has a source). */
+ * has a source; fn_src also roots the sources of its globals and cells). */
 static int32_t inline_call(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a)
 {
-    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
-    if (T->depth >= MAX_DEPTH)
-        return tr_break(T, "call depth over %d", MAX_DEPTH);
-    if (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR))
-        return tr_break(T, "generator/coroutine %U", co->co_name);
-    int nl = co->co_nlocalsplus;
-    int cap = co->co_stacksize + 8;
-    tframe f = { .code = (PyObject *)co, .func = fn, .func_src = fn_src,
-                 .globals = PyFunction_GET_GLOBALS(fn), .consts = co->co_consts, .names = co->co_names };
-    f.trusted = code_trusted((PyObject *)co);
-    f.builtins = PyEval_GetBuiltins();
-    f.locals = PyMem_Malloc(sizeof(int32_t) * (size_t)(nl + 1));
-    f.stack = PyMem_Malloc(sizeof(int32_t) * (size_t)cap);
-    f.cap = cap;
-    f.bytes = PyObject_GetAttrString((PyObject *)co, "co_code");
-    int32_t r = -1;
-    if (!f.locals || !f.stack || !f.bytes)
-        goto out;
-    for (int i = 0; i < nl; i++)
-        f.locals[i] = -1;
-    if (bind_args(T, &f, fn, a))
-        goto out;
-    T->depth++;
-    r = run_frame(T, &f);
-    T->depth--;
-out:
-    PyMem_Free(f.locals);
-    PyMem_Free(f.stack);
-    Py_XDECREF(f.bytes);
-    return r;
+    PyObject *co = PyFunction_GET_CODE(fn);
+    tframe *f = frame_new(co, fn, PyFunction_GET_GLOBALS(fn), fn_src, code_trusted(co));
+    if (!f)
+        return -1;
+    fdefaults d = { .pos = PyFunction_GET_DEFAULTS(fn), .kw = PyFunction_GET_KW_DEFAULTS(fn), .vpos = -1, .vkw = -1 };
+    if (bind_args(T, f, (PyCodeObject *)co, &d, a)) {
+        frame_free(f);
+        return -1;
+    }
+    return enter_frame(T, f);
+}
+
+/* Calls a function made in the traced code: its free variables are the
+ * closure cells it captured. */
+static int32_t call_vfunc(tracer *T, int32_t fv, const call_args *a)
+{
+    tv *x = &T->vals[fv];
+    PyCodeObject *co = (PyCodeObject *)x->obj;
+    tframe *f = frame_new(x->obj, NULL, x->aux, x->self_, x->pos);
+    if (!f)
+        return -1;
+    int first_free = co->co_nlocalsplus - co->co_nfreevars;
+    for (int i = 0; i < T->vals[fv].n && first_free + i < f->nlocals; i++)
+        f->locals[first_free + i] = T->vals[fv].items[i];
+    fdefaults d = { .vpos = T->vals[fv].sl[0], .vkw = T->vals[fv].sl[1] };
+    if (bind_args(T, f, co, &d, a)) {
+        frame_free(f);
+        return -1;
+    }
+    return enter_frame(T, f);
+}
+
+/* MAKE_FUNCTION: pops code and the parts `flags` says are there. */
+static int32_t make_function(tracer *T, tframe *f, int flags)
+{
+    int32_t code = f->stack[--f->sp];
+    int32_t clo = (flags & 8) ? f->stack[--f->sp] : -1;
+    if (flags & 4)
+        f->sp--;   /* annotations */
+    int32_t kwd = (flags & 2) ? f->stack[--f->sp] : -1;
+    int32_t defs = (flags & 1) ? f->stack[--f->sp] : -1;
+    if (T->vals[code].kind != V_OBJ || !PyCode_Check(T->vals[code].obj))
+        return tr_break(T, "MAKE_FUNCTION without a code object");
+    if ((kwd >= 0 && (kwd = tr_dict_value(T, kwd)) < 0) || (defs >= 0 && T->vals[defs].kind != V_TUPLE))
+        return defs >= 0 && T->vals[defs].kind != V_TUPLE ? tr_break(T, "function defaults") : -1;
+    int32_t fv = tv_new(T, V_FUNC);
+    if (fv < 0)
+        return -1;
+    tv *x = &T->vals[fv];
+    x->obj = T->vals[code].obj;
+    x->aux = f->globals;
+    x->self_ = f->func_src;
+    x->pos = f->trusted;
+    x->sl[0] = defs;
+    x->sl[1] = kwd;
+    for (int i = 0; clo >= 0 && i < T->vals[clo].n; i++)
+        if (tv_push_item(T, fv, T->vals[clo].items[i], NULL))
+            return -1;
+    return fv;
 }
 
 /* ---------- calls ---------- */
 
-static PyObject *module_type, *hook_names;   /* torch.nn.Module, hook dict names */
+/* torch.nn.Module, its __call__, the per-module hook dict names, and the
+ * torch.nn.modules.module namespace (global hooks). */
+static PyObject *module_type, *module_call, *hook_names, *module_ns;
 
 static int ensure_nn(void)
 {
     if (module_type)
         return 0;
-    PyObject *nn = PyImport_ImportModule("torch.nn");
+    PyObject *nn = PyImport_ImportModule("torch.nn"), *mm = PyImport_ImportModule("torch.nn.modules.module");
     module_type = nn ? PyObject_GetAttrString(nn, "Module") : NULL;
+    module_ns = mm ? PyModule_GetDict(mm) : NULL;
     Py_XDECREF(nn);
+    Py_XDECREF(mm);   /* the module stays in sys.modules */
+    module_call = module_type ? _PyType_Lookup((PyTypeObject *)module_type, s_call) : NULL;
     hook_names = Py_BuildValue("(ssss)", "_forward_hooks", "_forward_pre_hooks",
                                "_backward_hooks", "_backward_pre_hooks");
-    return module_type && hook_names ? 0 : -1;
+    return module_type && module_call && module_ns && hook_names ? 0 : -1;
 }
 
-static int is_module(PyObject *o)
+/* Hooks registered for every module (register_module_forward_hook, ...)
+ * change what any module call does: such a call is not traced. */
+static int global_hooks_empty(tracer *T)
+{
+    static const char *names[] = { "_global_forward_hooks", "_global_forward_pre_hooks",
+                                   "_global_backward_hooks", "_global_backward_pre_hooks" };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        PyObject *d = PyDict_GetItemString(module_ns, names[i]);
+        if (d && PyDict_Check(d) && PyDict_GET_SIZE(d))
+            return tr_break(T, "global module hooks are registered");
+    }
+    return 0;
+}
+
+int tr_is_module(PyObject *o)
 {
     if (ensure_nn()) {
         PyErr_Clear();
@@ -547,380 +974,236 @@ static int module_hooks_empty(tracer *T, int32_t mv)
         Py_DECREF(d);
         if (!empty)
             return tr_break(T, "module %s has hooks registered", Py_TYPE(T->vals[mv].obj)->tp_name);
-        int32_t src = T->vals[mv].src;
-        int32_t s = src >= 0 ? src_new(T, SRC_ATTR, src, 0, name) : -1;
-        if (add_guard(T, TG_EMPTY, s, NULL, 0))
+        int32_t s = tr_src_new(T, SRC_ATTR, T->vals[mv].src, 0, name);
+        if (tr_add_guard(T, TG_EMPTY, s, NULL, 0))
             return -1;
     }
     return 0;
 }
 
-static int32_t call_builtin(tracer *T, PyObject *fn, const call_args *a);
+/* Source of attribute `name` of value v's class (roots the globals and
+ * cells of a method found there); -1 when v has no source. */
+static int32_t class_attr_src(tracer *T, int32_t v, PyObject *name)
+{
+    int32_t t = tr_src_new(T, SRC_TYPE, T->vals[v].src, 0, NULL);
+    return t < 0 ? -1 : tr_src_new(T, SRC_ATTR, t, 0, name);
+}
 
+/* Prepends value self to a call's positional arguments (pos: room for 64). */
+static int with_self(tracer *T, int32_t self, const call_args *a, call_args *b, int32_t *pos)
+{
+    if (a->npos >= 63)
+        return tr_break(T, "too many arguments");
+    pos[0] = self;
+    memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
+    *b = *a;
+    b->pos = pos;
+    b->npos = a->npos + 1;
+    return 0;
+}
+
+/* module(*a): nn.Module.__call__ without hooks is forward(*a). */
 static int32_t call_module(tracer *T, int32_t mv, const call_args *a)
 {
     tv *m = &T->vals[mv];
-    if (add_guard(T, TG_TYPE, m->src, (PyObject *)Py_TYPE(m->obj), 0) || module_hooks_empty(T, mv))
+    if (tr_add_guard(T, TG_TYPE, m->src, (PyObject *)Py_TYPE(m->obj), 0) || module_hooks_empty(T, mv) ||
+        global_hooks_empty(T))
         return -1;
-    PyObject *fwd = PyObject_GetAttrString((PyObject *)Py_TYPE(T->vals[mv].obj), "forward");
-    if (!fwd)
-        return -1;
-    if (!PyFunction_Check(fwd)) {
-        Py_DECREF(fwd);
-        return tr_break(T, "module forward is not a Python function");
-    }
+    PyObject *inst = PyObject_GenericGetDict(T->vals[mv].obj, NULL);
+    int own_forward = inst && PyDict_GetItemWithError(inst, s_forward) != NULL;
+    Py_XDECREF(inst);
+    if (own_forward || _PyType_Lookup(Py_TYPE(T->vals[mv].obj), s_call) != module_call)
+        return PyErr_Occurred() ? -1 : tr_break(T, "module %s overrides __call__ or forward per instance",
+                                                Py_TYPE(T->vals[mv].obj)->tp_name);
+    PyObject *fwd = _PyType_Lookup(Py_TYPE(T->vals[mv].obj), s_forward);
+    if (!fwd || !PyFunction_Check(fwd))
+        return tr_break(T, "forward of %s is not a Python function", Py_TYPE(T->vals[mv].obj)->tp_name);
     int32_t pos[64];
-    if (a->npos >= 63) {
-        Py_DECREF(fwd);
-        return tr_break(T, "too many arguments");
-    }
-    pos[0] = mv;
-    memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
-    call_args b = *a;
-    b.pos = pos;
-    b.npos = a->npos + 1;
-    int32_t r = tr_keep(T, fwd) ? -1 : inline_call(T, fwd, -1, &b);
-    Py_DECREF(fwd);
+    call_args b;
+    if (with_self(T, mv, a, &b, pos) || tr_keep(T, fwd))
+        return -1;
+    return inline_call(T, fwd, class_attr_src(T, mv, s_forward), &b);
+}
+
+static int32_t call_super(tracer *T, const call_args *a);
+
+/* A readable name for callable o ("torch.randn", "builtins.print"). */
+static PyObject *callable_name(PyObject *o)
+{
+    int builtin = PyCFunction_Check(o);   /* torch.randn's __qualname__ names torch's internal class */
+    PyObject *mod = PyObject_GetAttrString(o, "__module__");
+    PyObject *qn = PyObject_GetAttrString(o, builtin ? "__name__" : "__qualname__");
+    PyErr_Clear();
+    PyObject *r;
+    if (qn && PyUnicode_Check(qn))
+        r = mod && PyUnicode_Check(mod) ? PyUnicode_FromFormat("%U.%U", mod, qn) : Py_NewRef(qn);
+    else
+        r = PyUnicode_FromFormat("a %s object", Py_TYPE(o)->tp_name);
+    Py_XDECREF(mod);
+    Py_XDECREF(qn);
     return r;
 }
 
-/* lst.append(x) / lst.extend(seq) on a list built in the traced code. */
-static int32_t list_method(tracer *T, int32_t lst, PyObject *name, const call_args *a)
+static int32_t call_unknown(tracer *T, PyObject *o)
 {
-    if (T->vals[lst].src >= 0)
-        return tr_break(T, "mutating a list passed in from outside");
-    if (!PyUnicode_CompareWithASCIIString(name, "append") && a->npos == 1) {
-        if (tv_push_item(T, lst, a->pos[0], NULL))
-            return -1;
-        return tv_obj(T, Py_None, -1);
+    PyObject *n = callable_name(o);
+    if (!n)
+        return -1;
+    tr_break(T, "call of %U is not supported", n);
+    Py_DECREF(n);
+    return -1;
+}
+
+/* torch.no_grad() / torch.inference_mode(): a marker `with` can enter. */
+static int32_t grad_off_manager(tracer *T, const call_args *a)
+{
+    if (a->nkw || a->npos > 1)
+        return tr_break(T, "grad-mode context manager arguments");
+    PyObject *m = a->npos ? tr_const(T, a->pos[0]) : Py_True;
+    if (!m)
+        return -1;
+    if (m != Py_True)
+        return tr_break(T, "inference_mode(%R) is not supported", m);
+    return tv_obj(T, ctx_grad_off, -1);
+}
+
+/* A bound method object (o.method fetched as an object): its function
+ * inlined with its __self__ first. */
+static int32_t call_method_obj(tracer *T, int32_t fn, const call_args *a)
+{
+    PyObject *m = T->vals[fn].obj, *func = PyMethod_GET_FUNCTION(m);
+    if (!PyFunction_Check(func))
+        return call_unknown(T, func);
+    int32_t self = tv_obj(T, PyMethod_GET_SELF(m), tr_src_new(T, SRC_ATTR, T->vals[fn].src, 0, s_self));
+    int32_t pos[64];
+    call_args b;
+    if (self < 0 || with_self(T, self, a, &b, pos))
+        return -1;
+    return inline_call(T, func, -1, &b);
+}
+
+static int32_t call_bound(tracer *T, int32_t fn, const call_args *a)
+{
+    tv *f = &T->vals[fn];
+    int32_t self = f->self_, pos[64];
+    call_args b;
+    if (with_self(T, self, a, &b, pos))
+        return -1;
+    if (PyUnicode_Check(f->obj)) {
+        if (T->vals[self].kind == V_TENSOR)
+            return ops_call_method(T, f->obj, &b);
+        return bi_method(T, self, f->obj, a);
     }
-    return tr_break(T, "list method %U is not supported yet", name);
+    int32_t r = ops_call_torch(T, f->obj, &b);
+    if (r != -2)
+        return r;
+    if (PyFunction_Check(f->obj))
+        return inline_call(T, f->obj, f->src, &b);
+    return call_unknown(T, f->obj);
 }
 
 /* Calls value fn with arguments a. */
 int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
 {
     tv *f = &T->vals[fn];
-    if (f->kind == V_BOUND) {
-        int32_t pos[64];
-        if (a->npos >= 63)
-            return tr_break(T, "too many arguments");
-        pos[0] = f->self_;
-        memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
-        call_args b = *a;
-        b.pos = pos;
-        b.npos = a->npos + 1;
-        if (PyUnicode_Check(f->obj) && T->vals[f->self_].kind == V_LIST)
-            return list_method(T, f->self_, f->obj, a);
-        if (PyUnicode_Check(f->obj))
-            return ops_call_method(T, f->obj, &b);
-        int32_t r = ops_call_torch(T, f->obj, &b);
-        if (r != -2)
-            return r;
-        if (PyFunction_Check(f->obj))
-            return inline_call(T, f->obj, -1, &b);
-        return tr_break(T, "call of bound %s", Py_TYPE(f->obj)->tp_name);
-    }
+    if (f->kind == V_BOUND)
+        return call_bound(T, fn, a);
+    if (f->kind == V_FUNC)
+        return call_vfunc(T, fn, a);
     if (f->kind != V_OBJ)
-        return tr_break(T, "call of a non-callable value");
+        return tr_break(T, "call of a %s", kind_name(T, fn));
     PyObject *o = f->obj;
+    if (o == ctx_exit)
+        return tv_obj(T, Py_None, -1);
     int32_t r = ops_call_torch(T, o, a);
     if (r != -2)
         return r;
-    if (is_module(o))
+    if (tr_is_module(o))
         return call_module(T, fn, a);
     if (PyFunction_Check(o)) {
         if (!tr_const(T, fn))
             return -1;
         return inline_call(T, o, T->vals[fn].src, a);
     }
-    return call_builtin(T, o, a);
-}
-
-/* ---------- builtins ---------- */
-
-static int32_t seq_of(tracer *T, int32_t v, int32_t **items, int *n);
-
-static int32_t list_of_ints(tracer *T, int64_t start, int64_t stop, int64_t step)
-{
-    int32_t l = tv_new(T, V_LIST);
-    for (int64_t i = start; l >= 0 && (step > 0 ? i < stop : i > stop); i += step) {
-        PyObject *o = PyLong_FromLongLong(i);
-        int32_t v = o ? tv_obj(T, o, -1) : -1;
-        Py_XDECREF(o);
-        if (v < 0 || tv_push_item(T, l, v, NULL))
-            return -1;
-    }
-    return l;
-}
-
-static int32_t b_range(tracer *T, const call_args *a)
-{
-    int64_t x[3] = { 0, 0, 1 };
-    if (a->npos < 1 || a->npos > 3)
-        return tr_break(T, "range with %d arguments", a->npos);
-    for (int i = 0; i < a->npos; i++)
-        if (tr_int(T, a->pos[i], &x[a->npos == 1 ? 1 : i]))
-            return -1;
-    if (x[2] == 0 || (x[1] - x[0]) / x[2] > 100000)
-        return tr_break(T, "range too long to unroll");
-    return list_of_ints(T, x[0], x[1], x[2]);
-}
-
-static int32_t b_enumerate_zip(tracer *T, const call_args *a, int zip)
-{
-    int32_t *it[8];
-    int n[8], len = 1 << 30;
-    int k = zip ? a->npos : 1;
-    if (k < 1 || k > 8 || (!zip && a->npos != 1))
-        return tr_break(T, zip ? "zip of %d iterables" : "enumerate with start", k);
-    for (int i = 0; i < k; i++) {
-        if (seq_of(T, a->pos[i], &it[i], &n[i]))
-            return -1;
-        len = n[i] < len ? n[i] : len;
-    }
-    int32_t l = tv_new(T, V_LIST);
-    for (int j = 0; l >= 0 && j < len; j++) {
-        int32_t t[9];
-        int m = 0;
-        if (!zip) {
-            PyObject *o = PyLong_FromLong(j);
-            t[m++] = o ? tv_obj(T, o, -1) : -1;
-            Py_XDECREF(o);
-        }
-        for (int i = 0; i < k; i++)
-            t[m++] = it[i][j];
-        int32_t tup = tv_tuple(T, t, m);
-        if (tup < 0 || tv_push_item(T, l, tup, NULL))
-            return -1;
-    }
-    return l;
-}
-
-static int32_t b_len(tracer *T, const call_args *a)
-{
-    if (a->npos != 1)
-        return tr_break(T, "len arguments");
-    tv *x = &T->vals[a->pos[0]];
-    Py_ssize_t n;
-    if (x->kind == V_TUPLE || x->kind == V_LIST || x->kind == V_DICT) {
-        n = x->n;
-    } else if (x->kind == V_TENSOR) {
-        const smelt_node *nd = &T->g->nodes[x->node];
-        if (!nd->ndim)
-            return tr_break(T, "len() of a 0-d tensor");
-        n = nd->shape[0];
-    } else {
-        PyObject *o = tr_const(T, a->pos[0]);
-        if (!o)
-            return -1;
-        if (is_module(o))   /* ModuleList/Sequential length follows their structure */
-            add_guard(T, TG_LEN, x->src, NULL, PyObject_Length(o));
-        n = PyObject_Length(o);
-        if (n < 0)
-            return -1;
-    }
-    PyObject *o = PyLong_FromSsize_t(n);
-    int32_t v = o ? tv_obj(T, o, -1) : -1;
-    Py_XDECREF(o);
-    return v;
-}
-
-/* Builtins callable on constants: evaluated now on the concrete values. */
-static int32_t call_on_consts(tracer *T, PyObject *fn, const call_args *a)
-{
-    PyObject *args = PyTuple_New(a->npos), *kw = a->nkw ? PyDict_New() : NULL;
-    if (!args || (a->nkw && !kw))
-        goto fail;
-    for (int i = 0; i < a->npos; i++) {
-        PyObject *o = tr_const(T, a->pos[i]);
-        if (!o)
-            goto fail;
-        Py_INCREF(o);
-        PyTuple_SET_ITEM(args, i, o);
-    }
-    for (int i = 0; i < a->nkw; i++) {
-        PyObject *o = tr_const(T, a->kwv[i]);
-        if (!o || PyDict_SetItem(kw, a->kwn[i], o))
-            goto fail;
-    }
-    PyObject *r = PyObject_Call(fn, args, kw);
-    Py_DECREF(args);
-    Py_XDECREF(kw);
-    if (!r) {
-        PyErr_Clear();
-        return tr_break(T, "%s(...) raised at trace time", Py_TYPE(fn)->tp_name);
-    }
-    int32_t v = tv_obj(T, r, -1);
-    Py_DECREF(r);
-    return v;
-fail:
-    Py_XDECREF(args);
-    Py_XDECREF(kw);
-    return -1;
-}
-
-static int32_t b_isinstance(tracer *T, const call_args *a)
-{
-    if (a->npos != 2)
-        return tr_break(T, "isinstance arguments");
-    tv *x = &T->vals[a->pos[0]];
-    PyObject *cls = tr_const(T, a->pos[1]);
-    if (!cls)
-        return -1;
-    int r;
-    if (x->kind == V_TENSOR) {
-        r = PyObject_IsSubclass(ops_tensor_type(), cls);
-    } else if (x->kind == V_OBJ) {
-        if (add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0))
-            return -1;
-        r = PyObject_IsInstance(x->obj, cls);
-    } else {
-        PyObject *t = (PyObject *)(x->kind == V_LIST ? &PyList_Type : x->kind == V_DICT ? &PyDict_Type : &PyTuple_Type);
-        r = PyObject_IsSubclass(t, cls);
-    }
-    if (r < 0)
-        return -1;
-    return tv_obj(T, r ? Py_True : Py_False, -1);
-}
-
-static int32_t b_container(tracer *T, const call_args *a, int list)
-{
-    int32_t *it;
-    int n;
-    if (a->npos == 0)
-        return tv_new(T, list ? V_LIST : V_TUPLE);
-    if (a->npos != 1 || seq_of(T, a->pos[0], &it, &n))
-        return a->npos != 1 ? tr_break(T, "tuple/list arguments") : -1;
-    int32_t c = tv_new(T, list ? V_LIST : V_TUPLE);
-    for (int i = 0; c >= 0 && i < n; i++)
-        if (tv_push_item(T, c, it[i], NULL))
-            return -1;
-    return c;
-}
-
-static int32_t call_builtin(tracer *T, PyObject *fn, const call_args *a)
-{
-    PyObject *b = T->builtins;
-    if (fn == PyDict_GetItemString(b, "range"))
-        return b_range(T, a);
-    if (fn == PyDict_GetItemString(b, "enumerate"))
-        return b_enumerate_zip(T, a, 0);
-    if (fn == PyDict_GetItemString(b, "zip"))
-        return b_enumerate_zip(T, a, 1);
-    if (fn == PyDict_GetItemString(b, "len"))
-        return b_len(T, a);
-    if (fn == PyDict_GetItemString(b, "isinstance"))
-        return b_isinstance(T, a);
-    if (fn == PyDict_GetItemString(b, "tuple"))
-        return b_container(T, a, 0);
-    if (fn == PyDict_GetItemString(b, "list"))
-        return b_container(T, a, 1);
-    static const char *pure[] = { "int", "float", "bool", "abs", "min", "max", "str", "round",
-                                  "getattr", "hasattr", "divmod", NULL };
-    for (int i = 0; pure[i]; i++)
-        if (fn == PyDict_GetItemString(b, pure[i])) {
-            for (int k = 0; k < a->npos; k++)
-                if (T->vals[a->pos[k]].kind != V_OBJ)
-                    return tr_break(T, "%s() of a non-constant", pure[i]);
-            return call_on_consts(T, fn, a);
-        }
-    PyObject *self = PyCFunction_Check(fn) ? PyCFunction_GET_SELF(fn) : NULL;
-    if (self && PyModule_Check(self)) {   /* math.*, operator.* on constants */
-        const char *mn = PyModule_GetName(self);
-        if (mn && (!strcmp(mn, "math") || !strcmp(mn, "_operator") || !strcmp(mn, "operator")))
-            return call_on_consts(T, fn, a);
-        PyErr_Clear();
-    }
-    return tr_break(T, "call of %s is not supported", Py_TYPE(fn)->tp_name);
-}
-
-/* Items of a sequence-like value (tuple, list, dict keys, ModuleList). */
-static int32_t seq_of(tracer *T, int32_t v, int32_t **items, int *n)
-{
-    tv *x = &T->vals[v];
-    if (x->kind == V_TUPLE || x->kind == V_LIST) {
-        *items = x->items;
-        *n = x->n;
-        return 0;
-    }
-    if (x->kind == V_DICT) {
-        int32_t l = tv_new(T, V_LIST);
-        for (int i = 0; l >= 0 && i < T->vals[v].n; i++) {
-            int32_t k = tv_obj(T, T->vals[v].keys[i], -1);
-            if (k < 0 || tv_push_item(T, l, k, NULL))
-                return -1;
-        }
-        if (l < 0)
-            return -1;
-        *items = T->vals[l].items;
-        *n = T->vals[l].n;
-        return 0;
-    }
-    if (x->kind != V_OBJ)
-        return tr_break(T, "iteration over a tensor");
-    PyObject *o = x->obj;
-    int32_t src = x->src;
-    if (is_module(o)) {   /* Sequential, ModuleList, ModuleDict: their children */
-        PyObject *mods = PyObject_GetAttrString(o, "_modules");
-        if (!mods || add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0)) {
-            Py_XDECREF(mods);
-            return -1;
-        }
-        PyObject *cls_name = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__name__");
-        int is_dict = cls_name && PyUnicode_CompareWithASCIIString(cls_name, "ModuleDict") == 0;
-        Py_XDECREF(cls_name);
-        int32_t msrc = src >= 0 ? src_new(T, SRC_ATTR, src, 0, PyUnicode_InternFromString("_modules")) : -1;
-        add_guard(T, TG_LEN, msrc, NULL, PyDict_GET_SIZE(mods));
-        int32_t l = tv_new(T, V_LIST);
-        Py_ssize_t pos = 0;
-        PyObject *k, *m;
-        while (l >= 0 && PyDict_Next(mods, &pos, &k, &m)) {
-            int32_t it = is_dict ? tv_obj(T, k, -1) : tv_obj(T, m, msrc >= 0 ? src_new(T, SRC_DICT, msrc, 0, k) : -1);
-            if (it < 0 || tv_push_item(T, l, it, NULL)) {
-                Py_DECREF(mods);
-                return -1;
-            }
-        }
-        Py_DECREF(mods);
-        if (l < 0)
-            return -1;
-        *items = T->vals[l].items;
-        *n = T->vals[l].n;
-        return 0;
-    }
-    if (!tr_const(T, v))
-        return -1;
-    PyObject *seq = PySequence_Fast(o, "not iterable");
-    if (!seq) {
-        PyErr_Clear();
-        return tr_break(T, "iteration over %s", Py_TYPE(o)->tp_name);
-    }
-    int32_t l = tv_new(T, V_LIST);
-    for (Py_ssize_t i = 0; l >= 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
-        int32_t it = tv_obj(T, PySequence_Fast_GET_ITEM(seq, i), -1);
-        if (it < 0 || tv_push_item(T, l, it, NULL)) {
-            Py_DECREF(seq);
-            return -1;
-        }
-    }
-    Py_DECREF(seq);
-    if (l < 0)
-        return -1;
-    *items = T->vals[l].items;
-    *n = T->vals[l].n;
-    return 0;
+    if (PyMethod_Check(o))
+        return call_method_obj(T, fn, a);
+    if (o == (PyObject *)&PySuper_Type)
+        return call_super(T, a);
+    if (o == ctx_classes[0] || o == ctx_classes[1])
+        return grad_off_manager(T, a);
+    r = bi_call(T, o, a);
+    return r != -2 ? r : call_unknown(T, o);
 }
 
 /* ---------- attributes ---------- */
 
-static int32_t module_attr(tracer *T, int32_t mv, PyObject *name)
+/* Absence of an attribute of object value v, guarded by the lengths of
+ * the dicts an attribute could be added to. */
+int tr_guard_absent(tracer *T, int32_t v)
 {
-    tv *m = &T->vals[mv];
-    PyObject *o = m->obj;
-    int32_t src = m->src;
-    if (add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0))
+    PyObject *o = T->vals[v].obj;
+    int32_t src = T->vals[v].src;
+    PyObject *names[4] = { s_dict, s_params, s_buffers, s_modules };
+    for (int i = 0; i < (tr_is_module(o) ? 4 : 1); i++) {
+        PyObject *d = PyObject_GetAttr(o, names[i]);
+        if (!d) {
+            PyErr_Clear();
+            continue;
+        }
+        Py_ssize_t n = PyDict_Check(d) ? PyDict_GET_SIZE(d) : -1;
+        Py_DECREF(d);
+        if (n >= 0 && tr_add_guard(T, TG_LEN, tr_src_new(T, SRC_ATTR, src, 0, names[i]), NULL, n))
+            return -1;
+    }
+    return 0;
+}
+
+/* Attribute found on the class: property getters are traced, staticmethod
+ * and classmethod unwrapped, functions bound. -2: not such a descriptor. */
+static int32_t class_descr(tracer *T, int32_t v, PyObject *name, PyObject *ca)
+{
+    if (PyObject_TypeCheck(ca, &PyProperty_Type)) {
+        PyObject *get = PyObject_GetAttrString(ca, "fget");
+        int32_t r = -1;
+        if (get && PyFunction_Check(get) && !tr_keep(T, get)) {
+            call_args a = { .pos = &v, .npos = 1 };
+            r = inline_call(T, get, -1, &a);
+        } else if (get) {
+            r = tr_break(T, "property %U without a Python getter", name);
+        }
+        Py_XDECREF(get);
+        return r;
+    }
+    if (PyFunction_Check(ca))
+        return tv_bound(T, ca, v, class_attr_src(T, v, name));
+    if (PyObject_TypeCheck(ca, &PyStaticMethod_Type) || PyObject_TypeCheck(ca, &PyClassMethod_Type)) {
+        PyObject *fn = PyObject_GetAttrString(ca, "__func__");
+        int32_t r = -1;
+        if (fn && PyObject_TypeCheck(ca, &PyStaticMethod_Type))
+            r = tv_obj(T, fn, -1);
+        else if (fn && PyFunction_Check(fn))
+            r = tv_bound(T, fn, tv_obj(T, (PyObject *)Py_TYPE(T->vals[v].obj), -1), -1);
+        else if (fn)
+            r = tr_break(T, "classmethod %U", name);
+        Py_XDECREF(fn);
+        return r;
+    }
+    return -2;
+}
+
+/* module.name: class data descriptors, the instance dict, class methods,
+ * then parameters, buffers and submodules, as nn.Module resolves them.
+ * Modules are guarded by type, their attributes by source. -2 (with the
+ * absence guarded) when missing and missing_ok. */
+int32_t tr_module_attr(tracer *T, int32_t mv, PyObject *name, int missing_ok)
+{
+    PyObject *o = T->vals[mv].obj;
+    int32_t src = T->vals[mv].src;
+    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0))
         return -1;
+    PyObject *ca = _PyType_Lookup(Py_TYPE(o), name);
+    if (ca && PyObject_TypeCheck(ca, &PyProperty_Type))
+        return class_descr(T, mv, name, ca);
     static const char *stores[] = { "_parameters", "_buffers", "_modules" };
     PyObject *dict = PyObject_GenericGetDict(o, NULL);
     if (!dict)
@@ -928,70 +1211,56 @@ static int32_t module_attr(tracer *T, int32_t mv, PyObject *name)
     PyObject *inst = PyDict_GetItemWithError(dict, name);
     if (inst) {
         Py_DECREF(dict);
-        return tv_obj(T, inst, src >= 0 ? src_new(T, SRC_ATTR, src, 0, name) : -1);
+        return tv_obj(T, inst, tr_src_new(T, SRC_ATTR, src, 0, name));
     }
-    PyObject *cls_attr = _PyType_Lookup(Py_TYPE(o), name);
-    if (cls_attr && PyFunction_Check(cls_attr)) {
+    int32_t r = ca ? class_descr(T, mv, name, ca) : -2;
+    if (r != -2) {
         Py_DECREF(dict);
-        int32_t b = tv_new(T, V_BOUND);
-        if (b >= 0 && !tr_keep(T, cls_attr)) {
-            T->vals[b].obj = cls_attr;
-            T->vals[b].self_ = mv;
-        }
-        return b;
+        return r;
     }
     for (int i = 0; i < 3; i++) {
         PyObject *store = PyDict_GetItemString(dict, stores[i]);
         PyObject *v = store ? PyDict_GetItemWithError(store, name) : NULL;
         if (!v)
             continue;
-        int32_t ssrc = src >= 0 ? src_new(T, SRC_ATTR, src, 0, PyUnicode_InternFromString(stores[i])) : -1;
+        int32_t ssrc = tr_src_new(T, SRC_ATTR, src, 0, i == 0 ? s_params : i == 1 ? s_buffers : s_modules);
         Py_DECREF(dict);
-        return tv_obj(T, v, ssrc >= 0 ? src_new(T, SRC_DICT, ssrc, 0, name) : -1);
+        return tv_obj(T, v, tr_src_new(T, SRC_DICT, ssrc, 0, name));
     }
     Py_DECREF(dict);
-    if (cls_attr && !PyObject_HasAttrString(cls_attr, "__get__")) {
-        return tv_obj(T, cls_attr, src >= 0 ? src_new(T, SRC_ATTR, src, 0, name) : -1);
-    }
-    return tr_break(T, "attribute %U of module %s (property or missing)", name, Py_TYPE(o)->tp_name);
+    if (ca && !PyObject_HasAttrString(ca, "__get__"))
+        return tv_obj(T, ca, tr_src_new(T, SRC_ATTR, src, 0, name));
+    if (ca)
+        return tr_break(T, "attribute %U of module %s (a descriptor)", name, Py_TYPE(o)->tp_name);
+    if (missing_ok)
+        return tr_guard_absent(T, mv) ? -1 : -2;
+    return tr_break(T, "module %s has no attribute %U", Py_TYPE(o)->tp_name, name);
 }
 
-static int32_t load_attr(tracer *T, int32_t v, PyObject *name, int method)
+/* Attribute of an object known at trace time (not a module): methods of
+ * Python classes are bound, properties traced; everything else is read
+ * now (type guarded, the attribute fetched from its source). */
+static int32_t object_attr(tracer *T, int32_t v, PyObject *name)
 {
-    tv *x = &T->vals[v];
-    if (x->kind == V_TENSOR) {
-        int32_t r = ops_tensor_attr(T, v, name);
-        if (r != -2)
-            return r;
-        int32_t b = tv_new(T, V_BOUND);   /* a method: resolved at the call */
-        if (b >= 0) {
-            T->vals[b].obj = name;
-            T->vals[b].self_ = v;
-            if (tr_keep(T, name))
-                return -1;
-        }
-        (void)method;
-        return b;
-    }
-    if (x->kind == V_LIST) {   /* a list method, resolved at the call */
-        int32_t b = tv_new(T, V_BOUND);
-        if (b >= 0 && !tr_keep(T, name)) {
-            T->vals[b].obj = name;
-            T->vals[b].self_ = v;
-        }
-        return b;
-    }
-    if (x->kind != V_OBJ)
-        return tr_break(T, "attribute %U of a container", name);
-    if (is_module(x->obj))
-        return module_attr(T, v, name);
-    PyObject *o = x->obj;
-    int32_t src = x->src;
+    PyObject *o = T->vals[v].obj;
+    int32_t src = T->vals[v].src;
     if (PyModule_Check(o)) {
-        if (!is_trusted_module(o) && add_guard(T, TG_ID, src, o, 0))
+        if (!is_trusted_module(o) && tr_add_guard(T, TG_ID, src, o, 0))
             return -1;
-    } else if (add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0)) {
+    } else if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0)) {
         return -1;
+    }
+    if (!PyType_Check(o) && !PyModule_Check(o)) {
+        PyObject *ca = _PyType_Lookup(Py_TYPE(o), name);
+        PyObject *dict = ca ? PyObject_GenericGetDict(o, NULL) : NULL;
+        PyErr_Clear();
+        int in_inst = dict && PyDict_GetItemWithError(dict, name) != NULL;
+        Py_XDECREF(dict);
+        if (ca && (!in_inst || PyObject_TypeCheck(ca, &PyProperty_Type))) {
+            int32_t r = class_descr(T, v, name, ca);
+            if (r != -2)
+                return r;
+        }
     }
     PyObject *a = PyObject_GetAttr(o, name);
     if (!a) {
@@ -999,20 +1268,137 @@ static int32_t load_attr(tracer *T, int32_t v, PyObject *name, int method)
         return tr_break(T, "attribute %U of %s raised", name, Py_TYPE(o)->tp_name);
     }
     int trusted = PyModule_Check(o) && is_trusted_module(o);
-    int32_t r = tv_obj(T, a, (src >= 0 && !trusted) ? src_new(T, SRC_ATTR, src, 0, name) : -1);
+    int32_t r = tv_obj(T, a, trusted ? -1 : tr_src_new(T, SRC_ATTR, src, 0, name));
     Py_DECREF(a);
+    return r;
+}
+
+/* super().name: a method of a base class, bound to the same self. */
+static int32_t super_attr(tracer *T, int32_t v, PyObject *name)
+{
+    PyObject *a = PyObject_GetAttr(T->vals[v].obj, name);
+    if (!a) {
+        PyErr_Clear();
+        return tr_break(T, "super().%U raised", name);
+    }
+    int32_t self = T->vals[v].self_, r;
+    if (PyMethod_Check(a) && PyMethod_GET_SELF(a) == T->vals[self].obj)
+        r = tv_bound(T, PyMethod_GET_FUNCTION(a), self, -1);
+    else
+        r = tv_obj(T, a, -1);
+    Py_DECREF(a);
+    return r;
+}
+
+/* Field `name` of a named tuple value (torch.return_types.max(...).values). */
+static int32_t tuple_field(tracer *T, int32_t v, PyObject *name)
+{
+    PyObject *idx = PyTuple_New(T->vals[v].n);
+    for (int i = 0; idx && i < T->vals[v].n; i++)
+        PyTuple_SET_ITEM(idx, i, PyLong_FromLong(i));
+    PyObject *probe = idx ? PyObject_CallOneArg(T->vals[v].obj, idx) : NULL;
+    PyObject *f = probe ? PyObject_GetAttr(probe, name) : NULL;
+    Py_XDECREF(idx);
+    Py_XDECREF(probe);
+    PyErr_Clear();
+    int32_t r = -2;
+    if (f && PyLong_CheckExact(f)) {
+        long i = PyLong_AsLong(f);
+        r = i >= 0 && i < T->vals[v].n ? T->vals[v].items[i] : -2;
+    }
+    Py_XDECREF(f);
+    return r;
+}
+
+int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name)
+{
+    tv *x = &T->vals[v];
+    switch (x->kind) {
+    case V_TENSOR: {
+        int32_t r = ops_tensor_attr(T, v, name);
+        return r != -2 ? r : tv_bound(T, name, v, -1);   /* a method: resolved at the call */
+    }
+    case V_LIST: case V_DICT:
+        return tv_bound(T, name, v, -1);
+    case V_TUPLE: {
+        int32_t r = x->obj ? tuple_field(T, v, name) : -2;
+        return r != -2 ? r : tv_bound(T, name, v, -1);
+    }
+    case V_OBJ:
+        break;
+    default:
+        return tr_break(T, "attribute %U of a %s", name, kind_name(T, v));
+    }
+    if (tr_is_module(x->obj))
+        return tr_module_attr(T, v, name, 0);
+    if (Py_IS_TYPE(x->obj, &PySuper_Type) && x->self_ >= 0)
+        return super_attr(T, v, name);
+    if (PyDict_CheckExact(x->obj)) {
+        int32_t d = tr_dict_value(T, v);
+        return d < 0 ? -1 : tv_bound(T, name, d, -1);
+    }
+    return object_attr(T, v, name);
+}
+
+/* super() in a method: the class from its __class__ cell, self its first
+ * argument; super(cls, self) as given. */
+static int32_t call_super(tracer *T, const call_args *a)
+{
+    tframe *f = T->frame;
+    int32_t cls = -1, self = -1;
+    if (a->npos == 2) {
+        cls = a->pos[0];
+        self = a->pos[1];
+    } else if (a->npos == 0 && f && f->nlocals > 0) {
+        PyCodeObject *co = (PyCodeObject *)f->code;
+        PyObject *fv = PyObject_GetAttrString(f->code, "co_freevars");
+        Py_ssize_t j = -1;
+        for (Py_ssize_t i = 0; fv && i < PyTuple_GET_SIZE(fv); i++)
+            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(fv, i), "__class__") == 0)
+                j = i;
+        Py_XDECREF(fv);
+        int slot = co->co_nlocalsplus - co->co_nfreevars + (int)j;
+        PyObject *clo = f->func ? PyFunction_GET_CLOSURE(f->func) : NULL;
+        if (j >= 0 && f->locals[slot] >= 0 && T->vals[f->locals[slot]].kind == V_CELL)
+            cls = T->vals[f->locals[slot]].self_;
+        else if (j >= 0 && clo && j < PyTuple_GET_SIZE(clo) && PyCell_GET(PyTuple_GET_ITEM(clo, j)))
+            cls = tv_obj(T, PyCell_GET(PyTuple_GET_ITEM(clo, j)), -1);
+        self = f->locals[0];
+        if (self >= 0 && T->vals[self].kind == V_CELL)
+            self = T->vals[self].self_;
+    }
+    if (cls < 0 || self < 0 || T->vals[cls].kind != V_OBJ || T->vals[self].kind != V_OBJ)
+        return tr_break(T, "super() form not supported");
+    PyObject *s = PyObject_CallFunctionObjArgs((PyObject *)&PySuper_Type, T->vals[cls].obj, T->vals[self].obj, NULL);
+    if (!s) {
+        PyErr_Clear();
+        return tr_break(T, "super() raised");
+    }
+    int32_t r = tv_obj(T, s, -1);
+    Py_DECREF(s);
+    if (r >= 0)
+        T->vals[r].self_ = self;
     return r;
 }
 
 /* ---------- the loop ---------- */
 
-static int truth(tracer *T, int32_t v, int *out)
+int tr_truth(tracer *T, int32_t v, int *out)
 {
     tv *x = &T->vals[v];
     switch (x->kind) {
     case V_TENSOR: return tr_break(T, "control flow depends on tensor data");
     case V_TUPLE: case V_LIST: case V_DICT: *out = x->n > 0; return 0;
+    case V_FUNC: case V_BOUND: case V_ITER: case V_SLICE: *out = 1; return 0;
     case V_OBJ: {
+        if (tr_is_module(x->obj)) {   /* a container module is true when not empty */
+            Py_ssize_t n = PyObject_HasAttrString((PyObject *)Py_TYPE(x->obj), "__len__") ? PyObject_Length(x->obj) : 1;
+            if (n < 0)
+                return -1;
+            *out = n > 0;
+            return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) ||
+                   tr_add_guard(T, TG_LEN, x->src, NULL, n);
+        }
         PyObject *o = tr_const(T, v);
         if (!o)
             return -1;
@@ -1022,16 +1408,17 @@ static int truth(tracer *T, int32_t v, int *out)
         *out = r;
         return 0;
     }
-    default: return tr_break(T, "truth value of an unsupported value");
+    default: return tr_break(T, "truth value of a %s", kind_name(T, v));
     }
 }
 
 static int32_t const_binop(tracer *T, int nb, int32_t a, int32_t b)
 {
-    PyObject *x = tr_const(T, a), *y = x ? tr_const(T, b) : NULL;
-    if (!y)
+    PyObject *x = tr_pyobj(T, a), *y = x ? tr_pyobj(T, b) : NULL, *r = NULL;
+    if (!y) {
+        Py_XDECREF(x);
         return -1;
-    PyObject *r;
+    }
     switch (nb >= NB_INPLACE ? nb - NB_INPLACE : nb) {
     case NB_ADD: r = PyNumber_Add(x, y); break;
     case NB_SUBTRACT: r = PyNumber_Subtract(x, y); break;
@@ -1045,8 +1432,10 @@ static int32_t const_binop(tracer *T, int nb, int32_t a, int32_t b)
     case NB_XOR: r = PyNumber_Xor(x, y); break;
     case NB_LSHIFT: r = PyNumber_Lshift(x, y); break;
     case NB_RSHIFT: r = PyNumber_Rshift(x, y); break;
-    default: return tr_break(T, "binary op %d on constants", nb);
+    default: break;
     }
+    Py_DECREF(x);
+    Py_DECREF(y);
     if (!r) {
         PyErr_Clear();
         return tr_break(T, "binary op %d on constants raised", nb);
@@ -1056,38 +1445,74 @@ static int32_t const_binop(tracer *T, int nb, int32_t a, int32_t b)
     return v;
 }
 
-static int32_t binop(tracer *T, int nb, int32_t a, int32_t b)
+/* a + b / a * n on tuples and lists: a new container; `lst += seq` on a
+ * list made here extends it in place (aliases see it, as in Python). */
+static int32_t seq_binop(tracer *T, int nb, int32_t a, int32_t b)
+{
+    int base = nb >= NB_INPLACE ? nb - NB_INPLACE : nb;
+    tv *x = &T->vals[a];
+    int32_t *it, n;
+    if (base == NB_MULTIPLY) {
+        int64_t k;
+        if (tr_int(T, b, &k))
+            return -1;
+        int32_t c = tv_new(T, (tv_kind)T->vals[a].kind);
+        for (int64_t r = 0; c >= 0 && r < k; r++)
+            for (int i = 0; i < T->vals[a].n; i++)
+                if (tv_push_item(T, c, T->vals[a].items[i], NULL))
+                    return -1;
+        return c;
+    }
+    if (x->kind == V_LIST && nb == NB_INPLACE + NB_ADD) {
+        if (x->frozen)
+            return tr_break(T, "`+=` on a list passed in from outside");
+        if (bi_items(T, b, &it, &n))
+            return -1;
+        for (int i = 0, cnt = n; i < cnt; i++)
+            if (tv_push_item(T, a, a == b ? T->vals[a].items[i] : it[i], NULL))
+                return -1;
+        return a;
+    }
+    if (T->vals[b].kind != x->kind)
+        return tr_break(T, "%s + %s", kind_name(T, a), kind_name(T, b));
+    int32_t c = tv_new(T, (tv_kind)x->kind);
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; c >= 0 && i < T->vals[s ? b : a].n; i++)
+            if (tv_push_item(T, c, T->vals[s ? b : a].items[i], NULL))
+                return -1;
+    if (c >= 0 && T->vals[a].kind == V_TUPLE && T->vals[a].obj == ops_size_type())
+        T->vals[c].obj = T->vals[a].obj;   /* torch.Size + tuple is a torch.Size */
+    return c;
+}
+
+int32_t tr_binop(tracer *T, int nb, int32_t a, int32_t b)
 {
     tv *x = &T->vals[a], *y = &T->vals[b];
     if (x->kind == V_TENSOR || y->kind == V_TENSOR) {
-        if (nb >= NB_INPLACE && x->kind == V_TENSOR) {
-            const smelt_node *n = &T->g->nodes[x->node];
-            if (n->op == SMELT_OP_INPUT || T->viewed[x->node] ||
-                smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW)
-                return tr_break(T, "in-place update of an input or a viewed tensor");
-        }
-        return ops_binary(T, nb, a, b);
+        if (nb < NB_INPLACE || x->kind != V_TENSOR)
+            return ops_binary(T, nb, a, b);
+        int32_t r = ops_binary(T, nb - NB_INPLACE, a, b);   /* x op= y: x's storage is updated */
+        return r < 0 ? -1 : ops_inplace(T, a, r);
     }
-    if ((x->kind == V_TUPLE || x->kind == V_LIST) && (nb == NB_ADD || nb == NB_INPLACE + NB_ADD) && y->kind == x->kind) {
-        int32_t c = tv_new(T, (tv_kind)x->kind);
-        for (int i = 0; c >= 0 && i < T->vals[a].n; i++)
-            tv_push_item(T, c, T->vals[a].items[i], NULL);
-        for (int i = 0; c >= 0 && i < T->vals[b].n; i++)
-            tv_push_item(T, c, T->vals[b].items[i], NULL);
-        return c;
-    }
+    int base = nb >= NB_INPLACE ? nb - NB_INPLACE : nb;
+    if ((x->kind == V_TUPLE || x->kind == V_LIST) && (base == NB_ADD || base == NB_MULTIPLY))
+        return seq_binop(T, nb, a, b);
+    if ((y->kind == V_TUPLE || y->kind == V_LIST) && base == NB_MULTIPLY)
+        return seq_binop(T, nb, b, a);
     return const_binop(T, nb, a, b);
 }
 
-static int32_t compare(tracer *T, int cmp, int32_t a, int32_t b)
+int32_t tr_compare(tracer *T, int cmp, int32_t a, int32_t b)
 {
     if (T->vals[a].kind == V_TENSOR || T->vals[b].kind == V_TENSOR)
         return ops_compare(T, cmp, a, b);
-    PyObject *x = tr_const(T, a), *y = x ? tr_const(T, b) : NULL;
-    if (!y)
-        return -1;
-    PyObject *r = PyObject_RichCompare(x, y, cmp);
+    PyObject *x = tr_pyobj(T, a), *y = x ? tr_pyobj(T, b) : NULL;
+    PyObject *r = y ? PyObject_RichCompare(x, y, cmp) : NULL;
+    Py_XDECREF(x);
+    Py_XDECREF(y);
     if (!r) {
+        if (!PyErr_Occurred())
+            return -1;
         PyErr_Clear();
         return tr_break(T, "comparison of constants raised");
     }
@@ -1096,74 +1521,229 @@ static int32_t compare(tracer *T, int cmp, int32_t a, int32_t b)
     return v;
 }
 
-static int32_t subscr(tracer *T, int32_t c, int32_t k)
+static int slice_bounds(tracer *T, int32_t k, Py_ssize_t len, Py_ssize_t *start, Py_ssize_t *step, Py_ssize_t *n)
+{
+    PyObject *s = tr_pyobj(T, k);
+    if (!s)
+        return -1;
+    Py_ssize_t stop;
+    int r = PySlice_Unpack(s, start, &stop, step);
+    Py_DECREF(s);
+    if (r < 0) {
+        PyErr_Clear();
+        return tr_break(T, "bad slice");
+    }
+    *n = PySlice_AdjustIndices(len, start, &stop, *step);
+    return 0;
+}
+
+static int32_t seq_subscr(tracer *T, int32_t c, int32_t k)
+{
+    tv *x = &T->vals[c];
+    if (T->vals[k].kind == V_SLICE) {
+        Py_ssize_t start = 0, step = 1, len = 0;
+        if (slice_bounds(T, k, x->n, &start, &step, &len))
+            return -1;
+        int32_t r = tv_new(T, (tv_kind)T->vals[c].kind);
+        for (Py_ssize_t i = 0; r >= 0 && i < len; i++)
+            if (tv_push_item(T, r, T->vals[c].items[start + i * step], NULL))
+                return -1;
+        if (r >= 0 && T->vals[c].obj == ops_size_type())
+            T->vals[r].obj = T->vals[c].obj;
+        return r;
+    }
+    int64_t i;
+    if (tr_int(T, k, &i))
+        return -1;
+    if (i < 0)
+        i += x->n;
+    if (i < 0 || i >= x->n)
+        return tr_break(T, "index out of range");
+    return x->items[i];
+}
+
+/* module[k]: a ModuleDict entry by name, a ModuleList/Sequential child by
+ * index, or a list of them by slice. */
+static int32_t module_subscr(tracer *T, int32_t c, int32_t k)
+{
+    tv *key = &T->vals[k];
+    if (key->kind == V_OBJ && PyUnicode_Check(key->obj)) {
+        PyObject *mods = PyObject_GetAttr(T->vals[c].obj, s_modules);
+        PyObject *m = mods && PyDict_Check(mods) ? PyDict_GetItemWithError(mods, key->obj) : NULL;
+        Py_XDECREF(mods);
+        if (!m)
+            return PyErr_Occurred() ? -1 : tr_break(T, "module has no child %R", key->obj);
+        int32_t ms = tr_src_new(T, SRC_ATTR, T->vals[c].src, 0, s_modules);
+        if (tr_add_guard(T, TG_TYPE, T->vals[c].src, (PyObject *)Py_TYPE(T->vals[c].obj), 0))
+            return -1;
+        return tv_obj(T, m, tr_src_new(T, SRC_DICT, ms, 0, key->obj));
+    }
+    int32_t *it, n;
+    if (bi_items(T, c, &it, &n))
+        return -1;
+    int32_t l = tv_tuple(T, it, n);
+    if (l < 0)
+        return -1;
+    T->vals[l].kind = V_LIST;
+    return seq_subscr(T, l, k);
+}
+
+int32_t tr_subscr(tracer *T, int32_t c, int32_t k)
 {
     tv *x = &T->vals[c];
     if (x->kind == V_TENSOR)
         return ops_subscr(T, c, k);
-    if (x->kind == V_TUPLE || x->kind == V_LIST) {
-        if (T->vals[k].kind == V_SLICE) {
-            int64_t s[3] = { 0, PY_SSIZE_T_MAX, 1 };
-            for (int i = 0; i < 3; i++)
-                if (T->vals[k].sl[i] >= 0) {
-                    PyObject *o = tr_const(T, T->vals[k].sl[i]);
-                    if (!o)
-                        return -1;
-                    if (o != Py_None)
-                        s[i] = PyLong_AsLongLong(o);
-                }
-            Py_ssize_t start, stop, step, len;
-            start = s[0];
-            stop = s[1];
-            step = s[2];
-            len = PySlice_AdjustIndices(x->n, &start, &stop, step);
-            int32_t r = tv_new(T, (tv_kind)T->vals[c].kind);
-            for (Py_ssize_t i = 0; r >= 0 && i < len; i++)
-                tv_push_item(T, r, T->vals[c].items[start + i * step], NULL);
-            return r;
-        }
+    if (x->kind == V_TUPLE || x->kind == V_LIST)
+        return seq_subscr(T, c, k);
+    if (x->kind == V_DICT) {
+        PyObject *key = tr_pyobj(T, k);
+        if (!key)
+            return -1;
+        int32_t r = -2;
+        for (int i = 0; r == -2 && i < x->n; i++)
+            if (PyObject_RichCompareBool(x->keys[i], key, Py_EQ) == 1)
+                r = x->items[i];
+        Py_DECREF(key);
+        return r != -2 ? r : tr_break(T, "dict key not found");
+    }
+    if (x->kind != V_OBJ)
+        return tr_break(T, "subscript of a %s", kind_name(T, c));
+    if (tr_is_module(x->obj))
+        return module_subscr(T, c, k);
+    PyObject *key = tr_pyobj(T, k);
+    if (!key)
+        return -1;
+    PyObject *o = x->obj;
+    int32_t src = x->src, v = -1;
+    if (PyDict_CheckExact(o) && src >= 0 && is_plain_const(key)) {   /* d[k] from its own source */
+        PyObject *r = PyDict_GetItemWithError(o, key);
+        if (r && !tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0))
+            v = tv_obj(T, r, tr_src_new(T, SRC_DICT, src, 0, key));
+        else if (!r && !PyErr_Occurred())
+            tr_break(T, "key %R not in the dict", key);
+        Py_DECREF(key);
+        return v;
+    }
+    PyObject *r = tr_const(T, c) ? PyObject_GetItem(o, key) : NULL;
+    Py_DECREF(key);
+    if (!r) {
+        if (!PyErr_Occurred())
+            return -1;
+        PyErr_Clear();
+        return tr_break(T, "subscript of %s raised", Py_TYPE(o)->tp_name);
+    }
+    v = tv_obj(T, r, -1);
+    Py_DECREF(r);
+    return v;
+}
+
+/* c[k] = v: tensors made here (ops_setitem), lists and dicts made here. */
+static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
+{
+    tv *x = &T->vals[c];
+    if (x->kind == V_TENSOR)
+        return ops_setitem(T, c, k, v) < 0 ? -1 : 0;
+    if ((x->kind != V_LIST && x->kind != V_DICT) || x->frozen)
+        return tr_break(T, "item assignment to a %s passed in from outside", kind_name(T, c));
+    if (x->kind == V_LIST) {
         int64_t i;
         if (tr_int(T, k, &i))
             return -1;
         if (i < 0)
             i += x->n;
         if (i < 0 || i >= x->n)
-            return tr_break(T, "index out of range");
-        return x->items[i];
+            return tr_break(T, "list assignment index out of range");
+        x->items[i] = v;
+        return 0;
     }
-    if (x->kind == V_DICT) {
+    PyObject *key = tr_const(T, k);
+    if (!key)
+        return -1;
+    for (int i = 0; i < x->n; i++)
+        if (PyObject_RichCompareBool(x->keys[i], key, Py_EQ) == 1) {
+            x->items[i] = v;
+            return 0;
+        }
+    return tv_push_item(T, c, v, key);
+}
+
+/* del c[k] on a list or dict made here. */
+static int delete_subscr(tracer *T, int32_t c, int32_t k)
+{
+    tv *x = &T->vals[c];
+    if ((x->kind != V_LIST && x->kind != V_DICT) || x->frozen)
+        return tr_break(T, "del of an item of a %s passed in from outside", kind_name(T, c));
+    int at = -1;
+    if (x->kind == V_LIST) {
+        int64_t i;
+        if (tr_int(T, k, &i))
+            return -1;
+        at = (int)(i < 0 ? i + x->n : i);
+    } else {
         PyObject *key = tr_const(T, k);
         if (!key)
             return -1;
         for (int i = 0; i < x->n; i++)
             if (PyObject_RichCompareBool(x->keys[i], key, Py_EQ) == 1)
-                return x->items[i];
-        return tr_break(T, "dict key not found");
+                at = i;
     }
-    if (x->kind == V_OBJ && is_module(x->obj)) {
-        int32_t *it;
-        int n;
-        int64_t i;
-        if (seq_of(T, c, &it, &n) || tr_int(T, k, &i))
-            return -1;
-        if (i < 0)
-            i += n;
-        if (i < 0 || i >= n)
-            return tr_break(T, "module index out of range");
-        return it[i];
+    if (at < 0 || at >= x->n)
+        return tr_break(T, "del of a missing item");
+    for (int i = at; i + 1 < x->n; i++) {
+        x->items[i] = x->items[i + 1];
+        if (x->keys)
+            x->keys[i] = x->keys[i + 1];
     }
-    PyObject *o = tr_const(T, c), *key = o ? tr_const(T, k) : NULL;
+    x->n--;
+    return 0;
+}
+
+/* k in c: constants compared by equality, as Python does. */
+static int32_t contains(tracer *T, int32_t k, int32_t c)
+{
+    tv *x = &T->vals[c];
+    if (x->kind == V_OBJ && !tr_is_module(x->obj) && !PyDict_CheckExact(x->obj)) {
+        PyObject *key = tr_pyobj(T, k), *o = key ? tr_const(T, c) : NULL;
+        int r = o ? PySequence_Contains(o, key) : -1;
+        Py_XDECREF(key);
+        if (r < 0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return tr_break(T, "`in` raised");
+        }
+        return r < 0 ? -1 : tv_bool(T, r);
+    }
+    int32_t d = (x->kind == V_OBJ && PyDict_CheckExact(x->obj)) ? tr_dict_value(T, c) : c;
+    int32_t *it, n;
+    if (d < 0)
+        return -1;
+    if (T->vals[d].kind == V_DICT) {
+        n = T->vals[d].n;
+        it = NULL;
+    } else if (bi_items(T, d, &it, &n)) {
+        return -1;
+    }
+    PyObject *key = tr_pyobj(T, k);
     if (!key)
         return -1;
-    PyObject *r = PyObject_GetItem(o, key);
-    if (!r) {
-        PyErr_Clear();
-        return tr_break(T, "subscript of %s raised", Py_TYPE(o)->tp_name);
+    int found = 0;
+    for (int i = 0; i < n && !found; i++) {
+        PyObject *o = it ? NULL : T->vals[d].keys[i];
+        if (it && T->vals[it[i]].kind != V_OBJ) {
+            Py_DECREF(key);
+            return tr_break(T, "`in` over a sequence holding a %s", kind_name(T, it[i]));
+        }
+        if (it && !(o = tr_const(T, it[i]))) {
+            Py_DECREF(key);
+            return -1;
+        }
+        found = PyObject_RichCompareBool(o, key, Py_EQ) == 1;
     }
-    int32_t v = tv_obj(T, r, -1);
-    Py_DECREF(r);
-    return v;
+    Py_DECREF(key);
+    PyErr_Clear();
+    return tv_bool(T, found);
 }
+
+static int32_t call_ex_args(tracer *T, int32_t fn, int32_t args, int32_t kwd);
 
 static int32_t do_call(tracer *T, tframe *f, int argc)
 {
@@ -1171,6 +1751,8 @@ static int32_t do_call(tracer *T, tframe *f, int argc)
     int base = f->sp - argc - 2;
     if (base < 0)
         return tr_break(T, "stack underflow");
+    if (kw > 32)
+        return tr_break(T, "too many keyword arguments");
     int32_t *args = &f->stack[base + 2];
     int32_t fn = f->stack[base + 1];
     int32_t pos[66];
@@ -1184,34 +1766,48 @@ static int32_t do_call(tracer *T, tframe *f, int argc)
         memcpy(pos, args, sizeof(int32_t) * (size_t)npos);
     }
     PyObject *kwn[32];
-    for (int i = 0; i < kw && i < 32; i++)
+    int32_t kwv[32];
+    for (int i = 0; i < kw; i++) {
         kwn[i] = PyTuple_GET_ITEM(f->kwnames, i);
-    call_args a = { .pos = pos, .npos = npos, .kwn = kwn, .kwv = args + argc - kw, .nkw = kw };
+        kwv[i] = args[argc - kw + i];
+    }
+    call_args a = { .pos = pos, .npos = npos, .kwn = kwn, .kwv = kwv, .nkw = kw };
     f->kwnames = NULL;
+    int32_t r = tr_call(T, fn, &a);   /* the arguments stay live (on the stack) during the call */
     f->sp = base;
-    return tr_call(T, fn, &a);
+    return r;
 }
 
 static int32_t call_ex(tracer *T, tframe *f, int has_kw)
 {
-    int32_t kwd = has_kw ? f->stack[--f->sp] : -1;
-    int32_t args = f->stack[--f->sp];
-    int32_t fn = f->stack[--f->sp];
-    f->sp--;   /* the NULL */
+    int32_t kwd = has_kw ? f->stack[f->sp - 1] : -1;
+    int32_t args = f->stack[f->sp - 1 - has_kw];
+    int32_t fn = f->stack[f->sp - 2 - has_kw];
+    int32_t r = call_ex_args(T, fn, args, kwd);   /* the arguments stay live during the call */
+    f->sp -= 3 + has_kw;   /* and the NULL */
+    return r;
+}
+
+static int32_t call_ex_args(tracer *T, int32_t fn, int32_t args, int32_t kwd)
+{
     int32_t *items, kv[32], pos[64];
     PyObject *kn[32];
     int n;
-    if (seq_of(T, args, &items, &n))
+    if (bi_items(T, args, &items, &n))
         return -1;
     if (n > 63)
         return tr_break(T, "too many arguments");
     memcpy(pos, items, sizeof(int32_t) * (size_t)n);
     int nk = 0;
     if (kwd >= 0) {
+        if ((kwd = tr_dict_value(T, kwd)) < 0)
+            return -1;
         tv *d = &T->vals[kwd];
-        if (d->kind != V_DICT || d->n > 32)
-            return tr_break(T, "**kwargs of a non-dict");
+        if (d->n > 32)
+            return tr_break(T, "too many keyword arguments");
         for (int i = 0; i < d->n; i++) {
+            if (!PyUnicode_Check(d->keys[i]))
+                return tr_break(T, "keywords must be strings");
             kn[nk] = d->keys[i];
             kv[nk++] = d->items[i];
         }
@@ -1231,27 +1827,29 @@ static int32_t load_global(tracer *T, tframe *f, PyObject *name)
     if (!o)
         return PyErr_Occurred() ? -1 : tr_break(T, "name %U is not defined", name);
     int32_t src = -1;
-    if (!f->trusted && !builtin && f->globals == T->globals)
-        src = src_new(T, SRC_GLOBAL, -1, 0, name);
-    else if (!f->trusted && builtin)
-        src = -1;   /* builtins are trusted not to be rebound */
-    else if (!f->trusted && f->func_src >= 0) {
-        int32_t g = src_new(T, SRC_ATTR, f->func_src, 0, PyUnicode_InternFromString("__globals__"));
-        src = g >= 0 ? src_new(T, SRC_DICT, g, 0, name) : -1;
-    }
+    if (f->trusted || builtin)
+        src = -1;   /* torch's own globals and builtins are trusted not to be rebound */
+    else if (f->globals == T->globals)
+        src = tr_src_new(T, SRC_GLOBAL, -1, 0, name);
+    else if (f->func_src >= 0)
+        src = tr_src_new(T, SRC_DICT, tr_src_new(T, SRC_ATTR, f->func_src, 0, s_globals), 0, name);
     return tv_obj(T, o, src);
 }
 
+/* LOAD_DEREF: a cell made in the traced code, or a free variable of a
+ * function defined outside it (read from its real closure). */
 static int32_t load_deref(tracer *T, tframe *f, int idx)
 {
-    PyCodeObject *co = (PyCodeObject *)f->code;
-    int nfree = co->co_nfreevars;   /* 3.11 and 3.12 */
-    int first_free = co->co_nlocalsplus - nfree;
-    if (idx < first_free) {
-        if (f->locals[idx] < 0)
-            return tr_break(T, "cell variable read before assignment");
-        return f->locals[idx];
+    int32_t c = f->locals[idx];
+    if (c >= 0 && T->vals[c].kind == V_CELL) {
+        if (T->vals[c].self_ < 0)
+            return tr_break(T, "free variable referenced before assignment");
+        return T->vals[c].self_;
     }
+    PyCodeObject *co = (PyCodeObject *)f->code;
+    int first_free = co->co_nlocalsplus - co->co_nfreevars;
+    if (idx < first_free || !f->func)
+        return tr_break(T, "cell variable read before assignment");
     PyObject *clo = PyFunction_GET_CLOSURE(f->func);
     PyObject *cell = clo ? PyTuple_GET_ITEM(clo, idx - first_free) : NULL;
     PyObject *o = cell ? PyCell_GET(cell) : NULL;
@@ -1259,11 +1857,50 @@ static int32_t load_deref(tracer *T, tframe *f, int idx)
         return tr_break(T, "empty closure cell");
     int32_t src = -1;
     if (f->is_top)
-        src = src_new(T, SRC_CELL, -1, idx - first_free, NULL);   /* parent -1: the traced function */
+        src = tr_src_new(T, SRC_CELL, -1, idx - first_free, NULL);   /* parent -1: the traced function */
     else if (f->func_src >= 0 && !f->trusted)
-        src = src_new(T, SRC_CELL, f->func_src, idx - first_free, NULL);
+        src = tr_src_new(T, SRC_CELL, f->func_src, idx - first_free, NULL);
     return tv_obj(T, o, src);
 }
+
+/* STORE_DEREF into a cell made here; a real closure is outside state. */
+static int store_deref(tracer *T, tframe *f, int idx, int32_t v)
+{
+    int32_t c = f->locals[idx];
+    if (c < 0 || T->vals[c].kind != V_CELL || T->vals[c].frozen)
+        return tr_break(T, "assignment to a closure variable of a function defined outside the traced code");
+    T->vals[c].self_ = v;
+    return 0;
+}
+
+/* LOAD_CLOSURE: the cell of slot idx (a real closure's cell is read once
+ * into a read-only cell). */
+static int32_t load_closure(tracer *T, tframe *f, int idx)
+{
+    int32_t c = f->locals[idx];
+    if (c >= 0 && T->vals[c].kind == V_CELL)
+        return c;
+    int32_t v = load_deref(T, f, idx);
+    c = v < 0 ? -1 : tv_new(T, V_CELL);
+    if (c >= 0) {
+        T->vals[c].self_ = v;
+        T->vals[c].frozen = 1;
+        f->locals[idx] = c;
+    }
+    return c;
+}
+
+static int make_cell(tracer *T, tframe *f, int idx)
+{
+    int32_t c = tv_new(T, V_CELL);
+    if (c < 0)
+        return -1;
+    T->vals[c].self_ = f->locals[idx];
+    f->locals[idx] = c;
+    return 0;
+}
+
+static int none_known(tracer *T, int32_t v);
 
 static int jump_if(tracer *T, tframe *f, int op, int *pc, int target)
 {
@@ -1273,12 +1910,12 @@ static int jump_if(tracer *T, tframe *f, int op, int *pc, int target)
         op == OP_POP_JUMP_BACKWARD_IF_NONE || op == OP_POP_JUMP_BACKWARD_IF_NOT_NONE) {
         tv *x = &T->vals[v];
         int is_none = x->kind == V_OBJ && x->obj == Py_None;
-        if (x->kind == V_OBJ && !tr_const(T, v))
+        if (none_known(T, v))
             return -1;
         take = (op == OP_POP_JUMP_FORWARD_IF_NONE || op == OP_POP_JUMP_BACKWARD_IF_NONE) ? is_none : !is_none;
     } else {
         int t;
-        if (truth(T, v, &t))
+        if (tr_truth(T, v, &t))
             return -1;
         take = (op == OP_POP_JUMP_FORWARD_IF_TRUE || op == OP_POP_JUMP_BACKWARD_IF_TRUE) ? t : !t;
     }
@@ -1287,15 +1924,299 @@ static int jump_if(tracer *T, tframe *f, int op, int *pc, int target)
     return 0;
 }
 
-/* Runs frame f to its RETURN_VALUE; returns the returned value. */
+/* BEFORE_WITH: only the grad-off managers (no effect on a graph without
+ * autograd); pushes their __exit__ marker and __enter__'s None. */
+static int before_with(tracer *T, tframe *f)
+{
+    int32_t m = f->stack[--f->sp];
+    if (T->vals[m].kind != V_OBJ || T->vals[m].obj != ctx_grad_off) {
+        PyObject *o = T->vals[m].kind == V_OBJ ? T->vals[m].obj : NULL;
+        return tr_break(T, "context manager %s is not supported", o ? Py_TYPE(o)->tp_name : kind_name(T, m));
+    }
+    return push(f, tv_obj(T, ctx_exit, -1)) || push(f, tv_obj(T, Py_None, -1)) ? -1 : 0;
+}
+
+/* UNPACK_EX: `a, *rest, b = seq`. */
+static int unpack_ex(tracer *T, tframe *f, int arg)
+{
+    int before = arg & 0xff, after = arg >> 8;
+    int32_t s = f->stack[--f->sp], *it;
+    int n;
+    if (bi_items(T, s, &it, &n))
+        return -1;
+    if (n < before + after)
+        return tr_break(T, "not enough values to unpack");
+    int32_t mid = tv_tuple(T, it + before, n - before - after);
+    if (mid < 0)
+        return -1;
+    T->vals[mid].kind = V_LIST;
+    for (int i = n - 1; i >= n - after; i--)
+        if (push(f, it[i]))
+            return -1;
+    if (push(f, mid))
+        return -1;
+    for (int i = before - 1; i >= 0; i--)
+        if (push(f, it[i]))
+            return -1;
+    return 0;
+}
+
+/* BUILD_SET / SET_ADD / SET_UPDATE: a set of constants made here (a real
+ * set object, local to the trace). */
+static int32_t build_set(tracer *T, tframe *f, int n)
+{
+    PyObject *s = PySet_New(NULL);
+    for (int i = 0; s && i < n; i++) {
+        PyObject *o = tr_pyobj(T, f->stack[f->sp - n + i]);
+        if (!o || PySet_Add(s, o))
+            Py_CLEAR(s);
+        Py_XDECREF(o);
+    }
+    f->sp -= n;
+    int32_t v = s ? tv_obj(T, s, -1) : -1;
+    Py_XDECREF(s);
+    if (v >= 0)
+        T->vals[v].pos = 1;   /* made here: mutable */
+    return v;
+}
+
+static int set_add(tracer *T, int32_t set, int32_t item, int update)
+{
+    tv *x = &T->vals[set];
+    if (x->kind != V_OBJ || !PySet_Check(x->obj) || x->pos != 1)
+        return tr_break(T, "set update of a set passed in from outside");
+    int32_t *it = &item, n = 1;
+    if (update && bi_items(T, item, &it, &n))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        PyObject *o = tr_pyobj(T, it[i]);
+        int bad = !o || PySet_Add(x->obj, o);
+        Py_XDECREF(o);
+        if (bad)
+            return -1;
+    }
+    return 0;
+}
+
+static int32_t build_map(tracer *T, tframe *f, int op, int nk)
+{
+    int32_t d = tv_new(T, V_DICT);
+    if (d < 0)
+        return -1;
+    if (op == OP_BUILD_CONST_KEY_MAP) {
+        int32_t keys = f->stack[--f->sp];   /* a constant tuple, wrapped as V_TUPLE */
+        if (T->vals[keys].kind != V_TUPLE || T->vals[keys].n != nk)
+            return tr_break(T, "BUILD_CONST_KEY_MAP keys");
+        for (int i = 0; i < nk; i++) {
+            PyObject *key = tr_const(T, T->vals[keys].items[i]);
+            if (!key || tv_push_item(T, d, f->stack[f->sp - nk + i], key))
+                return -1;
+        }
+        f->sp -= nk;
+        return d;
+    }
+    for (int i = 0; i < nk; i++) {
+        PyObject *key = tr_const(T, f->stack[f->sp - 2 * nk + 2 * i]);
+        if (!key || tv_push_item(T, d, f->stack[f->sp - 2 * nk + 2 * i + 1], key))
+            return -1;
+    }
+    f->sp -= 2 * nk;
+    return d;
+}
+
+/* d[key] = v into a dict made here (replacing an equal key). */
+static int dict_set(tracer *T, int32_t d, PyObject *key, int32_t v)
+{
+    tv *x = &T->vals[d];
+    for (int i = 0; i < x->n; i++)
+        if (PyObject_RichCompareBool(x->keys[i], key, Py_EQ) == 1) {
+            x->items[i] = v;
+            return 0;
+        }
+    return tv_push_item(T, d, v, key);
+}
+
+static int dict_merge(tracer *T, int32_t d, int32_t src)
+{
+    if ((src = tr_dict_value(T, src)) < 0)
+        return -1;
+    for (int i = 0; i < T->vals[src].n; i++)
+        if (dict_set(T, d, T->vals[src].keys[i], T->vals[src].items[i]))
+            return -1;
+    return 0;
+}
+
+static int list_extend(tracer *T, int32_t l, int32_t s)
+{
+    int32_t *it, n;
+    if (bi_items(T, s, &it, &n))
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (tv_push_item(T, l, l == s ? T->vals[l].items[i] : it[i], NULL))
+            return -1;
+    return 0;
+}
+
+static int32_t format_value(tracer *T, tframe *f, int arg)
+{
+    int32_t spec = (arg & 4) ? f->stack[--f->sp] : -1;
+    int32_t v = f->stack[--f->sp];
+    PyObject *o = tr_pyobj(T, v), *s = spec >= 0 && o ? tr_const(T, spec) : NULL;
+    if (!o || (spec >= 0 && !s)) {
+        Py_XDECREF(o);
+        return -1;
+    }
+    int conv = arg & 3;
+    PyObject *c = conv == 1 ? PyObject_Str(o) : conv == 2 ? PyObject_Repr(o) : conv == 3 ? PyObject_ASCII(o) : Py_NewRef(o);
+    PyObject *out = c ? PyObject_Format(c, s) : NULL;
+    Py_DECREF(o);
+    Py_XDECREF(c);
+    if (!out)
+        return -1;
+    int32_t r = tv_obj(T, out, -1);
+    Py_DECREF(out);
+    return r;
+}
+
+static int32_t build_string(tracer *T, tframe *f, int n)
+{
+    PyObject *parts = PyTuple_New(n), *empty = PyUnicode_FromString("");
+    for (int i = 0; parts && i < n; i++) {
+        PyObject *o = tr_const(T, f->stack[f->sp - n + i]);
+        if (!o) {
+            Py_DECREF(parts);
+            Py_XDECREF(empty);
+            return -1;
+        }
+        PyTuple_SET_ITEM(parts, i, Py_NewRef(o));
+    }
+    PyObject *s = parts && empty ? PyUnicode_Join(empty, parts) : NULL;
+    Py_XDECREF(parts);
+    Py_XDECREF(empty);
+    f->sp -= n;
+    int32_t r = s ? tv_obj(T, s, -1) : -1;
+    Py_XDECREF(s);
+    return r;
+}
+
+/* A guard that lets `v is None` be decided: v's type (NoneType or not). */
+static int none_known(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    return x->kind == V_OBJ ? tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) : 0;
+}
+
+static int32_t is_op(tracer *T, int32_t a, int32_t b, int invert)
+{
+    tv *x = &T->vals[a], *y = &T->vals[b];
+    int same;
+    if (x->kind == V_OBJ && y->kind == V_OBJ) {
+        int with_none = x->obj == Py_None || y->obj == Py_None;
+        if (with_none ? none_known(T, a) || none_known(T, b) : !tr_const(T, a) || !tr_const(T, b))
+            return -1;
+        same = x->obj == y->obj;
+    } else {
+        same = a == b;   /* one value id per Python object */
+    }
+    return tv_bool(T, same ^ invert);
+}
+
+static int32_t unary(tracer *T, int op, int32_t a)
+{
+    if (T->vals[a].kind == V_TENSOR) {
+        if (op == OP_UNARY_POSITIVE)
+            return a;
+        if (op == OP_UNARY_NOT)
+            return tr_break(T, "truth value of a tensor");
+        return ops_unary(T, op == OP_UNARY_NEGATIVE ? SMELT_OP_NEG : SMELT_OP_BITWISE_NOT, a);
+    }
+    if (op == OP_UNARY_NOT) {
+        int t;
+        return tr_truth(T, a, &t) ? -1 : tv_bool(T, !t);
+    }
+    PyObject *o = tr_const(T, a);
+    if (!o)
+        return -1;
+    PyObject *res = op == OP_UNARY_NEGATIVE ? PyNumber_Negative(o) : op == OP_UNARY_INVERT ? PyNumber_Invert(o) : PyNumber_Positive(o);
+    if (!res) {
+        PyErr_Clear();
+        return tr_break(T, "unary op on a constant raised");
+    }
+    int32_t r = tv_obj(T, res, -1);
+    Py_DECREF(res);
+    return r;
+}
+
+/* IMPORT_NAME of a module torch, math, operator or functools already
+ * imported (importing runs no code then); others end the trace. */
+static int32_t import_name(tracer *T, tframe *f, PyObject *name)
+{
+    int32_t from = f->stack[--f->sp], level = f->stack[--f->sp];
+    PyObject *lv = tr_const(T, level), *fl = lv ? tr_pyobj(T, from) : NULL;
+    if (!fl)
+        return -1;
+    int plain = fl == Py_None || !PyObject_IsTrue(fl);
+    Py_DECREF(fl);
+    if (!PyLong_Check(lv) || PyLong_AsLong(lv) != 0)
+        return tr_break(T, "relative import");
+    PyObject *mods = PyImport_GetModuleDict(), *full = PyDict_GetItemWithError(mods, name);
+    if (!full)
+        return PyErr_Occurred() ? -1 : tr_break(T, "import of %U, not imported yet", name);
+    PyObject *m = full;
+    if (plain) {   /* `import a.b` binds the top package */
+        Py_ssize_t dot = PyUnicode_FindChar(name, '.', 0, PyUnicode_GET_LENGTH(name), 1);
+        PyObject *top = dot > 0 ? PyUnicode_Substring(name, 0, dot) : Py_NewRef(name);
+        m = top ? PyDict_GetItemWithError(mods, top) : NULL;
+        Py_XDECREF(top);
+        if (!m)
+            return PyErr_Occurred() ? -1 : tr_break(T, "import of %U", name);
+    }
+    if (!is_trusted_module(m))
+        return tr_break(T, "import of %U inside traced code", name);
+    return tv_obj(T, m, -1);
+}
+
+/* Whether the BINARY_OP before pc is the `x[i] op= y` pattern on a tensor
+ * view made by the BINARY_SUBSCR just before: the result is written back
+ * by the STORE_SUBSCR after it (SWAP 3, SWAP 2, STORE_SUBSCR), so the view
+ * itself need not be updated. */
+static int subscr_update(tracer *T, const uint8_t *code, int n, int pc, int32_t a, int arg)
+{
+    static const int want[3] = { OP_SWAP, OP_SWAP, OP_STORE_SUBSCR };
+    if (arg < NB_INPLACE || T->vals[a].kind != V_TENSOR ||
+        smelt_op_kind_of((smelt_op)T->g->nodes[T->vals[a].node].op) != SMELT_KIND_VIEW)
+        return 0;
+    for (int i = 0; i < 3; i++, pc += 1 + ncache[code[2 * pc]])
+        if (pc >= n || op_of[code[2 * pc]] != want[i] || (i < 2 && code[2 * pc + 1] != 3 - i))
+            return 0;
+    return 1;
+}
+
+/* view op= y, computed as view op y as the in-place op would leave it. */
+static int32_t item_binop(tracer *T, int nb, int32_t a, int32_t b)
+{
+    int32_t r = tr_binop(T, nb - NB_INPLACE, a, b);
+    return r < 0 ? -1 : ops_inplace_value(T, a, r);
+}
+
+/* Runs frame f from f->pc to its RETURN_VALUE (the returned value) or, in
+ * a generator, to its next YIELD_VALUE (the yielded value, f->yielded set,
+ * f->pc after it). */
 static int32_t run_frame(tracer *T, tframe *f)
 {
     const uint8_t *code = (const uint8_t *)PyBytes_AS_STRING(f->bytes);
     int n = (int)(PyBytes_GET_SIZE(f->bytes) / 2);
-    int pc = 0, ext = 0;
+    int pc = f->pc, ext = 0;
+    tframe *caller = T->frame;
+    T->frame = f;
+    f->back = caller;
+    f->yielded = 0;
+    int32_t ret = -1;
     for (long steps = 0; steps < MAX_STEPS && !T->broke; steps++) {
-        if (pc < 0 || pc >= n)
-            return tr_break(T, "ran off the end of the bytecode");
+        if (pc < 0 || pc >= n) {
+            tr_break(T, "ran off the end of the bytecode");
+            break;
+        }
         int raw = code[2 * pc], arg = code[2 * pc + 1] | ext;
         int op = op_of[raw], at = pc;
         pc += 1 + ncache[raw];
@@ -1304,8 +2225,8 @@ static int32_t run_frame(tracer *T, tframe *f)
         char loc[300];
         switch (op) {
         case OP_EXTENDED_ARG: ext = arg << 8; continue;
-        case OP_CACHE: case OP_NOP: case OP_RESUME: case OP_PRECALL: case OP_MAKE_CELL:
-        case OP_COPY_FREE_VARS: continue;
+        case OP_CACHE: case OP_NOP: case OP_RESUME: case OP_PRECALL: case OP_COPY_FREE_VARS: continue;
+        case OP_MAKE_CELL: r = make_cell(T, f, arg); break;
         case OP_PUSH_NULL: r = push(f, tv_new(T, V_NULL)); break;
         case OP_POP_TOP: f->sp--; continue;
         case OP_COPY: r = push(f, f->stack[f->sp - arg]); break;
@@ -1318,23 +2239,29 @@ static int32_t run_frame(tracer *T, tframe *f)
         case OP_LOAD_CONST: r = push(f, tv_obj(T, PyTuple_GET_ITEM(f->consts, arg), -1)); break;
         case OP_LOAD_FAST:
             if (f->locals[arg] < 0)
-                return tr_break(T, "local read before assignment");
-            r = push(f, f->locals[arg]);
+                r = tr_break(T, "local read before assignment");
+            else
+                r = push(f, f->locals[arg]);
             break;
-        case OP_STORE_FAST: case OP_STORE_DEREF: f->locals[arg] = f->stack[--f->sp]; continue;
+        case OP_STORE_FAST: f->locals[arg] = f->stack[--f->sp]; continue;
         case OP_DELETE_FAST: f->locals[arg] = -1; continue;
         case OP_LOAD_DEREF: r = push(f, load_deref(T, f, arg)); break;
+        case OP_STORE_DEREF: r = store_deref(T, f, arg, f->stack[--f->sp]); break;
+        case OP_LOAD_CLOSURE: r = push(f, load_closure(T, f, arg)); break;
+        case OP_MAKE_FUNCTION: r = push(f, make_function(T, f, arg)); break;
         case OP_LOAD_GLOBAL:
-            if ((arg & 1) && push(f, tv_new(T, V_NULL)))
-                return -1;
+            if ((arg & 1) && push(f, tv_new(T, V_NULL))) {
+                r = -1;
+                break;
+            }
             r = push(f, load_global(T, f, PyTuple_GET_ITEM(f->names, arg >> 1)));
             break;
         case OP_LOAD_ATTR:
-            f->stack[f->sp - 1] = load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg), 0);
+            f->stack[f->sp - 1] = tr_load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg));
             r = f->stack[f->sp - 1] < 0 ? -1 : 0;
             break;
         case OP_LOAD_METHOD: {
-            int32_t a = load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg), 1);
+            int32_t a = tr_load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg));
             f->stack[f->sp - 1] = tv_new(T, V_NULL);
             r = push(f, a);
             break;
@@ -1342,86 +2269,41 @@ static int32_t run_frame(tracer *T, tframe *f)
         case OP_KW_NAMES: f->kwnames = PyTuple_GET_ITEM(f->consts, arg); continue;
         case OP_CALL: r = push(f, do_call(T, f, arg)); break;
         case OP_CALL_FUNCTION_EX: r = push(f, call_ex(T, f, arg & 1)); break;
-        case OP_BINARY_OP: {
-            int32_t b = f->stack[--f->sp], a = f->stack[--f->sp];
-            r = push(f, binop(T, arg, a, b));
-            break;
-        }
-        case OP_COMPARE_OP: {
-            int32_t b = f->stack[--f->sp], a = f->stack[--f->sp];
-            r = push(f, compare(T, arg, a, b));
+        case OP_BINARY_OP: case OP_COMPARE_OP: {   /* operands stay live (on the stack) during the op */
+            int32_t a = f->stack[f->sp - 2], b = f->stack[f->sp - 1];
+            int32_t v = op == OP_BINARY_OP && subscr_update(T, code, n, pc, a, arg) ? item_binop(T, arg, a, b)
+                      : op == OP_BINARY_OP ? tr_binop(T, arg, a, b) : tr_compare(T, arg, a, b);
+            f->sp -= 2;
+            r = push(f, v);
             break;
         }
         case OP_IS_OP: {
             int32_t b = f->stack[--f->sp], a = f->stack[--f->sp];
-            tv *x = &T->vals[a], *y = &T->vals[b];
-            int same;
-            if (x->kind == V_OBJ && y->kind == V_OBJ) {
-                if (!tr_const(T, a) || !tr_const(T, b))
-                    return -1;
-                same = x->obj == y->obj;
-            } else {
-                same = a == b;
-                if (x->kind == V_OBJ || y->kind == V_OBJ)
-                    same = 0;   /* a tensor/container is never a constant */
-            }
-            r = push(f, tv_obj(T, (same ^ arg) ? Py_True : Py_False, -1));
+            r = push(f, is_op(T, a, b, arg));
             break;
         }
         case OP_CONTAINS_OP: {
             int32_t b = f->stack[--f->sp], a = f->stack[--f->sp];
-            int32_t *it;
-            int cnt, found = 0;
-            PyObject *key = tr_const(T, a);
-            if (!key)
-                return -1;
-            if (T->vals[b].kind == V_DICT) {
-                for (int i = 0; i < T->vals[b].n; i++)
-                    found |= PyObject_RichCompareBool(T->vals[b].keys[i], key, Py_EQ) == 1;
-            } else {
-                if (seq_of(T, b, &it, &cnt))
-                    return -1;
-                for (int i = 0; i < cnt; i++)
-                    if (T->vals[it[i]].kind == V_OBJ)
-                        found |= PyObject_RichCompareBool(T->vals[it[i]].obj, key, Py_EQ) == 1;
-            }
-            r = push(f, tv_obj(T, (found ^ arg) ? Py_True : Py_False, -1));
+            int32_t c = contains(T, a, b);
+            r = c < 0 ? -1 : push(f, arg ? tv_bool(T, T->vals[c].obj != Py_True) : c);
             break;
         }
-        case OP_UNARY_NEGATIVE: case OP_UNARY_POSITIVE: case OP_UNARY_INVERT: case OP_UNARY_NOT: {
-            int32_t a = f->stack[--f->sp];
-            if (T->vals[a].kind == V_TENSOR) {
-                if (op == OP_UNARY_POSITIVE) {
-                    r = push(f, a);
-                    break;
-                }
-                if (op == OP_UNARY_NOT)
-                    return tr_break(T, "truth value of a tensor");
-                r = push(f, ops_unary(T, op == OP_UNARY_NEGATIVE ? SMELT_OP_NEG : SMELT_OP_BITWISE_NOT, a));
-                break;
-            }
-            if (op == OP_UNARY_NOT) {
-                int t;
-                if (truth(T, a, &t))
-                    return -1;
-                r = push(f, tv_obj(T, t ? Py_False : Py_True, -1));
-                break;
-            }
-            PyObject *o = tr_const(T, a);
-            if (!o)
-                return -1;
-            PyObject *res = op == OP_UNARY_NEGATIVE ? PyNumber_Negative(o) : op == OP_UNARY_INVERT ? PyNumber_Invert(o) : PyNumber_Positive(o);
-            if (!res) {
-                PyErr_Clear();
-                return tr_break(T, "unary op on a constant raised");
-            }
-            r = push(f, tv_obj(T, res, -1));
-            Py_DECREF(res);
+        case OP_UNARY_NEGATIVE: case OP_UNARY_POSITIVE: case OP_UNARY_INVERT: case OP_UNARY_NOT:
+            f->stack[f->sp - 1] = unary(T, op, f->stack[f->sp - 1]);
+            r = f->stack[f->sp - 1] < 0 ? -1 : 0;
             break;
-        }
         case OP_BINARY_SUBSCR: {
             int32_t k = f->stack[--f->sp], c = f->stack[--f->sp];
-            r = push(f, subscr(T, c, k));
+            r = push(f, tr_subscr(T, c, k));
+            break;
+        }
+        case OP_STORE_SUBSCR:
+            r = store_subscr(T, f->stack[f->sp - 2], f->stack[f->sp - 1], f->stack[f->sp - 3]);
+            f->sp -= 3;
+            break;
+        case OP_DELETE_SUBSCR: {
+            int32_t k = f->stack[--f->sp], c = f->stack[--f->sp];
+            r = delete_subscr(T, c, k);
             break;
         }
         case OP_BUILD_TUPLE: case OP_BUILD_LIST: {
@@ -1439,62 +2321,40 @@ static int32_t run_frame(tracer *T, tframe *f)
             r = t < 0 ? -1 : 0;
             break;
         }
-        case OP_BUILD_MAP: case OP_BUILD_CONST_KEY_MAP: {
-            int32_t d = tv_new(T, V_DICT);
-            int nk = arg;
-            if (op == OP_BUILD_CONST_KEY_MAP) {
-                int32_t keys = f->stack[--f->sp];   /* a constant tuple, wrapped as V_TUPLE */
-                if (T->vals[keys].kind != V_TUPLE || T->vals[keys].n != nk)
-                    return tr_break(T, "BUILD_CONST_KEY_MAP keys");
-                for (int i = 0; d >= 0 && i < nk; i++) {
-                    PyObject *key = tr_const(T, T->vals[keys].items[i]);
-                    if (!key || tv_push_item(T, d, f->stack[f->sp - nk + i], key))
-                        return -1;
-                }
-                f->sp -= nk;
-            } else {
-                for (int i = 0; d >= 0 && i < nk; i++) {
-                    PyObject *key = tr_const(T, f->stack[f->sp - 2 * nk + 2 * i]);
-                    if (!key || tv_push_item(T, d, f->stack[f->sp - 2 * nk + 2 * i + 1], key))
-                        return -1;
-                }
-                f->sp -= 2 * nk;
-            }
-            r = push(f, d);
-            break;
-        }
+        case OP_BUILD_MAP: case OP_BUILD_CONST_KEY_MAP: r = push(f, build_map(T, f, op, arg)); break;
         case OP_DICT_MERGE: case OP_DICT_UPDATE: {
-            int32_t src = f->stack[--f->sp], d = f->stack[f->sp - arg];
-            if (T->vals[src].kind != V_DICT || T->vals[d].kind != V_DICT)
-                return tr_break(T, "dict merge of a non-dict");
-            for (int i = 0; i < T->vals[src].n; i++)
-                if (tv_push_item(T, d, T->vals[src].items[i], T->vals[src].keys[i]))
-                    return -1;
-            continue;
+            int32_t s = f->stack[--f->sp];
+            r = dict_merge(T, f->stack[f->sp - arg], s);
+            break;
         }
         case OP_MAP_ADD: {
             int32_t v = f->stack[--f->sp], k = f->stack[--f->sp];
             PyObject *key = tr_const(T, k);
-            if (!key || tv_push_item(T, f->stack[f->sp - arg], v, key))
-                return -1;
-            continue;
+            r = key ? dict_set(T, f->stack[f->sp - arg], key, v) : -1;
+            break;
         }
-        case OP_LIST_APPEND: r = tv_push_item(T, f->stack[f->sp - 1 - arg], f->stack[f->sp - 1], NULL); f->sp--; break;
+        case OP_BUILD_SET: r = push(f, build_set(T, f, arg)); break;
+        case OP_SET_ADD: case OP_SET_UPDATE: {
+            int32_t v = f->stack[--f->sp];
+            r = set_add(T, f->stack[f->sp - arg], v, op == OP_SET_UPDATE);
+            break;
+        }
+        case OP_LIST_APPEND: {
+            int32_t v = f->stack[--f->sp];
+            r = tv_push_item(T, f->stack[f->sp - arg], v, NULL);
+            break;
+        }
         case OP_LIST_EXTEND: {
-            int32_t s = f->stack[--f->sp], *it;
-            int cnt;
-            if (seq_of(T, s, &it, &cnt))
-                return -1;
-            int32_t l = f->stack[f->sp - arg];
-            for (int i = 0; i < cnt; i++)
-                if (tv_push_item(T, l, it[i], NULL))
-                    return -1;
-            continue;
+            int32_t s = f->stack[--f->sp];
+            r = list_extend(T, f->stack[f->sp - arg], s);
+            break;
         }
         case OP_BUILD_SLICE: {
             int32_t s = tv_new(T, V_SLICE);
-            if (s < 0)
-                return -1;
+            if (s < 0) {
+                r = -1;
+                break;
+            }
             for (int i = arg - 1; i >= 0; i--) {
                 int32_t v = f->stack[--f->sp];
                 T->vals[s].sl[i] = (T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None) ? -1 : v;
@@ -1505,37 +2365,32 @@ static int32_t run_frame(tracer *T, tframe *f)
         case OP_UNPACK_SEQUENCE: {
             int32_t s = f->stack[--f->sp], *it;
             int cnt;
-            if (seq_of(T, s, &it, &cnt))
-                return -1;
-            if (cnt != arg)
-                return tr_break(T, "unpacking %d values into %d", cnt, arg);
-            for (int i = cnt - 1; i >= 0; i--)
-                if (push(f, it[i]))
-                    return -1;
-            continue;
+            if ((r = bi_items(T, s, &it, &cnt)) < 0)
+                break;
+            if (cnt != arg) {
+                r = tr_break(T, "unpacking %d values into %d", cnt, arg);
+                break;
+            }
+            for (int i = cnt - 1; r >= 0 && i >= 0; i--)
+                r = push(f, it[i]);
+            break;
         }
-        case OP_GET_ITER: {
-            int32_t s = f->stack[f->sp - 1], *it;
-            int cnt;
-            if (seq_of(T, s, &it, &cnt))
-                return -1;
-            int32_t l = tv_tuple(T, it, cnt), i = tv_new(T, V_ITER);
-            if (l < 0 || i < 0)
-                return -1;
-            T->vals[i].self_ = l;
-            f->stack[f->sp - 1] = i;
-            continue;
-        }
+        case OP_UNPACK_EX: r = unpack_ex(T, f, arg); break;
+        case OP_GET_ITER:
+            f->stack[f->sp - 1] = bi_iter(T, f->stack[f->sp - 1]);
+            r = f->stack[f->sp - 1] < 0 ? -1 : 0;
+            break;
         case OP_FOR_ITER: {
-            tv *i = &T->vals[f->stack[f->sp - 1]];
-            if (i->kind != V_ITER)
-                return tr_break(T, "FOR_ITER over a non-iterator");
-            if (i->pos >= T->vals[i->self_].n) {
+            int32_t v;
+            int more = bi_next(T, f->stack[f->sp - 1], &v);
+            if (more < 0)
+                r = -1;
+            else if (more)
+                r = push(f, v);
+            else {
                 f->sp--;
                 pc += arg;
-                continue;
             }
-            r = push(f, T->vals[i->self_].items[i->pos++]);
             break;
         }
         case OP_JUMP_FORWARD: pc += arg; continue;
@@ -1550,58 +2405,39 @@ static int32_t run_frame(tracer *T, tframe *f)
             break;
         case OP_JUMP_IF_FALSE_OR_POP: case OP_JUMP_IF_TRUE_OR_POP: {
             int t;
-            if (truth(T, f->stack[f->sp - 1], &t))
-                return -1;
+            if ((r = tr_truth(T, f->stack[f->sp - 1], &t)) < 0)
+                break;
             if (t == (op == OP_JUMP_IF_TRUE_OR_POP))
                 pc += arg;
             else
                 f->sp--;
             continue;
         }
-        case OP_FORMAT_VALUE: {
-            int32_t spec = (arg & 4) ? f->stack[--f->sp] : -1;
-            int32_t v = f->stack[--f->sp];
-            PyObject *o = tr_const(T, v), *s = spec >= 0 ? tr_const(T, spec) : NULL;
-            if (!o || (spec >= 0 && !s))
-                return -1;
-            PyObject *conv = (arg & 3) == 1 ? PyObject_Str(o) : (arg & 3) == 2 ? PyObject_Repr(o) : (arg & 3) == 3 ? PyObject_ASCII(o) : (Py_INCREF(o), o);
-            PyObject *out = conv ? PyObject_Format(conv, s) : NULL;
-            Py_XDECREF(conv);
-            if (!out)
-                return -1;
-            r = push(f, tv_obj(T, out, -1));
-            Py_DECREF(out);
-            break;
-        }
-        case OP_BUILD_STRING: {
-            PyObject *parts = PyTuple_New(arg), *empty = PyUnicode_FromString("");
-            for (int i = 0; parts && i < arg; i++) {
-                PyObject *o = tr_const(T, f->stack[f->sp - arg + i]);
-                if (!o)
-                    return -1;
-                Py_INCREF(o);
-                PyTuple_SET_ITEM(parts, i, o);
-            }
-            PyObject *s = parts && empty ? PyUnicode_Join(empty, parts) : NULL;
-            Py_XDECREF(parts);
-            Py_XDECREF(empty);
-            if (!s)
-                return -1;
-            f->sp -= arg;
-            r = push(f, tv_obj(T, s, -1));
-            Py_DECREF(s);
-            break;
-        }
+        case OP_FORMAT_VALUE: r = push(f, format_value(T, f, arg)); break;
+        case OP_BUILD_STRING: r = push(f, build_string(T, f, arg)); break;
         case OP_GET_LEN: {
-            call_args a = { .pos = &f->stack[f->sp - 1], .npos = 1 };
-            r = push(f, b_len(T, &a));
+            int32_t *it;
+            int cnt;
+            r = bi_items(T, f->stack[f->sp - 1], &it, &cnt);
+            if (r >= 0)
+                r = push(f, tv_int(T, cnt));
             break;
         }
-        case OP_RETURN_VALUE: return f->stack[--f->sp];
+        case OP_BEFORE_WITH: r = before_with(T, f); break;
+        case OP_IMPORT_NAME: r = push(f, import_name(T, f, PyTuple_GET_ITEM(f->names, arg))); break;
+        case OP_IMPORT_FROM: r = push(f, tr_load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg))); break;
+        case OP_RETURN_GENERATOR: r = push(f, tv_obj(T, Py_None, -1)); break;   /* popped on first resume */
+        case OP_YIELD_VALUE:
+            f->yielded = 1;
+            ret = f->stack[--f->sp];
+            goto done;
+        case OP_RETURN_VALUE:
+            ret = f->stack[--f->sp];
+            goto done;
         default:
             where(f, at, loc, sizeof loc);
-            return tr_break(T, "bytecode %s is not supported yet at %s",
-                            raw < 256 && op != OP_UNKNOWN ? op_names[op] : "(unknown)", loc);
+            tr_break(T, "bytecode %s is not supported yet at %s", opname_all[raw], loc);
+            goto done;
         }
         if (r < 0) {
             if (!PyErr_Occurred() && T->broke && !strstr(T->r->reason, " at ")) {
@@ -1609,10 +2445,18 @@ static int32_t run_frame(tracer *T, tframe *f)
                 where(f, at, loc, sizeof loc);
                 snprintf(T->r->reason + len, sizeof T->r->reason - len, " at %s", loc);
             }
-            return -1;
+            if (!T->broke && !PyErr_Occurred())
+                tr_break(T, "internal: a step failed without a reason");
+            goto done;
         }
     }
-    return tr_break(T, "trace too long");
+    if (!T->broke)
+        tr_break(T, "trace too long");
+done:
+    f->pc = pc;
+    f->back = NULL;
+    T->frame = caller;
+    return T->broke || PyErr_Occurred() ? -1 : ret;
 }
 
 /* ---------- result ---------- */
@@ -1638,12 +2482,13 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
         o->index = T->g->nout;
         return smelt_graph_output(T->g, x->node) ? tr_break(T, "%s", T->g->err) : 0;
     case V_OBJ: {
+        if (x->pos == 1)   /* a set made in the trace: a constant output would be shared by every call */
+            return tr_break(T, "returning a set built in the traced code");
         PyObject *c = tr_const(T, v);
         if (!c)
             return -1;
-        Py_INCREF(c);
         T->r->outs[slot].kind = TO_CONST;
-        T->r->outs[slot].obj = c;
+        T->r->outs[slot].obj = Py_NewRef(c);
         return 0;
     }
     case V_TUPLE: case V_LIST: case V_DICT: {
@@ -1660,10 +2505,8 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
             o->obj = Py_NewRef(x->obj);
         if (x->kind == V_DICT) {
             PyObject *keys = PyTuple_New(n);
-            for (int i = 0; keys && i < n; i++) {
-                Py_INCREF(T->vals[v].keys[i]);
-                PyTuple_SET_ITEM(keys, i, T->vals[v].keys[i]);
-            }
+            for (int i = 0; keys && i < n; i++)
+                PyTuple_SET_ITEM(keys, i, Py_NewRef(T->vals[v].keys[i]));
             T->r->outs[slot].obj = keys;
             if (!keys)
                 return -1;
@@ -1674,7 +2517,7 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
         return 0;
     }
     default:
-        return tr_break(T, "returning an unsupported value");
+        return tr_break(T, "returning a %s", kind_name(T, v));
     }
 }
 
@@ -1683,10 +2526,33 @@ static void tracer_free(tracer *T)
     for (int32_t i = 0; i < T->nvals; i++) {
         PyMem_Free(T->vals[i].items);
         PyMem_Free(T->vals[i].keys);
+        if (T->vals[i].kind == V_ITER)
+            frame_free(T->vals[i].frame);
     }
-    PyMem_Free(T->vals);
-    PyMem_Free(T->viewed);
+    PyMem_Free(T->vals ? T->vals - 1 : NULL);
+    PyMem_Free(T->contig);
     Py_XDECREF(T->tensor_of);
+}
+
+/* Value of top-frame argument i: the object wrapped with its source; a
+ * **kwargs dict becomes a dict of wrapped values. */
+static int32_t top_arg(tracer *T, PyCodeObject *co, int i, int argc, PyObject *o)
+{
+    int32_t s = tr_src_new(T, SRC_LOCAL, -1, i, NULL);
+    if (s < 0)
+        return -1;
+    if (!(co->co_flags & CO_VARKEYWORDS) || i != argc - 1 || !PyDict_Check(o))
+        return tv_obj(T, o, s);
+    int32_t d = tv_new(T, V_DICT);
+    PyObject *k, *val;
+    Py_ssize_t p = 0;
+    while (d >= 0 && PyDict_Next(o, &p, &k, &val)) {
+        int32_t ks = tr_src_new(T, SRC_DICT, s, 0, k);
+        int32_t iv = ks < 0 ? -1 : tv_obj(T, val, ks);
+        if (iv < 0 || tv_push_item(T, d, iv, k))
+            return -1;
+    }
+    return tr_add_guard(T, TG_LEN, s, NULL, PyDict_GET_SIZE(o)) ? -1 : d;
 }
 
 int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_result *out)
@@ -1707,68 +2573,47 @@ int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_r
     T.builtins = PyEval_GetBuiltins();
     int argc = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
                !!(co->co_flags & CO_VARKEYWORDS);
-    int32_t pos[64];
     int rc = -1;
-    if (argc > 64 || nlocals < argc) {
+    tframe *f = NULL;
+    if (nlocals < argc) {
         tr_break(&T, "unsupported signature");
         goto done;
     }
-    for (int i = 0; i < argc; i++) {
-        int32_t s = src_new(&T, SRC_LOCAL, -1, i, NULL);
-        int32_t v = s < 0 ? -1 : tv_obj(&T, locals[i], s);
-        if (v < 0)
+    if (!(f = frame_new((PyObject *)co, fn, T.globals, -1, 0)))
+        goto done;
+    f->is_top = 1;
+    for (int i = 0; i < argc; i++)   /* the top frame's arguments are already laid out */
+        if ((f->locals[i] = top_arg(&T, co, i, argc, locals[i])) < 0)
             goto done;
-        if (T.vals[v].kind == V_OBJ && (co->co_flags & CO_VARKEYWORDS) && i == argc - 1 &&
-            PyDict_Check(locals[i])) {   /* **kwargs: a dict of wrapped values */
-            int32_t d = tv_new(&T, V_DICT);
-            PyObject *k, *val;
-            Py_ssize_t p = 0;
-            while (d >= 0 && PyDict_Next(locals[i], &p, &k, &val)) {
-                int32_t ks = src_new(&T, SRC_DICT, s, 0, k);
-                int32_t iv = ks < 0 ? -1 : tv_obj(&T, val, ks);
-                if (iv < 0 || tv_push_item(&T, d, iv, k))
-                    goto done;
-            }
-            add_guard(&T, TG_LEN, s, NULL, PyDict_GET_SIZE(locals[i]));
-            v = d;
-        }
-        pos[i] = v;
-    }
-    /* bind as positional: the top frame's locals are already laid out */
-    {
-        int nlp = co->co_nlocalsplus;
-        tframe f = { .code = (PyObject *)co, .func = fn, .func_src = -1, .globals = T.globals,
-                     .builtins = T.builtins, .consts = co->co_consts, .names = co->co_names };
-        f.trusted = 0;
-        f.is_top = 1;
-        f.locals = PyMem_Malloc(sizeof(int32_t) * (size_t)(nlp + 1));
-        f.cap = co->co_stacksize + 8;
-        f.stack = PyMem_Malloc(sizeof(int32_t) * (size_t)f.cap);
-        f.bytes = PyObject_GetAttrString((PyObject *)co, "co_code");
-        int32_t ret = -1;
-        if (f.locals && f.stack && f.bytes) {
-            for (int i = 0; i < nlp; i++)
-                f.locals[i] = i < argc ? pos[i] : -1;
-            ret = run_frame(&T, &f);
-        }
-        PyMem_Free(f.locals);
-        PyMem_Free(f.stack);
-        Py_XDECREF(f.bytes);
-        if (ret < 0)
-            goto done;
-        int32_t root = out_new(&T, TO_CONST);
-        if (root < 0 || build_out(&T, ret, root))
-            goto done;
-        if (T.g->nout == 0) {
-            tr_break(&T, "no tensor computed");
-            goto done;
-        }
+    int32_t ret = run_frame(&T, f);
+    if (ret < 0)
+        goto done;
+    int32_t root = out_new(&T, TO_CONST);
+    if (root < 0 || build_out(&T, ret, root))
+        goto done;
+    if (T.g->nout == 0) {
+        tr_break(&T, "no tensor computed");
+        goto done;
     }
     rc = 0;
 done:
-    if (rc && !PyErr_Occurred() && T.broke)
-        rc = 1;
-    else if (rc && !PyErr_Occurred())
+    frame_free(f);
+    if (rc && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError) &&
+        !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {   /* an unexpected error: a break, never a crash */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *rep = ev ? PyObject_Repr(ev) : NULL;
+        const char *u = rep ? PyUnicode_AsUTF8(rep) : NULL;
+        if (!T.broke)
+            snprintf(out->reason, sizeof out->reason, "error while tracing: %s: %s",
+                     ((PyTypeObject *)et)->tp_name, u ? u : "?");
+        Py_XDECREF(rep);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+    }
+    if (rc && !PyErr_Occurred())
         rc = 1;
     tracer_free(&T);
     return rc;

@@ -13,9 +13,10 @@
 #include <math.h>
 #include <string.h>
 
-static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type;
+static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
 
 PyObject *ops_tensor_type(void) { return tensor_type; }
+PyObject *ops_size_type(void) { return size_type; }
 int ops_is_tensor(PyObject *o) { return tensor_type && PyObject_TypeCheck(o, (PyTypeObject *)tensor_type); }
 
 int ops_dtype_of(PyObject *dt)
@@ -44,7 +45,18 @@ static int is_none(tracer *T, int32_t v)
     return v < 0 || (T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None);
 }
 
-static const smelt_node *node(tracer *T, int32_t v) { return &T->g->nodes[T->vals[v].node]; }
+/* The graph node of tensor value v; for anything else (an absent
+ * argument, a non-tensor) a zero-dim placeholder, with a break recorded. */
+static const smelt_node *node(tracer *T, int32_t v)
+{
+    static const smelt_node none = { .op = SMELT_OP_SCALAR };
+    if (v < 0 || T->vals[v].kind != V_TENSOR) {
+        tr_break(T, v < 0 ? "a tensor argument is missing" : "expected a tensor, got a %s",
+                 v < 0 ? "" : T->vals[v].kind == V_OBJ ? Py_TYPE(T->vals[v].obj)->tp_name : "container");
+        return &none;
+    }
+    return &T->g->nodes[T->vals[v].node];
+}
 
 /* Graph node for value v: a tensor, or a Python number as a weak scalar. */
 static int32_t gnode(tracer *T, int32_t v)
@@ -207,6 +219,8 @@ static int32_t v_transpose(tracer *T, int32_t x, int d0, int d1)
 
 static int32_t v_reshape(tracer *T, int32_t x, const int64_t *shape, int n)
 {
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return x < 0 ? -1 : tr_break(T, "reshape of a non-tensor");
     smelt_node p = { .op = SMELT_OP_RESHAPE, .nsrc = 1, .src = { T->vals[x].node }, .ndim = (uint8_t)n };
     memcpy(p.shape, shape, sizeof(int64_t) * (size_t)n);
     return mk(T, &p);
@@ -214,6 +228,8 @@ static int32_t v_reshape(tracer *T, int32_t x, const int64_t *shape, int n)
 
 static int32_t v_axis(tracer *T, smelt_op op, int32_t x, int dim)
 {
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return x < 0 ? -1 : tr_break(T, "%s of a non-tensor", smelt_op_name(op));
     smelt_node p = { .op = op, .nsrc = 1, .src = { T->vals[x].node } };
     p.a.axis.dim = dim;
     return mk(T, &p);
@@ -221,6 +237,8 @@ static int32_t v_axis(tracer *T, smelt_op op, int32_t x, int dim)
 
 static int32_t v_slice(tracer *T, int32_t x, int dim, int64_t start, int64_t end, int64_t step)
 {
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return x < 0 ? -1 : tr_break(T, "slice of a non-tensor");
     smelt_node p = { .op = SMELT_OP_SLICE, .nsrc = 1, .src = { T->vals[x].node } };
     p.a.slice.dim = dim;
     p.a.slice.start = start;
@@ -231,6 +249,8 @@ static int32_t v_slice(tracer *T, int32_t x, int dim, int64_t start, int64_t end
 
 static int32_t red(tracer *T, smelt_op op, int32_t x, uint32_t dims, int keepdim, int64_t corr)
 {
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return x < 0 ? -1 : tr_break(T, "%s of a non-tensor", smelt_op_name(op));
     smelt_node p = { .op = op, .nsrc = 1, .src = { T->vals[x].node } };
     p.a.red.dims = dims;
     p.a.red.keepdim = (uint8_t)keepdim;
@@ -528,7 +548,7 @@ static int32_t h_view(tracer *T, const call_args *a, smelt_op op)
 {
     int64_t shape[SMELT_MAX_DIMS];
     int n;
-    int32_t x = a->pos[0];
+    int32_t x = arg(a, 0, "input");
     (void)op;
     if (T->vals[x].kind != V_TENSOR || int_list(T, a, 1, "shape", shape, &n))
         return -1;
@@ -539,7 +559,7 @@ static int32_t h_permute(tracer *T, const call_args *a, smelt_op op)
 {
     int64_t d[SMELT_MAX_DIMS];
     int n, perm[SMELT_MAX_DIMS];
-    int32_t x = a->pos[0];
+    int32_t x = arg(a, 0, "input");
     (void)op;
     if (int_list(T, a, 1, "dims", d, &n))
         return -1;
@@ -622,7 +642,7 @@ static int32_t h_expand(tracer *T, const call_args *a, smelt_op op)
 {
     int64_t shape[SMELT_MAX_DIMS];
     int n;
-    int32_t x = a->pos[0];
+    int32_t x = arg(a, 0, "input");
     (void)op;
     if (int_list(T, a, 1, "size", shape, &n))
         return -1;
@@ -633,7 +653,7 @@ static int32_t h_expand(tracer *T, const call_args *a, smelt_op op)
 
 static int32_t h_expand_as(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = a->pos[0], o = arg(a, 1, "other");
+    int32_t x = arg(a, 0, "input"), o = arg(a, 1, "other");
     (void)op;
     smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[x].node }, .ndim = node(T, o)->ndim };
     memcpy(p.shape, node(T, o)->shape, sizeof p.shape);
@@ -654,12 +674,15 @@ static int32_t shape_tuple(tracer *T, int32_t x)
     for (int d = 0; d < node(T, x)->ndim; d++)
         if ((items[d] = int_value(T, node(T, x)->shape[d])) < 0)
             return -1;
-    return tv_tuple(T, items, node(T, x)->ndim);
+    int32_t t = tv_tuple(T, items, node(T, x)->ndim);
+    if (t >= 0)
+        T->vals[t].obj = size_type;   /* a torch.Size */
+    return t;
 }
 
 static int32_t h_size(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = a->pos[0], dv = arg(a, 1, "dim");
+    int32_t x = arg(a, 0, "input"), dv = arg(a, 1, "dim");
     (void)op;
     if (is_none(T, dv))
         return shape_tuple(T, x);
@@ -673,13 +696,13 @@ static int32_t h_size(tracer *T, const call_args *a, smelt_op op)
 static int32_t h_dim(tracer *T, const call_args *a, smelt_op op)
 {
     (void)op;
-    return int_value(T, node(T, a->pos[0])->ndim);
+    return int_value(T, node(T, arg(a, 0, "input"))->ndim);
 }
 
 static int32_t h_numel(tracer *T, const call_args *a, smelt_op op)
 {
     (void)op;
-    return int_value(T, smelt_node_numel(node(T, a->pos[0])));
+    return int_value(T, smelt_node_numel(node(T, arg(a, 0, "input"))));
 }
 
 static int seq_items(tracer *T, int32_t v, int32_t **items, int *n)
@@ -749,6 +772,8 @@ static int32_t h_where(tracer *T, const call_args *a, smelt_op op)
 
 static int32_t cast_to(tracer *T, int32_t x, int dt)
 {
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return x < 0 ? -1 : tr_break(T, "cast of a non-tensor");
     if (node(T, x)->dtype == dt)
         return x;
     smelt_node p = { .op = SMELT_OP_CAST, .nsrc = 1, .src = { T->vals[x].node }, .dtype = (uint8_t)dt };
@@ -757,7 +782,7 @@ static int32_t cast_to(tracer *T, int32_t x, int dt)
 
 static int32_t h_masked_fill(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = a->pos[0], m = arg(a, 1, "mask"), v = arg(a, 2, "value");
+    int32_t x = arg(a, 0, "input"), m = arg(a, 1, "mask"), v = arg(a, 2, "value");
     if (m < 0 || v < 0 || T->vals[x].kind != V_TENSOR)
         return tr_break(T, "masked_fill arguments");
     smelt_dtype xd = node(T, x)->dtype;
@@ -830,7 +855,7 @@ static int32_t h_clamp(tracer *T, const call_args *a, smelt_op op)
  * the target for the fixed-dtype methods (as SMELT_OP_* + 1000 encoding). */
 static int32_t h_to(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = a->pos[0];
+    int32_t x = arg(a, 0, "input");
     if ((int)op >= 1000)
         return cast_to(T, x, (int)op - 1000);
     for (int i = 1; i < a->npos + a->nkw; i++) {
@@ -860,7 +885,7 @@ static int32_t h_to(tracer *T, const call_args *a, smelt_op op)
 static int32_t h_type_as(tracer *T, const call_args *a, smelt_op op)
 {
     (void)op;
-    return cast_to(T, a->pos[0], node(T, arg(a, 1, "other"))->dtype);
+    return cast_to(T, arg(a, 0, "input"), node(T, arg(a, 1, "other"))->dtype);
 }
 
 static int dtype_arg(tracer *T, const call_args *a, int dflt)
@@ -875,8 +900,12 @@ static int dtype_arg(tracer *T, const call_args *a, int dflt)
 
 /* torch.zeros/ones/full (op: value encoded: ZEROS=ADD, ONES=MUL, FULL=CLAMP)
  * and the *_like forms (op + 100). */
+static int device_cpu(tracer *T, const call_args *a);
+
 static int32_t h_full(tracer *T, const call_args *a, smelt_op op)
 {
+    if (device_cpu(T, a))
+        return -1;
     int like = (int)op >= 100;
     int kind = like ? (int)op - 100 : (int)op;
     smelt_node p = { .op = SMELT_OP_FULL };
@@ -953,23 +982,43 @@ static int32_t h_tri(tracer *T, const call_args *a, smelt_op op)
     return h_where(T, &w, op);
 }
 
+/* split(size or sizes, dim) / chunk(chunks, dim) (op DIV): slices. */
 static int32_t h_split(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input");
-    int64_t sz, d;
-    int dim;
-    if (tr_int(T, arg(a, 1, op == SMELT_OP_DIV ? "chunks" : "split_size_or_sections"), &sz) ||
-        get_int(T, arg(a, 2, "dim"), 0, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
-        return -1;
+    int32_t x = arg(a, 0, "input"), sv = arg(a, 1, op == SMELT_OP_DIV ? "chunks" : "split_size_or_sections");
+    int64_t sz = 0, d, sizes[256];
+    int dim, n = 0;
+    if (sv < 0 || T->vals[x].kind != V_TENSOR || get_int(T, arg(a, 2, "dim"), 0, &d) ||
+        norm_dim(T, d, node(T, x)->ndim, &dim))
+        return sv < 0 || T->vals[x].kind != V_TENSOR ? tr_break(T, "split arguments") : -1;
     int64_t len = node(T, x)->shape[dim];
-    if (op == SMELT_OP_DIV)   /* chunk: sz chunks of ceil(len/sz) */
-        sz = sz > 0 ? (len + sz - 1) / sz : 0;
-    if (sz <= 0 || (len + sz - 1) / sz > 256)
-        return tr_break(T, "split into too many pieces");
+    tv *s = &T->vals[sv];
+    if (s->kind == V_TUPLE || s->kind == V_LIST) {   /* explicit sections */
+        if (op == SMELT_OP_DIV || s->n > 256)
+            return tr_break(T, "split sections");
+        int64_t total = 0;
+        for (int i = 0; i < T->vals[sv].n; i++) {
+            if (tr_int(T, T->vals[sv].items[i], &sizes[n]))
+                return -1;
+            total += sizes[n++];
+        }
+        if (total != len)
+            return tr_break(T, "split sections do not sum to the dim size");
+    } else {
+        if (tr_int(T, sv, &sz))
+            return -1;
+        if (op == SMELT_OP_DIV)   /* chunk: sz chunks of ceil(len/sz) */
+            sz = sz > 0 ? (len + sz - 1) / sz : 0;
+        if (sz <= 0 || (len + sz - 1) / sz > 256)
+            return tr_break(T, "split into too many pieces");
+        for (int64_t at = 0; at < len; at += sz)
+            sizes[n++] = at + sz < len ? sz : len - at;
+        if (len == 0 && op != SMELT_OP_DIV)
+            sizes[n++] = 0;
+    }
     int32_t items[256];
-    int n = 0;
-    for (int64_t s = 0; s < len; s += sz)
-        if ((items[n++] = v_slice(T, x, dim, s, s + sz < len ? s + sz : len, 1)) < 0)
+    for (int i = 0, at = 0; i < n; at += (int)sizes[i++])
+        if ((items[i] = v_slice(T, x, dim, at, at + sizes[i], 1)) < 0)
             return -1;
     return tv_tuple(T, items, n);
 }
@@ -1019,17 +1068,1159 @@ static int32_t h_sdpa(tracer *T, const call_args *a, smelt_op op)
     return p < 0 ? -1 : matmul(T, p, v);
 }
 
+/* ---------- in-place updates, copies, layout ---------- */
+
+/* torch.can_cast for an in-place result: never float -> integer or
+ * anything -> bool. */
+static int can_cast(smelt_dtype from, smelt_dtype to)
+{
+    if (smelt_dtype_is_float(from) && !smelt_dtype_is_float(to))
+        return 0;
+    return !(from != SMELT_BOOL && to == SMELT_BOOL);
+}
+
+/* Value x may be updated in place: a tensor made in the graph, not a view,
+ * that no live value views or shares, and that may not alias storage
+ * smelt does not model. 1 / 0 (a break) / -1. */
+static int mutable_value(tracer *T, int32_t x)
+{
+    const smelt_node *n = node(T, x);
+    if (T->vals[x].frozen || n->op == SMELT_OP_INPUT || smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW)
+        return tr_break(T, "in-place update of an input, a view or a tensor that may alias one"), 0;
+    int a = tr_aliased(T, x);
+    if (a > 0)
+        tr_break(T, "in-place update of a tensor that a live view shares (the view's update is not modelled)");
+    return a < 0 ? -1 : !a;
+}
+
+static int32_t cast_to(tracer *T, int32_t x, int dt);
+
+/* r as the value an in-place op on x leaves in x: x's shape, cast to x's
+ * dtype as torch casts in-place results (never float -> int). */
+int32_t ops_inplace_value(tracer *T, int32_t x, int32_t r)
+{
+    if (T->vals[x].kind != V_TENSOR || T->vals[r].kind != V_TENSOR)
+        return tr_break(T, "in-place op on a non-tensor");
+    const smelt_node *xn = node(T, x), *rn = node(T, r);
+    if (rn->ndim != xn->ndim || memcmp(rn->shape, xn->shape, sizeof(int64_t) * xn->ndim))
+        return tr_break(T, "in-place op would change the tensor's shape");
+    if (!can_cast((smelt_dtype)rn->dtype, (smelt_dtype)xn->dtype))
+        return tr_break(T, "in-place result %s cannot be cast to %s", smelt_dtype_name((smelt_dtype)rn->dtype),
+                        smelt_dtype_name((smelt_dtype)xn->dtype));
+    return cast_to(T, r, xn->dtype);
+}
+
+/* x takes the value r (x.add_(y), F.relu(x, inplace=True)): x's node is
+ * rebound, so every alias of x sees it. */
+int32_t ops_inplace(tracer *T, int32_t x, int32_t r)
+{
+    if (T->vals[x].kind == V_TENSOR && T->vals[r].kind == V_TENSOR && T->vals[r].node == T->vals[x].node)
+        return x;
+    if ((r = ops_inplace_value(T, x, r)) < 0 || mutable_value(T, x) <= 0)
+        return -1;
+    T->vals[x].node = T->vals[r].node;
+    return x;
+}
+
+/* A new tensor equal to x with storage of its own (clone). */
+static int32_t copy_of(tracer *T, int32_t x)
+{
+    if (T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "copy of a non-tensor");
+    smelt_node p = { .op = SMELT_OP_CAST, .nsrc = 1, .src = { T->vals[x].node }, .dtype = node(T, x)->dtype };
+    return mk(T, &p);
+}
+
+static int strides_contiguous(const smelt_node *n, const int64_t *stride)
+{
+    int64_t z = 1;
+    if (!smelt_node_numel(n))
+        return 1;
+    for (int d = n->ndim - 1; d >= 0; d--) {
+        if (n->shape[d] == 1)
+            continue;
+        if (stride[d] != z)
+            return 0;
+        z *= n->shape[d];
+    }
+    return 1;
+}
+
+static void contiguous_strides(const smelt_node *n, int64_t *stride)
+{
+    int64_t z = 1;
+    for (int d = n->ndim - 1; d >= 0; d--) {
+        stride[d] = z;
+        z *= n->shape[d] > 1 ? n->shape[d] : 1;
+    }
+}
+
+/* Strides eager's view op n gives from its source's strides s. */
+static int view_strides(const smelt_graph *g, const smelt_node *n, const int64_t *s, int src_contig, int64_t *out)
+{
+    const smelt_node *in = &g->nodes[n->src[0]];
+    switch ((smelt_op)n->op) {
+    case SMELT_OP_RESHAPE:
+        if (!src_contig)
+            return 0;   /* eager's view strides of a non-contiguous tensor are not modelled */
+        contiguous_strides(n, out);
+        return 1;
+    case SMELT_OP_PERMUTE:
+        for (int d = 0; d < n->ndim; d++)
+            out[d] = s[n->a.perm.perm[d]];
+        return 1;
+    case SMELT_OP_EXPAND: {
+        int lead = n->ndim - in->ndim;
+        for (int d = 0; d < n->ndim; d++)
+            out[d] = d < lead || (in->shape[d - lead] == 1 && n->shape[d] != 1) ? 0 : s[d - lead];
+        return 1;
+    }
+    case SMELT_OP_SLICE:
+        memcpy(out, s, sizeof(int64_t) * in->ndim);
+        out[n->a.slice.dim] *= n->a.slice.step;
+        return 1;
+    case SMELT_OP_SQUEEZE:
+        for (int d = 0, k = 0; d < in->ndim; d++)
+            if (d != n->a.axis.dim)
+                out[k++] = s[d];
+        return 1;
+    case SMELT_OP_UNSQUEEZE:
+        for (int d = 0, k = 0; d < n->ndim; d++)
+            out[d] = d == n->a.axis.dim ? (k < in->ndim ? in->shape[k] * s[k] : 1) : s[k++];
+        return 1;
+    case SMELT_OP_DIAGONAL:
+        for (int d = 0, k = 0; d < in->ndim; d++)
+            if (d != n->a.diag.dim1 && d != n->a.diag.dim2)
+                out[k++] = s[d];
+        out[n->ndim - 1] = s[n->a.diag.dim1] + s[n->a.diag.dim2];
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Eager strides of node i given those of earlier nodes (known[j]: 1 when
+ * strides[j] is known). Fresh results of ops over contiguous operands are
+ * contiguous; anything else eager lays out by rules smelt does not model. */
+static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, const uint8_t *known,
+                        int64_t (*st)[SMELT_MAX_DIMS])
+{
+    const smelt_node *n = &g->nodes[i];
+    smelt_op_kind k = smelt_op_kind_of((smelt_op)n->op);
+    int all = 1;
+    for (int s = 0; s < n->nsrc; s++) {
+        const smelt_node *in = &g->nodes[n->src[s]];
+        all &= in->ndim == 0 || (known[n->src[s]] && strides_contiguous(in, st[n->src[s]]));
+    }
+    if (n->op == SMELT_OP_INPUT) {
+        memcpy(st[i], n->stride, sizeof st[i]);
+        return 1;
+    }
+    if (contig[i]) {   /* made by x.contiguous() */
+        contiguous_strides(n, st[i]);
+        return 1;
+    }
+    if (k == SMELT_KIND_VIEW)
+        return known[n->src[0]] && view_strides(g, n, st[n->src[0]], all, st[i]);
+    if (!all && !(k == SMELT_KIND_REDUCTION && n->ndim <= 1) && k != SMELT_KIND_EXTERN)
+        return 0;
+    contiguous_strides(n, st[i]);
+    return 1;
+}
+
+/* 1 / 0: tensor value x is / is not contiguous in eager; -1: unknown. */
+static int contiguity(tracer *T, int32_t x)
+{
+    int32_t id = T->vals[x].node, n = id + 1;
+    uint8_t *known = PyMem_Calloc((size_t)n, 1);
+    int64_t (*st)[SMELT_MAX_DIMS] = PyMem_Calloc((size_t)n, sizeof *st);
+    int r = -1;
+    if (known && st) {
+        for (int32_t i = 0; i < n; i++)
+            known[i] = (uint8_t)node_strides(T->g, T->contig, i, known, st);
+        r = known[id] ? strides_contiguous(&T->g->nodes[id], st[id]) : -1;
+    }
+    PyMem_Free(known);
+    PyMem_Free(st);
+    return r;
+}
+
+static int32_t h_is_contiguous(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    if (a->npos > 1 || a->nkw)
+        return tr_break(T, "is_contiguous(memory_format=...) is not supported");
+    int c = contiguity(T, arg(a, 0, "input"));
+    return c < 0 ? tr_break(T, "is_contiguous of a tensor whose eager layout smelt does not model")
+                 : tv_obj(T, c ? Py_True : Py_False, -1);
+}
+
+/* x.contiguous(): x itself when eager would return it; a copy when eager
+ * copies; when smelt cannot tell, x with both values frozen (in-place
+ * updates of either could not be modelled). */
+static int32_t h_contiguous(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    (void)op;
+    int c = contiguity(T, x);
+    if (c == 1)
+        return x;
+    int32_t y = c == 0 ? copy_of(T, x) : -1;
+    if (y >= 0)
+        T->contig[T->vals[y].node] = 1;
+    if (c == 0)
+        return y;
+    if ((y = tv_tensor(T, T->vals[x].node)) >= 0)
+        T->vals[x].frozen = T->vals[y].frozen = 1;
+    return y;
+}
+
+static int32_t h_clone(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    return copy_of(T, arg(a, 0, "input"));
+}
+
+/* x.zero_() / x.fill_(v) (op: FULL value source) / x.copy_(src): the new
+ * value; the dispatcher writes it into x. */
+static int32_t h_fill(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), v = op == SMELT_OP_FULL ? arg(a, 1, "value") : -1;
+    if (T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "fill of a non-tensor");
+    if (v >= 0 && T->vals[v].kind == V_TENSOR) {
+        smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[v].node }, .ndim = node(T, x)->ndim };
+        memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
+        return mk(T, &p);
+    }
+    PyObject *o = v >= 0 ? tr_const(T, v) : NULL;
+    if (v >= 0 && !o)
+        return -1;
+    smelt_node p = { .op = SMELT_OP_FULL, .ndim = node(T, x)->ndim, .dtype = node(T, x)->dtype };
+    memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
+    p.a.scalar.f = o ? PyFloat_AsDouble(o) : 0.0;
+    p.a.scalar.i = o && PyLong_Check(o) ? PyLong_AsLongLong(o) : (int64_t)p.a.scalar.f;
+    if (PyErr_Occurred())
+        return -1;
+    return mk(T, &p);
+}
+
+static int32_t h_copy(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), s = arg(a, 1, "src");
+    (void)op;
+    if (s < 0 || T->vals[s].kind != V_TENSOR)
+        return tr_break(T, "copy_ from a non-tensor");
+    smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[s].node }, .ndim = node(T, x)->ndim };
+    memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
+    int32_t e = mk(T, &p);
+    return e < 0 ? -1 : node(T, e)->dtype == node(T, x)->dtype ? copy_of(T, e) : cast_to(T, e, node(T, x)->dtype);
+}
+
+/* ---------- more pointwise math ---------- */
+
+static int32_t h_square(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    (void)op;
+    return op2(T, SMELT_OP_MUL, x, x);
+}
+
+/* lerp as eager computes it: start + w*(end-start) for |w| < 0.5, else
+ * end - (end-start)*(1-w). */
+static int32_t h_lerp(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t s = arg(a, 0, "input"), e = arg(a, 1, "end"), w = arg(a, 2, "weight");
+    (void)op;
+    if (s < 0 || e < 0 || w < 0)
+        return tr_break(T, "lerp arguments");
+    int32_t d = op2(T, SMELT_OP_SUB, e, s);
+    int32_t lo = op2(T, SMELT_OP_ADD, s, op2(T, SMELT_OP_MUL, w, d));
+    int32_t hi = op2(T, SMELT_OP_SUB, e, op2(T, SMELT_OP_MUL, d, op2(T, SMELT_OP_SUB, num(T, 1.0), w)));
+    if (hi < 0)
+        return -1;
+    if (T->vals[w].kind != V_TENSOR) {
+        int err = 0;
+        double wv = get_float(T, w, 0, &err);
+        return err ? -1 : fabs(wv) < 0.5 ? lo : hi;
+    }
+    call_args c = { .pos = (int32_t[]){ op2(T, SMELT_OP_LT, op1(T, SMELT_OP_ABS, w), num(T, 0.5)), lo, hi }, .npos = 3 };
+    return c.pos[0] < 0 ? -1 : h_where(T, &c, op);
+}
+
+/* addcmul / addcdiv (op MUL / DIV): input + value * t1 op t2. */
+static int32_t h_addc(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), t1 = arg(a, 1, "tensor1"), t2 = arg(a, 2, "tensor2"), v = arg(a, 3, "value");
+    if (t1 < 0 || t2 < 0)
+        return tr_break(T, "addcmul/addcdiv arguments");
+    if (!is_none(T, v))
+        t1 = op2(T, SMELT_OP_MUL, v, t1);
+    return op2(T, SMELT_OP_ADD, x, op2(T, op, t1, t2));
+}
+
+static int32_t h_outer(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "vec2");
+    (void)op;
+    if (x < 0 || y < 0 || T->vals[x].kind != V_TENSOR || T->vals[y].kind != V_TENSOR || node(T, x)->ndim != 1)
+        return tr_break(T, "outer of non-vectors");
+    return op2(T, SMELT_OP_MUL, v_axis(T, SMELT_OP_UNSQUEEZE, x, 1), y);
+}
+
+/* addmm / baddbmm: beta * input + alpha * (m1 @ m2). */
+static int32_t h_addmm(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), m1 = arg(a, 1, "mat1"), m2 = arg(a, 2, "mat2");
+    int err = 0;
+    (void)op;
+    if (m1 < 0)
+        m1 = arg(a, 1, "batch1"), m2 = arg(a, 2, "batch2");
+    double beta = get_float(T, arg(a, -1, "beta"), 1.0, &err), alpha = err ? 0 : get_float(T, arg(a, -1, "alpha"), 1.0, &err);
+    if (err || m1 < 0 || m2 < 0)
+        return err ? -1 : tr_break(T, "addmm arguments");
+    int32_t p = matmul(T, m1, m2);
+    if (p >= 0 && alpha != 1.0)
+        p = op2(T, SMELT_OP_MUL, p, num(T, alpha));
+    if (p < 0 || beta == 0.0)
+        return p;
+    return op2(T, SMELT_OP_ADD, p, beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, num(T, beta)));
+}
+
+/* ---------- more reductions ---------- */
+
+static int32_t h_logsumexp(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    uint32_t m;
+    int keep;
+    (void)op;
+    if (T->vals[x].kind != V_TENSOR || dims_mask(T, arg(a, 1, "dim"), node(T, x)->ndim, &m) ||
+        get_bool(T, arg(a, 2, "keepdim"), 0, &keep))
+        return T->vals[x].kind != V_TENSOR ? tr_break(T, "logsumexp of a non-tensor") : -1;
+    int32_t mx = red(T, SMELT_OP_AMAX, x, m, 1, 0);   /* infinite maxima shift by 0, as eager */
+    call_args w = { .pos = (int32_t[]){ op1(T, SMELT_OP_ISINF, mx), num(T, 0.0), mx }, .npos = 3 };
+    int32_t sh = mx < 0 ? -1 : h_where(T, &w, op);
+    int32_t s = sh < 0 ? -1 : red(T, SMELT_OP_SUM, op1(T, SMELT_OP_EXP, op2(T, SMELT_OP_SUB, x, sh)), m, keep, 0);
+    if (s >= 0 && !keep)
+        sh = v_reshape(T, sh, node(T, s)->shape, node(T, s)->ndim);
+    return s < 0 || sh < 0 ? -1 : op2(T, SMELT_OP_ADD, op1(T, SMELT_OP_LOG, s), sh);
+}
+
+/* Vector p-norm over dims: p in {2 (or "fro"), 1, inf, -inf, other > 0}. */
+static int32_t pnorm(tracer *T, int32_t x, double p, uint32_t m, int keep)
+{
+    int32_t ax = op1(T, SMELT_OP_ABS, x);
+    if (p == 2.0)
+        return op1(T, SMELT_OP_SQRT, red(T, SMELT_OP_SUM, op2(T, SMELT_OP_MUL, x, x), m, keep, 0));
+    if (p == 1.0)
+        return red(T, SMELT_OP_SUM, ax, m, keep, 0);
+    if (isinf(p))
+        return red(T, p > 0 ? SMELT_OP_AMAX : SMELT_OP_AMIN, ax, m, keep, 0);
+    if (p <= 0)
+        return tr_break(T, "norm with p=%d", (int)p);
+    int32_t s = red(T, SMELT_OP_SUM, op2(T, SMELT_OP_POW, ax, num(T, p)), m, keep, 0);
+    return op2(T, SMELT_OP_POW, s, num(T, 1.0 / p));
+}
+
+/* torch.norm / Tensor.norm / linalg.vector_norm (op MEAN: the latter's
+ * argument order: ord, dim, keepdim). */
+static int32_t h_norm(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), pv = arg(a, 1, op == SMELT_OP_MEAN ? "ord" : "p");
+    uint32_t m;
+    int keep, err = 0;
+    if (T->vals[x].kind != V_TENSOR || !is_none(T, arg(a, -1, "dtype")))
+        return tr_break(T, "norm of a non-tensor or with dtype=");
+    PyObject *po = is_none(T, pv) ? NULL : tr_const(T, pv);
+    if (!is_none(T, pv) && !po)
+        return -1;
+    double p = !po || PyUnicode_Check(po) ? 2.0 : PyFloat_AsDouble(po);
+    if (po && PyUnicode_Check(po) && PyUnicode_CompareWithASCIIString(po, "fro"))
+        return tr_break(T, "norm p=%R", po);
+    err = PyErr_Occurred() != NULL;
+    if (err || dims_mask(T, arg(a, 2, "dim"), node(T, x)->ndim, &m) || get_bool(T, arg(a, 3, "keepdim"), 0, &keep))
+        return -1;
+    return pnorm(T, x, p, m, keep);
+}
+
+/* ---------- more shape ops ---------- */
+
+static int32_t h_view_as(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), o = arg(a, 1, "other");
+    (void)op;
+    if (o < 0 || T->vals[o].kind != V_TENSOR)
+        return tr_break(T, "view_as of a non-tensor");
+    return v_reshape(T, x, node(T, o)->shape, node(T, o)->ndim);
+}
+
+static int32_t h_unflatten(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t d, sizes[SMELT_MAX_DIMS], shape[SMELT_MAX_DIMS];
+    int dim, n, nd = node(T, x)->ndim, k = 0;
+    (void)op;
+    if (tr_int(T, arg(a, 1, "dim"), &d) || norm_dim(T, d, nd, &dim) || int_list(T, a, 2, "sizes", sizes, &n))
+        return -1;
+    if (nd - 1 + n > SMELT_MAX_DIMS)
+        return tr_break(T, "unflatten to too many dims");
+    for (int i = 0; i < nd; i++)
+        if (i == dim)
+            for (int j = 0; j < n; j++)
+                shape[k++] = sizes[j];
+        else
+            shape[k++] = node(T, x)->shape[i];
+    return v_reshape(T, x, shape, k);
+}
+
+static int32_t select_at(tracer *T, int32_t x, int dim, int64_t i)
+{
+    int32_t s = v_slice(T, x, dim, i, i + 1, 1);
+    return s < 0 ? -1 : v_axis(T, SMELT_OP_SQUEEZE, s, dim);
+}
+
+static int32_t h_select(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t d, i;
+    int dim;
+    (void)op;
+    if (tr_int(T, arg(a, 1, "dim"), &d) || norm_dim(T, d, node(T, x)->ndim, &dim) || tr_int(T, arg(a, 2, "index"), &i))
+        return -1;
+    int64_t size = node(T, x)->shape[dim];
+    if (i < -size || i >= size)
+        return tr_break(T, "select index %lld out of range", (long long)i);
+    return select_at(T, x, dim, i < 0 ? i + size : i);
+}
+
+static int32_t h_narrow(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t d, s, len;
+    int dim;
+    (void)op;
+    if (tr_int(T, arg(a, 1, "dim"), &d) || norm_dim(T, d, node(T, x)->ndim, &dim) ||
+        tr_int(T, arg(a, 2, "start"), &s) || tr_int(T, arg(a, 3, "length"), &len))
+        return -1;
+    int64_t size = node(T, x)->shape[dim];
+    if (s < 0)
+        s += size;
+    if (s < 0 || len < 0 || s + len > size)
+        return tr_break(T, "narrow out of range");
+    return v_slice(T, x, dim, s, s + len, 1);
+}
+
+static int32_t h_unbind(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), items[256];
+    int64_t d;
+    int dim;
+    (void)op;
+    if (get_int(T, arg(a, 1, "dim"), 0, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
+        return -1;
+    int64_t n = node(T, x)->shape[dim];
+    if (n > 256)
+        return tr_break(T, "unbind into %lld tensors", (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if ((items[i] = select_at(T, x, dim, i)) < 0)
+            return -1;
+    return tv_tuple(T, items, (int)n);
+}
+
+/* x.repeat(r0, r1, ...): [1, s0, 1, s1, ...] expanded to [r0, s0, ...] and
+ * merged. */
+static int32_t h_repeat(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t r[SMELT_MAX_DIMS], in[SMELT_MAX_DIMS], out[SMELT_MAX_DIMS];
+    int n, nd = node(T, x)->ndim;
+    (void)op;
+    if (int_list(T, a, 1, "repeats", r, &n))
+        return -1;
+    if (n < nd || 2 * n > SMELT_MAX_DIMS)
+        return tr_break(T, "repeat with %d sizes of a %d-d tensor", n, nd);
+    smelt_node e = { .op = SMELT_OP_EXPAND, .nsrc = 1, .ndim = (uint8_t)(2 * n) };
+    for (int i = 0; i < n; i++) {
+        int64_t s = i < n - nd ? 1 : node(T, x)->shape[i - (n - nd)];
+        in[2 * i] = 1;
+        in[2 * i + 1] = s;
+        e.shape[2 * i] = r[i];
+        e.shape[2 * i + 1] = s;
+        out[i] = r[i] * s;
+    }
+    int32_t y = v_reshape(T, x, in, 2 * n);
+    if (y < 0)
+        return -1;
+    e.src[0] = T->vals[y].node;
+    y = mk(T, &e);
+    return y < 0 ? -1 : v_reshape(T, y, out, n);
+}
+
+static int32_t h_diagonal(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t off, d1, d2;
+    int dim1, dim2;
+    (void)op;
+    if (get_int(T, arg(a, 1, "offset"), 0, &off) || get_int(T, arg(a, 2, "dim1"), 0, &d1) ||
+        get_int(T, arg(a, 3, "dim2"), 1, &d2) || norm_dim(T, d1, node(T, x)->ndim, &dim1) ||
+        norm_dim(T, d2, node(T, x)->ndim, &dim2))
+        return -1;
+    smelt_node p = { .op = SMELT_OP_DIAGONAL, .nsrc = 1, .src = { T->vals[x].node } };
+    p.a.diag.offset = off;
+    p.a.diag.dim1 = dim1;
+    p.a.diag.dim2 = dim2;
+    return mk(T, &p);
+}
+
+/* roll by k along dim: cat(x[-k:], x[:-k]). */
+static int32_t roll1(tracer *T, int32_t x, int64_t k, int dim)
+{
+    int64_t n = node(T, x)->shape[dim];
+    k = n ? ((k % n) + n) % n : 0;
+    if (!k)
+        return x;
+    int32_t hi = v_slice(T, x, dim, n - k, n, 1), lo = hi < 0 ? -1 : v_slice(T, x, dim, 0, n - k, 1);
+    if (lo < 0)
+        return -1;
+    int32_t nodes[2] = { T->vals[hi].node, T->vals[lo].node };
+    return cat_nodes(T, nodes, 2, dim);
+}
+
+static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), dv = arg(a, 2, "dims");
+    int64_t k[SMELT_MAX_DIMS], d[SMELT_MAX_DIMS];
+    int nk, ndv = 0;
+    (void)op;
+    call_args ka = { .pos = (int32_t[]){ arg(a, 1, "shifts") }, .npos = 1 };
+    call_args da = { .pos = &dv, .npos = 1 };
+    if (ka.pos[0] < 0 || int_list(T, &ka, 0, NULL, k, &nk) || (!is_none(T, dv) && int_list(T, &da, 0, NULL, d, &ndv)))
+        return -1;
+    if (is_none(T, dv)) {   /* over the flattened tensor */
+        const smelt_node *n = node(T, x);
+        int64_t flat = smelt_node_numel(n), shape[SMELT_MAX_DIMS];
+        memcpy(shape, n->shape, sizeof shape);
+        int nd = n->ndim;
+        int32_t f = nk == 1 ? v_reshape(T, x, &flat, 1) : tr_break(T, "roll without dims takes one shift");
+        f = f < 0 ? -1 : roll1(T, f, k[0], 0);
+        return f < 0 ? -1 : v_reshape(T, f, shape, nd);
+    }
+    if (nk != ndv)
+        return tr_break(T, "roll: shifts and dims differ in length");
+    for (int i = 0; x >= 0 && i < nk; i++) {
+        int dim;
+        if (norm_dim(T, d[i], node(T, x)->ndim, &dim))
+            return -1;
+        x = roll1(T, x, k[i], dim);
+    }
+    return x;
+}
+
+static int32_t h_movedim(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t s, d;
+    int src, dst, nd = node(T, x)->ndim, perm[SMELT_MAX_DIMS], rest[SMELT_MAX_DIMS], k = 0;
+    (void)op;
+    if (tr_int(T, arg(a, 1, "source"), &s) || tr_int(T, arg(a, 2, "destination"), &d) ||
+        norm_dim(T, s, nd, &src) || norm_dim(T, d, nd, &dst))
+        return -1;
+    for (int i = 0; i < nd; i++)   /* the other dims in order, src placed at dst */
+        if (i != src)
+            rest[k++] = i;
+    for (int i = 0, j = 0; i < nd; i++)
+        perm[i] = i == dst ? src : rest[j++];
+    return v_permute(T, x, perm);
+}
+
+static int32_t h_broadcast_to(tracer *T, const call_args *a, smelt_op op)
+{
+    call_args b = *a;
+    (void)op;
+    return h_expand(T, &b, op);
+}
+
+/* ---------- creation ---------- */
+
+/* The device= argument, if any, must name the CPU (the only device the
+ * graph runs on). */
+static int device_cpu(tracer *T, const call_args *a)
+{
+    int32_t d = arg(a, -1, "device");
+    if (is_none(T, d))
+        return 0;
+    PyObject *o = tr_const(T, d), *s = o ? PyObject_Str(o) : NULL;
+    int cpu = s && (PyUnicode_CompareWithASCIIString(s, "cpu") == 0);
+    Py_XDECREF(s);
+    if (!o || PyErr_Occurred())
+        return -1;
+    return cpu ? 0 : tr_break(T, "tensor created on device %R", o);
+}
+
+static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
+{
+    PyObject *v[3] = { NULL, NULL, NULL };
+    int n = a->npos < 3 ? a->npos : 3, isf = 0;
+    (void)op;
+    if (n == 0 || device_cpu(T, a))
+        return n == 0 ? tr_break(T, "arange without arguments") : -1;
+    for (int i = 0; i < n; i++) {
+        if (!(v[i] = tr_const(T, a->pos[i])))
+            return -1;
+        if (!PyLong_Check(v[i]) && !PyFloat_Check(v[i]))
+            return tr_break(T, "arange of %s", Py_TYPE(v[i])->tp_name);
+        isf |= PyFloat_Check(v[i]);
+    }
+    double start = n > 1 ? PyFloat_AsDouble(v[0]) : 0, end = PyFloat_AsDouble(v[n > 1]), step = n > 2 ? PyFloat_AsDouble(v[2]) : 1;
+    int dt = dtype_arg(T, a, isf ? SMELT_F32 : SMELT_I64);
+    if (dt < 0 || PyErr_Occurred())
+        return -1;
+    double len = ceil((end - start) / step);
+    if (step == 0 || len > 1e9)
+        return tr_break(T, "arange with a bad step or size");
+    smelt_node p = { .op = SMELT_OP_ARANGE, .dtype = (uint8_t)dt, .ndim = 1, .shape = { len > 0 ? (int64_t)len : 0 } };
+    p.a.arange.fstart = start;
+    p.a.arange.fstep = step;
+    p.a.arange.istart = (int64_t)start;
+    p.a.arange.istep = (int64_t)step;
+    if (!smelt_dtype_is_float((smelt_dtype)dt) && (isf && (start != floor(start) || step != floor(step))))
+        return tr_break(T, "integer arange with fractional bounds");
+    return mk(T, &p);
+}
+
+static int32_t h_eye(tracer *T, const call_args *a, smelt_op op)
+{
+    int64_t n, m;
+    (void)op;
+    if (tr_int(T, arg(a, 0, "n"), &n) || get_int(T, arg(a, 1, "m"), n, &m) || device_cpu(T, a))
+        return -1;
+    int dt = dtype_arg(T, a, SMELT_F32);
+    if (dt < 0)
+        return -1;
+    int32_t mask = tri_mask(T, n, m, 0, 1), up = mask < 0 ? -1 : tri_mask(T, n, m, 0, 0);
+    int32_t eq = up < 0 ? -1 : op2(T, SMELT_OP_LOGICAL_AND, mask, up);
+    return eq < 0 ? -1 : cast_to(T, eq, dt);
+}
+
+/* A FULL node of shape/dtype holding Python number o. */
+static int32_t full_of(tracer *T, PyObject *o, int dt, const int64_t *shape, int nd)
+{
+    smelt_node p = { .op = SMELT_OP_FULL, .dtype = (uint8_t)dt, .ndim = (uint8_t)nd };
+    memcpy(p.shape, shape, sizeof(int64_t) * (size_t)nd);
+    p.a.scalar.f = PyFloat_AsDouble(o);
+    p.a.scalar.i = PyLong_Check(o) ? PyLong_AsLongLong(o) : (int64_t)p.a.scalar.f;
+    return PyErr_Occurred() ? -1 : mk(T, &p);
+}
+
+/* Flattens nested lists of numbers into items (at most 256), their shape
+ * into shape/nd and the widest kind into *kind (0 bool, 1 int, 2 float). */
+static int flatten_numbers(tracer *T, PyObject *o, int depth, PyObject **items, int *n, int64_t *shape, int *nd, int *kind)
+{
+    if (PyBool_Check(o) || PyLong_Check(o) || PyFloat_Check(o)) {
+        if (*n >= 256)
+            return tr_break(T, "torch.tensor of over 256 numbers");
+        *kind = PyFloat_Check(o) ? 2 : PyBool_Check(o) ? (*kind > 0 ? *kind : 0) : (*kind > 1 ? 2 : 1);
+        items[(*n)++] = o;
+        if (depth != *nd && *nd >= 0)
+            return tr_break(T, "torch.tensor of a ragged list");
+        *nd = depth;
+        return 0;
+    }
+    if (!PyList_Check(o) && !PyTuple_Check(o))
+        return tr_break(T, "torch.tensor of %s", Py_TYPE(o)->tp_name);
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(o);
+    if (depth >= SMELT_MAX_DIMS || (shape[depth] >= 0 && shape[depth] != len))
+        return tr_break(T, "torch.tensor of a ragged list");
+    shape[depth] = len;
+    for (Py_ssize_t i = 0; i < len; i++)
+        if (flatten_numbers(T, PySequence_Fast_GET_ITEM(o, i), depth + 1, items, n, shape, nd, kind))
+            return -1;
+    if (len == 0 && *nd < 0)
+        *nd = depth + 1;
+    return 0;
+}
+
+/* torch.tensor(data): numbers as FULL nodes, joined by CAT. */
+static int32_t h_tensor(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t dv = arg(a, 0, "data");
+    PyObject *items[256], *o = dv >= 0 ? tr_pyobj(T, dv) : NULL;
+    int64_t shape[SMELT_MAX_DIMS];
+    int n = 0, nd = -1, kind = 0;
+    (void)op;
+    for (int i = 0; i < SMELT_MAX_DIMS; i++)
+        shape[i] = -1;
+    if (!o || device_cpu(T, a) || flatten_numbers(T, o, 0, items, &n, shape, &nd, &kind)) {
+        Py_XDECREF(o);
+        return -1;
+    }
+    int dt = dtype_arg(T, a, kind == 2 ? SMELT_F32 : kind == 1 ? SMELT_I64 : SMELT_BOOL);
+    int32_t nodes[256], r = -1;
+    for (int i = 0; dt >= 0 && i < n; i++) {
+        int32_t f = full_of(T, items[i], dt, (int64_t[]){ 1 }, nd ? 1 : 0);
+        if (f < 0)
+            break;
+        nodes[i] = T->vals[f].node;
+        r = i == n - 1 ? 0 : r;
+    }
+    if (dt >= 0 && n == 0)
+        r = full_of(T, Py_False, dt, (int64_t[]){ 0 }, 1);
+    else if (r == 0)
+        r = nd == 0 ? tv_tensor(T, nodes[0]) : cat_nodes(T, nodes, n, 0);
+    Py_DECREF(o);
+    return r < 0 || nd <= 1 ? r : v_reshape(T, r, shape, nd);
+}
+
+/* x.new_zeros / new_ones / new_full / new_empty (op: ADD / MUL / CLAMP /
+ * SUB): x's dtype unless dtype= is given; empty is zeros. */
+static int32_t h_new_full(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t shape[SMELT_MAX_DIMS];
+    int n;
+    if (int_list(T, a, 1, "size", shape, &n) || device_cpu(T, a))
+        return -1;
+    int dt = dtype_arg(T, a, node(T, x)->dtype);
+    int32_t fv = op == SMELT_OP_CLAMP ? arg(a, 2, "fill_value") : -1;
+    if (dt < 0 || (op == SMELT_OP_CLAMP && fv < 0))
+        return dt < 0 ? -1 : tr_break(T, "new_full without a value");
+    PyObject *o = fv >= 0 ? Py_XNewRef(tr_const(T, fv)) : PyLong_FromLong(op == SMELT_OP_MUL);
+    int32_t r = o ? full_of(T, o, dt, shape, n) : -1;
+    Py_XDECREF(o);
+    return r;
+}
+
+
+
+static int32_t h_is_floating_point(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    return tv_obj(T, smelt_dtype_is_float(node(T, arg(a, 0, "input"))->dtype) ? Py_True : Py_False, -1);
+}
+
+static int32_t h_element_size(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    return int_value(T, (int64_t)smelt_dtype_size((smelt_dtype)node(T, arg(a, 0, "input"))->dtype));
+}
+
+/* ---------- activations ---------- */
+
+static int32_t where3(tracer *T, int32_t c, int32_t x, int32_t y)
+{
+    call_args w = { .pos = (int32_t[]){ c, x, y }, .npos = 3 };
+    return c < 0 || x < 0 || y < 0 ? -1 : h_where(T, &w, 0);
+}
+
+static double farg(tracer *T, const call_args *a, int i, const char *name, double dflt, int *err)
+{
+    return *err ? 0 : get_float(T, arg(a, i, name), dflt, err);
+}
+
+/* leaky_relu / elu / celu / selu (op: the variant as MUL / EXP / EXPM1 / ABS). */
+static int32_t h_relu_family(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int err = 0;
+    int32_t pos = op2(T, SMELT_OP_GT, x, num(T, 0.0)), neg;
+    if (op == SMELT_OP_MUL) {   /* leaky_relu */
+        neg = op2(T, SMELT_OP_MUL, x, num(T, farg(T, a, 1, "negative_slope", 0.01, &err)));
+        return err ? -1 : where3(T, pos, x, neg);
+    }
+    double alpha = op == SMELT_OP_ABS ? 1.6732632423543772848170429916717 : farg(T, a, 1, "alpha", 1.0, &err);
+    if (err)
+        return -1;
+    int32_t arg_x = op == SMELT_OP_EXPM1 ? op2(T, SMELT_OP_DIV, x, num(T, alpha)) : x;   /* celu: x / alpha */
+    neg = op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_EXPM1, arg_x), num(T, alpha));
+    int32_t y = where3(T, pos, x, neg);
+    return op == SMELT_OP_ABS ? op2(T, SMELT_OP_MUL, y, num(T, 1.0507009873554804934193349852946)) : y;
+}
+
+/* softplus: log1p(exp(beta x)) / beta, x itself above threshold / beta. */
+static int32_t softplus(tracer *T, int32_t x, double beta, double threshold)
+{
+    int32_t bx = beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, num(T, beta));
+    int32_t sp = op1(T, SMELT_OP_LOG1P, op1(T, SMELT_OP_EXP, bx));
+    if (beta != 1.0)
+        sp = op2(T, SMELT_OP_DIV, sp, num(T, beta));
+    return where3(T, op2(T, SMELT_OP_GT, bx, num(T, threshold)), x, sp);
+}
+
+static int32_t h_softplus(tracer *T, const call_args *a, smelt_op op)
+{
+    int err = 0;
+    double beta = farg(T, a, 1, "beta", 1.0, &err), th = farg(T, a, 2, "threshold", 20.0, &err);
+    (void)op;
+    return err ? -1 : softplus(T, arg(a, 0, "input"), beta, th);
+}
+
+static int32_t clamp_num(tracer *T, int32_t x, double lo, double hi)
+{
+    int32_t l = num(T, lo), h = num(T, hi);
+    return l < 0 || h < 0 ? -1 : clamp_to(T, x, l, h);
+}
+
+/* hardtanh / relu6 (op CLAMP / RELU). */
+static int32_t h_hardtanh(tracer *T, const call_args *a, smelt_op op)
+{
+    int err = 0;
+    double lo = op == SMELT_OP_RELU ? 0.0 : farg(T, a, 1, "min_val", -1.0, &err);
+    double hi = op == SMELT_OP_RELU ? 6.0 : farg(T, a, 2, "max_val", 1.0, &err);
+    return err ? -1 : clamp_num(T, arg(a, 0, "input"), lo, hi);
+}
+
+/* hardsigmoid / hardswish (op SIGMOID / MUL): clamp(x + 3, 0, 6) / 6 (times x). */
+static int32_t h_hard(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int32_t h = op2(T, SMELT_OP_DIV, clamp_num(T, op2(T, SMELT_OP_ADD, x, num(T, 3.0)), 0.0, 6.0), num(T, 6.0));
+    return op == SMELT_OP_MUL ? op2(T, SMELT_OP_MUL, x, h) : h;
+}
+
+static int32_t h_mish(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    (void)op;
+    return op2(T, SMELT_OP_MUL, x, op1(T, SMELT_OP_TANH, softplus(T, x, 1.0, 20.0)));
+}
+
+/* logsigmoid: min(x, 0) - log1p(exp(-|x|)). */
+static int32_t logsigmoid(tracer *T, int32_t x)
+{
+    int32_t m = op2(T, SMELT_OP_MINIMUM, x, num(T, 0.0));
+    return op2(T, SMELT_OP_SUB, m, op1(T, SMELT_OP_LOG1P, op1(T, SMELT_OP_EXP, op1(T, SMELT_OP_NEG, op1(T, SMELT_OP_ABS, x)))));
+}
+
+static int32_t h_logsigmoid(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    return logsigmoid(T, arg(a, 0, "input"));
+}
+
+/* softsign / tanhshrink (op DIV / SUB). */
+static int32_t h_shrinkish(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    if (op == SMELT_OP_SUB)
+        return op2(T, SMELT_OP_SUB, x, op1(T, SMELT_OP_TANH, x));
+    return op2(T, SMELT_OP_DIV, x, op2(T, SMELT_OP_ADD, op1(T, SMELT_OP_ABS, x), num(T, 1.0)));
+}
+
+/* hardshrink / softshrink (op ABS / SUB). */
+static int32_t h_shrink(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int err = 0;
+    double l = farg(T, a, 1, "lambd", 0.5, &err);
+    if (err)
+        return -1;
+    int32_t zero = num(T, 0.0);
+    if (op == SMELT_OP_ABS)   /* hardshrink: 0 inside [-l, l] */
+        return where3(T, op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GE, x, num(T, -l)), op2(T, SMELT_OP_LE, x, num(T, l))),
+                      zero, x);
+    int32_t inside = op2(T, SMELT_OP_MUL, x, zero);   /* x * 0: NaN stays NaN, -0.0 as eager */
+    int32_t below = where3(T, op2(T, SMELT_OP_LT, x, num(T, -l)), op2(T, SMELT_OP_ADD, x, num(T, l)), inside);
+    return where3(T, op2(T, SMELT_OP_GT, x, num(T, l)), op2(T, SMELT_OP_SUB, x, num(T, l)), below);
+}
+
+/* threshold: value where x <= threshold (NaN stays NaN, as in eager). */
+static int32_t h_threshold(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), v = arg(a, 2, "value");
+    int err = 0;
+    double th = farg(T, a, 1, "threshold", 0.0, &err);
+    (void)op;
+    if (err || v < 0)
+        return err ? -1 : tr_break(T, "threshold without a value");
+    return where3(T, op2(T, SMELT_OP_LE, x, num(T, th)), v, x);
+}
+
+static int32_t h_softmin(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t n = op1(T, SMELT_OP_NEG, arg(a, 0, "input"));
+    call_args b = { .pos = (int32_t[]){ n, arg(a, 1, "dim") }, .npos = 2 };
+    (void)op;
+    if (b.pos[1] < 0)
+        return tr_break(T, "softmin without dim");
+    return n < 0 ? -1 : h_softmax(T, &b, SMELT_OP_EXP);
+}
+
+static int32_t h_glu(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t d;
+    int dim;
+    (void)op;
+    if (T->vals[x].kind != V_TENSOR || get_int(T, arg(a, 1, "dim"), -1, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
+        return T->vals[x].kind != V_TENSOR ? tr_break(T, "glu of a non-tensor") : -1;
+    int64_t n = node(T, x)->shape[dim];
+    if (n % 2)
+        return tr_break(T, "glu over an odd size");
+    int32_t h = v_slice(T, x, dim, 0, n / 2, 1), g = h < 0 ? -1 : v_slice(T, x, dim, n / 2, n, 1);
+    return g < 0 ? -1 : op2(T, SMELT_OP_MUL, h, op1(T, SMELT_OP_SIGMOID, g));
+}
+
+/* A per-channel parameter (shape [C]) shaped to broadcast over dim 1 of an
+ * nd-dim input. */
+static int32_t channel_param(tracer *T, int32_t w, int nd)
+{
+    if (is_none(T, w) || T->vals[w].kind != V_TENSOR || nd < 2 || node(T, w)->ndim != 1)
+        return w;
+    int64_t shape[SMELT_MAX_DIMS];
+    shape[0] = node(T, w)->shape[0];
+    for (int d = 1; d < nd - 1; d++)
+        shape[d] = 1;
+    return v_reshape(T, w, shape, nd - 1);
+}
+
+static int32_t h_prelu(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), w = arg(a, 1, "weight");
+    (void)op;
+    if (T->vals[x].kind != V_TENSOR || w < 0 || T->vals[w].kind != V_TENSOR)
+        return tr_break(T, "prelu arguments");
+    int32_t ws = smelt_node_numel(node(T, w)) == 1 ? w : channel_param(T, w, node(T, x)->ndim);
+    return where3(T, op2(T, SMELT_OP_GT, x, num(T, 0.0)), x, op2(T, SMELT_OP_MUL, ws, x));
+}
+
+/* ---------- normalisation, losses ---------- */
+
+static int32_t h_group_norm(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t g;
+    int err = 0;
+    double eps = farg(T, a, 4, "eps", 1e-5, &err);
+    (void)op;
+    if (err || T->vals[x].kind != V_TENSOR || tr_int(T, arg(a, 1, "num_groups"), &g))
+        return T->vals[x].kind != V_TENSOR ? tr_break(T, "group_norm of a non-tensor") : -1;
+    const smelt_node *n = node(T, x);
+    int nd = n->ndim;
+    if (nd < 2 || g <= 0 || n->shape[1] % g)
+        return tr_break(T, "group_norm: channels not divisible by groups");
+    int64_t shape[SMELT_MAX_DIMS], grouped[3] = { n->shape[0], g, smelt_node_numel(n) / (n->shape[0] ? n->shape[0] * g : 1) };
+    memcpy(shape, n->shape, sizeof shape);
+    int32_t xg = v_reshape(T, x, grouped, 3);
+    int32_t mu = xg < 0 ? -1 : red(T, SMELT_OP_MEAN, xg, 4, 1, 0);
+    int32_t xc = mu < 0 ? -1 : op2(T, SMELT_OP_SUB, xg, mu);
+    int32_t var = xc < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xc, xc), 4, 1, 0);
+    int32_t y = var < 0 ? -1 : op2(T, SMELT_OP_MUL, xc, op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, var, num(T, eps))));
+    y = y < 0 ? -1 : v_reshape(T, y, shape, nd);
+    return y < 0 ? -1 : affine(T, y, channel_param(T, arg(a, 2, "weight"), nd), channel_param(T, arg(a, 3, "bias"), nd));
+}
+
+/* batch_norm with running statistics (eval); training mode updates them
+ * in place, which is not modelled. */
+static int32_t h_batch_norm(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), rm = arg(a, 1, "running_mean"), rv = arg(a, 2, "running_var");
+    int train, err = 0;
+    double eps = farg(T, a, 7, "eps", 1e-5, &err);
+    (void)op;
+    if (err || get_bool(T, arg(a, 5, "training"), 0, &train))
+        return -1;
+    if (train || is_none(T, rm) || is_none(T, rv))
+        return tr_break(T, "batch_norm in training mode (batch statistics) is not supported yet");
+    if (T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "batch_norm of a non-tensor");
+    int nd = node(T, x)->ndim;
+    int32_t inv = op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, channel_param(T, rv, nd), num(T, eps)));
+    int32_t y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_SUB, x, channel_param(T, rm, nd)), inv);
+    return y < 0 ? -1 : affine(T, y, channel_param(T, arg(a, 3, "weight"), nd), channel_param(T, arg(a, 4, "bias"), nd));
+}
+
+static int32_t h_normalize(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int err = 0;
+    double p = farg(T, a, 1, "p", 2.0, &err), eps = farg(T, a, 3, "eps", 1e-12, &err);
+    uint32_t m;
+    (void)op;
+    int32_t dv = arg(a, 2, "dim");
+    if (err || T->vals[x].kind != V_TENSOR)
+        return err ? -1 : tr_break(T, "normalize of a non-tensor");
+    if (dv < 0 && (dv = int_value(T, 1)) < 0)
+        return -1;
+    if (dims_mask(T, dv, node(T, x)->ndim, &m))
+        return -1;
+    int32_t nrm = pnorm(T, x, p, m, 1);
+    return op2(T, SMELT_OP_DIV, x, clamp_to(T, nrm, num(T, eps), -1));
+}
+
+/* reduction='mean' | 'sum' | 'none' applied to loss values l. */
+static int32_t reduce_loss(tracer *T, const call_args *a, int pos, int32_t l)
+{
+    int32_t rv = arg(a, pos, "reduction");
+    if (!is_none(T, arg(a, pos - 2, "size_average")) || !is_none(T, arg(a, pos - 1, "reduce")))
+        return tr_break(T, "legacy size_average/reduce arguments");
+    PyObject *r = is_none(T, rv) ? NULL : tr_const(T, rv);
+    if (!is_none(T, rv) && !r)
+        return -1;
+    if (l < 0 || (r && !PyUnicode_CompareWithASCIIString(r, "none")))
+        return l;
+    uint32_t all = (1u << node(T, l)->ndim) - 1;
+    return red(T, r && !PyUnicode_CompareWithASCIIString(r, "sum") ? SMELT_OP_SUM : SMELT_OP_MEAN, l, all, 0, 0);
+}
+
+/* mse_loss / l1_loss / smooth_l1_loss (op MUL / ABS / SUB). */
+static int32_t h_loss(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "target");
+    int err = 0;
+    if (!is_none(T, arg(a, -1, "weight")))
+        return tr_break(T, "loss with weight=");
+    int32_t d = op2(T, SMELT_OP_SUB, x, y), l;
+    if (op == SMELT_OP_MUL)
+        l = op2(T, SMELT_OP_MUL, d, d);
+    else if (op == SMELT_OP_ABS)
+        l = op1(T, SMELT_OP_ABS, d);
+    else {
+        double beta = farg(T, a, 5, "beta", 1.0, &err);
+        int32_t ad = op1(T, SMELT_OP_ABS, d);
+        if (err)
+            return -1;
+        if (beta == 0.0)
+            l = ad;
+        else
+            l = where3(T, op2(T, SMELT_OP_LT, ad, num(T, beta)),
+                       op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, ad, ad), num(T, 0.5)), num(T, beta)),
+                       op2(T, SMELT_OP_SUB, ad, num(T, 0.5 * beta)));
+    }
+    return reduce_loss(T, a, 4, l);
+}
+
+/* binary_cross_entropy_with_logits, as eager: (1 - t) * x - logsigmoid(x). */
+static int32_t h_bce_logits(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), t = arg(a, 1, "target");
+    (void)op;
+    if (!is_none(T, arg(a, 2, "weight")) || !is_none(T, arg(a, 6, "pos_weight")))
+        return tr_break(T, "binary_cross_entropy_with_logits with weights");
+    int32_t l = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_SUB, num(T, 1.0), t), x), logsigmoid(T, x));
+    return reduce_loss(T, a, 5, l);
+}
+
+static int32_t h_cosine_similarity(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "x1"), y = arg(a, 1, "x2");
+    int64_t d;
+    int err = 0, dim;
+    double eps = farg(T, a, 3, "eps", 1e-8, &err);
+    (void)op;
+    if (err || x < 0 || y < 0 || T->vals[x].kind != V_TENSOR || T->vals[y].kind != V_TENSOR)
+        return err ? -1 : tr_break(T, "cosine_similarity arguments");
+    int nd = node(T, x)->ndim;
+    if (node(T, y)->ndim != nd)
+        return tr_break(T, "cosine_similarity of tensors with different ranks");
+    if (get_int(T, arg(a, 2, "dim"), 1, &d) || norm_dim(T, d, nd, &dim))
+        return -1;
+    int32_t nx = clamp_to(T, pnorm(T, x, 2.0, 1u << dim, 1), num(T, eps), -1);
+    int32_t ny = clamp_to(T, pnorm(T, y, 2.0, 1u << dim, 1), num(T, eps), -1);
+    int32_t p = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_DIV, x, nx), op2(T, SMELT_OP_DIV, y, ny));
+    return p < 0 ? -1 : red(T, SMELT_OP_SUM, p, 1u << dim, 0, 0);
+}
+
+/* F.pad with static pads: constant (FULL blocks), replicate (the edge
+ * slice expanded) and circular (slices from the other end), joined by CAT;
+ * negative pads crop. mode: 0 constant, 1 replicate, 2 circular. */
+
+/* The w-wide block padded before (side 0) or after (side 1) x along dim. */
+static int32_t pad_block(tracer *T, int32_t x, int dim, int64_t w, int side, int mode, PyObject *value)
+{
+    int64_t n = node(T, x)->shape[dim];
+    if (mode == 2) {
+        if (w > n)
+            return tr_break(T, "circular pad wider than the dim");
+        return side ? v_slice(T, x, dim, 0, w, 1) : v_slice(T, x, dim, n - w, n, 1);
+    }
+    smelt_node p = { .op = mode ? SMELT_OP_EXPAND : SMELT_OP_FULL, .nsrc = (uint8_t)mode, .ndim = node(T, x)->ndim };
+    memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
+    p.shape[dim] = w;
+    if (mode == 0)
+        return full_of(T, value, node(T, x)->dtype, p.shape, p.ndim);
+    int32_t edge = n ? v_slice(T, x, dim, side ? n - 1 : 0, side ? n : 1, 1) : tr_break(T, "replicate pad of an empty dim");
+    if (edge < 0)
+        return -1;
+    p.src[0] = T->vals[edge].node;
+    return mk(T, &p);
+}
+
+static int32_t pad_dim(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, int mode, PyObject *value)
+{
+    int64_t n = node(T, x)->shape[dim];
+    if (lo < 0 || hi < 0) {
+        int64_t s = lo < 0 ? -lo : 0, e = hi < 0 ? n + hi : n;
+        if (e < s)
+            return tr_break(T, "pad crops more than the dim size");
+        if ((x = v_slice(T, x, dim, s, e, 1)) < 0)
+            return -1;
+    }
+    int32_t parts[3];
+    int np = 0;
+    if (lo > 0 && (parts[np++] = pad_block(T, x, dim, lo, 0, mode, value)) < 0)
+        return -1;
+    parts[np++] = x;
+    if (hi > 0 && (parts[np++] = pad_block(T, x, dim, hi, 1, mode, value)) < 0)
+        return -1;
+    if (np == 1)
+        return x;
+    for (int i = 0; i < np; i++)
+        parts[i] = T->vals[parts[i]].node;
+    return cat_nodes(T, parts, np, dim);
+}
+
+static int32_t h_pad(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), mv = arg(a, 2, "mode"), vv = arg(a, 3, "value");
+    int64_t pads[2 * SMELT_MAX_DIMS];
+    int n;
+    (void)op;
+    call_args pa = { .pos = (int32_t[]){ arg(a, 1, "pad") }, .npos = 1 };
+    if (T->vals[x].kind != V_TENSOR || pa.pos[0] < 0)
+        return tr_break(T, "pad arguments");
+    PyObject *m = is_none(T, mv) ? NULL : tr_const(T, mv), *value = is_none(T, vv) ? NULL : tr_const(T, vv);
+    if ((!is_none(T, mv) && !m) || (!is_none(T, vv) && !value) || int_list(T, &pa, 0, NULL, pads, &n))
+        return -1;
+    int mode = !m || !PyUnicode_CompareWithASCIIString(m, "constant") ? 0 : !PyUnicode_CompareWithASCIIString(m, "replicate") ? 1
+             : !PyUnicode_CompareWithASCIIString(m, "circular") ? 2 : -1;
+    if (mode < 0 || n % 2 || n / 2 > node(T, x)->ndim)
+        return tr_break(T, "pad mode %R or pad length %d is not supported", m ? m : Py_None, n);
+    PyObject *zero = PyLong_FromLong(0);
+    for (int i = 0; x >= 0 && i < n / 2; i++)
+        x = pad_dim(T, x, node(T, x)->ndim - 1 - i, pads[2 * i], pads[2 * i + 1], mode, value ? value : zero);
+    Py_XDECREF(zero);
+    return x;
+}
+
+/* Calls with no graph op yet: a clear break. */
+static int32_t h_no_op(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)a;
+    return tr_break(T, "%s has no graph op yet", op == SMELT_OP_MATMUL ? "convolution" :
+                    op == SMELT_OP_SUM ? "einsum" : "embedding (a gather)");
+}
+
 /* ---------- the table ---------- */
+
+/* In-place behaviour of an entry: IP_NO, IP_ALWAYS (the result is
+ * written into argument 0: torch.relu_, x.fill_), or IPOS(k): when the
+ * `inplace` argument (position k) is true. */
+#define IP_NO 0
+#define IP_ALWAYS 100
+#define IPOS(k) ((k) + 1)
 
 typedef struct op_entry {
     const char *names;     /* space-separated: torch.X F.X T.X (T.X is also method X) */
     op_fn fn;
-    int op;
+    int op;                /* handler's variant (an smelt_op or an encoding it documents) */
+    int ip;                /* in-place behaviour */
 } op_entry;
 
-#define U(n, OP) { "torch." n " T." n, h_unary, SMELT_OP_##OP }
-#define B(n, OP) { "torch." n " T." n, h_binary, SMELT_OP_##OP }
-#define R(n, OP) { "torch." n " T." n, h_reduce, SMELT_OP_##OP }
+#define U(n, OP) { "torch." n " T." n, h_unary, SMELT_OP_##OP, IP_NO }
+#define B(n, OP) { "torch." n " T." n, h_binary, SMELT_OP_##OP, IP_NO }
+#define R(n, OP) { "torch." n " T." n, h_reduce, SMELT_OP_##OP, IP_NO }
 
 static const op_entry table[] = {
     U("neg", NEG), U("negative", NEG), U("abs", ABS), U("exp", EXP), U("exp2", EXP2), U("expm1", EXPM1),
@@ -1038,8 +2229,8 @@ static const op_entry table[] = {
     U("erf", ERF), U("relu", RELU), U("floor", FLOOR), U("ceil", CEIL), U("round", ROUND),
     U("trunc", TRUNC), U("sign", SIGN), U("reciprocal", RECIPROCAL), U("logical_not", LOGICAL_NOT),
     U("isnan", ISNAN), U("isinf", ISINF), U("bitwise_not", BITWISE_NOT),
-    { "F.relu F.relu_ T.relu_", h_unary, SMELT_OP_RELU }, { "F.sigmoid", h_unary, SMELT_OP_SIGMOID },
-    { "F.tanh", h_unary, SMELT_OP_TANH },
+    { "F.relu", h_unary, SMELT_OP_RELU, IPOS(1) }, { "F.relu_ torch.relu_", h_unary, SMELT_OP_RELU, IP_ALWAYS },
+    { "F.sigmoid", h_unary, SMELT_OP_SIGMOID, IP_NO }, { "F.tanh", h_unary, SMELT_OP_TANH, IP_NO },
     B("add", ADD), B("sub", SUB), B("subtract", SUB), B("mul", MUL), B("multiply", MUL),
     B("div", DIV), B("divide", DIV), B("true_divide", DIV), B("floor_divide", FLOORDIV),
     B("pow", POW), B("maximum", MAXIMUM), B("minimum", MINIMUM), B("fmod", FMOD),
@@ -1049,53 +2240,106 @@ static const op_entry table[] = {
     B("bitwise_or", BITWISE_OR), B("bitwise_xor", BITWISE_XOR),
     R("sum", SUM), R("prod", PROD), R("mean", MEAN), R("amax", AMAX), R("amin", AMIN),
     R("any", ANY), R("all", ALL), R("argmax", ARGMAX), R("argmin", ARGMIN),
-    { "torch.max T.max", h_minmax, SMELT_OP_AMAX }, { "torch.min T.min", h_minmax, SMELT_OP_AMIN },
-    { "torch.var T.var", h_var, SMELT_OP_VAR }, { "torch.std T.std", h_var, SMELT_OP_STD },
-    { "torch.softmax F.softmax T.softmax", h_softmax, SMELT_OP_EXP },
-    { "torch.log_softmax F.log_softmax T.log_softmax", h_softmax, SMELT_OP_LOG },
-    { "F.layer_norm torch.layer_norm", h_layer_norm, 0 },
-    { "F.rms_norm", h_rms_norm, 0 },
-    { "F.linear", h_linear, 0 },
-    { "torch.matmul T.matmul torch.mm T.mm torch.bmm T.bmm", h_matmul, 0 },
-    { "F.gelu", h_gelu, 0 }, { "F.silu", h_silu, 0 },
-    { "F.dropout torch.dropout", h_dropout, 0 },
-    { "T.contiguous T.clone torch.clone T.detach F.identity", h_identity, 0 },
-    { "T.view T.reshape torch.reshape", h_view, 0 },
-    { "T.permute torch.permute", h_permute, 0 },
-    { "T.transpose torch.transpose T.swapaxes", h_transpose, 0 },
-    { "T.t torch.t", h_t, 0 },
-    { "T.unsqueeze torch.unsqueeze", h_unsqueeze, 0 },
-    { "T.squeeze torch.squeeze", h_squeeze, 0 },
-    { "T.flatten torch.flatten", h_flatten, 0 },
-    { "T.expand", h_expand, 0 }, { "T.expand_as", h_expand_as, 0 },
-    { "T.size", h_size, 0 }, { "T.dim", h_dim, 0 }, { "T.numel torch.numel", h_numel, 0 },
-    { "torch.cat torch.concat torch.concatenate", h_cat, 0 },
-    { "torch.stack", h_cat, SMELT_OP_UNSQUEEZE },
-    { "torch.where T.where", h_where, 0 },
-    { "T.masked_fill torch.masked_fill", h_masked_fill, 0 },
-    { "torch.clamp T.clamp torch.clip T.clip", h_clamp, 0 },
-    { "torch.clamp_min T.clamp_min", h_clamp, SMELT_OP_MAXIMUM },
-    { "torch.clamp_max T.clamp_max", h_clamp, SMELT_OP_MINIMUM },
-    { "T.to", h_to, 0 },
-    { "T.float", h_to, 1000 + SMELT_F32 }, { "T.double", h_to, 1000 + SMELT_F64 },
-    { "T.half", h_to, 1000 + SMELT_F16 }, { "T.bfloat16", h_to, 1000 + SMELT_BF16 },
-    { "T.int", h_to, 1000 + SMELT_I32 }, { "T.long", h_to, 1000 + SMELT_I64 },
-    { "T.bool", h_to, 1000 + SMELT_BOOL },
-    { "T.type_as", h_type_as, 0 },
-    { "torch.zeros", h_full, SMELT_OP_ADD }, { "torch.ones", h_full, SMELT_OP_MUL },
-    { "torch.full", h_full, SMELT_OP_CLAMP },
-    { "torch.zeros_like", h_full, 100 + SMELT_OP_ADD }, { "torch.ones_like", h_full, 100 + SMELT_OP_MUL },
-    { "torch.full_like", h_full, 100 + SMELT_OP_CLAMP },
-    { "torch.tril T.tril", h_tri, SMELT_OP_LE }, { "torch.triu T.triu", h_tri, SMELT_OP_GE },
-    { "torch.split T.split", h_split, 0 }, { "torch.chunk T.chunk", h_split, SMELT_OP_DIV },
-    { "F.scaled_dot_product_attention", h_sdpa, 0 },
+    { "torch.max T.max", h_minmax, SMELT_OP_AMAX, IP_NO }, { "torch.min T.min", h_minmax, SMELT_OP_AMIN, IP_NO },
+    { "torch.var T.var", h_var, SMELT_OP_VAR, IP_NO }, { "torch.std T.std", h_var, SMELT_OP_STD, IP_NO },
+    { "torch.logsumexp T.logsumexp", h_logsumexp, 0, IP_NO },
+    { "torch.norm T.norm", h_norm, 0, IP_NO }, { "torch.linalg.vector_norm", h_norm, SMELT_OP_MEAN, IP_NO },
+    { "torch.softmax F.softmax T.softmax", h_softmax, SMELT_OP_EXP, IP_NO },
+    { "torch.log_softmax F.log_softmax T.log_softmax", h_softmax, SMELT_OP_LOG, IP_NO },
+    { "F.softmin", h_softmin, 0, IP_NO },
+    { "F.layer_norm torch.layer_norm", h_layer_norm, 0, IP_NO },
+    { "F.rms_norm", h_rms_norm, 0, IP_NO },
+    { "F.group_norm torch.group_norm", h_group_norm, 0, IP_NO },
+    { "F.batch_norm", h_batch_norm, 0, IP_NO },
+    { "F.normalize", h_normalize, 0, IP_NO },
+    { "F.linear", h_linear, 0, IP_NO },
+    { "torch.matmul T.matmul torch.mm T.mm torch.bmm T.bmm", h_matmul, 0, IP_NO },
+    { "torch.addmm T.addmm torch.baddbmm T.baddbmm", h_addmm, 0, IP_NO },
+    { "torch.outer T.outer torch.ger T.ger", h_outer, 0, IP_NO },
+    { "F.gelu", h_gelu, 0, IP_NO }, { "F.silu", h_silu, 0, IPOS(1) },
+    { "F.leaky_relu", h_relu_family, SMELT_OP_MUL, IPOS(2) }, { "F.elu", h_relu_family, SMELT_OP_EXP, IPOS(2) },
+    { "F.celu", h_relu_family, SMELT_OP_EXPM1, IPOS(2) }, { "F.selu torch.selu", h_relu_family, SMELT_OP_ABS, IPOS(1) },
+    { "F.softplus", h_softplus, 0, IP_NO }, { "F.hardtanh", h_hardtanh, SMELT_OP_CLAMP, IPOS(3) },
+    { "F.relu6", h_hardtanh, SMELT_OP_RELU, IPOS(1) }, { "F.hardsigmoid", h_hard, SMELT_OP_SIGMOID, IPOS(1) },
+    { "F.hardswish", h_hard, SMELT_OP_MUL, IPOS(1) }, { "F.mish", h_mish, 0, IPOS(1) },
+    { "F.logsigmoid", h_logsigmoid, 0, IP_NO }, { "F.softsign", h_shrinkish, SMELT_OP_DIV, IP_NO },
+    { "F.tanhshrink", h_shrinkish, SMELT_OP_SUB, IP_NO },
+    { "F.hardshrink torch.hardshrink T.hardshrink", h_shrink, SMELT_OP_ABS, IP_NO },
+    { "F.softshrink", h_shrink, SMELT_OP_SUB, IP_NO }, { "F.threshold", h_threshold, 0, IPOS(3) },
+    { "F.glu", h_glu, 0, IP_NO }, { "F.prelu torch.prelu", h_prelu, 0, IP_NO },
+    { "F.dropout torch.dropout F.dropout1d F.dropout2d F.dropout3d F.alpha_dropout F.feature_alpha_dropout",
+      h_dropout, 0, IPOS(3) },
+    { "F.mse_loss", h_loss, SMELT_OP_MUL, IP_NO }, { "F.l1_loss", h_loss, SMELT_OP_ABS, IP_NO },
+    { "F.smooth_l1_loss", h_loss, SMELT_OP_SUB, IP_NO },
+    { "F.binary_cross_entropy_with_logits", h_bce_logits, 0, IP_NO },
+    { "F.cosine_similarity torch.cosine_similarity", h_cosine_similarity, 0, IP_NO },
+    { "T.contiguous", h_contiguous, 0, IP_NO }, { "T.is_contiguous", h_is_contiguous, 0, IP_NO },
+    { "T.clone torch.clone", h_clone, 0, IP_NO }, { "T.detach torch.detach", h_identity, 0, IP_NO },
+    { "T.zero_", h_fill, 0, IP_ALWAYS }, { "T.fill_", h_fill, SMELT_OP_FULL, IP_ALWAYS },
+    { "T.copy_", h_copy, 0, IP_ALWAYS },
+    { "torch.square T.square", h_square, 0, IP_NO }, { "torch.lerp T.lerp", h_lerp, 0, IP_NO },
+    { "torch.addcmul T.addcmul", h_addc, SMELT_OP_MUL, IP_NO }, { "torch.addcdiv T.addcdiv", h_addc, SMELT_OP_DIV, IP_NO },
+    { "T.view T.reshape torch.reshape", h_view, 0, IP_NO }, { "T.view_as T.reshape_as", h_view_as, 0, IP_NO },
+    { "T.unflatten torch.unflatten", h_unflatten, 0, IP_NO },
+    { "T.permute torch.permute", h_permute, 0, IP_NO },
+    { "T.transpose torch.transpose T.swapaxes torch.swapaxes T.swapdims torch.swapdims", h_transpose, 0, IP_NO },
+    { "T.t torch.t", h_t, 0, IP_NO },
+    { "T.movedim torch.movedim T.moveaxis torch.moveaxis", h_movedim, 0, IP_NO },
+    { "T.unsqueeze torch.unsqueeze", h_unsqueeze, 0, IP_NO },
+    { "T.squeeze torch.squeeze", h_squeeze, 0, IP_NO },
+    { "T.flatten torch.flatten", h_flatten, 0, IP_NO },
+    { "T.expand", h_expand, 0, IP_NO }, { "T.expand_as", h_expand_as, 0, IP_NO },
+    { "T.broadcast_to torch.broadcast_to", h_broadcast_to, 0, IP_NO },
+    { "T.repeat", h_repeat, 0, IP_NO },
+    { "T.select torch.select", h_select, 0, IP_NO }, { "T.narrow torch.narrow", h_narrow, 0, IP_NO },
+    { "T.unbind torch.unbind", h_unbind, 0, IP_NO },
+    { "T.diagonal torch.diagonal", h_diagonal, 0, IP_NO },
+    { "T.roll torch.roll", h_roll, 0, IP_NO },
+    { "T.size", h_size, 0, IP_NO }, { "T.dim T.ndimension", h_dim, 0, IP_NO },
+    { "T.numel torch.numel T.nelement", h_numel, 0, IP_NO },
+    { "T.is_floating_point torch.is_floating_point", h_is_floating_point, 0, IP_NO },
+    { "T.element_size", h_element_size, 0, IP_NO },
+    { "torch.cat torch.concat torch.concatenate", h_cat, 0, IP_NO },
+    { "torch.stack", h_cat, SMELT_OP_UNSQUEEZE, IP_NO },
+    { "torch.where T.where", h_where, 0, IP_NO },
+    { "T.masked_fill torch.masked_fill", h_masked_fill, 0, IP_NO },
+    { "torch.clamp T.clamp torch.clip T.clip", h_clamp, 0, IP_NO },
+    { "torch.clamp_min T.clamp_min", h_clamp, SMELT_OP_MAXIMUM, IP_NO },
+    { "torch.clamp_max T.clamp_max", h_clamp, SMELT_OP_MINIMUM, IP_NO },
+    { "T.to", h_to, 0, IP_NO },
+    { "T.float", h_to, 1000 + SMELT_F32, IP_NO }, { "T.double", h_to, 1000 + SMELT_F64, IP_NO },
+    { "T.half", h_to, 1000 + SMELT_F16, IP_NO }, { "T.bfloat16", h_to, 1000 + SMELT_BF16, IP_NO },
+    { "T.int", h_to, 1000 + SMELT_I32, IP_NO }, { "T.long", h_to, 1000 + SMELT_I64, IP_NO },
+    { "T.bool", h_to, 1000 + SMELT_BOOL, IP_NO },
+    { "T.type_as", h_type_as, 0, IP_NO },
+    { "torch.zeros", h_full, SMELT_OP_ADD, IP_NO }, { "torch.ones", h_full, SMELT_OP_MUL, IP_NO },
+    { "torch.full", h_full, SMELT_OP_CLAMP, IP_NO }, { "torch.empty", h_full, SMELT_OP_ADD, IP_NO },
+    { "torch.zeros_like", h_full, 100 + SMELT_OP_ADD, IP_NO }, { "torch.ones_like", h_full, 100 + SMELT_OP_MUL, IP_NO },
+    { "torch.full_like", h_full, 100 + SMELT_OP_CLAMP, IP_NO }, { "torch.empty_like", h_full, 100 + SMELT_OP_ADD, IP_NO },
+    { "T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO }, { "T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO },
+    { "T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO }, { "T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO },
+    { "torch.arange", h_arange, 0, IP_NO }, { "torch.eye", h_eye, 0, IP_NO }, { "torch.tensor", h_tensor, 0, IP_NO },
+    { "torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO }, { "torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO },
+    { "torch.split T.split", h_split, 0, IP_NO }, { "torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO },
+    { "F.scaled_dot_product_attention", h_sdpa, 0, IP_NO },
+    { "F.pad", h_pad, 0, IP_NO }, { "T.cpu", h_identity, 0, IP_NO },
+    { "F.embedding torch.embedding", h_no_op, 0, IP_NO },
+    { "F.conv1d F.conv2d F.conv3d F.conv_transpose1d F.conv_transpose2d F.conv_transpose3d torch.conv1d "
+      "torch.conv2d torch.conv3d torch.convolution", h_no_op, SMELT_OP_MATMUL, IP_NO },
+    { "torch.einsum", h_no_op, SMELT_OP_SUM, IP_NO },
 };
 
 static PyObject *resolve(PyObject *torch, PyObject *F, const char *name)
 {
     PyObject *base = !strncmp(name, "torch.", 6) ? torch : !strncmp(name, "F.", 2) ? F : tensor_type;
-    const char *attr = strchr(name, '.') + 1;
-    PyObject *o = PyObject_GetAttrString(base, attr);
+    char path[128];
+    snprintf(path, sizeof path, "%s", strchr(name, '.') + 1);
+    PyObject *o = Py_NewRef(base);
+    for (char *part = path, *dot; o && part; part = dot ? dot + 1 : NULL) {   /* torch.linalg.vector_norm */
+        if ((dot = strchr(part, '.')))
+            *dot = 0;
+        Py_SETREF(o, PyObject_GetAttrString(o, part));
+    }
     if (!o)
         PyErr_Clear();
     return o;
@@ -1109,9 +2353,10 @@ int ops_init(void)
         goto fail;
     tensor_type = PyObject_GetAttrString(torch, "Tensor");
     size_type = PyObject_GetAttrString(torch, "Size");
+    cpu_device = PyObject_CallMethod(torch, "device", "s", "cpu");
     by_obj = PyDict_New();
     by_name = PyDict_New();
-    if (!tensor_type || !size_type || !by_obj || !by_name)
+    if (!tensor_type || !size_type || !cpu_device || !by_obj || !by_name)
         goto fail;
     static const char *dtn[SMELT_NDTYPES] = { "bool", "uint8", "int8", "int16", "int32", "int64",
                                               "float16", "bfloat16", "float32", "float64" };
@@ -1141,10 +2386,19 @@ fail:
     return -1;
 }
 
-static int32_t dispatch(tracer *T, PyObject *idx, const call_args *a)
+/* Runs table entry idx; writes the result into argument 0 when the call
+ * is in place (inplace: a method named x.op_; or the entry says so). */
+static int32_t dispatch(tracer *T, PyObject *idx, const call_args *a, int inplace)
 {
     const op_entry *e = &table[PyLong_AsSsize_t(idx)];
-    return e->fn(T, a, (smelt_op)e->op);
+    int32_t r = e->fn(T, a, (smelt_op)e->op);
+    if (r < 0)
+        return r;
+    int ip = inplace || e->ip == IP_ALWAYS;
+    if (!ip && e->ip != IP_NO && get_bool(T, arg(a, e->ip - 1, "inplace"), 0, &ip))
+        return -1;
+    int32_t self = arg(a, 0, "input");
+    return ip ? (self < 0 ? tr_break(T, "in-place call without a tensor") : ops_inplace(T, self, r)) : r;
 }
 
 int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
@@ -1157,26 +2411,26 @@ int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
     }
     if (a->npos == 0 && a->nkw == 0)
         return tr_break(T, "torch call without arguments");
-    return dispatch(T, idx, a);
+    return dispatch(T, idx, a, 0);
 }
 
+/* x.name(...) (self in a->pos[0]); x.op_(...) is op written into x. */
 int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a)
 {
     PyObject *idx = PyDict_GetItemWithError(by_name, name);
-    if (!idx) {
-        Py_ssize_t n = PyUnicode_GetLength(name);
-        if (n > 1 && PyUnicode_ReadChar(name, n - 1) == '_') {   /* x.add_(y) on a fresh tensor */
-            PyObject *base = PyUnicode_Substring(name, 0, n - 1);
-            PyObject *bi = base ? PyDict_GetItemWithError(by_name, base) : NULL;
-            Py_XDECREF(base);
-            const smelt_node *nd = &T->g->nodes[T->vals[a->pos[0]].node];
-            if (bi && nd->op != SMELT_OP_INPUT && !T->viewed[T->vals[a->pos[0]].node] &&
-                smelt_op_kind_of((smelt_op)nd->op) != SMELT_KIND_VIEW)
-                return tr_break(T, "in-place method %U (rebinding is not modelled yet)", name);
-        }
-        return tr_break(T, "tensor method %U is not supported yet", name);
+    if (idx)
+        return dispatch(T, idx, a, 0);
+    Py_ssize_t n = PyUnicode_GetLength(name);
+    if (n > 1 && PyUnicode_ReadChar(name, n - 1) == '_') {
+        PyObject *base = PyUnicode_Substring(name, 0, n - 1);
+        PyObject *bi = base ? PyDict_GetItemWithError(by_name, base) : NULL;
+        Py_XDECREF(base);
+        if (bi)
+            return dispatch(T, bi, a, 1);
     }
-    return dispatch(T, idx, a);
+    if (PyErr_Occurred())
+        return -1;
+    return tr_break(T, "tensor method %U is not supported yet", name);
 }
 
 int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
@@ -1205,7 +2459,14 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
         }
         return v_permute(T, self, perm);
     }
-    if (!strcmp(s, "device") || !strcmp(s, "requires_grad") || !strcmp(s, "grad") || !strcmp(s, "data"))
+    if (!strcmp(s, "device"))   /* every graph tensor is on the CPU */
+        return tv_obj(T, cpu_device, -1);
+    if (!strcmp(s, "is_cpu"))
+        return tv_obj(T, Py_True, -1);
+    if (!strcmp(s, "itemsize"))
+        return int_value(T, (int64_t)smelt_dtype_size((smelt_dtype)n->dtype));
+    if (!strcmp(s, "requires_grad") || !strcmp(s, "grad") || !strcmp(s, "data") || !strcmp(s, "grad_fn") ||
+        !strcmp(s, "is_leaf"))
         return tr_break(T, "tensor attribute %s is not supported yet", s);
     return -2;
 }
@@ -1301,5 +2562,123 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
         x = v_slice(T, x, d, iv, iv + 1, 1);
         x = x < 0 ? -1 : v_axis(T, SMELT_OP_SQUEEZE, x, d);
     }
+    return x;
+}
+
+
+/* x with region [st, en) along each dim replaced by val (region-shaped):
+ * slices of x around the region joined by CAT, dim by dim. */
+static int32_t splice(tracer *T, int32_t x, int32_t val, const int64_t *st, const int64_t *en, int d)
+{
+    int nd = node(T, x)->ndim;
+    while (d < nd && st[d] == 0 && en[d] == node(T, x)->shape[d])
+        d++;
+    if (d == nd)
+        return val;
+    int64_t size = node(T, x)->shape[d];
+    int32_t mid = splice(T, v_slice(T, x, d, st[d], en[d], 1), val, st, en, d + 1), parts[3];
+    int n = 0;
+    if (mid < 0)
+        return -1;
+    if (st[d] > 0 && (parts[n++] = v_slice(T, x, d, 0, st[d], 1)) < 0)
+        return -1;
+    parts[n++] = mid;
+    if (en[d] < size && (parts[n++] = v_slice(T, x, d, en[d], size, 1)) < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        parts[i] = T->vals[parts[i]].node;
+    return cat_nodes(T, parts, n, d);
+}
+
+/* The region index selects: [st, en) per dim of an nd-dim tensor x, and
+ * which dims an int index removes from x[index]'s shape. */
+static int index_region(tracer *T, int32_t x, int32_t index, int64_t *st, int64_t *en, uint8_t *dropped)
+{
+    int32_t *it = &index, n = 1;
+    const smelt_node *xn = node(T, x);
+    if (T->vals[index].kind == V_TUPLE) {
+        it = T->vals[index].items;
+        n = T->vals[index].n;
+    }
+    for (int d = 0; d < xn->ndim; d++) {
+        st[d] = 0;
+        en[d] = xn->shape[d];
+        dropped[d] = 0;
+    }
+    int d = 0, seen_ell = 0;
+    for (int i = 0; i < n; i++) {
+        tv *k = &T->vals[it[i]];
+        if (k->kind == V_OBJ && k->obj == Py_Ellipsis && !seen_ell) {
+            seen_ell = 1;
+            d = xn->ndim - (n - 1 - i);
+            continue;
+        }
+        if (d >= xn->ndim || k->kind == V_TENSOR || (k->kind == V_OBJ && k->obj == Py_None))
+            return tr_break(T, "item assignment with this index is not supported");
+        if (k->kind == V_SLICE) {
+            PyObject *s = tr_pyobj(T, it[i]);
+            Py_ssize_t a, b, step;
+            if (!s || PySlice_Unpack(s, &a, &b, &step) < 0) {
+                Py_XDECREF(s);
+                return PyErr_Occurred() ? (PyErr_Clear(), tr_break(T, "bad slice")) : -1;
+            }
+            Py_DECREF(s);
+            if (step != 1)
+                return tr_break(T, "slice assignment with a step");
+            PySlice_AdjustIndices(xn->shape[d], &a, &b, step);
+            st[d] = a;
+            en[d] = b > a ? b : a;
+            d++;
+            continue;
+        }
+        int64_t iv;
+        if (tr_int(T, it[i], &iv))
+            return -1;
+        if (iv < -xn->shape[d] || iv >= xn->shape[d])
+            return tr_break(T, "index %lld out of range", (long long)iv);
+        st[d] = iv < 0 ? iv + xn->shape[d] : iv;
+        en[d] = st[d] + 1;
+        dropped[d++] = 1;
+    }
+    return 0;
+}
+
+/* x[index] = value on a tensor made in the graph (ints, slices with step
+ * 1, Ellipsis): value broadcast to the region and cast to x's dtype, x
+ * rebound to the spliced result. */
+int32_t ops_setitem(tracer *T, int32_t x, int32_t index, int32_t value)
+{
+    int64_t st[SMELT_MAX_DIMS], en[SMELT_MAX_DIMS], sub[SMELT_MAX_DIMS], reg[SMELT_MAX_DIMS];
+    uint8_t dropped[SMELT_MAX_DIMS];
+    if (mutable_value(T, x) <= 0)
+        return -1;
+    if (index_region(T, x, index, st, en, dropped))
+        return -1;
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim, ns = 0;
+    smelt_dtype dt = (smelt_dtype)xn->dtype;
+    for (int d = 0; d < nd; d++) {
+        reg[d] = en[d] - st[d];
+        if (!dropped[d])
+            sub[ns++] = reg[d];
+        if (!reg[d])
+            return x;   /* an empty region: nothing changes */
+    }
+    int32_t v;
+    if (T->vals[value].kind == V_TENSOR) {
+        smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[value].node }, .ndim = (uint8_t)ns };
+        memcpy(p.shape, sub, sizeof(int64_t) * (size_t)ns);
+        v = cast_to(T, mk(T, &p), dt);
+        v = v < 0 ? -1 : v_reshape(T, v, reg, nd);
+    } else {
+        PyObject *o = tr_const(T, value);
+        if (o && !PyLong_Check(o) && !PyFloat_Check(o))
+            return tr_break(T, "item assignment of a %s", Py_TYPE(o)->tp_name);
+        v = o ? full_of(T, o, dt, reg, nd) : -1;
+    }
+    int32_t r = v < 0 ? -1 : splice(T, x, v, st, en, 0);
+    if (r < 0)
+        return -1;
+    T->vals[x].node = T->vals[r].node;
     return x;
 }

@@ -7,22 +7,48 @@
 
 /* Symbolic value kinds. Values live in the tracer's arena, by index.
  *   V_NULL    the NULL CPython pushes before some calls
- *   V_TENSOR  graph node `node`
+ *   V_TENSOR  graph node `node`; in-place ops rebind `node`, so every alias
+ *             (the same value id in locals, lists, closures) sees the update;
+ *             `obj` the exact type of a graph input (NULL: torch.Tensor)
  *   V_OBJ     a Python object known at trace time (`obj`, borrowed from
  *             keep-alive), fetched from `src` (-1: computed or trusted)
  *   V_TUPLE / V_LIST   items[0..n); a V_TUPLE with `obj` set is built as
- *             obj(tuple) on return (torch.return_types.max, ...)
- *   V_DICT    keys[i] -> items[i]
- *   V_BOUND   method `obj` (a function) or tensor method named `obj` (str)
- *             bound to value `self_`
- *   V_ITER    iterator over container value `self_`, next index `pos`
- *   V_SLICE   sl[0..2]: start, stop, step values (-1 = None) */
-typedef enum tv_kind { V_NULL, V_TENSOR, V_OBJ, V_TUPLE, V_LIST, V_DICT, V_BOUND, V_ITER, V_SLICE } tv_kind;
+ *             obj(tuple) on return (torch.Size, torch.return_types.max, ...)
+ *   V_DICT    keys[i] -> items[i], in insertion order
+ *   V_BOUND   method `obj` (a function) or a method named `obj` (str) of a
+ *             tensor, list or dict, bound to value `self_`
+ *   V_ITER    iterator, by `sub` (it_kind); `done` once exhausted
+ *   V_SLICE   sl[0..2]: start, stop, step values (-1 = None)
+ *   V_FUNC    function made by MAKE_FUNCTION in traced code: code `obj`,
+ *             globals `aux`, closure cells items[0..n), sl[0] defaults tuple
+ *             and sl[1] keyword-defaults dict (-1: none), self_ the source
+ *             of the function whose code made it (its globals' guard root),
+ *             pos 1 when that code is torch's own (globals unguarded)
+ *   V_CELL    closure cell: contents self_ (-1: empty) */
+typedef enum tv_kind {
+    V_NULL, V_TENSOR, V_OBJ, V_TUPLE, V_LIST, V_DICT, V_BOUND, V_ITER, V_SLICE, V_FUNC, V_CELL
+} tv_kind;
+
+/* V_ITER kinds.
+ *   IT_SEQ     over container self_ (live: a list appended to while iterated
+ *              yields the new items, as in Python), next index pos
+ *   IT_GEN     a suspended generator frame (`frame`, owned by the value)
+ *   IT_ZIP     items[0..n) iterators, advanced in order
+ *   IT_ENUM    items[0] iterator, pos the next count
+ *   IT_MAP     self_ the function, items[0..n) iterators
+ *   IT_FILTER  self_ the predicate (-1: truth), items[0] iterator */
+typedef enum it_kind { IT_SEQ, IT_GEN, IT_ZIP, IT_ENUM, IT_MAP, IT_FILTER } it_kind;
 
 typedef struct tv {
     uint8_t kind;
+    uint8_t sub;           /* V_ITER: it_kind */
+    uint8_t done;          /* V_ITER: exhausted */
+    uint8_t frozen;        /* no in-place updates: V_TENSOR that may alias storage smelt does not
+                              model; V_LIST/V_DICT wrapping an existing object; a read-only V_CELL */
     int32_t node;
     PyObject *obj;
+    PyObject *aux;         /* V_FUNC: globals (borrowed) */
+    void *frame;           /* V_ITER IT_GEN: the generator's frame (owned) */
     int32_t src;
     int32_t *items;
     PyObject **keys;
@@ -37,9 +63,10 @@ typedef struct tracer {
     tr_result *r;
     int32_t csrcs, cguards, cinputs, couts;
     PyObject *tensor_of;   /* dict: id(tensor) -> value id of its graph input */
-    uint8_t *viewed;       /* per graph node: a view of it exists */
-    int32_t cviewed;
+    uint8_t *contig;       /* per graph node: 1 when made contiguous by x.contiguous() */
+    int32_t ccontig;
     PyObject *globals, *builtins;   /* of the top frame */
+    struct tframe *frame;  /* the innermost running frame */
     int depth;
     int broke;             /* a graph break reason is set */
 } tracer;
@@ -58,17 +85,42 @@ typedef struct call_args {
     PyObject **kwn; int32_t *kwv; int nkw;
 } call_args;
 
-/* interp.c helpers used by ops.c */
+/* interp.c: values, guards, calls (used by builtins.c and ops.c) */
 int32_t tv_new(tracer *T, tv_kind k);
 int32_t tv_obj(tracer *T, PyObject *o, int32_t src);     /* wraps tensors/containers too */
 int32_t tv_tensor(tracer *T, int32_t node);
 int32_t tv_tuple(tracer *T, const int32_t *items, int n);
+int32_t tv_int(tracer *T, int64_t v);                     /* an int constant */
+int tv_push_item(tracer *T, int32_t c, int32_t item, PyObject *key);
 int tr_break(tracer *T, const char *fmt, ...);           /* sets the reason, returns -1 */
 PyObject *tr_const(tracer *T, int32_t v);                 /* concrete object of a V_OBJ (guarded) */
+PyObject *tr_pyobj(tracer *T, int32_t v);                 /* new ref: constants, containers of them */
 int tr_int(tracer *T, int32_t v, int64_t *out);           /* int constant; -1 (break) if not */
+int tr_truth(tracer *T, int32_t v, int *out);
 int32_t tr_call(tracer *T, int32_t fn, const call_args *a);
+int32_t tr_binop(tracer *T, int nb, int32_t a, int32_t b);
+int32_t tr_compare(tracer *T, int cmp, int32_t a, int32_t b);
+int32_t tr_subscr(tracer *T, int32_t c, int32_t k);
+int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name);
+int32_t tr_module_attr(tracer *T, int32_t mv, PyObject *name, int missing_ok);  /* -2: missing */
+int tr_add_guard(tracer *T, tr_guard_kind k, int32_t src, PyObject *obj, Py_ssize_t n);
+int32_t tr_src_new(tracer *T, tr_src_kind k, int32_t parent, Py_ssize_t index, PyObject *key);
 int tr_keep(tracer *T, PyObject *o);                      /* keep o alive for the result */
 int32_t tr_node_add(tracer *T, const smelt_node *proto);  /* graph node or -1 (break) */
+int tr_is_module(PyObject *o);
+int32_t tr_dict_value(tracer *T, int32_t v);              /* a V_DICT for a dict value (guarded) */
+int tr_guard_absent(tracer *T, int32_t v);                /* attributes of object v stay as they are */
+int tr_gen_next(tracer *T, int32_t it, int32_t *out);     /* generator: 1 yielded, 0 done, -1 */
+int tr_aliased(tracer *T, int32_t x);   /* a live value other than x views or shares x's node */
+
+/* builtins.c: Python builtins, operator/math/functools, container methods,
+ * iteration */
+int bi_init(void);                                         /* 0 or -1 (error set) */
+int32_t bi_call(tracer *T, PyObject *fn, const call_args *a);   /* -2: not a known builtin */
+int32_t bi_method(tracer *T, int32_t self, PyObject *name, const call_args *a);  /* list/dict/tuple */
+int32_t bi_iter(tracer *T, int32_t v);                    /* iter(v) */
+int bi_next(tracer *T, int32_t it, int32_t *out);         /* 1 value, 0 exhausted, -1 */
+int bi_items(tracer *T, int32_t v, int32_t **items, int *n);   /* a sequence's items (drains iterators) */
 
 /* ops.c */
 int ops_init(void);
@@ -82,8 +134,12 @@ int32_t ops_binary(tracer *T, int nb_op, int32_t a, int32_t b);     /* BINARY_OP
 int32_t ops_compare(tracer *T, int cmp, int32_t a, int32_t b);
 int32_t ops_unary(tracer *T, smelt_op op, int32_t a);
 int32_t ops_subscr(tracer *T, int32_t x, int32_t index);
+int32_t ops_setitem(tracer *T, int32_t x, int32_t index, int32_t value);   /* x[index] = value */
+int32_t ops_inplace(tracer *T, int32_t x, int32_t r);   /* x takes r's value: x, or -1 (break) */
+int32_t ops_inplace_value(tracer *T, int32_t x, int32_t r);   /* r shaped/cast as x op= would leave it */
 int ops_is_tensor(PyObject *o);
 PyObject *ops_tensor_type(void);          /* torch.Tensor (borrowed) */
+PyObject *ops_size_type(void);            /* torch.Size (borrowed) */
 int ops_dtype_of(PyObject *torch_dtype);  /* smelt_dtype, or -1 (no error set) */
 
 #endif

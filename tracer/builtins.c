@@ -1,0 +1,1092 @@
+/* builtins.c — Python builtins, operator/math/functools functions, the
+ * methods of lists, tuples and dicts, and iteration, on symbolic values.
+ *
+ * A builtin applied to constants is evaluated now on their concrete values
+ * (guarded like any constant); applied to tensors it maps to graph ops
+ * (abs, pow, round, sum, operator.add, ...) or ends the trace where the
+ * answer would depend on tensor data (min/max/int/float of a tensor).
+ * Iterators are lazy like Python's: zip/map/filter/enumerate advance their
+ * inputs one step at a time and generators resume only when asked, so side
+ * effects interleave as they would in Python.
+ */
+#include "tstate.h"
+
+#include <string.h>
+
+#define MAX_ITEMS 100000
+
+static PyObject *s_modules;   /* "_modules" */
+
+static int32_t pure(tracer *T, const call_args *a, PyObject *fn);
+static PyObject *by_obj, *finfo, *iinfo;   /* builtin -> table index; torch.finfo, torch.iinfo */
+static PyObject *torch_queries[5];         /* torch._C._has_torch_function{,_unary,_variadic}, _is_tracing, _get_tracing_state */
+
+/* ---------- iteration ---------- */
+
+static int32_t new_iter(tracer *T, it_kind k, int32_t self)
+{
+    int32_t i = tv_new(T, V_ITER);
+    if (i >= 0) {
+        T->vals[i].sub = (uint8_t)k;
+        T->vals[i].self_ = self;
+    }
+    return i;
+}
+
+/* iter(v): an iterator value (an iterator is its own iterator). */
+int32_t bi_iter(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    if (x->kind == V_ITER)
+        return v;
+    int32_t c = v;
+    if (x->kind != V_TUPLE && x->kind != V_LIST) {
+        int32_t *it;
+        int n;
+        if (bi_items(T, v, &it, &n) || (c = tv_tuple(T, it, n)) < 0)
+            return -1;
+    }
+    return new_iter(T, IT_SEQ, c);
+}
+
+/* One value from each of iterator it's inputs; 0 (and it done) when any
+ * is exhausted. */
+static int next_each(tracer *T, int32_t it, int32_t *vals)
+{
+    for (int i = 0; i < T->vals[it].n; i++) {
+        int r = bi_next(T, T->vals[it].items[i], &vals[i]);
+        if (r <= 0) {
+            T->vals[it].done = r == 0;
+            return r;
+        }
+    }
+    return 1;
+}
+
+static int next_filtered(tracer *T, int32_t it, int32_t *out)
+{
+    for (long k = 0; k < MAX_ITEMS; k++) {
+        int32_t v, test;
+        int r = bi_next(T, T->vals[it].items[0], &v), t;
+        if (r <= 0) {
+            T->vals[it].done = r == 0;
+            return r;
+        }
+        call_args a = { .pos = &v, .npos = 1 };
+        test = T->vals[it].self_ < 0 ? v : tr_call(T, T->vals[it].self_, &a);
+        if (test < 0 || tr_truth(T, test, &t))
+            return -1;
+        if (t) {
+            *out = v;
+            return 1;
+        }
+    }
+    return tr_break(T, "filter too long");
+}
+
+/* next(it): 1 and *out, 0 when exhausted, -1 on a break. */
+int bi_next(tracer *T, int32_t it, int32_t *out)
+{
+    if (T->vals[it].kind != V_ITER)
+        return tr_break(T, "next() of a non-iterator");
+    if (T->vals[it].done)
+        return 0;
+    int32_t vals[64];
+    int r;
+    switch ((it_kind)T->vals[it].sub) {
+    case IT_SEQ: {
+        tv *c = &T->vals[T->vals[it].self_];
+        if (T->vals[it].pos < c->n) {
+            *out = c->items[T->vals[it].pos++];
+            return 1;
+        }
+        T->vals[it].done = 1;
+        return 0;
+    }
+    case IT_GEN:
+        return tr_gen_next(T, it, out);
+    case IT_ENUM:
+        if ((r = next_each(T, it, vals)) <= 0)
+            return r;
+        vals[1] = vals[0];
+        vals[0] = tv_int(T, T->vals[it].pos++);
+        return (*out = vals[0] < 0 ? -1 : tv_tuple(T, vals, 2)) < 0 ? -1 : 1;
+    case IT_ZIP:
+        if (T->vals[it].n == 0 || (r = next_each(T, it, vals)) == 0) {
+            T->vals[it].done = 1;
+            return 0;
+        }
+        return r < 0 ? -1 : (*out = tv_tuple(T, vals, T->vals[it].n)) < 0 ? -1 : 1;
+    case IT_MAP: {
+        if ((r = next_each(T, it, vals)) <= 0)
+            return r;
+        call_args a = { .pos = vals, .npos = T->vals[it].n };
+        return (*out = tr_call(T, T->vals[it].self_, &a)) < 0 ? -1 : 1;
+    }
+    case IT_FILTER:
+        return next_filtered(T, it, out);
+    }
+    return tr_break(T, "unknown iterator");
+}
+
+/* The children of a container module (Sequential, ModuleList: the
+ * modules, with sources; ModuleDict: its keys), its structure guarded. */
+static int module_items(tracer *T, int32_t v, int32_t l)
+{
+    PyObject *o = T->vals[v].obj;
+    int32_t src = T->vals[v].src;
+    PyObject *mods = PyObject_GetAttr(o, s_modules);
+    if (!mods || !PyDict_Check(mods) || tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0)) {
+        Py_XDECREF(mods);
+        return PyErr_Occurred() ? -1 : tr_break(T, "iteration over module %s", Py_TYPE(o)->tp_name);
+    }
+    PyObject *cls_name = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__name__");
+    int is_dict = cls_name && PyUnicode_CompareWithASCIIString(cls_name, "ModuleDict") == 0;
+    Py_XDECREF(cls_name);
+    int32_t msrc = tr_src_new(T, SRC_ATTR, src, 0, s_modules);
+    int rc = tr_add_guard(T, TG_LEN, msrc, NULL, PyDict_GET_SIZE(mods));
+    Py_ssize_t pos = 0;
+    PyObject *k, *m;
+    while (!rc && PyDict_Next(mods, &pos, &k, &m)) {
+        int32_t it = is_dict ? tv_obj(T, k, -1) : tv_obj(T, m, tr_src_new(T, SRC_DICT, msrc, 0, k));
+        rc = it < 0 || tv_push_item(T, l, it, NULL) ? -1 : 0;
+    }
+    Py_DECREF(mods);
+    return rc;
+}
+
+/* The items of a Python object known at trace time (a str, a set, a
+ * range, ...), each a constant. */
+static int const_items(tracer *T, int32_t v, int32_t l)
+{
+    PyObject *o = tr_const(T, v);
+    if (!o)
+        return -1;
+    PyObject *seq = PySequence_Fast(o, "not iterable");
+    if (!seq) {
+        PyErr_Clear();
+        return tr_break(T, "iteration over %s", Py_TYPE(o)->tp_name);
+    }
+    int rc = 0;
+    for (Py_ssize_t i = 0; !rc && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        int32_t it = tv_obj(T, PySequence_Fast_GET_ITEM(seq, i), -1);
+        rc = it < 0 || tv_push_item(T, l, it, NULL) ? -1 : 0;
+    }
+    Py_DECREF(seq);
+    return rc;
+}
+
+/* Items of a sequence-like value: a tuple/list's own items, a dict's keys,
+ * an iterator drained to its end, a container module's children, a
+ * constant's items. The pointer stays valid until that container grows. */
+int bi_items(tracer *T, int32_t v, int32_t **items, int *n)
+{
+    tv *x = &T->vals[v];
+    *items = NULL;
+    *n = 0;
+    if (x->kind == V_TUPLE || x->kind == V_LIST) {
+        *items = x->items;
+        *n = x->n;
+        return 0;
+    }
+    if (x->kind == V_TENSOR)
+        return tr_break(T, "iteration over a tensor");
+    if (x->kind != V_DICT && x->kind != V_ITER && x->kind != V_OBJ)
+        return tr_break(T, "iteration over a %s", x->kind == V_FUNC ? "function" : "non-iterable value");
+    int32_t d = x->kind == V_OBJ && PyDict_CheckExact(x->obj) ? tr_dict_value(T, v) : v;
+    int32_t l = d < 0 ? -1 : tv_new(T, V_LIST);
+    int rc = l < 0 ? -1 : 0;
+    if (!rc && T->vals[d].kind == V_DICT) {
+        for (int i = 0; !rc && i < T->vals[d].n; i++)
+            rc = tv_push_item(T, l, tv_obj(T, T->vals[d].keys[i], -1), NULL);
+    } else if (!rc && T->vals[d].kind == V_ITER) {
+        int32_t it;
+        int more;
+        while (!rc && (more = bi_next(T, d, &it)) != 0)
+            rc = more < 0 || T->vals[l].n >= MAX_ITEMS ? (more < 0 ? -1 : tr_break(T, "iterator too long")) :
+                 tv_push_item(T, l, it, NULL);
+    } else if (!rc) {
+        rc = tr_is_module(T->vals[d].obj) ? module_items(T, d, l) : const_items(T, d, l);
+    }
+    if (rc)
+        return -1;
+    *items = T->vals[l].items;
+    *n = T->vals[l].n;
+    return 0;
+}
+
+/* ---------- builtins ---------- */
+
+typedef int32_t (*bi_fn)(tracer *T, const call_args *a, PyObject *fn);
+
+static int32_t arg_count(tracer *T, const call_args *a, int lo, int hi, const char *name)
+{
+    if (a->npos < lo || a->npos > hi)
+        return tr_break(T, "%s() with %d positional arguments", name, a->npos);
+    return 0;
+}
+
+static int32_t kwarg(const call_args *a, const char *name)
+{
+    for (int k = 0; k < a->nkw; k++)
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], name) == 0)
+            return a->kwv[k];
+    return -1;
+}
+
+static int32_t b_range(tracer *T, const call_args *a, PyObject *fn)
+{
+    int64_t x[3] = { 0, 0, 1 };
+    (void)fn;
+    if (arg_count(T, a, 1, 3, "range"))
+        return -1;
+    for (int i = 0; i < a->npos; i++)
+        if (tr_int(T, a->pos[i], &x[a->npos == 1 ? 1 : i]))
+            return -1;
+    if (x[2] == 0 || (x[1] - x[0]) / x[2] > MAX_ITEMS)
+        return tr_break(T, "range too long to unroll");
+    int32_t l = tv_new(T, V_LIST);
+    for (int64_t i = x[0]; l >= 0 && (x[2] > 0 ? i < x[1] : i > x[1]); i += x[2])
+        if (tv_push_item(T, l, tv_int(T, i), NULL))
+            return -1;
+    return l;
+}
+
+/* zip / map / enumerate / filter: lazy iterators over iter() of each
+ * input. first: the argument where the iterables start. */
+static int32_t make_lazy(tracer *T, const call_args *a, it_kind k, int first)
+{
+    int32_t i = new_iter(T, k, first ? a->pos[0] : -1);
+    for (int j = first; i >= 0 && j < a->npos; j++)
+        if (tv_push_item(T, i, bi_iter(T, a->pos[j]), NULL))
+            return -1;
+    if (i >= 0 && T->vals[i].n > 64)
+        return tr_break(T, "too many iterables");
+    return i;
+}
+
+static int32_t b_zip(tracer *T, const call_args *a, PyObject *fn)
+{
+    int32_t strict = kwarg(a, "strict");
+    int s = 0;
+    (void)fn;
+    if (strict >= 0 && tr_truth(T, strict, &s))
+        return -1;
+    return s ? tr_break(T, "zip(strict=True)") : make_lazy(T, a, IT_ZIP, 0);
+}
+
+static int32_t b_map(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    return arg_count(T, a, 2, 64, "map") ? -1 : make_lazy(T, a, IT_MAP, 1);
+}
+
+static int32_t b_filter(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    if (arg_count(T, a, 2, 2, "filter"))
+        return -1;
+    int32_t i = make_lazy(T, a, IT_FILTER, 1);
+    if (i >= 0 && T->vals[a->pos[0]].kind == V_OBJ && T->vals[a->pos[0]].obj == Py_None)
+        T->vals[i].self_ = -1;
+    return i;
+}
+
+static int32_t b_enumerate(tracer *T, const call_args *a, PyObject *fn)
+{
+    int64_t start = 0;
+    int32_t sv = a->npos > 1 ? a->pos[1] : kwarg(a, "start");
+    (void)fn;
+    if (arg_count(T, a, 1, 2, "enumerate") || (sv >= 0 && tr_int(T, sv, &start)))
+        return -1;
+    call_args one = { .pos = a->pos, .npos = 1 };
+    int32_t i = make_lazy(T, &one, IT_ENUM, 0);
+    if (i >= 0)
+        T->vals[i].pos = (int32_t)start;
+    return i;
+}
+
+static int32_t b_reversed(tracer *T, const call_args *a, PyObject *fn)
+{
+    int32_t *it;
+    int n;
+    (void)fn;
+    if (arg_count(T, a, 1, 1, "reversed") || bi_items(T, a->pos[0], &it, &n))
+        return -1;
+    int32_t l = tv_new(T, V_LIST);
+    for (int i = n - 1; l >= 0 && i >= 0; i--)
+        if (tv_push_item(T, l, it[i], NULL))
+            return -1;
+    return l < 0 ? -1 : bi_iter(T, l);
+}
+
+static int32_t b_iter(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    return arg_count(T, a, 1, 1, "iter") ? -1 : bi_iter(T, a->pos[0]);
+}
+
+static int32_t b_next(tracer *T, const call_args *a, PyObject *fn)
+{
+    int32_t v;
+    (void)fn;
+    if (arg_count(T, a, 1, 2, "next"))
+        return -1;
+    int r = bi_next(T, a->pos[0], &v);
+    if (r < 0)
+        return -1;
+    if (r == 0 && a->npos == 2)
+        return a->pos[1];
+    return r ? v : tr_break(T, "next() raised StopIteration");
+}
+
+static int32_t b_len(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    if (arg_count(T, a, 1, 1, "len"))
+        return -1;
+    tv *x = &T->vals[a->pos[0]];
+    Py_ssize_t n;
+    if (x->kind == V_TUPLE || x->kind == V_LIST || x->kind == V_DICT)
+        return tv_int(T, x->n);
+    if (x->kind == V_TENSOR) {
+        const smelt_node *nd = &T->g->nodes[x->node];
+        return nd->ndim ? tv_int(T, nd->shape[0]) : tr_break(T, "len() of a 0-d tensor");
+    }
+    if (x->kind != V_OBJ)
+        return tr_break(T, "len() of a non-sized value");
+    PyObject *o = x->obj;
+    int by_len = tr_is_module(o) || PyDict_CheckExact(o);   /* structure, not identity */
+    if (by_len ? tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(o), 0) : !tr_const(T, a->pos[0]))
+        return -1;
+    if ((n = PyObject_Length(o)) < 0) {
+        PyErr_Clear();
+        return tr_break(T, "len() of %s raised", Py_TYPE(o)->tp_name);
+    }
+    if (by_len && tr_add_guard(T, TG_LEN, T->vals[a->pos[0]].src, NULL, n))
+        return -1;
+    return tv_int(T, n);
+}
+
+/* The Python type value v has (NULL: no such type, a break). */
+static PyObject *type_of(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    switch (x->kind) {
+    case V_TENSOR: return x->obj ? x->obj : ops_tensor_type();   /* inputs keep their own type */
+    case V_OBJ: return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) ? NULL : (PyObject *)Py_TYPE(x->obj);
+    case V_TUPLE: return x->obj ? x->obj : (PyObject *)&PyTuple_Type;
+    case V_LIST: return (PyObject *)&PyList_Type;
+    case V_DICT: return (PyObject *)&PyDict_Type;
+    case V_FUNC: return (PyObject *)&PyFunction_Type;
+    case V_SLICE: return (PyObject *)&PySlice_Type;
+    case V_ITER: if (x->sub == IT_GEN) return (PyObject *)&PyGen_Type; break;
+    default: break;
+    }
+    tr_break(T, "type of a %s", x->kind == V_BOUND ? "bound method" : "special value");
+    return NULL;
+}
+
+static int32_t b_isinstance(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    if (arg_count(T, a, 2, 2, "isinstance"))
+        return -1;
+    PyObject *t = type_of(T, a->pos[0]), *cls = t ? tr_pyobj(T, a->pos[1]) : NULL;
+    if (!cls)
+        return -1;
+    int r = PyObject_IsSubclass(t, cls);
+    Py_DECREF(cls);
+    if (r < 0) {
+        PyErr_Clear();
+        return tr_break(T, "isinstance() raised");
+    }
+    return tv_obj(T, r ? Py_True : Py_False, -1);
+}
+
+static int32_t b_type(tracer *T, const call_args *a, PyObject *fn)
+{
+    if (a->npos != 1)
+        return pure(T, a, fn);
+    PyObject *t = type_of(T, a->pos[0]);
+    if (!t)
+        return -1;
+    tv *x = &T->vals[a->pos[0]];
+    return tv_obj(T, t, x->kind == V_OBJ ? tr_src_new(T, SRC_TYPE, x->src, 0, NULL) : -1);
+}
+
+static int32_t b_callable(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    if (arg_count(T, a, 1, 1, "callable"))
+        return -1;
+    tv *x = &T->vals[a->pos[0]];
+    if (x->kind == V_OBJ) {
+        PyObject *t = type_of(T, a->pos[0]);
+        return t ? tv_obj(T, PyCallable_Check(T->vals[a->pos[0]].obj) ? Py_True : Py_False, -1) : -1;
+    }
+    return tv_obj(T, x->kind == V_FUNC || x->kind == V_BOUND ? Py_True : Py_False, -1);
+}
+
+static int32_t b_container(tracer *T, const call_args *a, PyObject *fn)
+{
+    int list = fn == (PyObject *)&PyList_Type;
+    int32_t *it;
+    int n;
+    if (a->npos == 0 && a->nkw == 0)
+        return tv_new(T, list ? V_LIST : V_TUPLE);
+    if (arg_count(T, a, 1, 1, list ? "list" : "tuple") || bi_items(T, a->pos[0], &it, &n))
+        return -1;
+    int32_t c = tv_tuple(T, it, n);
+    if (c >= 0 && list)
+        T->vals[c].kind = V_LIST;
+    return c;
+}
+
+static int32_t b_dict(tracer *T, const call_args *a, PyObject *fn)
+{
+    int32_t d = tv_new(T, V_DICT), *it;
+    int n;
+    (void)fn;
+    if (d < 0 || arg_count(T, a, 0, 1, "dict"))
+        return -1;
+    if (a->npos) {
+        tv *x = &T->vals[a->pos[0]];
+        int32_t src = x->kind == V_DICT || (x->kind == V_OBJ && PyDict_Check(x->obj)) ? tr_dict_value(T, a->pos[0]) : -2;
+        if (src == -1)
+            return -1;
+        for (int i = 0; src >= 0 && i < T->vals[src].n; i++)
+            if (tv_push_item(T, d, T->vals[src].items[i], T->vals[src].keys[i]))
+                return -1;
+        if (src == -2 && bi_items(T, a->pos[0], &it, &n))
+            return -1;
+        for (int i = 0; src == -2 && i < n; i++) {
+            int32_t *kv, m;
+            PyObject *key;
+            if (bi_items(T, it[i], &kv, &m) || m != 2)
+                return m != 2 ? tr_break(T, "dict() item of length %d", m) : -1;
+            if (!(key = tr_const(T, kv[0])) || tv_push_item(T, d, kv[1], key))
+                return -1;
+        }
+    }
+    for (int k = 0; k < a->nkw; k++)
+        if (tv_push_item(T, d, a->kwv[k], a->kwn[k]))
+            return -1;
+    return d;
+}
+
+/* Whether values it[0..n) all have a trace-time value (constants, and
+ * containers holding only constants). */
+static int all_consts(tracer *T, const int32_t *it, int n)
+{
+    for (int i = 0; i < n; i++) {
+        tv *x = &T->vals[it[i]];
+        if (x->kind == V_TUPLE || x->kind == V_LIST || x->kind == V_DICT) {
+            if (!all_consts(T, x->items, x->n))
+                return 0;
+        } else if (x->kind != V_OBJ && x->kind != V_SLICE) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* sum(iterable, start=0): of constants, Python's own sum; with tensors,
+ * start + x0 + x1 + ... as graph adds. */
+static int32_t b_sum(tracer *T, const call_args *a, PyObject *fn)
+{
+    int32_t *it;
+    int n;
+    if (arg_count(T, a, 1, 2, "sum") || bi_items(T, a->pos[0], &it, &n))
+        return -1;
+    int32_t acc = a->npos > 1 ? a->pos[1] : kwarg(a, "start");
+    if (all_consts(T, it, n) && (acc < 0 || all_consts(T, &acc, 1))) {
+        int32_t l = tv_tuple(T, it, n), pos[2] = { l, acc };
+        call_args b = { .pos = pos, .npos = acc < 0 ? 1 : 2 };
+        return l < 0 ? -1 : pure(T, &b, fn);
+    }
+    if (acc < 0)
+        acc = tv_int(T, 0);
+    for (int i = 0; acc >= 0 && i < n; i++)
+        acc = tr_binop(T, NB_ADD, acc, it[i]);
+    return acc;
+}
+
+/* any/all: lazily, stopping where Python stops. */
+static int32_t b_any_all(tracer *T, const call_args *a, PyObject *fn)
+{
+    int want = strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "any") == 0;
+    if (arg_count(T, a, 1, 1, want ? "any" : "all"))
+        return -1;
+    int32_t it = bi_iter(T, a->pos[0]), v;
+    int more, t;
+    while (it >= 0 && (more = bi_next(T, it, &v)) != 0) {
+        if (more < 0 || tr_truth(T, v, &t))
+            return -1;
+        if (t == want)
+            return tv_obj(T, want ? Py_True : Py_False, -1);
+    }
+    return it < 0 ? -1 : tv_obj(T, want ? Py_False : Py_True, -1);
+}
+
+/* min/max over constants (over tensors the answer depends on their data). */
+static int32_t b_minmax(tracer *T, const call_args *a, PyObject *fn)
+{
+    int32_t *it = a->pos, seq;
+    int n = a->npos;
+    if (n == 1 && bi_items(T, a->pos[0], &it, &n))
+        return -1;
+    if (!all_consts(T, it, n))
+        return tr_break(T, "min()/max() of tensors depends on tensor data");
+    if ((seq = tv_tuple(T, it, n)) < 0)
+        return -1;
+    call_args b = { .pos = &seq, .npos = 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+    return pure(T, &b, fn);
+}
+
+static int32_t b_number(tracer *T, const call_args *a, PyObject *fn)
+{
+    for (int i = 0; i < a->npos; i++)
+        if (T->vals[a->pos[i]].kind == V_TENSOR)
+            return tr_break(T, "converting a tensor to a Python %s depends on its data (.item())",
+                            ((PyTypeObject *)fn)->tp_name);
+    return pure(T, a, fn);
+}
+
+static int32_t b_abs_round(tracer *T, const call_args *a, PyObject *fn)
+{
+    int is_abs = PyCFunction_Check(fn) && !strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "abs");
+    if (a->npos == 1 && T->vals[a->pos[0]].kind == V_TENSOR)
+        return ops_unary(T, is_abs ? SMELT_OP_ABS : SMELT_OP_ROUND, a->pos[0]);
+    return pure(T, a, fn);
+}
+
+static int32_t b_pow(tracer *T, const call_args *a, PyObject *fn)
+{
+    if (a->npos == 2 && !a->nkw)
+        return tr_binop(T, NB_POWER, a->pos[0], a->pos[1]);
+    return pure(T, a, fn);
+}
+
+/* getattr(o, name) / hasattr: -2 when the attribute is missing (its
+ * absence guarded). */
+static int32_t attr_or_missing(tracer *T, int32_t v, int32_t namev)
+{
+    PyObject *name = tr_const(T, namev);
+    if (!name)
+        return -1;
+    if (!PyUnicode_Check(name))
+        return tr_break(T, "attribute name is not a str");
+    tv *x = &T->vals[v];
+    if (x->kind == V_OBJ && tr_is_module(x->obj))
+        return tr_module_attr(T, v, name, 1);
+    if (x->kind == V_OBJ && !PyModule_Check(x->obj) && !PyType_Check(x->obj)) {
+        int has = PyObject_HasAttr(x->obj, name);
+        if (!has && (tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) || tr_guard_absent(T, v)))
+            return -1;
+        if (!has)
+            return -2;
+    } else if (x->kind != V_OBJ) {   /* tensors and containers: what their type has */
+        PyObject *t = type_of(T, v);
+        if (!t)
+            return -1;
+        if (!PyObject_HasAttr(t, name))
+            return -2;
+    }
+    return tr_load_attr(T, v, name);
+}
+
+static int32_t b_getattr(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    if (arg_count(T, a, 2, 3, "getattr"))
+        return -1;
+    int32_t r = attr_or_missing(T, a->pos[0], a->pos[1]);
+    if (r == -2 && a->npos == 3)
+        return a->pos[2];
+    return r == -2 ? tr_break(T, "getattr() of a missing attribute") : r;
+}
+
+static int32_t b_hasattr(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    if (arg_count(T, a, 2, 2, "hasattr"))
+        return -1;
+    int32_t r = attr_or_missing(T, a->pos[0], a->pos[1]);
+    if (r == -1)
+        return -1;
+    if (r >= 0 && T->vals[r].kind == V_OBJ &&   /* its presence: a guard on it */
+        tr_add_guard(T, TG_TYPE, T->vals[r].src, (PyObject *)Py_TYPE(T->vals[r].obj), 0))
+        return -1;
+    return tv_obj(T, r >= 0 ? Py_True : Py_False, -1);
+}
+
+/* fn applied now to the concrete values of the arguments. */
+static int32_t pure(tracer *T, const call_args *a, PyObject *fn)
+{
+    PyObject *args = PyTuple_New(a->npos), *kw = a->nkw ? PyDict_New() : NULL, *r = NULL;
+    int ok = args && (!a->nkw || kw);
+    for (int i = 0; ok && i < a->npos; i++) {
+        PyObject *o = tr_pyobj(T, a->pos[i]);
+        if (!(ok = o != NULL))
+            break;
+        PyTuple_SET_ITEM(args, i, o);
+    }
+    for (int i = 0; ok && i < a->nkw; i++) {
+        PyObject *o = tr_pyobj(T, a->kwv[i]);
+        ok = o && !PyDict_SetItem(kw, a->kwn[i], o);
+        Py_XDECREF(o);
+    }
+    if (ok && !(r = PyObject_Call(fn, args, kw)) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyObject *n = PyObject_GetAttrString(fn, "__name__");
+        PyErr_Clear();
+        tr_break(T, "%s(...) raised at trace time", n && PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : "a builtin");
+        Py_XDECREF(n);
+    }
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    if (!r)
+        return -1;
+    int32_t v = tv_obj(T, r, -1);
+    Py_DECREF(r);
+    return v;
+}
+
+static const struct { const char *name; bi_fn fn; } builtin_table[] = {
+    { "range", b_range }, { "enumerate", b_enumerate }, { "zip", b_zip }, { "map", b_map },
+    { "filter", b_filter }, { "reversed", b_reversed }, { "iter", b_iter }, { "next", b_next },
+    { "len", b_len }, { "isinstance", b_isinstance }, { "type", b_type }, { "callable", b_callable },
+    { "tuple", b_container }, { "list", b_container }, { "dict", b_dict }, { "sum", b_sum },
+    { "any", b_any_all }, { "all", b_any_all }, { "min", b_minmax }, { "max", b_minmax },
+    { "int", b_number }, { "float", b_number }, { "bool", b_number }, { "abs", b_abs_round },
+    { "round", b_abs_round }, { "pow", b_pow }, { "getattr", b_getattr }, { "hasattr", b_hasattr },
+    { "str", pure }, { "repr", pure }, { "divmod", pure }, { "issubclass", pure }, { "sorted", pure },
+    { "set", pure }, { "frozenset", pure }, { "hash", pure }, { "ord", pure }, { "chr", pure },
+    { "format", pure },
+};
+
+/* ---------- operator, functools, math ---------- */
+
+/* operator.X: BINARY_OP number, compare op, or one of the special kinds. */
+enum { OPK_BIN, OPK_CMP, OPK_NEG, OPK_POS, OPK_INV, OPK_NOT, OPK_TRUTH, OPK_ITEM, OPK_CONTAINS };
+
+static const struct { const char *name; int kind, code; } operator_table[] = {
+    { "add", OPK_BIN, NB_ADD }, { "sub", OPK_BIN, NB_SUBTRACT }, { "mul", OPK_BIN, NB_MULTIPLY },
+    { "truediv", OPK_BIN, NB_TRUE_DIVIDE }, { "floordiv", OPK_BIN, NB_FLOOR_DIVIDE },
+    { "mod", OPK_BIN, NB_REMAINDER }, { "pow", OPK_BIN, NB_POWER }, { "matmul", OPK_BIN, NB_MATRIX_MULTIPLY },
+    { "and_", OPK_BIN, NB_AND }, { "or_", OPK_BIN, NB_OR }, { "xor", OPK_BIN, NB_XOR },
+    { "lshift", OPK_BIN, NB_LSHIFT }, { "rshift", OPK_BIN, NB_RSHIFT },
+    { "iadd", OPK_BIN, NB_INPLACE + NB_ADD }, { "isub", OPK_BIN, NB_INPLACE + NB_SUBTRACT },
+    { "imul", OPK_BIN, NB_INPLACE + NB_MULTIPLY }, { "itruediv", OPK_BIN, NB_INPLACE + NB_TRUE_DIVIDE },
+    { "lt", OPK_CMP, Py_LT }, { "le", OPK_CMP, Py_LE }, { "eq", OPK_CMP, Py_EQ }, { "ne", OPK_CMP, Py_NE },
+    { "gt", OPK_CMP, Py_GT }, { "ge", OPK_CMP, Py_GE },
+    { "neg", OPK_NEG, 0 }, { "pos", OPK_POS, 0 }, { "invert", OPK_INV, 0 }, { "inv", OPK_INV, 0 },
+    { "not_", OPK_NOT, 0 }, { "truth", OPK_TRUTH, 0 }, { "getitem", OPK_ITEM, 0 }, { "contains", OPK_CONTAINS, 0 },
+};
+
+static int32_t call_operator(tracer *T, PyObject *fn, const call_args *a)
+{
+    const char *name = ((PyCFunctionObject *)fn)->m_ml->ml_name;
+    if (all_consts(T, a->pos, a->npos))
+        return pure(T, a, fn);
+    for (size_t i = 0; i < sizeof operator_table / sizeof operator_table[0]; i++) {
+        if (strcmp(name, operator_table[i].name))
+            continue;
+        int k = operator_table[i].kind, two = k == OPK_BIN || k == OPK_CMP || k == OPK_ITEM || k == OPK_CONTAINS;
+        if (a->nkw || a->npos != (two ? 2 : 1))
+            return tr_break(T, "operator.%s arguments", name);
+        int32_t x = a->pos[0], y = two ? a->pos[1] : -1;
+        int t;
+        switch (k) {
+        case OPK_BIN: return tr_binop(T, operator_table[i].code, x, y);
+        case OPK_CMP: return tr_compare(T, operator_table[i].code, x, y);
+        case OPK_ITEM: return tr_subscr(T, x, y);
+        case OPK_NEG: return ops_unary(T, SMELT_OP_NEG, x);
+        case OPK_POS: return x;
+        case OPK_INV: return ops_unary(T, SMELT_OP_BITWISE_NOT, x);
+        case OPK_NOT: case OPK_TRUTH:
+            return tr_truth(T, x, &t) ? -1 : tv_obj(T, (t ^ (k == OPK_NOT)) ? Py_True : Py_False, -1);
+        default: break;
+        }
+    }
+    return tr_break(T, "operator.%s on tensors is not supported", name);
+}
+
+/* functools.reduce(fn, iterable[, initial]). */
+static int32_t call_reduce(tracer *T, const call_args *a)
+{
+    int32_t *it;
+    int n, i = 0;
+    if (a->nkw || a->npos < 2 || a->npos > 3 || bi_items(T, a->pos[1], &it, &n))
+        return a->nkw || a->npos < 2 || a->npos > 3 ? tr_break(T, "reduce() arguments") : -1;
+    int32_t acc = a->npos == 3 ? a->pos[2] : n ? it[i++] : -1;
+    if (acc < 0)
+        return tr_break(T, "reduce() of an empty sequence");
+    for (; acc >= 0 && i < n; i++) {
+        int32_t pair[2] = { acc, it[i] };
+        call_args b = { .pos = pair, .npos = 2 };
+        acc = tr_call(T, a->pos[0], &b);
+    }
+    return acc;
+}
+
+/* A builtin method bound to an immutable constant ("a".join, (1, 2).index,
+ * dtype.to_real): safe to run now. */
+static int immutable_self(PyObject *self)
+{
+    return PyUnicode_CheckExact(self) || PyLong_CheckExact(self) || PyFloat_CheckExact(self) ||
+           PyBytes_CheckExact(self) || PyTuple_CheckExact(self) || PyFrozenSet_CheckExact(self) ||
+           self == Py_None || PyBool_Check(self);
+}
+
+int bi_init(void)
+{
+    PyObject *b = PyImport_ImportModule("builtins"), *torch = PyImport_ImportModule("torch");
+    by_obj = PyDict_New();
+    s_modules = PyUnicode_InternFromString("_modules");
+    if (!b || !torch || !by_obj || !s_modules)
+        goto fail;
+    for (size_t i = 0; i < sizeof builtin_table / sizeof builtin_table[0]; i++) {
+        PyObject *f = PyObject_GetAttrString(b, builtin_table[i].name), *idx = PyLong_FromSize_t(i);
+        int bad = !f || !idx || PyDict_SetItem(by_obj, f, idx);
+        Py_XDECREF(f);
+        Py_XDECREF(idx);
+        if (bad)
+            goto fail;
+    }
+    finfo = PyObject_GetAttrString(torch, "finfo");
+    iinfo = PyObject_GetAttrString(torch, "iinfo");
+    PyObject *C = PyObject_GetAttrString(torch, "_C");
+    static const char *qn[5] = { "_has_torch_function", "_has_torch_function_unary", "_has_torch_function_variadic",
+                                 "_is_tracing", "_get_tracing_state" };
+    for (int i = 0; C && i < 5; i++)
+        torch_queries[i] = PyObject_GetAttrString(C, qn[i]);
+    Py_XDECREF(C);
+    PyErr_Clear();
+    Py_DECREF(b);
+    Py_DECREF(torch);
+    return 0;
+fail:
+    Py_XDECREF(b);
+    Py_XDECREF(torch);
+    Py_CLEAR(by_obj);
+    return -1;
+}
+
+/* Whether value v would make torch dispatch to __torch_function__: a
+ * tensor subclass other than Parameter, or an object defining it. */
+static int overrides_torch(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    if (x->kind == V_TENSOR) {
+        PyObject *t = x->obj;
+        return t && t != ops_tensor_type() && strcmp(((PyTypeObject *)t)->tp_name, "Parameter");
+    }
+    if (x->kind == V_TUPLE || x->kind == V_LIST) {
+        for (int i = 0; i < x->n; i++)
+            if (overrides_torch(T, T->vals[v].items[i]))
+                return 1;
+        return 0;
+    }
+    return x->kind == V_OBJ && !PyType_Check(x->obj) && PyObject_HasAttrString((PyObject *)Py_TYPE(x->obj), "__torch_function__");
+}
+
+/* torch's dispatch queries inside torch's Python code: no overrides (or
+ * a break where one would apply), not tracing. */
+static int32_t torch_query(tracer *T, int which, const call_args *a)
+{
+    if (which == 3)
+        return tv_obj(T, Py_False, -1);
+    if (which == 4)
+        return tv_obj(T, Py_None, -1);
+    for (int i = 0; i < a->npos; i++)
+        if (overrides_torch(T, a->pos[i]))
+            return tr_break(T, "an argument overrides __torch_function__");
+    return tv_obj(T, Py_False, -1);
+}
+
+/* A call of builtin/C callable fn; -2 when fn is none smelt knows. */
+int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
+{
+    PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
+    if (idx)
+        return builtin_table[PyLong_AsSsize_t(idx)].fn(T, a, fn);
+    PyErr_Clear();
+    for (int i = 0; i < 5; i++)
+        if (fn == torch_queries[i])
+            return torch_query(T, i, a);
+    if (fn == finfo || fn == iinfo || fn == ops_size_type())
+        return all_consts(T, a->pos, a->npos) ? pure(T, a, fn) : -2;
+    if (!PyCFunction_Check(fn))
+        return -2;
+    PyObject *self = PyCFunction_GET_SELF(fn);
+    if (self && PyModule_Check(self)) {
+        const char *mn = PyModule_GetName(self);
+        if (!mn)
+            return PyErr_Clear(), -2;
+        if (!strcmp(mn, "_operator") || !strcmp(mn, "operator"))
+            return call_operator(T, fn, a);
+        if (!strcmp(mn, "_functools") && !strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "reduce"))
+            return call_reduce(T, a);
+        if (!strcmp(mn, "math"))
+            return all_consts(T, a->pos, a->npos) ? pure(T, a, fn)
+                                                  : tr_break(T, "math.%s of a tensor depends on its data",
+                                                             ((PyCFunctionObject *)fn)->m_ml->ml_name);
+        return -2;
+    }
+    if (self && immutable_self(self))
+        return pure(T, a, fn);
+    return -2;
+}
+
+/* ---------- list, tuple and dict methods ---------- */
+
+static int is_name(PyObject *name, const char *s)
+{
+    return PyUnicode_CompareWithASCIIString(name, s) == 0;
+}
+
+/* Index of the item equal to constant value k in items, -1 if none. */
+static int find_const(tracer *T, const int32_t *it, int n, int32_t k, int *at)
+{
+    PyObject *key = tr_pyobj(T, k);
+    *at = -1;
+    if (!key)
+        return -1;
+    for (int i = 0; i < n && *at < 0; i++) {
+        if (T->vals[it[i]].kind != V_OBJ) {
+            Py_DECREF(key);
+            return tr_break(T, "searching a sequence that holds non-constants");
+        }
+        PyObject *o = tr_const(T, it[i]);
+        if (!o || PyObject_RichCompareBool(o, key, Py_EQ) == 1)
+            *at = o ? i : *at;
+        if (!o) {
+            Py_DECREF(key);
+            return -1;
+        }
+    }
+    Py_DECREF(key);
+    PyErr_Clear();
+    return 0;
+}
+
+static int32_t seq_query(tracer *T, int32_t self, PyObject *name, const call_args *a)
+{
+    tv *x = &T->vals[self];
+    int at, cnt = 0;
+    if (a->npos != 1)
+        return tr_break(T, "%U() arguments", name);
+    if (is_name(name, "index")) {
+        if (find_const(T, x->items, x->n, a->pos[0], &at))
+            return -1;
+        return at < 0 ? tr_break(T, "index(): value not found") : tv_int(T, at);
+    }
+    for (int i = 0; i < T->vals[self].n; i++) {   /* count */
+        if (find_const(T, &T->vals[self].items[i], 1, a->pos[0], &at))
+            return -1;
+        cnt += at == 0;
+    }
+    return tv_int(T, cnt);
+}
+
+/* Method of a tuple we cannot model: run on its concrete value (tuples
+ * of constants only; torch.Size.numel() and the like). */
+static int32_t tuple_const_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
+{
+    PyObject *o = tr_pyobj(T, self);
+    PyObject *m = o ? PyObject_GetAttr(o, name) : NULL;
+    Py_XDECREF(o);
+    if (!m) {
+        PyErr_Clear();
+        return T->broke ? -1 : tr_break(T, "tuple method %U", name);
+    }
+    int32_t r = tr_keep(T, m) ? -1 : pure(T, a, m);
+    Py_DECREF(m);
+    return r;
+}
+
+static int32_t none(tracer *T)
+{
+    return tv_obj(T, Py_None, -1);
+}
+
+static int32_t list_mutate(tracer *T, int32_t self, PyObject *name, const call_args *a)
+{
+    tv *x = &T->vals[self];
+    int64_t i = -1;
+    if (is_name(name, "append") && a->npos == 1)
+        return tv_push_item(T, self, a->pos[0], NULL) ? -1 : none(T);
+    if (is_name(name, "extend") && a->npos == 1) {
+        int32_t *it;
+        int n;
+        if (bi_items(T, a->pos[0], &it, &n))
+            return -1;
+        for (int k = 0; k < n; k++)
+            if (tv_push_item(T, self, a->pos[0] == self ? T->vals[self].items[k] : it[k], NULL))
+                return -1;
+        return none(T);
+    }
+    if (is_name(name, "insert") && a->npos == 2) {
+        if (tr_int(T, a->pos[0], &i) || tv_push_item(T, self, a->pos[1], NULL))
+            return -1;
+        x = &T->vals[self];
+        int64_t n = x->n - 1;
+        i = i < 0 ? (i + n < 0 ? 0 : i + n) : (i > n ? n : i);
+        memmove(&x->items[i + 1], &x->items[i], sizeof(int32_t) * (size_t)(n - i));
+        x->items[i] = a->pos[1];
+        return none(T);
+    }
+    if (is_name(name, "pop") && a->npos <= 1) {
+        if (a->npos && tr_int(T, a->pos[0], &i))
+            return -1;
+        x = &T->vals[self];
+        i = i < 0 ? i + x->n : i;
+        if (i < 0 || i >= x->n)
+            return tr_break(T, "pop from an empty list or index out of range");
+        int32_t v = x->items[i];
+        memmove(&x->items[i], &x->items[i + 1], sizeof(int32_t) * (size_t)(x->n - i - 1));
+        x->n--;
+        return v;
+    }
+    if (is_name(name, "reverse") && a->npos == 0) {
+        for (int k = 0; k < x->n / 2; k++) {
+            int32_t t = x->items[k];
+            x->items[k] = x->items[x->n - 1 - k];
+            x->items[x->n - 1 - k] = t;
+        }
+        return none(T);
+    }
+    if (is_name(name, "clear") && a->npos == 0) {
+        x->n = 0;
+        return none(T);
+    }
+    return tr_break(T, "list method %U is not supported", name);
+}
+
+static int32_t list_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
+{
+    if (a->nkw)
+        return tr_break(T, "list.%U with keywords", name);
+    if (is_name(name, "index") || is_name(name, "count"))
+        return seq_query(T, self, name, a);
+    if (is_name(name, "copy") && a->npos == 0) {
+        int32_t c = tv_tuple(T, T->vals[self].items, T->vals[self].n);
+        if (c >= 0)
+            T->vals[c].kind = V_LIST;
+        return c;
+    }
+    if (T->vals[self].frozen)
+        return tr_break(T, "mutating a list passed in from outside");
+    return list_mutate(T, self, name, a);
+}
+
+static int32_t dict_view(tracer *T, int32_t d, int which)
+{
+    int32_t l = tv_new(T, V_LIST);
+    for (int i = 0; l >= 0 && i < T->vals[d].n; i++) {
+        int32_t k = which != 1 ? tv_obj(T, T->vals[d].keys[i], -1) : -1, pair[2] = { k, T->vals[d].items[i] };
+        int32_t it = which == 0 ? k : which == 1 ? T->vals[d].items[i] : tv_tuple(T, pair, 2);
+        if (tv_push_item(T, l, it, NULL))
+            return -1;
+    }
+    return l;
+}
+
+static int dict_find(tracer *T, int32_t d, int32_t k, int *at)
+{
+    PyObject *key = tr_pyobj(T, k);
+    *at = -1;
+    if (!key)
+        return -1;
+    for (int i = 0; i < T->vals[d].n && *at < 0; i++)
+        if (PyObject_RichCompareBool(T->vals[d].keys[i], key, Py_EQ) == 1)
+            *at = i;
+    Py_DECREF(key);
+    PyErr_Clear();
+    return 0;
+}
+
+static int32_t dict_mutate(tracer *T, int32_t d, PyObject *name, const call_args *a)
+{
+    int at;
+    if (T->vals[d].frozen)
+        return tr_break(T, "mutating a dict passed in from outside");
+    if (is_name(name, "update") && a->npos <= 1) {
+        int32_t src = a->npos ? tr_dict_value(T, a->pos[0]) : -2;
+        for (int i = 0; src >= 0 && i < T->vals[src].n; i++) {
+            int32_t key = tv_obj(T, T->vals[src].keys[i], -1);
+            if (key < 0 || dict_find(T, d, key, &at))
+                return -1;
+            if (at >= 0)
+                T->vals[d].items[at] = T->vals[src].items[i];
+            else if (tv_push_item(T, d, T->vals[src].items[i], T->vals[src].keys[i]))
+                return -1;
+        }
+        for (int k = 0; src != -1 && k < a->nkw; k++) {
+            int32_t key = tv_obj(T, a->kwn[k], -1);
+            if (key < 0 || dict_find(T, d, key, &at))
+                return -1;
+            if (at >= 0)
+                T->vals[d].items[at] = a->kwv[k];
+            else if (tv_push_item(T, d, a->kwv[k], a->kwn[k]))
+                return -1;
+        }
+        return src == -1 ? -1 : none(T);
+    }
+    if ((is_name(name, "pop") || is_name(name, "setdefault")) && a->npos >= 1 && a->npos <= 2) {
+        if (dict_find(T, d, a->pos[0], &at))
+            return -1;
+        if (is_name(name, "setdefault")) {
+            PyObject *key = at < 0 ? tr_const(T, a->pos[0]) : NULL;
+            if (at < 0 && (!key || tv_push_item(T, d, a->npos == 2 ? a->pos[1] : none(T), key)))
+                return -1;
+            return at >= 0 ? T->vals[d].items[at] : T->vals[d].items[T->vals[d].n - 1];
+        }
+        if (at < 0)
+            return a->npos == 2 ? a->pos[1] : tr_break(T, "dict.pop of a missing key");
+        tv *x = &T->vals[d];
+        int32_t v = x->items[at];
+        memmove(&x->items[at], &x->items[at + 1], sizeof(int32_t) * (size_t)(x->n - at - 1));
+        memmove(&x->keys[at], &x->keys[at + 1], sizeof(PyObject *) * (size_t)(x->n - at - 1));
+        x->n--;
+        return v;
+    }
+    return tr_break(T, "dict method %U is not supported", name);
+}
+
+static int32_t dict_method(tracer *T, int32_t d, PyObject *name, const call_args *a)
+{
+    int at;
+    if (is_name(name, "keys") || is_name(name, "values") || is_name(name, "items"))
+        return a->npos ? tr_break(T, "dict.%U() arguments", name)
+                       : dict_view(T, d, is_name(name, "keys") ? 0 : is_name(name, "values") ? 1 : 2);
+    if (is_name(name, "get") && a->npos >= 1 && a->npos <= 2) {
+        if (dict_find(T, d, a->pos[0], &at))
+            return -1;
+        return at >= 0 ? T->vals[d].items[at] : a->npos == 2 ? a->pos[1] : none(T);
+    }
+    if (is_name(name, "copy") && a->npos == 0) {
+        int32_t c = tv_new(T, V_DICT);
+        for (int i = 0; c >= 0 && i < T->vals[d].n; i++)
+            if (tv_push_item(T, c, T->vals[d].items[i], T->vals[d].keys[i]))
+                return -1;
+        return c;
+    }
+    return dict_mutate(T, d, name, a);
+}
+
+/* self.name(*a) for a list, tuple or dict value. */
+int32_t bi_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
+{
+    switch (T->vals[self].kind) {
+    case V_LIST: return list_method(T, self, name, a);
+    case V_DICT: return dict_method(T, self, name, a);
+    case V_TUPLE:
+        if ((is_name(name, "index") || is_name(name, "count")) && !a->nkw)
+            return seq_query(T, self, name, a);
+        return tuple_const_method(T, self, name, a);
+    default:
+        return tr_break(T, "method %U of this value is not supported", name);
+    }
+}
