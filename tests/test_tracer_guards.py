@@ -168,8 +168,6 @@ def uses_builtin(a):
     return a * abs(-2)
 
 
-@pytest.mark.xfail(strict=True, reason="tracer: builtins are read with no source "
-                   "(interp.c load_global), so no guard sees a global that shadows one")
 def test_shadowed_builtin_recompiles():
     ns = {"__builtins__": __builtins__}
     exec("def f(a):\n    return a * abs(-2)\n", ns)
@@ -220,7 +218,6 @@ def test_default_dtype_change_recompiles():
     assert st["entries"] == 2 and st["hits"] == 1, st
 
 
-@pytest.mark.xfail(strict=True, reason="tracer: torch.ones ignores torch.get_default_dtype()")
 def test_default_dtype_followed_by_factories():
     cf = smelt.compile(lambda a: a + torch.ones(3))
     x = rnd(3)

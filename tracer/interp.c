@@ -1115,6 +1115,10 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
     PyObject *o = f->obj;
     if (o == ctx_exit)
         return tv_obj(T, Py_None, -1);
+    /* a callable fetched from a source must stay the same object (modules
+     * are guarded by type and structure instead, in call_module) */
+    if (f->src >= 0 && !tr_is_module(o) && !tr_const(T, fn))
+        return -1;
     int32_t r = ops_call_torch(T, o, a);
     if (r != -2)
         return r;
@@ -1398,6 +1402,11 @@ int tr_truth(tracer *T, int32_t v, int *out)
             *out = n > 0;
             return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) ||
                    tr_add_guard(T, TG_LEN, x->src, NULL, n);
+        }
+        if (PyDict_CheckExact(x->obj)) {   /* a dict is true when not empty: its length guarded */
+            *out = PyDict_GET_SIZE(x->obj) > 0;
+            return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)&PyDict_Type, 0) ||
+                   tr_add_guard(T, TG_LEN, x->src, NULL, PyDict_GET_SIZE(x->obj));
         }
         PyObject *o = tr_const(T, v);
         if (!o)
@@ -1827,8 +1836,12 @@ static int32_t load_global(tracer *T, tframe *f, PyObject *name)
     if (!o)
         return PyErr_Occurred() ? -1 : tr_break(T, "name %U is not defined", name);
     int32_t src = -1;
-    if (f->trusted || builtin)
-        src = -1;   /* torch's own globals and builtins are trusted not to be rebound */
+    if (f->trusted)
+        src = -1;   /* torch's own globals are trusted not to be rebound */
+    else if (builtin && f->globals == T->globals)
+        src = tr_src_new(T, SRC_BUILTIN, -1, 0, name);   /* a global may shadow it later */
+    else if (builtin)
+        src = -1;
     else if (f->globals == T->globals)
         src = tr_src_new(T, SRC_GLOBAL, -1, 0, name);
     else if (f->func_src >= 0)

@@ -898,6 +898,18 @@ static int dtype_arg(tracer *T, const call_args *a, int dflt)
     return dt < 0 ? (o ? tr_break(T, "unsupported dtype %R", o) : -1) : dt;
 }
 
+/* torch.get_default_dtype() as a smelt dtype (float32 if unreadable). */
+static int default_float(void)
+{
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *dt = torch ? PyObject_CallMethod(torch, "get_default_dtype", NULL) : NULL;
+    int r = dt ? ops_dtype_of(dt) : -1;
+    Py_XDECREF(dt);
+    Py_XDECREF(torch);
+    PyErr_Clear();
+    return r < 0 ? SMELT_F32 : r;
+}
+
 /* torch.zeros/ones/full (op: value encoded: ZEROS=ADD, ONES=MUL, FULL=CLAMP)
  * and the *_like forms (op + 100). */
 static int device_cpu(tracer *T, const call_args *a);
@@ -927,7 +939,7 @@ static int32_t h_full(tracer *T, const call_args *a, smelt_op op)
             valv = arg(a, 1, "fill_value");
         p.ndim = (uint8_t)n;
         memcpy(p.shape, shape, sizeof(int64_t) * (size_t)n);
-        p.dtype = SMELT_F32;
+        p.dtype = (uint8_t)default_float();   /* guarded with the global state */
     }
     double f = kind == SMELT_OP_MUL ? 1.0 : 0.0;
     int64_t iv = (int64_t)f;
@@ -974,8 +986,9 @@ static int32_t h_tri(tracer *T, const call_args *a, smelt_op op)
     if (get_int(T, arg(a, 1, "diagonal"), 0, &k))
         return -1;
     const smelt_node *n = node(T, x);
+    int is_bool = n->dtype == SMELT_BOOL;   /* read before tri_mask adds nodes (and may move them) */
     int32_t keep = tri_mask(T, n->shape[n->ndim - 2], n->shape[n->ndim - 1], k, op == SMELT_OP_LE);
-    int32_t zero = keep < 0 ? -1 : int_value(T, 0);
+    int32_t zero = keep < 0 ? -1 : is_bool ? tv_obj(T, Py_False, -1) : int_value(T, 0);
     if (zero < 0)
         return -1;
     call_args w = { .pos = (int32_t[]){ keep, x, zero }, .npos = 3 };
@@ -1319,10 +1332,13 @@ static int32_t h_copy(tracer *T, const call_args *a, smelt_op op)
 
 /* ---------- more pointwise math ---------- */
 
+/* square: x * x (pow(x, 2) in eager: bool squares to int64). */
 static int32_t h_square(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input");
     (void)op;
+    if (x >= 0 && T->vals[x].kind == V_TENSOR && node(T, x)->dtype == SMELT_BOOL)
+        x = cast_to(T, x, SMELT_I64);
     return op2(T, SMELT_OP_MUL, x, x);
 }
 
@@ -1856,9 +1872,12 @@ static int32_t h_softplus(tracer *T, const call_args *a, smelt_op op)
     return err ? -1 : softplus(T, arg(a, 0, "input"), beta, th);
 }
 
+/* clamp(x, lo, hi) with bounds in x's domain (an integer tensor clamps to
+ * the truncated bounds and stays integral, as eager's hardtanh does). */
 static int32_t clamp_num(tracer *T, int32_t x, double lo, double hi)
 {
-    int32_t l = num(T, lo), h = num(T, hi);
+    int is_int = x >= 0 && T->vals[x].kind == V_TENSOR && !smelt_dtype_is_float(node(T, x)->dtype);
+    int32_t l = is_int ? int_value(T, (int64_t)lo) : num(T, lo), h = is_int ? int_value(T, (int64_t)hi) : num(T, hi);
     return l < 0 || h < 0 ? -1 : clamp_to(T, x, l, h);
 }
 

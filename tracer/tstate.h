@@ -1,5 +1,6 @@
-/* tstate.h — tracer internals shared by interp.c (bytecode) and ops.c
- * (torch calls). Not part of any external contract. */
+/* tstate.h — tracer internals shared by interp.c (bytecode, frames,
+ * values, guards), builtins.c (Python builtins, container methods,
+ * iteration) and ops.c (torch calls). Not part of any external contract. */
 #ifndef SMELT_TSTATE_H
 #define SMELT_TSTATE_H
 
@@ -11,7 +12,9 @@
  *             (the same value id in locals, lists, closures) sees the update;
  *             `obj` the exact type of a graph input (NULL: torch.Tensor)
  *   V_OBJ     a Python object known at trace time (`obj`, borrowed from
- *             keep-alive), fetched from `src` (-1: computed or trusted)
+ *             keep-alive), fetched from `src` (-1: computed or trusted);
+ *             a super() object has the bound self in self_; a set made by
+ *             the traced code (mutable) has pos 1
  *   V_TUPLE / V_LIST   items[0..n); a V_TUPLE with `obj` set is built as
  *             obj(tuple) on return (torch.Size, torch.return_types.max, ...)
  *   V_DICT    keys[i] -> items[i], in insertion order
@@ -59,7 +62,7 @@ typedef struct tv {
 
 typedef struct tracer {
     smelt_graph *g;
-    tv *vals; int32_t nvals, cvals;
+    tv *vals; int32_t nvals, cvals;   /* vals[-1] is a V_NULL sentinel (an absent argument) */
     tr_result *r;
     int32_t csrcs, cguards, cinputs, couts;
     PyObject *tensor_of;   /* dict: id(tensor) -> value id of its graph input */
