@@ -150,9 +150,11 @@ EXTRA = [
 
 
 def check(got, ref):
+    """got equals ref: same types and structure (dict key order too),
+    tensors close with equal dtype and shape."""
     assert type(got) is type(ref), (type(got), type(ref))
     if isinstance(ref, torch.Tensor):
-        assert got.dtype == ref.dtype and got.shape == ref.shape
+        assert got.dtype == ref.dtype and got.shape == ref.shape, (got.dtype, got.shape, ref.dtype, ref.shape)
         tol = 1e-2 if ref.dtype in (torch.float16, torch.bfloat16) else 1e-5
         torch.testing.assert_close(got, ref, rtol=tol, atol=tol, equal_nan=True)
     elif isinstance(ref, (tuple, list)):
@@ -160,7 +162,7 @@ def check(got, ref):
         for g, r in zip(got, ref):
             check(g, r)
     elif isinstance(ref, dict):
-        assert got.keys() == ref.keys()
+        assert list(got.keys()) == list(ref.keys())
         for k in ref:
             check(got[k], ref[k])
     else:

@@ -25,24 +25,7 @@ def rnd(*shape):
     return torch.randn(*shape, generator=G)
 
 
-def check(got, ref):
-    """got equals ref: same types and structure, tensors close (dtype and
-    shape equal)."""
-    assert type(got) is type(ref), (type(got), type(ref))
-    if isinstance(ref, torch.Tensor):
-        assert got.dtype == ref.dtype and got.shape == ref.shape, (got.dtype, got.shape, ref.dtype, ref.shape)
-        tol = 1e-2 if ref.dtype in (torch.float16, torch.bfloat16) else 1e-5
-        torch.testing.assert_close(got, ref, rtol=tol, atol=tol, equal_nan=True)
-    elif isinstance(ref, (tuple, list)):
-        assert len(got) == len(ref)
-        for g, r in zip(got, ref):
-            check(g, r)
-    elif isinstance(ref, dict):
-        assert list(got.keys()) == list(ref.keys())
-        for k in ref:
-            check(got[k], ref[k])
-    else:
-        assert got == ref
+from test_tracer import check  # noqa: E402  (shared comparison helper)
 
 
 def clones(args):

@@ -1646,6 +1646,18 @@ int32_t tr_subscr(tracer *T, int32_t c, int32_t k)
     return v;
 }
 
+/* d[key] = v into a dict made here (replacing an equal key). */
+static int dict_set(tracer *T, int32_t d, PyObject *key, int32_t v)
+{
+    tv *x = &T->vals[d];
+    for (int i = 0; i < x->n; i++)
+        if (PyObject_RichCompareBool(x->keys[i], key, Py_EQ) == 1) {
+            x->items[i] = v;
+            return 0;
+        }
+    return tv_push_item(T, d, v, key);
+}
+
 /* c[k] = v: tensors made here (ops_setitem), lists and dicts made here. */
 static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
 {
@@ -1666,14 +1678,7 @@ static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
         return 0;
     }
     PyObject *key = tr_const(T, k);
-    if (!key)
-        return -1;
-    for (int i = 0; i < x->n; i++)
-        if (PyObject_RichCompareBool(x->keys[i], key, Py_EQ) == 1) {
-            x->items[i] = v;
-            return 0;
-        }
-    return tv_push_item(T, c, v, key);
+    return key ? dict_set(T, c, key, v) : -1;
 }
 
 /* del c[k] on a list or dict made here. */
@@ -2035,18 +2040,6 @@ static int32_t build_map(tracer *T, tframe *f, int op, int nk)
     }
     f->sp -= 2 * nk;
     return d;
-}
-
-/* d[key] = v into a dict made here (replacing an equal key). */
-static int dict_set(tracer *T, int32_t d, PyObject *key, int32_t v)
-{
-    tv *x = &T->vals[d];
-    for (int i = 0; i < x->n; i++)
-        if (PyObject_RichCompareBool(x->keys[i], key, Py_EQ) == 1) {
-            x->items[i] = v;
-            return 0;
-        }
-    return tv_push_item(T, d, v, key);
 }
 
 static int dict_merge(tracer *T, int32_t d, int32_t src)

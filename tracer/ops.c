@@ -107,13 +107,15 @@ static int32_t op2(tracer *T, smelt_op op, int32_t x, int32_t y)
     return mk(T, &p);
 }
 
-static int32_t num(tracer *T, double v)
+/* A computed constant: wraps new reference o (NULL: error set). */
+static int32_t wrap_new(tracer *T, PyObject *o)
 {
-    PyObject *o = PyFloat_FromDouble(v);
     int32_t r = o ? tv_obj(T, o, -1) : -1;
     Py_XDECREF(o);
     return r;
 }
+
+static int32_t num(tracer *T, double v) { return wrap_new(T, PyFloat_FromDouble(v)); }
 
 static int get_int(tracer *T, int32_t v, int64_t dflt, int64_t *out)
 {
@@ -660,13 +662,7 @@ static int32_t h_expand_as(tracer *T, const call_args *a, smelt_op op)
     return mk(T, &p);
 }
 
-static int32_t int_value(tracer *T, int64_t v)
-{
-    PyObject *o = PyLong_FromLongLong(v);
-    int32_t r = o ? tv_obj(T, o, -1) : -1;
-    Py_XDECREF(o);
-    return r;
-}
+static int32_t int_value(tracer *T, int64_t v) { return wrap_new(T, PyLong_FromLongLong(v)); }
 
 static int32_t shape_tuple(tracer *T, int32_t x)
 {
