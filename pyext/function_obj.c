@@ -706,8 +706,34 @@ static PyMethodDef function_methods[] = {
     { NULL, NULL, 0, NULL },
 };
 
+static PyObject *function_get_self(PyObject *op, void *unused)
+{
+    (void)unused;
+    return Py_NewRef(op);
+}
+
+/* __name__, __qualname__, __module__ of the original function. */
+static PyObject *function_get_meta(PyObject *op, void *name)
+{
+    return PyObject_GetAttrString(((FunctionObject *)op)->fn, (const char *)name);
+}
+
+/* A CompiledFunction stored on a class binds like the function it wraps. */
+static PyObject *function_descr_get(PyObject *op, PyObject *obj, PyObject *type)
+{
+    (void)type;
+    if (!obj || obj == Py_None)
+        return Py_NewRef(op);
+    return PyMethod_New(op, obj);
+}
+
 static PyGetSetDef function_getset[] = {
     { "fn", function_get_fn, NULL, "The original function.", NULL },
+    { "__wrapped__", function_get_fn, NULL, "The original function.", NULL },
+    { "_smelt", function_get_self, NULL, "This object (the compiled state of smelt.compile(fn)).", NULL },
+    { "__name__", function_get_meta, NULL, NULL, "__name__" },
+    { "__qualname__", function_get_meta, NULL, NULL, "__qualname__" },
+    { "__module__", function_get_meta, NULL, NULL, "__module__" },
     { NULL, NULL, NULL, NULL, NULL },
 };
 
@@ -723,6 +749,7 @@ static PyType_Slot function_slots[] = {
     { Py_tp_traverse, function_traverse },
     { Py_tp_clear, function_clear },
     { Py_tp_call, PyVectorcall_Call },
+    { Py_tp_descr_get, function_descr_get },
     { Py_tp_methods, function_methods },
     { Py_tp_getset, function_getset },
     { Py_tp_members, function_members },

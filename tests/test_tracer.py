@@ -444,3 +444,24 @@ def test_bad_arguments_raise():
         cf(rnd(2))
     with pytest.raises(TypeError):
         smelt.compile(42)
+
+
+def test_compiled_function_keeps_identity_and_binds_as_method():
+    def scale(a):
+        """doc"""
+        return a * 2
+
+    cf = smelt.compile(scale)
+    assert cf.__name__ == "scale" and cf.__wrapped__ is scale and cf._smelt is cf
+
+    class Holder:
+        k = 3.0
+
+        @smelt.compile
+        def apply(self, a):
+            return a * self.k
+
+    x = rnd(4)
+    h = Holder()
+    check(h.apply(x), x * 3.0)
+    check(Holder.apply(h, x), x * 3.0)

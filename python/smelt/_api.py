@@ -5,7 +5,6 @@ cache of compiled entries are all in C). A compiled nn.Module is a wrapper
 module that keeps the original's parameters, state_dict, train()/eval() and
 attributes, and runs `type(module).forward` through one CompiledFunction.
 """
-import functools
 import os
 import weakref
 
@@ -21,15 +20,12 @@ def _disabled():
 
 
 def _compile_function(fn, fullgraph):
+    """The C CompiledFunction itself (no Python frame per call); it carries
+    fn's __name__/__qualname__/__module__/__wrapped__, binds as a method, and
+    `._smelt` returns it (stats(), reset())."""
     cf = _C.CompiledFunction(fn, fullgraph=fullgraph)
     _live.add(cf)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return cf(*args, **kwargs)
-
-    wrapper._smelt = cf
-    return wrapper
+    return cf
 
 
 class CompiledModule(torch.nn.Module):
