@@ -1546,6 +1546,16 @@ static int slice_bounds(tracer *T, int32_t k, Py_ssize_t len, Py_ssize_t *start,
     return 0;
 }
 
+/* Python index k into a sequence of n items, normalised into [0, n). */
+static int seq_index(tracer *T, int32_t k, int64_t n, int64_t *i)
+{
+    if (tr_int(T, k, i))
+        return -1;
+    if (*i < 0)
+        *i += n;
+    return (*i < 0 || *i >= n) ? tr_break(T, "index out of range") : 0;
+}
+
 static int32_t seq_subscr(tracer *T, int32_t c, int32_t k)
 {
     tv *x = &T->vals[c];
@@ -1562,13 +1572,7 @@ static int32_t seq_subscr(tracer *T, int32_t c, int32_t k)
         return r;
     }
     int64_t i;
-    if (tr_int(T, k, &i))
-        return -1;
-    if (i < 0)
-        i += x->n;
-    if (i < 0 || i >= x->n)
-        return tr_break(T, "index out of range");
-    return x->items[i];
+    return seq_index(T, k, x->n, &i) ? -1 : x->items[i];
 }
 
 /* module[k]: a ModuleDict entry by name, a ModuleList/Sequential child by
@@ -1668,12 +1672,8 @@ static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
         return tr_break(T, "item assignment to a %s passed in from outside", kind_name(T, c));
     if (x->kind == V_LIST) {
         int64_t i;
-        if (tr_int(T, k, &i))
+        if (seq_index(T, k, x->n, &i))
             return -1;
-        if (i < 0)
-            i += x->n;
-        if (i < 0 || i >= x->n)
-            return tr_break(T, "list assignment index out of range");
         x->items[i] = v;
         return 0;
     }
