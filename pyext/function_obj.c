@@ -22,6 +22,7 @@
 #include "log.h"
 #include "../guards/guards.h"
 #include "../tracer/trace.h"
+#include "../tracer/eval_frame.h"
 
 #define MAX_ENTRIES 8
 #define MAX_LOCALS 64
@@ -72,6 +73,7 @@ typedef struct call_frame {
     PyObject *const *args;
     size_t nargsf;
     PyObject *kwn;
+    int from_hook;         /* a frame offered by the hook: "eager" = let it run */
 } call_frame;
 
 /* co_varnames of co, fetched on first use into *names (NULL + error). */
@@ -359,6 +361,26 @@ static PyObject *run_compiled(entry *e, PyObject **vals)
  * *res (compiled: on the values the check fetched; a break entry: the
  * function itself). 1 matched (*res may be NULL with an error), 0 not,
  * -1 error. */
+static const tracer_callback hook_cb;
+static _Thread_local PyObject *skip_code;   /* the next frame of this code runs unintercepted */
+static int making_for_hook;   /* frame_function is constructing one: it registers it itself */
+
+/* Runs the function eagerly for call f. From a Python call: under the
+ * frame hook, so the user functions it calls are still captured and
+ * compiled. From the hook itself (f->args NULL): returns NULL with no
+ * error set, which lets the intercepted frame run normally. */
+static PyObject *run_eager(FunctionObject *self, const call_frame *f)
+{
+    if (f->from_hook)
+        return NULL;
+    skip_code = self->code ? self->code : PyFunction_GET_CODE(self->fn);   /* its own frame runs as is */
+    const tracer_callback *prev = tracer_hook_enter(&hook_cb);
+    PyObject *r = PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
+    tracer_hook_exit(prev);
+    skip_code = NULL;
+    return r;
+}
+
 static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObject **res)
 {
     if (!e->tree)
@@ -371,7 +393,7 @@ static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObje
         memset(small, 0, sizeof *small * (size_t)nn);
     int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
     if (m == 1)
-        *res = e->compiled ? run_compiled(e, vals) : PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
+        *res = e->compiled ? run_compiled(e, vals) : run_eager(self, f);
     if (vals != small)
         PyMem_Free(vals);
     return m;
@@ -550,7 +572,7 @@ static PyObject *miss(FunctionObject *self, const call_frame *f, int nargs)
             PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "smelt: %U recompiled %d times; running it eagerly from now on (last: %s)",
                              ((PyCodeObject *)self->code)->co_name, MAX_ENTRIES, why))
             return NULL;
-        return PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
+        return run_eager(self, f);
     }
     if (self->entries)
         log_fn(PYEXT_LOG_RECOMPILES, self->fn, "recompiling", why);
@@ -569,7 +591,26 @@ static PyObject *miss(FunctionObject *self, const call_frame *f, int nargs)
     PyObject *res = NULL;
     int m = try_entry(self, e, f, &res);
     if (m == 0)   /* its guards fail on the very call it was traced from: run eagerly */
-        res = PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
+        res = run_eager(self, f);
+    return res;
+}
+
+/* Finds the entry whose guards hold for call f and runs it, or traces a
+ * new one. */
+static PyObject *dispatch(FunctionObject *self, const call_frame *f, int nargs)
+{
+    PyObject *code = PyFunction_GET_CODE(self->fn), *res = NULL;
+    if (code != self->code) {   /* fn.__code__ was replaced: every entry is stale */
+        drop_entries(self);
+        Py_XSETREF(self->code, Py_NewRef(code));
+    }
+    int m = 0;
+    for (entry *e = self->entries; e && m == 0; e = e->next)
+        m = try_entry(self, e, f, &res);
+    if (m == 1)
+        self->nhits++;
+    else if (m == 0)
+        res = miss(self, f, nargs);
     return res;
 }
 
@@ -582,22 +623,123 @@ static PyObject *function_call(PyObject *op, PyObject *const *args, size_t nargs
         return NULL;
     call_frame f = { .loc = loc, .nloc = add_cells(self->fn, loc, nargs), .globals = PyFunction_GET_GLOBALS(self->fn),
                      .builtins = ((PyFunctionObject *)self->fn)->func_builtins, .args = args, .nargsf = nargsf, .kwn = kwn };
-    PyObject *code = PyFunction_GET_CODE(self->fn);
-    if (code != self->code) {   /* fn.__code__ was replaced: every entry is stale */
-        drop_entries(self);
-        Py_XSETREF(self->code, Py_NewRef(code));
-    }
-    int m = 0;
-    for (entry *e = self->entries; e && m == 0; e = e->next)
-        m = try_entry(self, e, &f, &res);
-    if (m == 1)
-        self->nhits++;
-    else if (m == 0)
-        res = miss(self, &f, nargs);
+    res = dispatch(self, &f, nargs);
     for (int i = 0; i < f.nloc; i++)
         Py_XDECREF(loc[i]);
     return res;
 }
+
+/* ---------- frames offered by the hook ---------- */
+
+/* The CompiledFunction kept for frames of code (tracer_extra slot): one
+ * made by the hook is owned here (`cf`); one made by smelt.compile is only
+ * referenced weakly (`wr`), so it stays collectable. */
+typedef struct code_cache {
+    tracer_extra base;
+    PyObject *cf, *wr;
+} code_cache;
+
+static void code_cache_free(tracer_extra *e)
+{
+    Py_XDECREF(((code_cache *)e)->cf);
+    Py_XDECREF(((code_cache *)e)->wr);
+    PyMem_Free(e);
+}
+
+/* The live CompiledFunction of a code_cache, or NULL (borrowed). */
+static PyObject *cache_target(const code_cache *c)
+{
+    if (c->cf)
+        return c->cf;
+    PyObject *o = c->wr ? PyWeakref_GetObject(c->wr) : NULL;
+    return o && o != Py_None ? o : NULL;
+}
+
+static PyObject *function_type_obj;   /* smelt._C.CompiledFunction (strong) */
+
+/* Remembers cf as the CompiledFunction of its code object (owned when
+ * `own`, else weakly), unless a live one is there already. 0, or -1 with
+ * an exception. */
+static int remember_for_code(PyObject *cf, int own)
+{
+    PyObject *code = PyFunction_GET_CODE(((FunctionObject *)cf)->fn);
+    tracer_extra *x = tracer_code_extra(code);
+    if (x && (x->free != code_cache_free || cache_target((code_cache *)x)))
+        return 0;
+    code_cache *c = PyMem_Calloc(1, sizeof *c);
+    if (!c)
+        return PyErr_NoMemory(), -1;
+    c->base.free = code_cache_free;
+    if (own)
+        c->cf = Py_NewRef(cf);
+    else if (!(c->wr = PyWeakref_NewRef(cf, NULL))) {
+        PyMem_Free(c);
+        return -1;
+    }
+    if (tracer_set_code_extra(code, &c->base)) {
+        code_cache_free(&c->base);
+        return -1;
+    }
+    return 0;
+}
+
+/* The CompiledFunction for the frame's code, made on first sight; NULL
+ * (no error) for frames smelt leaves alone: closures (their cells belong
+ * to each function object), code run with other globals than the
+ * function first seen, or code whose slot holds something else. */
+static FunctionObject *frame_function(const tracer_frame_view *v)
+{
+    tracer_extra *x = tracer_code_extra((PyObject *)v->code);
+    if (x && x->free != code_cache_free)
+        return NULL;
+    if ((!x || !cache_target((code_cache *)x)) && v->code->co_nfreevars == 0 && function_type_obj) {
+        making_for_hook = 1;
+        PyObject *cf = PyObject_CallOneArg(function_type_obj, v->func);
+        making_for_hook = 0;
+        if (!cf || remember_for_code(cf, 1)) {
+            Py_XDECREF(cf);
+            PyErr_Clear();
+            return NULL;
+        }
+        Py_DECREF(cf);
+        x = tracer_code_extra((PyObject *)v->code);
+    }
+    FunctionObject *self = x ? (FunctionObject *)cache_target((code_cache *)x) : NULL;
+    if (!self)
+        return NULL;
+    if (v->code->co_nfreevars || PyFunction_GET_GLOBALS(self->fn) != v->globals)
+        return NULL;
+    return self;
+}
+
+/* Hook callback: a user frame about to run under a function smelt runs
+ * eagerly. Compiled entry: its result; anything else: run the frame. */
+static PyObject *on_frame(void *ctx, const tracer_frame_view *v)
+{
+    (void)ctx;
+    if ((PyObject *)v->code == skip_code) {
+        skip_code = NULL;
+        return NULL;
+    }
+    FunctionObject *self = frame_function(v);
+    PyCodeObject *co = v->code;
+    int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+                !!(co->co_flags & CO_VARKEYWORDS);
+    if (!self || nargs > MAX_LOCALS || nargs > v->nlocalsplus)
+        return NULL;
+    PyObject *loc[MAX_LOCALS + MAX_CELLS];
+    for (int i = 0; i < nargs; i++)
+        loc[i] = Py_XNewRef(v->localsplus[i]);
+    call_frame f = { .loc = loc, .nloc = nargs, .globals = v->globals, .builtins = v->builtins, .from_hook = 1 };
+    Py_INCREF(self);
+    PyObject *res = dispatch(self, &f, nargs);
+    Py_DECREF(self);
+    for (int i = 0; i < nargs; i++)
+        Py_XDECREF(loc[i]);
+    return res;
+}
+
+static const tracer_callback hook_cb = { on_frame, NULL };
 
 /* ---------- type ---------- */
 
@@ -623,6 +765,10 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     self->vectorcall = function_call;
     self->fn = Py_NewRef(fn);
     self->fullgraph = fullgraph;
+    if (!fullgraph && !making_for_hook && remember_for_code((PyObject *)self, 0)) {   /* its frames under the hook find it */
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -700,7 +846,20 @@ static PyObject *function_get_fn(PyObject *op, void *unused)
     return Py_NewRef(((FunctionObject *)op)->fn);
 }
 
+/* CompiledFunction.of(fn): the CompiledFunction smelt keeps for fn's code
+ * (made by smelt.compile or by the frame hook), or None. */
+static PyObject *function_of(PyObject *unused, PyObject *fn)
+{
+    (void)unused;
+    if (!PyFunction_Check(fn))
+        return PyErr_Format(PyExc_TypeError, "of: expected a Python function, got %s", Py_TYPE(fn)->tp_name);
+    tracer_extra *x = tracer_code_extra(PyFunction_GET_CODE(fn));
+    PyObject *cf = x && x->free == code_cache_free ? cache_target((code_cache *)x) : NULL;
+    return Py_NewRef(cf ? cf : Py_None);
+}
+
 static PyMethodDef function_methods[] = {
+    { "of", function_of, METH_O | METH_STATIC, "The CompiledFunction kept for fn's code, or None." },
     { "reset", function_reset, METH_NOARGS, "Drop every compiled entry." },
     { "stats", function_stats, METH_NOARGS, "Counters: entries, compiles, breaks, hits, last_break." },
     { NULL, NULL, 0, NULL },
@@ -770,6 +929,6 @@ int pyext_function_type_init(PyObject *m)
     if (!tp)
         return -1;
     int rc = PyModule_AddObjectRef(m, "CompiledFunction", tp);
-    Py_DECREF(tp);
+    Py_XSETREF(function_type_obj, tp);   /* the hook makes CompiledFunctions for frames */
     return rc;
 }

@@ -465,3 +465,71 @@ def test_compiled_function_keeps_identity_and_binds_as_method():
     h = Holder()
     check(h.apply(x), x * 3.0)
     check(Holder.apply(h, x), x * 3.0)
+
+
+# ---------------------------------------------------------------- frames under the hook
+
+def _heavy(a, b):
+    return torch.softmax(a @ b, dim=-1) * 2
+
+
+def _breaks_then_calls(a, b):
+    print("", end="")   # graph break: this frame runs eagerly
+    return _heavy(a, b) + 1
+
+
+def test_functions_called_from_an_eager_frame_are_compiled():
+    a, b = rnd(8, 16), rnd(16, 8)
+    cf = smelt.compile(_breaks_then_calls)
+    for _ in range(3):
+        check(cf(a, b), _breaks_then_calls(a, b))
+    assert cf._smelt.stats()["eager_entries"] == 1
+    inner = smelt._C.CompiledFunction.of(_heavy)
+    assert inner is not None
+    st = inner.stats()
+    assert st["compiles"] == 1 and st["eager_entries"] == 0 and st["hits"] >= 2, st
+
+
+class _PrintingModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = MLP()
+
+    def forward(self, x):
+        print("", end="")   # breaks the outer forward
+        return self.inner(x) * 2
+
+
+def test_submodule_of_an_eager_forward_is_compiled():
+    m = _PrintingModel().eval()
+    cm = smelt.compile(m)
+    x = rnd(3, 16)
+    with torch.no_grad():
+        for _ in range(2):
+            check(cm(x), m(x))
+    inner = smelt._C.CompiledFunction.of(MLP.forward)
+    assert inner is not None and inner.stats()["compiles"] >= 1
+
+
+def test_closures_called_from_an_eager_frame_run_normally():
+    k = 3.0
+
+    def scaled(a):
+        return a * k
+
+    def outer(a):
+        print("", end="")
+        return scaled(a)
+
+    cf = smelt.compile(outer)
+    x = rnd(4)
+    check(cf(x), x * 3.0)
+    k = 5.0
+    check(cf(x), x * 5.0)
+    assert smelt._C.CompiledFunction.of(scaled) is None   # closures are left alone
+
+
+def test_hook_is_off_after_the_call():
+    cf = smelt.compile(_breaks_then_calls)
+    cf(rnd(2, 16), rnd(16, 2))
+    assert not smelt._C._hook_installed()
