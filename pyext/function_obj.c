@@ -357,17 +357,13 @@ static PyObject *run_compiled(entry *e, PyObject **vals)
     return res;
 }
 
-/* Checks entry e's guards on call f; when they hold, runs the entry into
- * *res (compiled: on the values the check fetched; a break entry: the
- * function itself). 1 matched (*res may be NULL with an error), 0 not,
- * -1 error. */
 static const tracer_callback hook_cb;
 static _Thread_local PyObject *skip_code;   /* the next frame of this code runs unintercepted */
 static int making_for_hook;   /* frame_function is constructing one: it registers it itself */
 
 /* Runs the function eagerly for call f. From a Python call: under the
  * frame hook, so the user functions it calls are still captured and
- * compiled. From the hook itself (f->args NULL): returns NULL with no
+ * compiled. From the hook itself (f->from_hook): returns NULL with no
  * error set, which lets the intercepted frame run normally. */
 static PyObject *run_eager(FunctionObject *self, const call_frame *f)
 {
@@ -381,6 +377,10 @@ static PyObject *run_eager(FunctionObject *self, const call_frame *f)
     return r;
 }
 
+/* Checks entry e's guards on call f; when they hold, runs the entry into
+ * *res (compiled: on the values the check fetched; a break entry: the
+ * function itself). 1 matched (*res may be NULL with an error), 0 not,
+ * -1 error. */
 static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObject **res)
 {
     if (!e->tree)
