@@ -13,6 +13,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -78,12 +79,13 @@ def up_to_date(obj, depfile):
 
 
 class BuildExt(build_ext):
-    """build_ext with per-variant build folders and incremental objects."""
+    """build_ext with per-variant, per-Python build folders and incremental objects."""
 
     def finalize_options(self):
         super().finalize_options()
-        self.build_temp = os.path.join(ROOT, "build", "temp-" + VARIANT)
-        self.build_lib = os.path.join(ROOT, "build", "lib-" + VARIANT)
+        tag = f"{VARIANT}-cp{sys.version_info[0]}{sys.version_info[1]}"
+        self.build_temp = os.path.join(ROOT, "build", "temp-" + tag)
+        self.build_lib = os.path.join(ROOT, "build", "lib-" + tag)
         self.force = True   # always relink; objects are skipped below
 
     def build_extension(self, ext):

@@ -144,32 +144,60 @@ int guard_add_tensor_match(guard_node *n, PyObject *example, const uint8_t *dyna
     return guard_leaf_push(n, (guard_leaf){.kind = LEAF_TENSOR, .ts = ts});
 }
 
-/* Global-state readers: torch.<attr>() must keep returning the same object. */
+/* Global state: module.attr, called with arg when arg is set (through
+ * functools.partial, so the leaf calls it without arguments) or with `bool`
+ * applied when truth is set, must keep returning the same object. The
+ * global hook dicts are read at trace time when a module call is inlined:
+ * hooks registered after compiling must recompile. */
 static const struct {
-    const char *attr, *text;
+    const char *module, *attr, *arg, *text;
+    int truth;
 } global_state[] = {
-    {"is_grad_enabled", "torch.is_grad_enabled()"},
-    {"get_default_dtype", "torch.get_default_dtype()"},
+    {"torch", "is_grad_enabled", NULL, "torch.is_grad_enabled()", 0},
+    {"torch", "get_default_dtype", NULL, "torch.get_default_dtype()", 0},
+    {"torch", "is_autocast_enabled", "cpu", "torch.is_autocast_enabled('cpu')", 0},
+    {"torch.nn.modules.module", "_global_forward_hooks", NULL, "bool(nn.modules.module._global_forward_hooks)", 1},
+    {"torch.nn.modules.module", "_global_forward_pre_hooks", NULL,
+     "bool(nn.modules.module._global_forward_pre_hooks)", 1},
+    {"torch.nn.modules.module", "_global_backward_hooks", NULL, "bool(nn.modules.module._global_backward_hooks)", 1},
+    {"torch.nn.modules.module", "_global_backward_pre_hooks", NULL,
+     "bool(nn.modules.module._global_backward_pre_hooks)", 1},
 };
+
+/* The no-argument callable reading global_state[i] (new reference). */
+static PyObject *state_reader(size_t i)
+{
+    PyObject *mod = PyImport_ImportModule(global_state[i].module);
+    PyObject *o = mod ? PyObject_GetAttrString(mod, global_state[i].attr) : NULL;
+    Py_XDECREF(mod);
+    if (!o || (!global_state[i].arg && !global_state[i].truth))
+        return o;
+    PyObject *ft = PyImport_ImportModule("functools");
+    PyObject *partial = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
+    PyObject *r = NULL;
+    if (partial && global_state[i].truth)
+        r = PyObject_CallFunctionObjArgs(partial, (PyObject *)&PyBool_Type, o, NULL);
+    else if (partial)
+        r = PyObject_CallFunction(partial, "Os", o, global_state[i].arg);
+    Py_XDECREF(ft);
+    Py_XDECREF(partial);
+    Py_DECREF(o);
+    return r;
+}
 
 int guard_add_global_state(guard_tree *t)
 {
-    PyObject *torch = PyImport_ImportModule("torch");
-    if (!torch)
-        return -1;
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < sizeof global_state / sizeof global_state[0]; i++) {
-        PyObject *fn = PyObject_GetAttrString(torch, global_state[i].attr);
+        PyObject *fn = state_reader(i);
         PyObject *now = fn ? PyObject_CallNoArgs(fn) : NULL;
         if (!now) {
             Py_XDECREF(fn);
-            rc = -1;
-            break;
+            return -1;
         }
         rc = guard_leaf_push(t->nodes[0], (guard_leaf){.kind = LEAF_CALL_IS, .obj = fn,
                                                         .aux = now, .text = global_state[i].text});
     }
-    Py_DECREF(torch);
     return rc;
 }
 

@@ -52,6 +52,8 @@ void smelt_plan_free(smelt_plan *p)
         free(p->kernels[k].items);
     free(p->kernels);
     free(p->bufs);
+    for (int32_t k = 0; k < p->nsteps; k++)
+        free(p->steps[k].call);
     free(p->steps);
     for (int32_t k = 0; p->code && k < p->nkernels; k++)
         free(p->code[k].slots);
@@ -66,6 +68,7 @@ void smelt_plan_free(smelt_plan *p)
 
 int smelt_plan_num_kernels(const smelt_plan *p) { return p->nkernels; }
 int smelt_plan_num_externs(const smelt_plan *p) { return p->nexterns; }
+int smelt_plan_num_host_calls(const smelt_plan *p) { return p->ncalls; }
 
 const char *smelt_plan_code(const smelt_plan *p, const char *which)
 {

@@ -32,10 +32,32 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
                    char *err, size_t errlen);
 
+/* A tensor handed to or expected from the host: data points at element 0. */
+typedef struct smelt_tensor_ref {
+    void *data;
+    uint8_t dtype;                      /* smelt_dtype */
+    uint8_t ndim;
+    int64_t shape[SMELT_MAX_DIMS];
+    int64_t strides[SMELT_MAX_DIMS];    /* in elements */
+} smelt_tensor_ref;
+
+/* Runs host call `id` of the graph (its CALL nodes): in[0..nin) are the
+ * call's sources (any strides, read-only), out[0..nout) contiguous buffers
+ * the host fills with the call's results. Called on the thread that runs
+ * the plan, without the GIL held, one call at a time. 0, or -1 with err. */
+typedef int (*smelt_host_call_fn)(void *ctx, int32_t id, int nin, const smelt_tensor_ref *in,
+                                  int nout, const smelt_tensor_ref *out, char *err, size_t errlen);
+
+/* smelt_plan_run for plans with CALL steps: `call` runs them (with ctx).
+ * With call NULL a CALL step fails with an error. */
+int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *outputs,
+                        smelt_host_call_fn call, void *ctx, char *err, size_t errlen);
+
 void smelt_plan_free(smelt_plan *p);
 
 int smelt_plan_num_kernels(const smelt_plan *p);   /* generated kernels */
-int smelt_plan_num_externs(const smelt_plan *p);   /* matmul calls etc. */
+int smelt_plan_num_externs(const smelt_plan *p);   /* matmul and host calls */
+int smelt_plan_num_host_calls(const smelt_plan *p); /* CALL steps (host calls) */
 /* Text of the generated code: which = "ir" (LLVM IR, optimised), "asm"
  * (assembly), "kernels" (the fused loop-level kernels). NULL if not kept. */
 const char *smelt_plan_code(const smelt_plan *p, const char *which);

@@ -906,6 +906,40 @@ static int infer_matmul(infer_ctx *c)
 /* ------------------------------------------------------------------ */
 /* node inference: the spec of every op                               */
 
+/* CALL: dtype and shape come from the proto (the host inferred them). The
+ * node's place in its call group is checked against the node before it:
+ * out 0 starts call id = 1 + the previous call's id (0 for the first);
+ * out k > 0 follows out k-1 of the same call with the same sources. */
+static int infer_call(infer_ctx *c, int32_t self)
+{
+    const smelt_node *in = c->in;
+    int32_t id = in->a.call.id, out = in->a.call.out, nout = in->a.call.nout;
+    if (dtype_ok(c, in->dtype) || proto_shape_ok(c, 0))
+        return -1;
+    if (nout < 1 || nout > SMELT_MAX_SRC || out < 0 || out >= nout)
+        return fail(c, "result %d of %d is out of range (1 to %d results)", (int)out, (int)nout,
+                    SMELT_MAX_SRC);
+    const smelt_node *prev = NULL;
+    for (int32_t i = self - 1; i >= 0 && !prev; i--)
+        if (c->g->nodes[i].op == SMELT_OP_CALL)
+            prev = &c->g->nodes[i];
+    if (out == 0 && (prev ? prev->a.call.id + 1 != id || prev->a.call.out != prev->a.call.nout - 1
+                          : id != 0))
+        return fail(c, "call %d does not follow call %d", (int)id, prev ? (int)prev->a.call.id : -1);
+    if (out > 0 && (prev != &c->g->nodes[self - 1] || prev->a.call.id != id || prev->a.call.out != out - 1 ||
+                    prev->a.call.nout != nout || prev->a.call.key != in->a.call.key ||
+                    prev->nsrc != in->nsrc || memcmp(prev->src, in->src, sizeof(int32_t) * in->nsrc)))
+        return fail(c, "result %d of call %d does not follow result %d with the same sources", (int)out,
+                    (int)id, (int)out - 1);
+    c->out->dtype = in->dtype;
+    copy_shape(c->out, in);
+    c->out->a.call.id = id;
+    c->out->a.call.out = out;
+    c->out->a.call.nout = nout;
+    c->out->a.call.key = in->a.call.key;
+    return 0;
+}
+
 static int infer_leaf(infer_ctx *c)
 {
     switch ((smelt_op)c->in->op) {
@@ -980,7 +1014,7 @@ static int infer_node(const smelt_graph *g, int32_t self, const smelt_node *in,
     case SMELT_KIND_REDUCTION: rc = infer_reduction(&c); break;
     case SMELT_KIND_VIEW: rc = infer_view(&c); break;
     case SMELT_KIND_CAT: rc = infer_cat(&c); break;
-    default: rc = infer_matmul(&c); break;
+    default: rc = in->op == SMELT_OP_CALL ? infer_call(&c, self) : infer_matmul(&c); break;
     }
     if (rc == 0 && !numel_fits(out))
         return fail(&c, "shape %s has too many elements", SHP(out));
@@ -1121,11 +1155,52 @@ int smelt_graph_output(smelt_graph *g, int32_t node)
     return 0;
 }
 
+int32_t smelt_graph_call(smelt_graph *g, int32_t id, uint64_t key, int nsrc, const int32_t *src,
+                         int nout, const uint8_t *dtypes, const int *ndims,
+                         const int64_t (*shapes)[SMELT_MAX_DIMS])
+{
+    int32_t first = -1;
+    if (nsrc < 0 || nsrc > SMELT_MAX_SRC || nout < 1 || nout > SMELT_MAX_SRC)
+        return snprintf(g->err, sizeof g->err, "call: %d sources and %d results (1 to %d each)", nsrc,
+                        nout, SMELT_MAX_SRC), -1;
+    for (int k = 0; k < nout; k++) {
+        smelt_node p;
+        memset(&p, 0, sizeof p);
+        p.op = SMELT_OP_CALL;
+        p.nsrc = (uint8_t)nsrc;
+        memcpy(p.src, src, sizeof(int32_t) * (size_t)nsrc);
+        p.dtype = dtypes[k];
+        if (ndims[k] < 0 || ndims[k] > SMELT_MAX_DIMS)
+            return snprintf(g->err, sizeof g->err, "call: result %d has rank %d", k, ndims[k]), -1;
+        p.ndim = (uint8_t)ndims[k];
+        memcpy(p.shape, shapes[k], sizeof(int64_t) * (size_t)ndims[k]);
+        p.a.call.id = id;
+        p.a.call.out = k;
+        p.a.call.nout = nout;
+        p.a.call.key = key;
+        int32_t n = append(g, &p);
+        if (n < 0) {
+            g->n = first >= 0 ? first : g->n;   /* never leave half a call */
+            return -1;
+        }
+        first = k ? first : n;
+    }
+    return first;
+}
+
+int32_t smelt_graph_num_calls(const smelt_graph *g)
+{
+    for (int32_t i = g->n - 1; i >= 0; i--)
+        if (g->nodes[i].op == SMELT_OP_CALL)
+            return g->nodes[i].a.call.id + 1;
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* canonical encoding                                                 */
 
 enum attr_member { AM_NONE, AM_INPUT, AM_SCALAR, AM_ARANGE, AM_AXIS, AM_CLAMP, AM_RED,
-                   AM_PERM, AM_SLICE, AM_DIAG };
+                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL };
 
 /* Which member of smelt_attrs op uses (see graph.h). */
 static enum attr_member attr_member_of(smelt_op op)
@@ -1140,6 +1215,7 @@ static enum attr_member attr_member_of(smelt_op op)
     case SMELT_OP_PERMUTE: return AM_PERM;
     case SMELT_OP_SLICE: return AM_SLICE;
     case SMELT_OP_DIAGONAL: return AM_DIAG;
+    case SMELT_OP_CALL: return AM_CALL;
     default:
         return smelt_op_kind_of(op) == SMELT_KIND_REDUCTION ? AM_RED : AM_NONE;
     }
@@ -1189,6 +1265,9 @@ static uint8_t *encode_attrs(uint8_t *p, const smelt_node *n)
         PUT(a->slice.dim, 4); PUT(a->slice.start, 8); PUT(a->slice.end, 8); PUT(a->slice.step, 8);
         break;
     case AM_DIAG: PUT(a->diag.offset, 8); PUT(a->diag.dim1, 4); PUT(a->diag.dim2, 4); break;
+    case AM_CALL:
+        PUT(a->call.id, 4); PUT(a->call.out, 4); PUT(a->call.nout, 4); PUT(a->call.key, 8);
+        break;
     case AM_NONE: break;
     }
     return p;
@@ -1295,9 +1374,15 @@ int smelt_graph_verify(const smelt_graph *g, char *err, size_t errlen)
     int32_t ninputs = 0;
     if (g->n < 0 || (g->n && !g->nodes) || g->nout < 0 || (g->nout && !g->outputs))
         return snprintf(err, errlen, "verify: corrupt node or output arrays"), -1;
-    for (int32_t i = 0; i < g->n; i++)
+    for (int32_t i = 0; i < g->n; i++) {
         if (verify_node(g, i, &ninputs, err, errlen))
             return -1;
+        const smelt_node *n = &g->nodes[i];
+        if (n->op == SMELT_OP_CALL && n->a.call.out < n->a.call.nout - 1 &&
+            (i + 1 == g->n || g->nodes[i + 1].op != SMELT_OP_CALL || g->nodes[i + 1].a.call.out == 0))
+            return snprintf(err, errlen, "verify: node %d: call %d stops after result %d of %d", (int)i,
+                            (int)n->a.call.id, (int)n->a.call.out, (int)n->a.call.nout), -1;
+    }
     if (ninputs != g->ninputs)
         return snprintf(err, errlen, "verify: %d input nodes, graph says %d", (int)ninputs,
                         (int)g->ninputs), -1;
@@ -1428,6 +1513,10 @@ static void print_attrs(strbuf *b, const smelt_node *n)
     case AM_DIAG:
         sb_printf(b, ", offset=%lld, dim1=%d, dim2=%d", (long long)a->diag.offset,
                   (int)a->diag.dim1, (int)a->diag.dim2);
+        break;
+    case AM_CALL:
+        sb_printf(b, ", call=%d, out=%d/%d, key=%016llx", (int)a->call.id, (int)a->call.out,
+                  (int)a->call.nout, (unsigned long long)a->call.key);
         break;
     case AM_NONE: break;
     }

@@ -69,7 +69,15 @@ typedef enum smelt_op_kind {
  *                          source is 0-d), keepdim, correction for VAR/STD
  *   perm    PERMUTE        perm[d] = source dim placed at output dim d
  *   slice   SLICE          0 <= start <= end <= size, step >= 1
- *   diag    DIAGONAL       dim1 != dim2, offset any sign */
+ *   diag    DIAGONAL       dim1 != dim2, offset any sign
+ *   call    CALL           host call number id (an index into the caller's
+ *                          table of calls), which of its nout results this
+ *                          node is (out), and key: a hash of what the call
+ *                          does (callable and constant arguments), so that
+ *                          graphs calling different things never share code.
+ *                          The nout nodes of one call are consecutive, in
+ *                          order out = 0..nout-1, with identical sources,
+ *                          id and key; ids are 0.. in order of first use. */
 typedef union smelt_attrs {
     struct { int32_t index; } input;
     struct { double f; int64_t i; } scalar;
@@ -80,6 +88,7 @@ typedef union smelt_attrs {
     struct { int8_t perm[SMELT_MAX_DIMS]; } perm;
     struct { int32_t dim; int64_t start, end, step; } slice;
     struct { int64_t offset; int32_t dim1, dim2; } diag;
+    struct { int32_t id, out, nout; uint64_t key; } call;
 } smelt_attrs;
 
 typedef struct smelt_node {
@@ -146,6 +155,16 @@ int32_t smelt_graph_input(smelt_graph *g, smelt_dtype dt, int ndim,
 int32_t smelt_graph_scalar(smelt_graph *g, smelt_dtype dt, double f, int64_t i);
 int32_t smelt_graph_add(smelt_graph *g, const smelt_node *proto);
 int smelt_graph_output(smelt_graph *g, int32_t node);   /* 0 or -1 */
+
+/* Adds the nout (1..SMELT_MAX_SRC) CALL nodes of host call `id` (must be
+ * the number of calls already in g: ids are dense) over sources src[0..nsrc):
+ * node k has dtype dtypes[k] and shape ndims[k]/shapes[k]. Returns the index
+ * of the first (the others follow), or -1 with g->err. */
+int32_t smelt_graph_call(smelt_graph *g, int32_t id, uint64_t key, int nsrc, const int32_t *src,
+                         int nout, const uint8_t *dtypes, const int *ndims,
+                         const int64_t (*shapes)[SMELT_MAX_DIMS]);
+/* Number of host calls in g (1 + the largest CALL id, 0 if none). */
+int32_t smelt_graph_num_calls(const smelt_graph *g);
 
 /* 0 if the invariants above hold, else -1 with a message in err. */
 int smelt_graph_verify(const smelt_graph *g, char *err, size_t errlen);

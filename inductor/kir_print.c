@@ -121,7 +121,16 @@ char *ind_kernels_print(const smelt_plan *p)
         const plan_step *st = &p->steps[s];
         if (st->kind == PS_KERNEL)
             print_kernel(&b, p, st->kernel);
-        else
+        else if (st->kind == PS_CALL) {
+            const plan_call *c = st->call;
+            sb_printf(&b, "host call %d (", (int)c->id);
+            for (int k = 0; k < c->nin; k++)
+                sb_printf(&b, "%sbuf%d", k ? ", " : "", c->in_buf[k]);
+            sb_printf(&b, ") ->");
+            for (int k = 0; k < c->nout; k++)
+                sb_printf(&b, " buf%d", c->out_buf[k]);
+            sb_printf(&b, "\n");
+        } else
             sb_printf(&b, "matmul buf%d @ buf%d -> buf%d (%s)\n", st->a_buf, st->b_buf, st->c_buf,
                       smelt_dtype_name(st->mm.dtype));
     }

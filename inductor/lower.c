@@ -575,9 +575,9 @@ static void decide_realized(lowering *L)
         L->realized[g->outputs[o]] = 1;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
-        if (n->op != SMELT_OP_MATMUL)
+        if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL)
             continue;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < n->nsrc; k++) {
             int32_t buf;
             int64_t off, st[SMELT_MAX_DIMS];
             if (!strided_of(L, n->src[k], &buf, &off, st))
@@ -899,11 +899,47 @@ static int emit_matmul(lowering *L, int32_t node)
     return 0;
 }
 
+/* The PS_CALL step of the host call whose first result is `node`: sources
+ * as strided views of their buffers, results into the buffers of the
+ * call's nout consecutive nodes. */
+static int emit_call(lowering *L, int32_t node)
+{
+    const smelt_node *n = &L->g->nodes[node];
+    plan_call *c = calloc(1, sizeof *c);
+    if (!c)
+        abort();
+    c->id = n->a.call.id;
+    c->nin = n->nsrc;
+    c->nout = n->a.call.nout;
+    for (int k = 0; k < c->nin; k++) {
+        const smelt_node *a = &L->g->nodes[n->src[k]];
+        if (!strided_of(L, n->src[k], &c->in_buf[k], &c->in_off[k], c->in[k].strides))
+            abort();
+        c->in[k].dtype = a->dtype;
+        c->in[k].ndim = a->ndim;
+        memcpy(c->in[k].shape, a->shape, sizeof(int64_t) * a->ndim);
+    }
+    for (int k = 0; k < c->nout; k++) {
+        const smelt_node *o = &L->g->nodes[node + k];
+        c->out_buf[k] = L->buf_of[node + k];
+        c->out[k].dtype = o->dtype;
+        c->out[k].ndim = o->ndim;
+        memcpy(c->out[k].shape, o->shape, sizeof(int64_t) * o->ndim);
+        contiguous_strides(o->ndim, o->shape, c->out[k].strides);
+    }
+    add_step(L->p, (plan_step){ .kind = PS_CALL, .call = c });
+    L->p->nexterns++;
+    L->p->ncalls++;
+    return 0;
+}
+
 static int emit_node(lowering *L, int32_t i)
 {
     const smelt_node *n = &L->g->nodes[i];
     if (n->op == SMELT_OP_MATMUL)
         return emit_matmul(L, i);
+    if (n->op == SMELT_OP_CALL)
+        return n->a.call.out ? 0 : emit_call(L, i);   /* one step per call */
     if (n->op != SMELT_OP_CAT)
         return emit_store_kernel(L, i, 1, L->buf_of[i], -1, 0, n);
     int64_t off = 0;
@@ -921,7 +957,9 @@ static void reset_plan(smelt_plan *p)
 {
     for (int32_t k = 0; k < p->nkernels; k++)
         free(p->kernels[k].items);
-    p->nkernels = p->nbufs = p->nsteps = p->nexterns = 0;
+    for (int32_t k = 0; k < p->nsteps; k++)
+        free(p->steps[k].call);
+    p->nkernels = p->nbufs = p->nsteps = p->nexterns = p->ncalls = 0;
 }
 
 /* One attempt: buffers for realized nodes, then kernels in topological

@@ -1,5 +1,6 @@
 /* plan.c — runs a compiled plan: allocates temporaries, then runs each step
- * (generated kernels across the thread pool, matmuls on kernels/matmul). */
+ * (generated kernels across the thread pool, matmuls on kernels/matmul,
+ * host calls through the caller's callback). */
 #include "plan.h"
 #include "../kernels/memory.h"
 #include "../kernels/threadpool.h"
@@ -30,8 +31,34 @@ static int run_matmul(const smelt_plan *p, const plan_step *s, void **bufs, char
     return kern_matmul(&s->mm, a, b, bufs[s->c_buf], err, errlen);
 }
 
+/* Host call step: fills the refs' data pointers and hands them to the
+ * host. Without a host callback the plan cannot run. */
+static int run_call(const plan_step *s, void **bufs, smelt_host_call_fn host, void *ctx, char *err,
+                    size_t errlen)
+{
+    const plan_call *c = s->call;
+    smelt_tensor_ref in[SMELT_MAX_SRC], out[SMELT_MAX_SRC];
+    if (!host)
+        return snprintf(err, errlen, "the plan makes host call %d and no host runs it", (int)c->id), -1;
+    for (int k = 0; k < c->nin; k++) {
+        in[k] = c->in[k];
+        in[k].data = (char *)bufs[c->in_buf[k]] + c->in_off[k] * (int64_t)smelt_dtype_size(c->in[k].dtype);
+    }
+    for (int k = 0; k < c->nout; k++) {
+        out[k] = c->out[k];
+        out[k].data = bufs[c->out_buf[k]];
+    }
+    return host(ctx, c->id, c->nin, in, c->nout, out, err, errlen);
+}
+
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
                    char *err, size_t errlen)
+{
+    return smelt_plan_run_host(p, inputs, outputs, NULL, NULL, err, errlen);
+}
+
+int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *outputs,
+                        smelt_host_call_fn host, void *ctx, char *err, size_t errlen)
 {
     void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
     int32_t flag = 0;
@@ -55,6 +82,10 @@ int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *output
         const plan_step *st = &p->steps[s];
         if (st->kind == PS_MATMUL) {
             rc = run_matmul(p, st, bufs, err, errlen);
+            continue;
+        }
+        if (st->kind == PS_CALL) {
+            rc = run_call(st, bufs, host, ctx, err, errlen);
             continue;
         }
         const plan_kernel_code *c = &p->code[st->kernel];

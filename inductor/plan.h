@@ -21,7 +21,18 @@ typedef struct plan_buf {
     int64_t nbytes;        /* PB_TEMP: bytes to allocate */
 } plan_buf;
 
-typedef enum plan_step_kind { PS_KERNEL, PS_MATMUL } plan_step_kind;
+typedef enum plan_step_kind { PS_KERNEL, PS_MATMUL, PS_CALL } plan_step_kind;
+
+/* PS_CALL: host call `id`: its sources are views of plan buffers (buffer,
+ * element offset, the ref's shape/strides), its results fill contiguous
+ * buffers. Refs' data pointers are filled at run time. */
+typedef struct plan_call {
+    int32_t id;
+    int nin, nout;
+    int32_t in_buf[SMELT_MAX_SRC], out_buf[SMELT_MAX_SRC];
+    int64_t in_off[SMELT_MAX_SRC];
+    smelt_tensor_ref in[SMELT_MAX_SRC], out[SMELT_MAX_SRC];
+} plan_call;
 
 typedef struct plan_step {
     uint8_t kind;
@@ -29,6 +40,7 @@ typedef struct plan_step {
     kern_matmul_desc mm;                   /* PS_MATMUL */
     int32_t a_buf, b_buf, c_buf;
     int64_t a_off, b_off;                  /* element offsets */
+    plan_call *call;                       /* PS_CALL (owned) */
 } plan_step;
 
 /* Signature of every generated kernel: items [begin, end) of its work.
@@ -53,7 +65,7 @@ struct smelt_plan {
     kir_kernel *kernels; int32_t nkernels, ckernels;
     plan_buf *bufs; int32_t nbufs, cbufs;
     plan_step *steps; int32_t nsteps, csteps;
-    int32_t nexterns;
+    int32_t nexterns, ncalls;
     plan_kernel_code *code;  /* one per kernel, filled by the backend */
     void *backend_state;     /* backend-owned (JIT resource tracker) */
     char *text_kernels, *text_ir, *text_asm;

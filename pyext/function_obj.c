@@ -52,6 +52,8 @@ typedef struct FunctionObject {
 } FunctionObject;
 
 static PyObject *grad_enabled_fn;   /* torch.is_grad_enabled */
+static PyObject *autocast_fn, *autocast_dev;   /* torch.is_autocast_enabled, "cpu" */
+static PyObject *hook_made;   /* list of weakrefs to the CompiledFunctions the hook made */
 
 /* ---------- the frame ----------
  *
@@ -493,6 +495,16 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
     self->trace_ms = now_ms() - t0;
     if (rc < 0)
         goto fail;
+    if (rc == 0 && autocast_fn) {   /* the tree's autocast guard keeps it to this state */
+        PyObject *on = PyObject_CallOneArg(autocast_fn, autocast_dev);
+        if (!on)
+            goto fail;
+        if (on == Py_True) {
+            rc = 1;
+            snprintf(e->r.reason, sizeof e->r.reason, "autocast is on: compiled autocast regions are not built yet");
+        }
+        Py_DECREF(on);
+    }
     if (rc == 0 && inputs_require_grad(&e->r)) {
         PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
         if (!g)
@@ -536,7 +548,7 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
     }
     if (pyext_log_on(PYEXT_LOG_OUTPUT_CODE) && smelt_plan_code(plan, "kernels"))
         pyext_log_write(PYEXT_LOG_OUTPUT_CODE, smelt_plan_code(plan, "kernels"));
-    e->compiled = pyext_compiled_new(st, e->r.graph, plan);
+    e->compiled = pyext_compiled_new(st, e->r.graph, plan, e->r.calls);
     if (!e->compiled)
         goto fail;
     self->ncompiles++;
@@ -696,7 +708,10 @@ static FunctionObject *frame_function(const tracer_frame_view *v)
         making_for_hook = 1;
         PyObject *cf = PyObject_CallOneArg(function_type_obj, v->func);
         making_for_hook = 0;
-        if (!cf || remember_for_code(cf, 1)) {
+        PyObject *ref = cf ? PyWeakref_NewRef(cf, NULL) : NULL;
+        int bad = !ref || PyList_Append(hook_made, ref);
+        Py_XDECREF(ref);
+        if (bad || remember_for_code(cf, 1)) {
             Py_XDECREF(cf);
             PyErr_Clear();
             return NULL;
@@ -755,8 +770,11 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (!grad_enabled_fn) {
         PyObject *torch = PyImport_ImportModule("torch");
         grad_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : NULL;
+        autocast_fn = torch ? PyObject_GetAttrString(torch, "is_autocast_enabled") : NULL;
+        autocast_dev = PyUnicode_InternFromString("cpu");
+        hook_made = PyList_New(0);
         Py_XDECREF(torch);
-        if (!grad_enabled_fn || tracer_init())
+        if (!grad_enabled_fn || !autocast_fn || !autocast_dev || !hook_made || tracer_init())
             return NULL;
     }
     FunctionObject *self = (FunctionObject *)tp->tp_alloc(tp, 0);
@@ -846,6 +864,27 @@ static PyObject *function_get_fn(PyObject *op, void *unused)
     return Py_NewRef(((FunctionObject *)op)->fn);
 }
 
+/* CompiledFunction._reset_hooked(): drops the entries of every
+ * CompiledFunction the frame hook made (smelt.reset() calls it; those made
+ * by smelt.compile are reset through their own reset()). */
+static PyObject *function_reset_hooked(PyObject *unused, PyObject *unused2)
+{
+    (void)unused;
+    (void)unused2;
+    Py_ssize_t keep = 0;
+    for (Py_ssize_t i = 0; hook_made && i < PyList_GET_SIZE(hook_made); i++) {
+        PyObject *ref = PyList_GET_ITEM(hook_made, i), *cf = PyWeakref_GetObject(ref);
+        if (cf == Py_None)
+            continue;
+        drop_entries((FunctionObject *)cf);
+        PyList_SET_ITEM(hook_made, i, PyList_GET_ITEM(hook_made, keep));
+        PyList_SET_ITEM(hook_made, keep++, ref);
+    }
+    if (hook_made && PyList_SetSlice(hook_made, keep, PyList_GET_SIZE(hook_made), NULL))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 /* CompiledFunction.of(fn): the CompiledFunction smelt keeps for fn's code
  * (made by smelt.compile or by the frame hook), or None. */
 static PyObject *function_of(PyObject *unused, PyObject *fn)
@@ -861,6 +900,8 @@ static PyObject *function_of(PyObject *unused, PyObject *fn)
 static PyMethodDef function_methods[] = {
     { "of", function_of, METH_O | METH_STATIC, "The CompiledFunction kept for fn's code, or None." },
     { "reset", function_reset, METH_NOARGS, "Drop every compiled entry." },
+    { "_reset_hooked", function_reset_hooked, METH_NOARGS | METH_STATIC,
+      "Drop the entries of every CompiledFunction the frame hook made." },
     { "stats", function_stats, METH_NOARGS, "Counters: entries, compiles, breaks, hits, last_break." },
     { NULL, NULL, 0, NULL },
 };

@@ -273,6 +273,15 @@ def test_global_state():
     finally:
         torch.set_default_dtype(old)
     ok(t, [])
+    with torch.autocast("cpu"):
+        assert fails(t, []) == "torch.is_autocast_enabled('cpu') is False failed: got True"
+    h = torch.nn.modules.module.register_module_forward_pre_hook(lambda m, i: None)
+    try:
+        assert fails(t, []) == \
+            "bool(nn.modules.module._global_forward_pre_hooks) is False failed: got True"
+    finally:
+        h.remove()
+    ok(t, [])
 
 
 # ---------------------------------------------------------------- tensors
@@ -503,14 +512,16 @@ def test_printer():
     t.len_eq(t.local(1, "xs"), 2)
     text = str(t)
     lines = text.splitlines()
-    assert lines[0] == "guards: 5 checks on 3 values"
+    assert lines[0] == "guards: 10 checks on 3 values"   # 7 of global state
     assert "  | torch.is_grad_enabled() is True" in lines
+    assert "  | torch.is_autocast_enabled('cpu') is False" in lines
+    assert "  | bool(nn.modules.module._global_forward_hooks) is False" in lines
     assert "  L['self']" in lines
     assert "    | type(L['self']) is Linear" in lines
     assert "    L['self'].training" in lines
     assert "      | L['self'].training is True" in lines
     assert "    | len(L['xs']) == 2" in lines
-    assert t.num_nodes == 4 and t.num_checks == 5
+    assert t.num_nodes == 4 and t.num_checks == 10
 
 
 # ---------------------------------------------------------------- timing

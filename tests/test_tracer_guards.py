@@ -338,3 +338,62 @@ def test_source_the_tree_cannot_express_runs_eagerly():
     assert st["eager_entries"] == 2 and "guards could not be built" in st["last_break"], st
     torch.testing.assert_close(cf(x, b=b), x + b)
     assert cf._smelt.stats()["compiles"] == 1
+
+
+def test_global_forward_hook_registered_after_compiling_is_seen():
+    """A global module hook registered after the first call recompiles (the
+    trace read the global hook dicts) and its effect shows, as in eager;
+    removing it goes back to the first entry."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    cm = smelt.compile(model)
+    x = rnd(3, 4)
+    with torch.no_grad():
+        first = cm(x)
+        h = nn.modules.module.register_module_forward_hook(lambda mod, i, o: o + 7)
+        try:
+            torch.testing.assert_close(cm(x), model(x))
+            assert not torch.equal(cm(x), first)
+        finally:
+            h.remove()
+        torch.testing.assert_close(cm(x), first)
+    st = cm._smelt.stats()
+    assert st["entries"] == 2 and st["hits"] >= 2, st
+
+
+def test_autocast_runs_eagerly_and_is_guarded():
+    """Under CPU autocast the compiled function runs eagerly (same dtypes and
+    values as eager autocast); outside it the compiled entry is used."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.GELU()).eval()
+    cm = smelt.compile(model)
+    x = rnd(5, 8)
+    with torch.no_grad():
+        plain = cm(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = cm(x), model(x)
+        assert got.dtype == want.dtype == torch.bfloat16
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(cm(x), plain)
+    st = cm._smelt.stats()
+    assert st["entries"] == 2 and st["eager_entries"] == 1, st
+    assert "autocast" in st["last_break"]
+
+
+def test_reset_drops_entries_made_by_the_frame_hook():
+    """A helper compiled through the hook (its caller breaks the graph) loses
+    its entries on smelt.reset()."""
+    def helper(a):
+        return a * 2 + 1
+
+    def outer(a):
+        print(end="")   # a graph break: outer runs eagerly under the hook
+        return helper(a)
+
+    cf = smelt.compile(outer)
+    x = rnd(6)
+    torch.testing.assert_close(cf(x), x * 2 + 1)
+    hooked = smelt._C.CompiledFunction.of(helper)
+    assert hooked is not None and hooked.stats()["entries"] == 1
+    smelt.reset()
+    assert hooked.stats()["entries"] == 0
+    torch.testing.assert_close(cf(x), x * 2 + 1)
+    assert hooked.stats()["entries"] == 1

@@ -80,3 +80,4 @@ def reset():
     """Drop every compiled entry of every compiled function and module."""
     for cf in list(_live):
         cf.reset()
+    _C.CompiledFunction._reset_hooked()
