@@ -426,14 +426,13 @@ static void mm_zero(const kern_matmul_desc *d, void *c, int64_t nrows)
 typedef void (*omp_set_fn)(int);
 typedef int (*omp_get_fn)(void);
 
-/* The CPU engine and stream (a oneDNN CPU stream executes synchronously and
- * holds no per-call state, so one is shared); whether the CPU has bf16
+/* The CPU engine (streams and scratchpads are per thread: see
+ * mm_thread_state); whether the CPU has bf16
  * instructions (without them oneDNN emulates bf16 and is slower than the
  * portable kernel); the OpenMP runtime oneDNN runs on, if it could be found,
  * to give it smelt's thread count. */
 static struct {
     dnnl_engine_t eng;
-    dnnl_stream_t stream;
     int native_bf16;
     omp_set_fn omp_set;
     omp_get_fn omp_get;
@@ -443,11 +442,6 @@ static pthread_once_t g_dnnl_once = PTHREAD_ONCE_INIT;
 static void dnnl_init_once(void)
 {
     if (dnnl_engine_create(&D.eng, dnnl_cpu, 0) != dnnl_success) {
-        D.eng = NULL;
-        return;
-    }
-    if (dnnl_stream_create(&D.stream, D.eng, dnnl_stream_default_flags) != dnnl_success) {
-        dnnl_engine_destroy(D.eng);
         D.eng = NULL;
         return;
     }
@@ -481,6 +475,8 @@ typedef struct mm_entry {
     uint64_t hash, last_use;
     int refs;
     dnnl_primitive_t prim;
+    dnnl_memory_desc_t scratch_md;   /* user scratchpad (see mm_dnnl_exec) */
+    size_t scratch_bytes;
 } mm_entry;
 
 static mm_entry *g_cache[MM_SETS][MM_WAYS];
@@ -533,24 +529,38 @@ static dnnl_status_t mm_key_mds(const mm_key *k, dnnl_memory_desc_t md[3])
     return st;
 }
 
-/* oneDNN's primitive for k, or NULL where it has only a reference kernel
- * (slower than the portable one) or fails. */
-static dnnl_primitive_t mm_create_prim(const mm_key *k)
+/* oneDNN's primitive for e->key into e->prim (with its scratchpad's
+ * descriptor), or NULL where it has only a reference kernel (slower than
+ * the portable one) or fails. The scratchpad is the caller's (user mode):
+ * in oneDNN's default library mode primitives share one global scratchpad,
+ * and smelt's pool threads run primitives at the same time. */
+static void mm_create_prim(mm_entry *e)
 {
     dnnl_memory_desc_t md[3];
     dnnl_matmul_desc_t mmd;
     dnnl_primitive_desc_t pd;
-    dnnl_primitive_t prim = NULL;
+    dnnl_primitive_attr_t attr = NULL;
     const char *impl = "ref";
-    if (mm_key_mds(k, md) != dnnl_success ||
+    e->prim = NULL;
+    if (dnnl_primitive_attr_create(&attr) != dnnl_success)
+        return;
+    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
+        mm_key_mds(&e->key, md) != dnnl_success ||
         dnnl_matmul_desc_init(&mmd, &md[0], &md[1], NULL, &md[2]) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &mmd, NULL, D.eng, NULL) != dnnl_success)
-        return NULL;
+        dnnl_primitive_desc_create(&pd, &mmd, attr, D.eng, NULL) != dnnl_success) {
+        dnnl_primitive_attr_destroy(attr);
+        return;
+    }
+    dnnl_primitive_attr_destroy(attr);
     dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    if (strncmp(impl, "ref", 3) != 0 && dnnl_primitive_create(&prim, pd) != dnnl_success)
-        prim = NULL;
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (smd) {
+        e->scratch_md = *smd;
+        e->scratch_bytes = dnnl_memory_desc_get_size(smd);
+    }
+    if (strncmp(impl, "ref", 3) != 0 && dnnl_primitive_create(&e->prim, pd) != dnnl_success)
+        e->prim = NULL;
     dnnl_primitive_desc_destroy(pd);
-    return prim;
 }
 
 /* Drops one reference; caller holds g_cache_mu. */
@@ -601,7 +611,7 @@ static mm_entry *mm_cache_get(const mm_key *k)
             e = set[w];
     if (!e && (e = calloc(1, sizeof *e))) {
         e->key = *k, e->hash = h, e->refs = 1;
-        e->prim = mm_create_prim(k);
+        mm_create_prim(e);
         mm_cache_insert_locked(e);
     }
     if (e) {
@@ -612,23 +622,49 @@ static mm_entry *mm_cache_get(const mm_key *k)
     return e;
 }
 
+/* Per-thread oneDNN state: a stream, and the scratchpad buffer primitives
+ * run with (grown on demand, kept for the thread's life). */
+static _Thread_local dnnl_stream_t tl_stream;
+static _Thread_local void *tl_scratch;
+static _Thread_local size_t tl_scratch_bytes;
+
+/* This thread's stream and a scratchpad of at least n bytes; 0 or -1. */
+static int mm_thread_state(size_t n)
+{
+    if (!tl_stream && dnnl_stream_create(&tl_stream, D.eng, dnnl_stream_default_flags) != dnnl_success) {
+        tl_stream = NULL;
+        return -1;
+    }
+    if (n > tl_scratch_bytes) {
+        free(tl_scratch);
+        tl_scratch_bytes = 0;
+        if (!(tl_scratch = aligned_alloc(64, (n + 63) / 64 * 64)))
+            return -1;
+        tl_scratch_bytes = n;
+    }
+    return 0;
+}
+
 static int mm_dnnl_exec(const mm_entry *e, const void *a, const void *b, void *c,
                         char *err, size_t errlen)
 {
-    dnnl_memory_desc_t md[3];
-    dnnl_memory_t mem[3] = {NULL, NULL, NULL};
-    void *ptr[3] = {(void *)a, (void *)b, c};
-    dnnl_status_t st = mm_key_mds(&e->key, md);
-    for (int o = 0; o < 3 && st == dnnl_success; o++)
+    dnnl_memory_desc_t md[4];
+    dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
+    void *ptr[4] = {(void *)a, (void *)b, c, NULL};
+    int nmem = e->scratch_bytes ? 4 : 3;
+    dnnl_status_t st = mm_thread_state(e->scratch_bytes) ? dnnl_out_of_memory : mm_key_mds(&e->key, md);
+    md[3] = e->scratch_md;
+    ptr[3] = tl_scratch;
+    for (int o = 0; o < nmem && st == dnnl_success; o++)
         st = dnnl_memory_create(&mem[o], &md[o], D.eng, ptr[o]);
     if (st == dnnl_success) {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]},
-                                   {DNNL_ARG_DST, mem[2]}};
-        st = dnnl_primitive_execute(e->prim, D.stream, 3, args);
+        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]},
+                                   {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_SCRATCHPAD, mem[3]}};
+        st = dnnl_primitive_execute(e->prim, tl_stream, nmem, args);
         if (st == dnnl_success)
-            st = dnnl_stream_wait(D.stream);
+            st = dnnl_stream_wait(tl_stream);
     }
-    for (int o = 0; o < 3; o++)
+    for (int o = 0; o < nmem; o++)
         if (mem[o])
             dnnl_memory_destroy(mem[o]);
     if (st == dnnl_success)

@@ -92,3 +92,23 @@ def test_matmul_chain_with_views_and_reduction(gen):
     s = (q * 0.25) @ k.transpose(1, 2)
     assert_close(outs[0], torch.softmax(s, -1) @ v, rtol=1e-4, atol=1e-5)
     assert_close(outs[1], s.sum((1, 2)), rtol=1e-4, atol=1e-4 * s.abs().sum((1, 2)))
+
+
+@pytest.mark.parametrize("shapes", [((4, 8, 255, 64), (4, 8, 64, 255)), ((4, 8, 256, 256), (4, 8, 256, 64)),
+                                    ((300, 64), (64, 300)), ((2, 300, 64), (2, 64, 300))],
+                         ids=["bmm-255", "bmm-256", "2d-300", "b2-300"])
+def test_matmul_split_across_threads(shapes, gen):
+    """Big enough to be split across 2 pool threads, each piece a oneDNN
+    primitive running at the same time as the other: repeated, so that a
+    shared scratchpad or stream (a race) would show as wrong values."""
+    import smelt._C as C
+    old = C.get_num_threads()
+    C.set_num_threads(2)
+    try:
+        for _ in range(4):
+            a, b = rand(shapes[0], F32, gen=gen, low=-1, high=1), rand(shapes[1], F32, gen=gen, low=-1, high=1)
+            out, _ = run_compiled(lambda g, x, y: g.op("matmul", x, y), a, b)
+            rtol, atol = mm_tol(a, b, a @ b)
+            assert_close(out, a @ b, rtol=rtol, atol=atol)
+    finally:
+        C.set_num_threads(old)
