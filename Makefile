@@ -18,9 +18,13 @@ demo: setup
 test: setup
 	$(PYTHON) -m pytest -q tests
 
-bench: setup
-	$(PYTHON) benchmarks/micro.py
-	$(PYTHON) benchmarks/tracer.py
+# The model suite (eager vs inductor vs smelt: MLP, CNN, GPT-2, BERT and the
+# micro-kernels; bench_results.json/.png), then the tracer's call overhead and
+# first-call scaling. Fails if either reports a wrong smelt result.
+bench:
+	@bash scripts/setup.sh bench
+	@s=0; echo '$(PYTHON) -m smelt.bench'; $(PYTHON) -m smelt.bench || s=1; \
+	echo '$(PYTHON) benchmarks/tracer.py'; $(PYTHON) benchmarks/tracer.py || s=1; exit $$s
 
 # ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next
 # `make setup`/`make test` switches back to the release build).

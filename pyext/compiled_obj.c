@@ -4,7 +4,9 @@
  * torch.Tensor of the same dtype, shape and strides; strides of size-0/1
  * dims and of empty tensors are not compared, they address nothing),
  * allocates each output with torch.empty and runs the plan without the
- * GIL. */
+ * GIL. A plan with host calls (CALL nodes) runs them through
+ * pyext_hostcall_run, which takes the GIL back for each call; the
+ * exception a call raises reaches the caller unchanged. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -12,6 +14,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "hostcall.h"
 #include "module.h"
 #include "../kernels/memory.h"
 
@@ -29,6 +32,8 @@ typedef struct CompiledObject {
     uint8_t *out_dtypes;
     PyObject **out_shapes;   /* tuple per output, argument of torch.empty */
     size_t *out_nbytes;
+    PyObject *calls;         /* table of host calls (list), NULL if the plan has none */
+    int nhost;               /* smelt_plan_num_host_calls */
 } CompiledObject;
 
 /* ------------------------------------------------------------------ */
@@ -159,6 +164,52 @@ static PyObject *new_output(pyext_state *st, CompiledObject *self, Py_ssize_t k,
     return t;
 }
 
+/* Sets torch's grad mode to `on`: the previous mode (0/1), or -1 with an
+ * exception. */
+static int set_grad_mode(pyext_state *st, int on)
+{
+    PyObject *was = PyObject_CallNoArgs(st->is_grad);
+    if (!was)
+        return -1;
+    int prev = was == Py_True;
+    Py_DECREF(was);
+    PyObject *r = prev != on ? PyObject_CallOneArg(st->set_grad, on ? Py_True : Py_False) : NULL;
+    if (prev != on && !r)
+        return -1;
+    Py_XDECREF(r);
+    return prev;
+}
+
+/* Runs a plan with host calls on ptrs (inputs, then outputs) with the GIL
+ * released and grad mode off (once for all its calls); a call's exception
+ * is raised again as it was. 0, or -1 with an exception. */
+static int run_host(CompiledObject *self, void **ptrs)
+{
+    pyext_state *st = pyext_state_of((PyObject *)self);
+    char err[512];
+    int grad = set_grad_mode(st, 0), rc;
+    if (grad < 0)
+        return -1;
+    PyObject *calls = Py_NewRef(self->calls);   /* kept alive whatever the calls do */
+    pyext_hostcall_ctx ctx = {calls, NULL};
+    Py_BEGIN_ALLOW_THREADS
+    rc = smelt_plan_run_host(self->plan, ptrs, ptrs + self->nin, pyext_hostcall_run, &ctx,
+                             err, sizeof err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(calls);
+    if (grad && set_grad_mode(st, 1) < 0) {
+        Py_XDECREF(ctx.exc);
+        return -1;
+    }
+    if (ctx.exc) {
+        PyErr_Restore(Py_NewRef(Py_TYPE(ctx.exc)), ctx.exc, PyException_GetTraceback(ctx.exc));
+        return -1;
+    }
+    if (rc)
+        PyErr_Format(PyExc_RuntimeError, "%s", err);
+    return rc;
+}
+
 /* Validates the inputs (unless `trusted`: the caller's guards already
  * checked every input's type, dtype, shape, strides and device),
  * allocates the outputs into list `outs` and runs the plan with the GIL
@@ -182,6 +233,8 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
             return -1;
         PyList_SET_ITEM(outs, k, t);
     }
+    if (self->nhost)
+        return run_host(self, ptrs);
     int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = smelt_plan_run(self->plan, ptrs, ptrs + self->nin, err, sizeof err);
@@ -251,6 +304,12 @@ static PyObject *get_num_externs(CompiledObject *self, void *unused)
     return PyLong_FromLong(smelt_plan_num_externs(self->plan));
 }
 
+static PyObject *get_num_host_calls(CompiledObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(self->nhost);
+}
+
 static PyObject *compiled_repr(CompiledObject *self)
 {
     return PyUnicode_FromFormat("<smelt._C.Compiled: %zd inputs, %zd outputs, %d kernels, "
@@ -267,6 +326,7 @@ static int compiled_traverse(CompiledObject *self, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(self));
     for (Py_ssize_t k = 0; self->out_shapes && k < self->nout; k++)
         Py_VISIT(self->out_shapes[k]);
+    Py_VISIT(self->calls);
     return 0;
 }
 
@@ -274,6 +334,7 @@ static int compiled_clear(CompiledObject *self)
 {
     for (Py_ssize_t k = 0; self->out_shapes && k < self->nout; k++)
         Py_CLEAR(self->out_shapes[k]);
+    Py_CLEAR(self->calls);
     return 0;
 }
 
@@ -322,7 +383,33 @@ static int fill_specs(CompiledObject *self, const smelt_graph *g)
     return 0;
 }
 
-PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan)
+/* Keeps a copy of the table of host calls when the plan has host calls:
+ * a list with an (fn, args, kwargs) tuple for each of g's calls. */
+static int take_calls(CompiledObject *self, const smelt_graph *g, PyObject *calls)
+{
+    self->nhost = smelt_plan_num_host_calls(self->plan);
+    if (!self->nhost)
+        return 0;
+    Py_ssize_t n = smelt_graph_num_calls(g);
+    if (!calls || !PyList_Check(calls) || PyList_GET_SIZE(calls) < n)
+        return PyErr_Format(PyExc_RuntimeError, "compile: the graph makes %zd host calls but "
+                            "its table of calls has %zd", n,
+                            calls && PyList_Check(calls) ? PyList_GET_SIZE(calls) : 0), -1;
+    if (!(self->calls = PyList_GetSlice(calls, 0, n)))
+        return -1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *e = PyList_GET_ITEM(self->calls, k);
+        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 ||
+            !PyTuple_Check(PyTuple_GET_ITEM(e, 1)) ||
+            (PyTuple_GET_ITEM(e, 2) != Py_None && !PyDict_Check(PyTuple_GET_ITEM(e, 2))))
+            return PyErr_Format(PyExc_RuntimeError, "compile: host call %zd is not an (fn, "
+                                "args tuple, kwargs dict) tuple: %R", k, e), -1;
+    }
+    return 0;
+}
+
+PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan,
+                             PyObject *calls)
 {
     PyTypeObject *tp = (PyTypeObject *)st->compiled_type;
     CompiledObject *self = (CompiledObject *)tp->tp_alloc(tp, 0);
@@ -332,7 +419,7 @@ PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *
     }
     self->vectorcall = compiled_vectorcall;
     self->plan = plan;
-    if (fill_specs(self, g)) {
+    if (fill_specs(self, g) || take_calls(self, g, calls)) {
         Py_DECREF(self);
         return NULL;
     }
@@ -348,7 +435,9 @@ static PyMethodDef compiled_methods[] = {
 
 static PyGetSetDef compiled_getset[] = {
     {"num_kernels", (getter)get_num_kernels, NULL, "generated fused kernels", NULL},
-    {"num_externs", (getter)get_num_externs, NULL, "extern calls (matmul ...)", NULL},
+    {"num_externs", (getter)get_num_externs, NULL, "extern calls (matmul, host calls)", NULL},
+    {"num_host_calls", (getter)get_num_host_calls, NULL, "host calls (torch ops run by torch)",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

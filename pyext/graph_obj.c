@@ -1,5 +1,7 @@
 /* smelt._C.Graph: builds a smelt_graph from Python (the internal API in
- * README.md), prints, hashes, serialises and compiles it. */
+ * README.md), prints, hashes, serialises and compiles it. Host calls
+ * (Graph.call) are kept in the Graph's own table of calls, handed to the
+ * Compiled object at compile time. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -7,12 +9,14 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "hostcall.h"
 #include "log.h"
 #include "module.h"
 
 typedef struct GraphObject {
     PyObject_HEAD
     smelt_graph *g;
+    PyObject *calls;   /* list of (fn, args, kwargs) by host call id */
 } GraphObject;
 
 /* ------------------------------------------------------------------ */
@@ -571,6 +575,91 @@ static PyObject *graph_op(GraphObject *self, PyObject *args, PyObject *kw)
     return builder_result(self, smelt_graph_add(self->g, &p));
 }
 
+/* srcs: a sequence of 1..SMELT_MAX_SRC node ids into src; *n their count. */
+static int call_srcs(const smelt_graph *g, PyObject *srcs, int32_t *src, int *n)
+{
+    PyObject *seq = PySequence_Fast(srcs, "");
+    if (!seq)
+        return PyErr_Format(PyExc_TypeError, "call: srcs must be a list of node ids, got %s",
+                            Py_TYPE(srcs)->tp_name), -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(seq);
+    int rc = 0;
+    if (len < 1 || len > SMELT_MAX_SRC) {
+        PyErr_Format(PyExc_ValueError, "call: expects 1 to %d sources, got %zd", SMELT_MAX_SRC,
+                     len);
+        rc = -1;
+    }
+    for (Py_ssize_t k = 0; rc == 0 && k < len; k++)
+        rc = node_arg(g, PySequence_Fast_GET_ITEM(seq, k), "call", &src[k]);
+    Py_DECREF(seq);
+    *n = (int)len;
+    return rc;
+}
+
+/* Appends host call (fn, args, kwargs) with sources src[0..nsrc) and
+ * result metadata m as CALL nodes; the list of their ids. */
+static PyObject *add_call(GraphObject *self, PyObject *entry, int nsrc, const int32_t *src,
+                          const pyext_call_meta *m, uint64_t key)
+{
+    Py_ssize_t id = PyList_GET_SIZE(self->calls);
+    if (PyList_Append(self->calls, entry))
+        return NULL;
+    int32_t first = smelt_graph_call(self->g, (int32_t)id, key, nsrc, src, m->nout, m->dtypes,
+                                     m->ndims, (const int64_t(*)[SMELT_MAX_DIMS])m->shapes);
+    if (first < 0) {
+        PyList_SetSlice(self->calls, id, id + 1, NULL);
+        return PyErr_Format(PyExc_ValueError, "%s", self->g->err);
+    }
+    PyObject *ids = PyList_New(m->nout);
+    for (int k = 0; ids && k < m->nout; k++) {
+        PyObject *v = PyLong_FromLong(first + k);
+        if (!v)
+            Py_CLEAR(ids);
+        else
+            PyList_SET_ITEM(ids, k, v);
+    }
+    return ids;
+}
+
+static PyObject *graph_call(GraphObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"fn", "srcs", "args", "kwargs", NULL};
+    PyObject *fn, *srcs, *cargs = NULL, *ckw = Py_None;
+    int32_t src[SMELT_MAX_SRC];
+    int nsrc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O!O:call", names, &fn, &srcs, &PyTuple_Type,
+                                     &cargs, &ckw))
+        return NULL;
+    if (!PyCallable_Check(fn))
+        return PyErr_Format(PyExc_TypeError, "call: fn must be callable, got %s",
+                            Py_TYPE(fn)->tp_name);
+    if (ckw != Py_None && !PyDict_Check(ckw))
+        return PyErr_Format(PyExc_TypeError, "call: kwargs must be a dict or None, got %s",
+                            Py_TYPE(ckw)->tp_name);
+    if (call_srcs(self->g, srcs, src, &nsrc))
+        return NULL;
+    const smelt_node *nodes[SMELT_MAX_SRC];
+    for (int k = 0; k < nsrc; k++)
+        nodes[k] = &self->g->nodes[src[k]];
+    PyObject *entry = Py_BuildValue("(ONN)", fn, cargs ? Py_NewRef(cargs) : PyTuple_New(0),
+                                    ckw == Py_None ? PyDict_New() : PyDict_Copy(ckw));
+    if (!entry)
+        return NULL;
+    pyext_call_meta m;
+    char msg[512];
+    uint64_t key;
+    PyObject *r = NULL;
+    int rc = pyext_hostcall_infer(fn, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2),
+                                  nsrc, nodes, &m, msg, sizeof msg);
+    if (rc == 1)
+        PyErr_Format(PyExc_ValueError, "call: %s", msg);
+    else if (rc == 0 && pyext_hostcall_key(fn, PyTuple_GET_ITEM(entry, 1),
+                                           PyTuple_GET_ITEM(entry, 2), &key) == 0)
+        r = add_call(self, entry, nsrc, src, &m, key);
+    Py_DECREF(entry);
+    return r;
+}
+
 static PyObject *graph_input(GraphObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"dtype", "shape", "strides", NULL};
@@ -742,7 +831,7 @@ static PyObject *graph_compile(GraphObject *self, PyObject *args, PyObject *kw)
     log_code(plan, PYEXT_LOG_OUTPUT_CODE, "kernels", hash);
     log_code(plan, PYEXT_LOG_OUTPUT_CODE, "ir", hash);
     log_code(plan, PYEXT_LOG_ASM, "asm", hash);
-    return pyext_compiled_new(pyext_state_of((PyObject *)self), self->g, plan);
+    return pyext_compiled_new(pyext_state_of((PyObject *)self), self->g, plan, self->calls);
 }
 
 /* ------------------------------------------------------------------ */
@@ -756,16 +845,32 @@ static PyObject *graph_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!self)
         return NULL;
     self->g = smelt_graph_new();
-    if (!self->g) {
+    self->calls = PyList_New(0);
+    if (!self->g || !self->calls) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
     return (PyObject *)self;
 }
 
+static int graph_traverse(GraphObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(self));
+    Py_VISIT(self->calls);
+    return 0;
+}
+
+static int graph_clear(GraphObject *self)
+{
+    Py_CLEAR(self->calls);
+    return 0;
+}
+
 static void graph_dealloc(GraphObject *self)
 {
     PyTypeObject *tp = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    graph_clear(self);
     smelt_graph_free(self->g);
     tp->tp_free(self);
     Py_DECREF(tp);
@@ -778,6 +883,13 @@ static PyMethodDef graph_methods[] = {
      "scalar(value) -> node id\n\nA weak Python scalar (bool, int or float)."},
     {"op", (PyCFunction)(void (*)(void))graph_op, METH_VARARGS | METH_KEYWORDS,
      "op(name, *sources, **attrs) -> node id\n\nAn op from inductor/ops.def."},
+    {"call", (PyCFunction)(void (*)(void))graph_call, METH_VARARGS | METH_KEYWORDS,
+     "call(fn, srcs, args=(), kwargs=None) -> list of node ids\n\nA host call: at run time "
+     "torch runs fn(*args, **kwargs) with each Slot(k) in args/kwargs (at any depth of "
+     "tuples, lists and dict values) replaced by the tensor of node srcs[k] (1 to 8 "
+     "sources). One node per result (a tensor, or a tuple/list of 1 to 8 tensors), "
+     "dtypes and shapes inferred by calling fn on meta tensors; ValueError when that "
+     "fails (no meta kernel, data-dependent shapes, unsupported results)."},
     {"output", (PyCFunction)graph_output, METH_VARARGS,
      "output(*nodes)\n\nAppends graph outputs (a node may repeat)."},
     {"dtype", (PyCFunction)graph_dtype, METH_O, "dtype(node) -> torch.dtype"},
@@ -796,18 +908,24 @@ static PyMethodDef graph_methods[] = {
 static PyType_Slot graph_slots[] = {
     {Py_tp_new, graph_new},
     {Py_tp_dealloc, graph_dealloc},
+    {Py_tp_traverse, graph_traverse},
+    {Py_tp_clear, graph_clear},
     {Py_tp_methods, graph_methods},
     {Py_tp_str, graph_str},
     {Py_tp_repr, graph_repr},
     {Py_sq_length, graph_len},
-    {Py_tp_doc, "Graph()\n--\n\nA smelt graph IR under construction."},
+    {Py_tp_doc, "Graph()\n--\n\nA smelt graph IR under construction: input(), scalar(), "
+                "op(), output(), then compile(). call(fn, srcs, args, kwargs) adds a host "
+                "call: a torch op smelt has no graph op for, run by torch on the real "
+                "tensors when the compiled plan reaches it (args/kwargs hold smelt._C.Slot(k) "
+                "for source k)."},
     {0, NULL},
 };
 
 static PyType_Spec graph_spec = {
     .name = "smelt._C.Graph",
     .basicsize = sizeof(GraphObject),
-    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE,
     .slots = graph_slots,
 };
 

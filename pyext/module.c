@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include "../kernels/threadpool.h"
+#include "hostcall.h"
 #include "log.h"
 #include "module.h"
 
@@ -69,6 +70,7 @@ static PyMethodDef module_methods[] = {
 
 #define STATE_OBJECTS(X)                                                        \
     X(tensor_type) X(empty) X(strided) X(graph_type) X(compiled_type) X(kw_dtype) \
+    X(is_grad) X(set_grad)                                                    \
     X(s_data_ptr) X(s_shape) X(s_stride) X(s_dtype) X(s_is_cpu) X(s_layout) X(s_device)
 
 static int module_traverse(PyObject *m, visitproc visit, void *arg)
@@ -100,6 +102,7 @@ static int module_clear(PyObject *m)
 static void module_free(void *m)
 {
     module_clear((PyObject *)m);
+    pyext_hostcall_fini();
     pyext_log_fini();
     kern_threadpool_shutdown();
 }
@@ -114,7 +117,12 @@ static int state_init_torch(pyext_state *st, PyObject *torch)
     st->empty = PyObject_GetAttrString(torch, "empty");
     st->strided = PyObject_GetAttrString(torch, "strided");
     st->kw_dtype = Py_BuildValue("(s)", "dtype");
-    if (!st->tensor_type || !st->empty || !st->strided || !st->kw_dtype)
+    PyObject *c = PyObject_GetAttrString(torch, "_C");
+    st->is_grad = c ? PyObject_GetAttrString(c, "is_grad_enabled") : NULL;
+    st->set_grad = c ? PyObject_GetAttrString(c, "_set_grad_enabled") : NULL;
+    Py_XDECREF(c);
+    if (!st->tensor_type || !st->empty || !st->strided || !st->kw_dtype || !st->is_grad ||
+        !st->set_grad)
         return -1;
     if (!PyType_Check(st->tensor_type)) {
         PyErr_SetString(PyExc_ImportError, "smelt._C: torch.Tensor is not a type");
@@ -185,6 +193,7 @@ static int module_exec(PyObject *m)
         return -1;
     if (state_init_torch(st, torch) == 0 && state_init_names(st) == 0 &&
         pyext_graph_type_init(m, st) == 0 && pyext_compiled_type_init(m, st) == 0 &&
+        pyext_hostcall_init(m) == 0 &&
         pyext_guard_type_init(m) == 0 &&
         add_op_table(m) == 0 && init_threads(torch) == 0 && pyext_hook_init(m) == 0 &&
         pyext_function_type_init(m) == 0)

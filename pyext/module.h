@@ -16,6 +16,7 @@ typedef struct pyext_state {
     PyObject *graph_type;              /* smelt._C.Graph */
     PyObject *compiled_type;           /* smelt._C.Compiled */
     PyObject *kw_dtype;                /* ("dtype",): kwnames for torch.empty */
+    PyObject *is_grad, *set_grad;      /* torch._C.is_grad_enabled, _set_grad_enabled */
     /* interned attribute names */
     PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cpu, *s_layout, *s_device;
 } pyext_state;
@@ -38,8 +39,16 @@ int pyext_function_type_init(PyObject *m);   /* smelt._C.CompiledFunction */
 int pyext_hook_init(PyObject *m);   /* frame hook + its test functions */
 
 /* A new Compiled object running plan (ownership taken, also on failure)
- * with the inputs and outputs of g. NULL with an exception on failure. */
-PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan);
+ * with the inputs and outputs of g. calls: the table of host calls
+ * (pyext/hostcall.h: a list of (fn, args, kwargs) by call id), or NULL
+ * when g has none; required (at least smelt_graph_num_calls(g) entries)
+ * when it has. The Compiled object keeps its own copy of the list. NULL
+ * with an exception on failure. */
+PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan,
+                             PyObject *calls);
+
+/* Releases what pyext_hostcall_init cached (module free). */
+void pyext_hostcall_fini(void);
 
 /* Runs Compiled `compiled` on exactly its number of inputs without
  * re-validating them: for callers whose guards already checked each input

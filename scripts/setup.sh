@@ -4,16 +4,22 @@
 #
 #   scripts/setup.sh         Debian packages, Python packages, then the
 #                            extension if a source, header or flag changed
+#   scripts/setup.sh bench   the same, plus what only the benchmarks use
+#                            (matplotlib, for python -m smelt.bench's chart)
 #   scripts/setup.sh build   only the extension, always relinked
 #
 # Environment: PYTHON (default python3), SMELT_DEBUG=1 for the ASan/UBSan
 # build (see README). Installs with apt-get (as root, or through sudo) and pip;
-# torch is pinned to the CPU build of 2.13.0 and never upgraded.
+# torch is pinned to the CPU build of 2.13.0 and never upgraded (every other
+# pip install runs under a torch==2.13.0 constraint); transformers is pinned
+# for the Hugging Face tests and benchmarks.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd -P)
 PY=${PYTHON:-python3}
 TORCH_PIN=2.13.0
+TRANSFORMERS_PIN=5.23.0   # needs no torch of its own: keeps 2.13.0
+MATPLOTLIB_PIN=3.11.2
 DEBS=(llvm-19-dev libsleef-dev libdnnl-dev libze-dev spirv-tools)
 SRC_DIRS=(pyext tracer guards inductor autograd kernels)
 LOG=build/setup.log
@@ -40,9 +46,10 @@ as_root() {
 }
 
 # Prints the Python-side needs, one word each: python3-dev python3-pip
-# (Debian packages), torch pytest numpy setuptools (pip). No torch import.
+# (Debian packages), torch pytest numpy setuptools transformers, and
+# matplotlib when $1 = bench (pip). No torch import.
 python_needs() {
-    "$PY" - <<'EOF'
+    BENCH=${1:-} TRANSFORMERS_PIN=$TRANSFORMERS_PIN "$PY" - <<'EOF'
 import importlib.metadata as md, importlib.util as iu, os, sysconfig
 need = []
 if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
@@ -57,6 +64,10 @@ def version(dist):
 if not version("torch").startswith("2.13.0"):
     need.append("torch")
 need += [m for m in ("pytest", "numpy") if iu.find_spec(m) is None]
+if version("transformers") != os.environ["TRANSFORMERS_PIN"]:
+    need.append("transformers")
+if os.environ["BENCH"] == "bench" and iu.find_spec("matplotlib") is None:
+    need.append("matplotlib")
 try:
     if tuple(int(x) for x in version("setuptools").split(".")[:2]) < (70, 1):
         need.append("setuptools")
@@ -91,9 +102,12 @@ install_pips() {
     [[ $need == *" pytest "* ]] && extra+=(pytest)
     [[ $need == *" numpy "* ]] && extra+=(numpy)
     [[ $need == *" setuptools "* ]] && extra+=("setuptools>=70.1")
+    [[ $need == *" transformers "* ]] && extra+=("transformers==$TRANSFORMERS_PIN")
+    [[ $need == *" matplotlib "* ]] && extra+=("matplotlib==$MATPLOTLIB_PIN")
     if [ ${#extra[@]} -gt 0 ]; then
         say "installing ${extra[*]}"
-        quietly "$PY" -m pip install -q "${extra[@]}"
+        echo "torch==$TORCH_PIN" >build/pip-constraints.txt
+        quietly "$PY" -m pip install -q -c build/pip-constraints.txt "${extra[@]}"
     fi
 }
 
@@ -154,12 +168,12 @@ if [ "${1:-}" = build ]; then
 fi
 command -v "$PY" >/dev/null || install_debs python3
 resolve_python
-needs=$(python_needs)
+needs=$(python_needs "${1:-}")
 debs=("${DEBS[@]}")
 command -v make >/dev/null || debs+=(make)
 command -v gcc >/dev/null || debs+=(gcc libc6-dev)
 for n in python3-dev python3-pip; do [[ " $needs " == *" $n "* ]] && debs+=("$n"); done
 install_debs "${debs[@]}"
-[[ " $needs " == *" python3-pip "* ]] && needs=$(python_needs)
+[[ " $needs " == *" python3-pip "* ]] && needs=$(python_needs "${1:-}")
 install_pips $needs
 build

@@ -1,4 +1,4 @@
-/* interp.c — symbolic interpretation of CPython 3.11 bytecode.
+/* interp.c — symbolic interpretation of CPython 3.11 and 3.12 bytecode.
  *
  * Entry: tracer_trace(). The loop follows the single path the traced call's
  * arguments take: a branch on a constant is decided now (and the constant
@@ -7,13 +7,44 @@
  * their closure cells); generators are frames suspended at each yield and
  * resumed by whoever iterates them; torch calls go to ops.c, builtins to
  * builtins.c. Opcodes are matched by name (tables built from the `opcode`
- * module at start-up), so a new CPython minor version adds cases instead of
- * renumbering.
+ * module at start-up, inline cache sizes included), so an opcode of one
+ * version only is simply never seen on the other; the few places where the
+ * same opcode means something different are the macros below.
  */
 #include "tstate.h"
 
 #include <stdarg.h>
 #include <string.h>
+
+#if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030d0000
+#error "smelt's tracer interprets CPython 3.11 and 3.12 bytecode only"
+#endif
+
+/* Where one opcode differs between the two versions:
+ *   CMP_OF(arg)       COMPARE_OP's comparison (Py_LT..Py_GE): the whole
+ *                     argument in 3.11; 3.12 keeps a cache mask in the low
+ *                     4 bits.
+ *   ATTR_NAME(arg), ATTR_METHOD(arg)   LOAD_ATTR's name index and method
+ *                     flag: 3.12 folds LOAD_METHOD into LOAD_ATTR's low
+ *                     bit (3.11: the whole argument, never a method load).
+ *   FOR_EXIT_SKIP     code units skipped after an exhausted FOR_ITER's
+ *                     target: 3.12 jumps onto an END_FOR that it never
+ *                     runs (the iterator is popped by FOR_ITER itself).
+ *   SEND_POPS_RECEIVER  an exhausted SEND pops its receiver itself (3.11);
+ *                     3.12 leaves it for the END_SEND at the target. */
+#if PY_VERSION_HEX >= 0x030c0000
+#define CMP_OF(arg) ((arg) >> 4)
+#define ATTR_NAME(arg) ((arg) >> 1)
+#define ATTR_METHOD(arg) ((arg) & 1)
+#define FOR_EXIT_SKIP 1
+#define SEND_POPS_RECEIVER 0
+#else
+#define CMP_OF(arg) (arg)
+#define ATTR_NAME(arg) (arg)
+#define ATTR_METHOD(arg) 0
+#define FOR_EXIT_SKIP 0
+#define SEND_POPS_RECEIVER 1
+#endif
 
 #define MAX_DEPTH 48
 #define MAX_STEPS 2000000
@@ -35,7 +66,12 @@
     X(JUMP_IF_FALSE_OR_POP) X(JUMP_IF_TRUE_OR_POP) X(RETURN_VALUE) X(FORMAT_VALUE) \
     X(BUILD_STRING) X(EXTENDED_ARG) X(GET_LEN) X(LOAD_CLOSURE) X(MAKE_FUNCTION) \
     X(RETURN_GENERATOR) X(YIELD_VALUE) X(BEFORE_WITH) X(UNPACK_EX) X(STORE_SUBSCR) \
-    X(DELETE_SUBSCR) X(BUILD_SET) X(SET_ADD) X(SET_UPDATE) X(IMPORT_NAME) X(IMPORT_FROM)
+    X(DELETE_SUBSCR) X(BUILD_SET) X(SET_ADD) X(SET_UPDATE) X(IMPORT_NAME) X(IMPORT_FROM) \
+    X(SEND) X(GET_YIELD_FROM_ITER) \
+    /* 3.12 only */ \
+    X(POP_JUMP_IF_FALSE) X(POP_JUMP_IF_TRUE) X(POP_JUMP_IF_NONE) X(POP_JUMP_IF_NOT_NONE) \
+    X(BINARY_SLICE) X(STORE_SLICE) X(END_FOR) X(END_SEND) X(RETURN_CONST) X(LOAD_FAST_CHECK) \
+    X(LOAD_FAST_AND_CLEAR) X(LOAD_SUPER_ATTR) X(CALL_INTRINSIC_1)
 
 enum {
 #define X(n) OP_##n,
@@ -52,7 +88,28 @@ static const char *op_names[] = {
 
 static uint8_t op_of[256];       /* CPython opcode -> OP_* */
 static uint8_t ncache[256];      /* inline cache entries after the opcode */
-static char opname_all[256][32]; /* every CPython opcode's name, for break reasons */
+static char opname_all[256][40]; /* every CPython opcode's name, for break reasons */
+
+/* CALL_INTRINSIC_1's functions smelt traces (3.12), by name as the opcode
+ * module lists them; their numbers are looked up at start-up. */
+#define INTRINSICS(X) X(UNARY_POSITIVE) X(LIST_TO_TUPLE)
+
+enum {
+#define X(n) IN_##n,
+    INTRINSICS(X)
+#undef X
+    IN_UNKNOWN
+};
+
+static const char *intrinsic_names[] = {
+#define X(n) "INTRINSIC_" #n,
+    INTRINSICS(X)
+#undef X
+};
+
+#define MAX_INTRINSIC 32
+static uint8_t intrinsic_of[MAX_INTRINSIC];          /* CALL_INTRINSIC_1 argument -> IN_* */
+static char intrinsic_all[MAX_INTRINSIC][40];        /* every intrinsic's name, for break reasons */
 
 /* Interned attribute names used for sources, and the grad-mode context
  * managers `with` may enter (classes whose construction has no effect). */
@@ -82,42 +139,75 @@ static int init_names(void)
            ctx_grad_off && ctx_exit && ctx_classes[0] && ctx_classes[1] ? 0 : -1;
 }
 
-int tracer_init(void)
+/* The name of each entry of sequence seq (opcode.opname, the intrinsics'
+ * descriptions) into names[0..n), "?" where there is none. */
+static void read_names(PyObject *seq, char (*names)[40], Py_ssize_t n)
 {
-    PyObject *opcode = PyImport_ImportModule("opcode");
-    if (!opcode)
-        return -1;
+    Py_ssize_t len = seq ? PySequence_Size(seq) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = i < len ? PySequence_GetItem(seq, i) : NULL;
+        const char *u = v && PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+        snprintf(names[i], sizeof names[i], "%s", u ? u : "?");
+        Py_XDECREF(v);
+    }
+    PyErr_Clear();
+}
+
+/* op_of, ncache and opname_all from the opcode module: opmap by name
+ * (pseudo-opcodes, numbered from 256 in 3.12, never occur in code) and
+ * _inline_cache_entries, the interpreter's own cache sizes. */
+static int init_opcodes(PyObject *opcode)
+{
     PyObject *opmap = PyObject_GetAttrString(opcode, "opmap");
-    PyObject *caches = PyObject_GetAttrString(opcode, "_inline_cache_entries");
-    int rc = -1;
-    if (!opmap || !caches)
-        goto out;
+    PyObject *caches = opmap ? PyObject_GetAttrString(opcode, "_inline_cache_entries") : NULL;
+    if (!caches) {
+        Py_XDECREF(opmap);
+        return -1;
+    }
     memset(op_of, OP_UNKNOWN, sizeof op_of);
     for (int i = 0; i < OP_UNKNOWN; i++) {
         PyObject *v = PyDict_GetItemString(opmap, op_names[i]);
-        if (v)
-            op_of[PyLong_AsLong(v) & 255] = (uint8_t)i;
+        long code = v ? PyLong_AsLong(v) : -1;
+        if (code >= 0 && code < 256)
+            op_of[code] = (uint8_t)i;
     }
-    PyObject *names = PyObject_GetAttrString(opcode, "opname");
-    for (Py_ssize_t i = 0; names && i < 256 && i < PySequence_Size(names); i++) {
-        PyObject *v = PySequence_GetItem(names, i);
-        const char *u = v ? PyUnicode_AsUTF8(v) : NULL;
-        snprintf(opname_all[i], sizeof opname_all[i], "%s", u ? u : "?");
-        Py_XDECREF(v);
-    }
-    Py_XDECREF(names);
-    PyErr_Clear();
     for (Py_ssize_t i = 0; i < 256 && i < PySequence_Size(caches); i++) {
         PyObject *v = PySequence_GetItem(caches, i);
         ncache[i] = v ? (uint8_t)PyLong_AsLong(v) : 0;
         Py_XDECREF(v);
     }
-    rc = init_names() || bi_init() ? -1 : ops_init();
-out:
-    Py_XDECREF(opmap);
-    Py_XDECREF(caches);
+    PyObject *names = PyObject_GetAttrString(opcode, "opname");
+    read_names(names, opname_all, 256);
+    Py_XDECREF(names);
+    Py_DECREF(opmap);
+    Py_DECREF(caches);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* intrinsic_of / intrinsic_all from opcode._intrinsic_1_descs (3.12; 3.11
+ * has no intrinsics and no attribute). */
+static void init_intrinsics(PyObject *opcode)
+{
+    memset(intrinsic_of, IN_UNKNOWN, sizeof intrinsic_of);
+    PyObject *descs = PyObject_GetAttrString(opcode, "_intrinsic_1_descs");
+    read_names(descs, intrinsic_all, MAX_INTRINSIC);
+    Py_XDECREF(descs);
+    for (int k = 0; k < MAX_INTRINSIC; k++)
+        for (int i = 0; i < IN_UNKNOWN; i++)
+            if (!strcmp(intrinsic_all[k], intrinsic_names[i]))
+                intrinsic_of[k] = (uint8_t)i;
+}
+
+int tracer_init(void)
+{
+    PyObject *opcode = PyImport_ImportModule("opcode");
+    if (!opcode)
+        return -1;
+    int rc = init_opcodes(opcode);
+    if (rc == 0)
+        init_intrinsics(opcode);
     Py_DECREF(opcode);
-    return rc;
+    return rc || init_names() || bi_init() ? -1 : ops_init();
 }
 
 /* ---------- arenas ---------- */
@@ -747,7 +837,8 @@ static int32_t enter_frame(tracer *T, tframe *f)
 }
 
 /* Next value of generator iterator `it`: 1 and *out, 0 when it returned
- * (it is then done), -1 on a break. */
+ * (it is then done; *out the returned value the first time, untouched
+ * after), -1 on a break. */
 int tr_gen_next(tracer *T, int32_t it, int32_t *out)
 {
     tframe *f = T->vals[it].frame;
@@ -764,10 +855,9 @@ int tr_gen_next(tracer *T, int32_t it, int32_t *out)
     T->depth--;
     if (r < 0)
         return -1;
-    if (f->yielded) {
-        *out = r;
+    *out = r;
+    if (f->yielded)
         return 1;
-    }
     T->vals[it].done = 1;
     return 0;
 }
@@ -1920,25 +2010,38 @@ static int make_cell(tracer *T, tframe *f, int idx)
 
 static int none_known(tracer *T, int32_t v);
 
-static int jump_if(tracer *T, tframe *f, int op, int *pc, int target)
+/* The conditional jumps: whether op tests `is None` (else truth), which
+ * outcome jumps, and whether the target lies back (3.11 has forward and
+ * backward forms; 3.12 only forward ones, named without a direction). */
+static const struct { uint8_t op, none, when, back; } cond_jumps[] = {
+    { OP_POP_JUMP_IF_FALSE, 0, 0, 0 }, { OP_POP_JUMP_IF_TRUE, 0, 1, 0 },
+    { OP_POP_JUMP_IF_NONE, 1, 1, 0 }, { OP_POP_JUMP_IF_NOT_NONE, 1, 0, 0 },
+    { OP_POP_JUMP_FORWARD_IF_FALSE, 0, 0, 0 }, { OP_POP_JUMP_FORWARD_IF_TRUE, 0, 1, 0 },
+    { OP_POP_JUMP_FORWARD_IF_NONE, 1, 1, 0 }, { OP_POP_JUMP_FORWARD_IF_NOT_NONE, 1, 0, 0 },
+    { OP_POP_JUMP_BACKWARD_IF_FALSE, 0, 0, 1 }, { OP_POP_JUMP_BACKWARD_IF_TRUE, 0, 1, 1 },
+    { OP_POP_JUMP_BACKWARD_IF_NONE, 1, 1, 1 }, { OP_POP_JUMP_BACKWARD_IF_NOT_NONE, 1, 0, 1 },
+};
+
+/* POP_JUMP_*: pops the condition and, when it holds, moves *pc (the
+ * instruction after the jump) by arg. 0, or -1 (break). */
+static int jump_if(tracer *T, tframe *f, int op, int *pc, int arg)
 {
+    size_t k = 0, n = sizeof cond_jumps / sizeof cond_jumps[0];
+    while (k < n && cond_jumps[k].op != op)
+        k++;
+    if (k == n)
+        return tr_break(T, "internal: opcode %d is no conditional jump", op);
     int32_t v = f->stack[--f->sp];
-    int take;
-    if (op == OP_POP_JUMP_FORWARD_IF_NONE || op == OP_POP_JUMP_FORWARD_IF_NOT_NONE ||
-        op == OP_POP_JUMP_BACKWARD_IF_NONE || op == OP_POP_JUMP_BACKWARD_IF_NOT_NONE) {
-        tv *x = &T->vals[v];
-        int is_none = x->kind == V_OBJ && x->obj == Py_None;
+    int holds;
+    if (cond_jumps[k].none) {
         if (none_known(T, v))
             return -1;
-        take = (op == OP_POP_JUMP_FORWARD_IF_NONE || op == OP_POP_JUMP_BACKWARD_IF_NONE) ? is_none : !is_none;
-    } else {
-        int t;
-        if (tr_truth(T, v, &t))
-            return -1;
-        take = (op == OP_POP_JUMP_FORWARD_IF_TRUE || op == OP_POP_JUMP_BACKWARD_IF_TRUE) ? t : !t;
+        holds = T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None;
+    } else if (tr_truth(T, v, &holds)) {
+        return -1;
     }
-    if (take)
-        *pc = target;
+    if (holds == cond_jumps[k].when)
+        *pc += cond_jumps[k].back ? -arg : arg;
     return 0;
 }
 
@@ -2183,19 +2286,21 @@ static int32_t import_name(tracer *T, tframe *f, PyObject *name)
 }
 
 /* Whether the BINARY_OP before pc is the `x[i] op= y` pattern on a tensor
- * view made by the BINARY_SUBSCR just before: the result is written back
- * by the STORE_SUBSCR after it (SWAP 3, SWAP 2, STORE_SUBSCR), so the view
- * itself need not be updated. */
+ * view made by the BINARY_SUBSCR (3.12: or BINARY_SLICE) just before: the
+ * result is written back by the store after it (SWAP 3, SWAP 2,
+ * STORE_SUBSCR; for 3.12's slices SWAP 4, SWAP 3, SWAP 2, STORE_SLICE), so
+ * the view itself need not be updated. */
 static int subscr_update(tracer *T, const uint8_t *code, int n, int pc, int32_t a, int arg)
 {
-    static const int want[3] = { OP_SWAP, OP_SWAP, OP_STORE_SUBSCR };
     if (arg < NB_INPLACE || T->vals[a].kind != V_TENSOR ||
         smelt_op_kind_of((smelt_op)T->g->nodes[T->vals[a].node].op) != SMELT_KIND_VIEW)
         return 0;
-    for (int i = 0; i < 3; i++, pc += 1 + ncache[code[2 * pc]])
-        if (pc >= n || op_of[code[2 * pc]] != want[i] || (i < 2 && code[2 * pc + 1] != 3 - i))
+    int depth = pc < n && op_of[code[2 * pc]] == OP_SWAP ? code[2 * pc + 1] : 0;
+    for (int k = depth; k >= 2; k--, pc += 1 + ncache[code[2 * pc]])
+        if (pc >= n || op_of[code[2 * pc]] != OP_SWAP || code[2 * pc + 1] != k)
             return 0;
-    return 1;
+    int store = pc < n ? op_of[code[2 * pc]] : OP_UNKNOWN;
+    return (depth == 3 && store == OP_STORE_SUBSCR) || (depth == 4 && store == OP_STORE_SLICE);
 }
 
 /* view op= y, computed as view op y as the in-place op would leave it. */
@@ -2203,6 +2308,101 @@ static int32_t item_binop(tracer *T, int nb, int32_t a, int32_t b)
 {
     int32_t r = tr_binop(T, nb - NB_INPLACE, a, b);
     return r < 0 ? -1 : ops_inplace_value(T, a, r);
+}
+
+/* LOAD_ATTR, and 3.11's LOAD_METHOD (method = 1): the attribute replaces
+ * the object; a method load also pushes NULL under it (what CPython does
+ * for an attribute that is not a plain method: the bound value smelt
+ * makes carries its self). */
+static int load_attr(tracer *T, tframe *f, PyObject *name, int method)
+{
+    int32_t a = tr_load_attr(T, f->stack[f->sp - 1], name);
+    if (a < 0)
+        return -1;
+    if (!method) {
+        f->stack[f->sp - 1] = a;
+        return 0;
+    }
+    f->stack[f->sp - 1] = tv_new(T, V_NULL);
+    return f->stack[f->sp - 1] < 0 ? -1 : push(f, a);
+}
+
+/* LOAD_SUPER_ATTR (3.12): super(cls, self).name from the three values it
+ * pops (the global `super`, which must be the builtin, cls, self); the
+ * argument's low bit asks for a method load as LOAD_ATTR's does, the name
+ * index is above the two flag bits. */
+static int load_super_attr(tracer *T, tframe *f, int arg)
+{
+    int32_t pos[2] = { f->stack[f->sp - 2], f->stack[f->sp - 1] }, sup = f->stack[f->sp - 3];
+    f->sp -= 3;
+    PyObject *g = tr_const(T, sup);
+    if (!g)
+        return -1;
+    if (g != (PyObject *)&PySuper_Type)
+        return tr_break(T, "super() with the name `super` rebound");
+    call_args a = { .pos = pos, .npos = 2 };
+    int32_t s = call_super(T, &a);
+    int32_t v = s < 0 ? -1 : tr_load_attr(T, s, PyTuple_GET_ITEM(f->names, arg >> 2));
+    if (v < 0 || ((arg & 1) && push(f, tv_new(T, V_NULL))))
+        return -1;
+    return push(f, v);
+}
+
+/* A slice of the n (2 or 3) values parts: start, stop, step (None: absent). */
+static int32_t new_slice(tracer *T, const int32_t *parts, int n)
+{
+    int32_t s = tv_new(T, V_SLICE);
+    for (int i = 0; s >= 0 && i < n; i++) {
+        int32_t v = parts[i];
+        T->vals[s].sl[i] = T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None ? -1 : v;
+    }
+    return s;
+}
+
+/* LIST_TO_TUPLE (3.11 opcode, 3.12 intrinsic) of the list `(*a,)` built. */
+static int32_t list_to_tuple(tracer *T, int32_t l)
+{
+    if (T->vals[l].kind != V_LIST)
+        return tr_break(T, "LIST_TO_TUPLE of a %s", kind_name(T, l));
+    return tv_tuple(T, T->vals[l].items, T->vals[l].n);
+}
+
+/* CALL_INTRINSIC_1 (3.12): the intrinsics plain expressions use (`+x`,
+ * `(*a,)`); the others (exception handling, typing, star imports) end the
+ * trace. */
+static int32_t intrinsic_1(tracer *T, int arg, int32_t v)
+{
+    switch (arg < MAX_INTRINSIC ? intrinsic_of[arg] : IN_UNKNOWN) {
+    case IN_UNARY_POSITIVE:
+        return unary(T, OP_UNARY_POSITIVE, v);
+    case IN_LIST_TO_TUPLE:
+        return list_to_tuple(T, v);
+    default:
+        return tr_break(T, "intrinsic %s is not supported", arg < MAX_INTRINSIC ? intrinsic_all[arg] : "?");
+    }
+}
+
+/* SEND (`yield from`) with the receiver under the sent value (always None:
+ * traced generators are only driven by next): the receiver's next value
+ * replaces the sent one, for the YIELD_VALUE after SEND to hand out. Once
+ * the receiver is exhausted its return value (a generator's, else None)
+ * replaces it instead, the receiver too where the version pops it here,
+ * and *pc moves on by arg. */
+static int send(tracer *T, tframe *f, int *pc, int arg)
+{
+    int32_t recv = f->stack[f->sp - 2], v = -1;
+    int r = T->vals[recv].kind == V_ITER && T->vals[recv].sub == IT_GEN ? tr_gen_next(T, recv, &v)
+                                                                         : bi_next(T, recv, &v);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        if (v < 0 && (v = tv_obj(T, Py_None, -1)) < 0)
+            return -1;
+        f->sp -= SEND_POPS_RECEIVER;
+        *pc += arg;
+    }
+    f->stack[f->sp - 1] = v;
+    return 0;
 }
 
 /* Runs frame f from f->pc to its RETURN_VALUE (the returned value) or, in
@@ -2243,13 +2443,21 @@ static int32_t run_frame(tracer *T, tframe *f)
             continue;
         }
         case OP_LOAD_CONST: r = push(f, tv_obj(T, PyTuple_GET_ITEM(f->consts, arg), -1)); break;
-        case OP_LOAD_FAST:
+        case OP_LOAD_FAST: case OP_LOAD_FAST_CHECK:
             if (f->locals[arg] < 0)
                 r = tr_break(T, "local read before assignment");
             else
                 r = push(f, f->locals[arg]);
             break;
-        case OP_STORE_FAST: f->locals[arg] = f->stack[--f->sp]; continue;
+        case OP_LOAD_FAST_AND_CLEAR:   /* 3.12 inlined comprehensions save a local (maybe unbound) */
+            r = push(f, f->locals[arg] >= 0 ? f->locals[arg] : tv_new(T, V_NULL));
+            f->locals[arg] = -1;
+            break;
+        case OP_STORE_FAST: {   /* storing NULL (a local saved unbound) unbinds it */
+            int32_t v = f->stack[--f->sp];
+            f->locals[arg] = T->vals[v].kind == V_NULL ? -1 : v;
+            continue;
+        }
         case OP_DELETE_FAST: f->locals[arg] = -1; continue;
         case OP_LOAD_DEREF: r = push(f, load_deref(T, f, arg)); break;
         case OP_STORE_DEREF: r = store_deref(T, f, arg, f->stack[--f->sp]); break;
@@ -2262,23 +2470,20 @@ static int32_t run_frame(tracer *T, tframe *f)
             }
             r = push(f, load_global(T, f, PyTuple_GET_ITEM(f->names, arg >> 1)));
             break;
-        case OP_LOAD_ATTR:
-            f->stack[f->sp - 1] = tr_load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg));
-            r = f->stack[f->sp - 1] < 0 ? -1 : 0;
-            break;
-        case OP_LOAD_METHOD: {
-            int32_t a = tr_load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg));
-            f->stack[f->sp - 1] = tv_new(T, V_NULL);
-            r = push(f, a);
-            break;
-        }
+        case OP_LOAD_ATTR: r = load_attr(T, f, PyTuple_GET_ITEM(f->names, ATTR_NAME(arg)), ATTR_METHOD(arg)); break;
+        case OP_LOAD_METHOD: r = load_attr(T, f, PyTuple_GET_ITEM(f->names, arg), 1); break;
+        case OP_LOAD_SUPER_ATTR: r = load_super_attr(T, f, arg); break;
         case OP_KW_NAMES: f->kwnames = PyTuple_GET_ITEM(f->consts, arg); continue;
         case OP_CALL: r = push(f, do_call(T, f, arg)); break;
         case OP_CALL_FUNCTION_EX: r = push(f, call_ex(T, f, arg & 1)); break;
         case OP_BINARY_OP: case OP_COMPARE_OP: {   /* operands stay live (on the stack) during the op */
             int32_t a = f->stack[f->sp - 2], b = f->stack[f->sp - 1];
+            if (op == OP_COMPARE_OP && (CMP_OF(arg) < Py_LT || CMP_OF(arg) > Py_GE)) {
+                r = tr_break(T, "COMPARE_OP %d", arg);
+                break;
+            }
             int32_t v = op == OP_BINARY_OP && subscr_update(T, code, n, pc, a, arg) ? item_binop(T, arg, a, b)
-                      : op == OP_BINARY_OP ? tr_binop(T, arg, a, b) : tr_compare(T, arg, a, b);
+                      : op == OP_BINARY_OP ? tr_binop(T, arg, a, b) : tr_compare(T, CMP_OF(arg), a, b);
             f->sp -= 2;
             r = push(f, v);
             break;
@@ -2303,10 +2508,22 @@ static int32_t run_frame(tracer *T, tframe *f)
             r = push(f, tr_subscr(T, c, k));
             break;
         }
+        case OP_BINARY_SLICE: {   /* 3.12: container[start:stop] */
+            int32_t s = new_slice(T, &f->stack[f->sp - 2], 2), c = f->stack[f->sp - 3];
+            f->sp -= 3;
+            r = push(f, s < 0 ? -1 : tr_subscr(T, c, s));
+            break;
+        }
         case OP_STORE_SUBSCR:
             r = store_subscr(T, f->stack[f->sp - 2], f->stack[f->sp - 1], f->stack[f->sp - 3]);
             f->sp -= 3;
             break;
+        case OP_STORE_SLICE: {    /* 3.12: container[start:stop] = value */
+            int32_t s = new_slice(T, &f->stack[f->sp - 2], 2);
+            r = s < 0 ? -1 : store_subscr(T, f->stack[f->sp - 3], s, f->stack[f->sp - 4]);
+            f->sp -= 4;
+            break;
+        }
         case OP_DELETE_SUBSCR: {
             int32_t k = f->stack[--f->sp], c = f->stack[--f->sp];
             r = delete_subscr(T, c, k);
@@ -2320,11 +2537,11 @@ static int32_t run_frame(tracer *T, tframe *f)
             r = push(f, c);
             break;
         }
-        case OP_LIST_TO_TUPLE: {
+        case OP_LIST_TO_TUPLE: case OP_CALL_INTRINSIC_1: {
             int32_t l = f->stack[f->sp - 1];
-            int32_t t = tv_tuple(T, T->vals[l].items, T->vals[l].n);
-            f->stack[f->sp - 1] = t;
-            r = t < 0 ? -1 : 0;
+            int32_t v = op == OP_LIST_TO_TUPLE ? list_to_tuple(T, l) : intrinsic_1(T, arg, l);
+            f->stack[f->sp - 1] = v;
+            r = v < 0 ? -1 : 0;
             break;
         }
         case OP_BUILD_MAP: case OP_BUILD_CONST_KEY_MAP: r = push(f, build_map(T, f, op, arg)); break;
@@ -2356,15 +2573,8 @@ static int32_t run_frame(tracer *T, tframe *f)
             break;
         }
         case OP_BUILD_SLICE: {
-            int32_t s = tv_new(T, V_SLICE);
-            if (s < 0) {
-                r = -1;
-                break;
-            }
-            for (int i = arg - 1; i >= 0; i--) {
-                int32_t v = f->stack[--f->sp];
-                T->vals[s].sl[i] = (T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None) ? -1 : v;
-            }
+            int32_t s = new_slice(T, &f->stack[f->sp - arg], arg);
+            f->sp -= arg;
             r = push(f, s);
             break;
         }
@@ -2382,7 +2592,7 @@ static int32_t run_frame(tracer *T, tframe *f)
             break;
         }
         case OP_UNPACK_EX: r = unpack_ex(T, f, arg); break;
-        case OP_GET_ITER:
+        case OP_GET_ITER: case OP_GET_YIELD_FROM_ITER:
             f->stack[f->sp - 1] = bi_iter(T, f->stack[f->sp - 1]);
             r = f->stack[f->sp - 1] < 0 ? -1 : 0;
             break;
@@ -2395,19 +2605,25 @@ static int32_t run_frame(tracer *T, tframe *f)
                 r = push(f, v);
             else {
                 f->sp--;
-                pc += arg;
+                pc += arg + FOR_EXIT_SKIP;
             }
             break;
         }
+        case OP_END_FOR: f->sp -= 2; continue;
+        case OP_SEND: r = send(T, f, &pc, arg); break;
+        case OP_END_SEND:
+            f->stack[f->sp - 2] = f->stack[f->sp - 1];
+            f->sp--;
+            continue;
         case OP_JUMP_FORWARD: pc += arg; continue;
         case OP_JUMP_BACKWARD: case OP_JUMP_BACKWARD_NO_INTERRUPT: pc -= arg; continue;
+        case OP_POP_JUMP_IF_FALSE: case OP_POP_JUMP_IF_TRUE:
+        case OP_POP_JUMP_IF_NONE: case OP_POP_JUMP_IF_NOT_NONE:
         case OP_POP_JUMP_FORWARD_IF_FALSE: case OP_POP_JUMP_FORWARD_IF_TRUE:
         case OP_POP_JUMP_FORWARD_IF_NONE: case OP_POP_JUMP_FORWARD_IF_NOT_NONE:
-            r = jump_if(T, f, op, &pc, pc + arg);
-            break;
         case OP_POP_JUMP_BACKWARD_IF_FALSE: case OP_POP_JUMP_BACKWARD_IF_TRUE:
         case OP_POP_JUMP_BACKWARD_IF_NONE: case OP_POP_JUMP_BACKWARD_IF_NOT_NONE:
-            r = jump_if(T, f, op, &pc, pc - arg);
+            r = jump_if(T, f, op, &pc, arg);
             break;
         case OP_JUMP_IF_FALSE_OR_POP: case OP_JUMP_IF_TRUE_OR_POP: {
             int t;
@@ -2439,6 +2655,12 @@ static int32_t run_frame(tracer *T, tframe *f)
             goto done;
         case OP_RETURN_VALUE:
             ret = f->stack[--f->sp];
+            goto done;
+        case OP_RETURN_CONST:
+            if ((ret = tv_obj(T, PyTuple_GET_ITEM(f->consts, arg), -1)) < 0) {
+                r = -1;
+                break;
+            }
             goto done;
         default:
             where(f, at, loc, sizeof loc);

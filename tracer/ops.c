@@ -14,6 +14,7 @@
 #include <string.h>
 
 static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
+static PyObject *getitem_fn, *nn_pad;   /* torch.Tensor.__getitem__, torch._C._nn.pad (host calls) */
 
 PyObject *ops_tensor_type(void) { return tensor_type; }
 PyObject *ops_size_type(void) { return size_type; }
@@ -2139,7 +2140,8 @@ static int32_t h_cosine_similarity(tracer *T, const call_args *a, smelt_op op)
 
 /* F.pad with static pads: constant (FULL blocks), replicate (the edge
  * slice expanded) and circular (slices from the other end), joined by CAT;
- * negative pads crop. mode: 0 constant, 1 replicate, 2 circular. */
+ * negative pads crop. mode: 0 constant, 1 replicate, 2 circular; other
+ * modes (reflect) are a host call of torch._C._nn.pad. */
 
 /* The w-wide block padded before (side 0) or after (side 1) x along dim. */
 static int32_t pad_block(tracer *T, int32_t x, int dim, int64_t w, int side, int mode, PyObject *value)
@@ -2200,21 +2202,13 @@ static int32_t h_pad(tracer *T, const call_args *a, smelt_op op)
         return -1;
     int mode = !m || !PyUnicode_CompareWithASCIIString(m, "constant") ? 0 : !PyUnicode_CompareWithASCIIString(m, "replicate") ? 1
              : !PyUnicode_CompareWithASCIIString(m, "circular") ? 2 : -1;
-    if (mode < 0 || n % 2 || n / 2 > node(T, x)->ndim)
-        return tr_break(T, "pad mode %R or pad length %d is not supported", m ? m : Py_None, n);
+    if (mode < 0 || n % 2 || n / 2 > node(T, x)->ndim)   /* reflect, ...: torch's own pad at run time */
+        return nn_pad ? ext_call(T, nn_pad, a) : tr_break(T, "pad mode %R is not supported", m ? m : Py_None);
     PyObject *zero = PyLong_FromLong(0);
     for (int i = 0; x >= 0 && i < n / 2; i++)
         x = pad_dim(T, x, node(T, x)->ndim - 1 - i, pads[2 * i], pads[2 * i + 1], mode, value ? value : zero);
     Py_XDECREF(zero);
     return x;
-}
-
-/* Calls with no graph op yet: a clear break. */
-static int32_t h_no_op(tracer *T, const call_args *a, smelt_op op)
-{
-    (void)a;
-    return tr_break(T, "%s has no graph op yet", op == SMELT_OP_MATMUL ? "convolution" :
-                    op == SMELT_OP_SUM ? "einsum" : "embedding (a gather)");
 }
 
 /* ---------- the table ---------- */
@@ -2338,10 +2332,6 @@ static const op_entry table[] = {
     { "torch.split T.split", h_split, 0, IP_NO }, { "torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO },
     { "F.scaled_dot_product_attention", h_sdpa, 0, IP_NO },
     { "F.pad", h_pad, 0, IP_NO }, { "T.cpu", h_identity, 0, IP_NO },
-    { "F.embedding torch.embedding", h_no_op, 0, IP_NO },
-    { "F.conv1d F.conv2d F.conv3d F.conv_transpose1d F.conv_transpose2d F.conv_transpose3d torch.conv1d "
-      "torch.conv2d torch.conv3d torch.convolution", h_no_op, SMELT_OP_MATMUL, IP_NO },
-    { "torch.einsum", h_no_op, SMELT_OP_SUM, IP_NO },
 };
 
 static PyObject *resolve(PyObject *torch, PyObject *F, const char *name)
@@ -2372,6 +2362,10 @@ int ops_init(void)
     by_obj = PyDict_New();
     by_name = PyDict_New();
     if (!tensor_type || !size_type || !cpu_device || !by_obj || !by_name)
+        goto fail;
+    getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
+    nn_pad = resolve(torch, F, "torch._C._nn.pad");
+    if (!getitem_fn)
         goto fail;
     static const char *dtn[SMELT_NDTYPES] = { "bool", "uint8", "int8", "int16", "int32", "int64",
                                               "float16", "bfloat16", "float32", "float64" };
@@ -2416,36 +2410,70 @@ static int32_t dispatch(tracer *T, PyObject *idx, const call_args *a, int inplac
     return ip ? (self < 0 ? tr_break(T, "in-place call without a tensor") : ops_inplace(T, self, r)) : r;
 }
 
+/* A torch op smelt has no handler for: a host call when fn is one of
+ * torch's builtins (after the builtins builtins.c knows, such as torch's
+ * dispatch queries); -2 otherwise. */
+static int32_t host_call(tracer *T, PyObject *fn, const call_args *a)
+{
+    if (!ext_eligible(fn))
+        return -2;
+    int32_t r = bi_call(T, fn, a);
+    return r != -2 ? r : ext_call(T, fn, a);
+}
+
 int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
 {
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
     if (!idx) {
         if (PyErr_Occurred())
             PyErr_Clear();
-        return -2;
+        return host_call(T, fn, a);
     }
     if (a->npos == 0 && a->nkw == 0)
         return tr_break(T, "torch call without arguments");
     return dispatch(T, idx, a, 0);
 }
 
-/* x.name(...) (self in a->pos[0]); x.op_(...) is op written into x. */
+/* x.name(...) as a host call of torch.Tensor.name when that is one of
+ * torch's builtins (ext_eligible); -2 when it is not. */
+static int32_t method_host_call(tracer *T, PyObject *name, const call_args *a)
+{
+    PyObject *fn = PyObject_GetAttr(tensor_type, name);
+    int32_t r = fn && ext_eligible(fn) ? ext_call(T, fn, a) : -2;
+    if (!fn)
+        PyErr_Clear();
+    Py_XDECREF(fn);
+    return r;
+}
+
+/* x.op_(...): op's result written into x (ops_inplace: only tensors made
+ * in the graph that nothing else aliases), for an op with a handler or a
+ * host call. -2 when name is no such in-place form. */
+static int32_t inplace_method(tracer *T, PyObject *name, const call_args *a)
+{
+    Py_ssize_t n = PyUnicode_GetLength(name);
+    if (n < 2 || PyUnicode_ReadChar(name, n - 1) != '_' || PyUnicode_ReadChar(name, n - 2) == '_')
+        return -2;
+    PyObject *base = PyUnicode_Substring(name, 0, n - 1);
+    PyObject *bi = base ? PyDict_GetItemWithError(by_name, base) : NULL;
+    int32_t r = bi ? dispatch(T, bi, a, 1) : !base || PyErr_Occurred() ? -1 : method_host_call(T, base, a);
+    if (!bi && r >= 0)
+        r = ops_inplace(T, a->pos[0], r);
+    Py_XDECREF(base);
+    return r;
+}
+
+/* x.name(...) (self in a->pos[0]); x.op_(...) is op written into x; other
+ * methods of torch.Tensor that are torch builtins are host calls. */
 int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a)
 {
     PyObject *idx = PyDict_GetItemWithError(by_name, name);
     if (idx)
         return dispatch(T, idx, a, 0);
-    Py_ssize_t n = PyUnicode_GetLength(name);
-    if (n > 1 && PyUnicode_ReadChar(name, n - 1) == '_') {
-        PyObject *base = PyUnicode_Substring(name, 0, n - 1);
-        PyObject *bi = base ? PyDict_GetItemWithError(by_name, base) : NULL;
-        Py_XDECREF(base);
-        if (bi)
-            return dispatch(T, bi, a, 1);
-    }
-    if (PyErr_Occurred())
-        return -1;
-    return tr_break(T, "tensor method %U is not supported yet", name);
+    int32_t r = PyErr_Occurred() ? -1 : inplace_method(T, name, a);
+    if (r == -2)
+        r = method_host_call(T, name, a);
+    return r != -2 ? r : tr_break(T, "tensor method %U is not supported yet", name);
 }
 
 int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
@@ -2515,7 +2543,18 @@ int32_t ops_compare(tracer *T, int cmp, int32_t a, int32_t b)
 
 int32_t ops_unary(tracer *T, smelt_op op, int32_t a) { return op1(T, op, a); }
 
-/* x[index]: ints, slices, None and Ellipsis (a tuple of them). */
+/* x[index] with tensors or lists in the index (advanced indexing: a
+ * gather): a host call of torch.Tensor.__getitem__. A boolean mask gives a
+ * data-dependent shape: the meta run fails and the trace breaks. */
+static int32_t index_host_call(tracer *T, int32_t x, int32_t index)
+{
+    call_args b = { .pos = (int32_t[]){ x, index }, .npos = 2 };
+    int32_t r = ext_call(T, getitem_fn, &b);
+    return r != -2 ? r : tr_break(T, "indexing of a non-tensor");
+}
+
+/* x[index]: ints, slices, None and Ellipsis (a tuple of them); tensors,
+ * lists of ints and bools through index_host_call. */
 int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
 {
     int32_t items[16], *it = items;
@@ -2528,8 +2567,8 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
     int ell = -1;
     for (int i = 0; i < n; i++) {
         tv *k = &T->vals[it[i]];
-        if (k->kind == V_TENSOR)
-            return tr_break(T, "indexing with a tensor is not supported yet");
+        if (k->kind == V_TENSOR || k->kind == V_LIST || (k->kind == V_OBJ && PyBool_Check(k->obj)))
+            return index_host_call(T, x, index);   /* x[True] adds a dim: not the int 1 */
         if (k->kind == V_OBJ && k->obj == Py_Ellipsis)
             ell = i;
     }
@@ -2628,7 +2667,7 @@ static int index_region(tracer *T, int32_t x, int32_t index, int64_t *st, int64_
             d = xn->ndim - (n - 1 - i);
             continue;
         }
-        if (d >= xn->ndim || k->kind == V_TENSOR || (k->kind == V_OBJ && k->obj == Py_None))
+        if (d >= xn->ndim || k->kind == V_TENSOR || (k->kind == V_OBJ && (k->obj == Py_None || PyBool_Check(k->obj))))
             return tr_break(T, "item assignment with this index is not supported");
         if (k->kind == V_SLICE) {
             PyObject *s = tr_pyobj(T, it[i]);

@@ -74,6 +74,9 @@ typedef struct tr_result {
     tr_guard *guards; int32_t nguards;
     tr_out *outs; int32_t nouts;   /* outs[0] is the root */
     PyObject *keep;        /* list keeping keys and constants alive */
+    PyObject *calls;       /* list of (fn, args, kwargs) by host call id, or NULL
+                              (see pyext/hostcall.h); the reference is held in
+                              keep, so tracer_result_clear releases it */
     char reason[512];      /* graph break: why, at file:line */
 } tr_result;
 

@@ -145,4 +145,23 @@ PyObject *ops_tensor_type(void);          /* torch.Tensor (borrowed) */
 PyObject *ops_size_type(void);            /* torch.Size (borrowed) */
 int ops_dtype_of(PyObject *torch_dtype);  /* smelt_dtype, or -1 (no error set) */
 
+/* extern.c: host calls (CALL nodes running a torch op at run time; see
+ * pyext/hostcall.h) */
+/* Whether fn may become a host call: one of torch's own builtins (torch.*,
+ * torch._C._nn / _linalg / _special / _fft functions, torch.Tensor method
+ * descriptors, torch.ops OpOverload/OpOverloadPacket) that is not in place
+ * (name ending in '_', __i*__), draws no random numbers, touches no global
+ * state and returns tensors. Never sets a Python error. */
+int ext_eligible(PyObject *fn);
+/* fn(*a) as a host call; fn must be ext_eligible (or torch.Tensor.__getitem__).
+ * Tensor arguments (at any depth of tuples, lists and dict values; at most
+ * SMELT_MAX_SRC distinct nodes) become the call's sources, everything else
+ * must be a constant (guarded). The results' dtypes and shapes come from a
+ * meta-tensor run. Returns a tensor value, or a V_TUPLE/V_LIST of them for
+ * tuple/list results (a named tuple's type in obj, as torch.return_types);
+ * a result that views an input is frozen, as are the tensor arguments.
+ * -2 when no argument is a tensor (nothing was recorded); -1 on a break
+ * (the reason names fn) or an error. */
+int32_t ext_call(tracer *T, PyObject *fn, const call_args *a);
+
 #endif

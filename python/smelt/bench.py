@@ -1,0 +1,746 @@
+"""smelt benchmark suite: real models and micro-kernels on CPU, eager torch vs
+torch.compile (inductor) vs smelt, in one run.
+
+Workloads (eval mode, torch.no_grad(), float32):
+  mlp        Linear-GELU-Linear-GELU-Linear-LayerNorm
+  cnn        conv3x3-BatchNorm-ReLU-MaxPool stages, global average pool, Linear
+  gpt2       transformers GPT2LMHeadModel (random weights, use_cache=False) forward
+  bert       transformers BertModel (BERT-base widths, fewer layers) forward
+  chain, chainmath, softmax, layernorm, sum
+             the kernels of benchmarks/micro.py (group name: micro), here run
+             through smelt.compile / torch.compile on the eager function
+
+Every (workload, compiler) pair runs in a fresh child process with empty
+caches (a new TORCHINDUCTOR_CACHE_DIR and SMELT_CACHE_DIR each), so the first
+call is a cold start: it includes each compiler's one-time process start-up
+(LLVM JIT, inductor's workers) but not imports or model construction. Then
+warm-up calls and the median of timed calls (steady state). Every call's result
+is compared with eager outside the timed region: the reported error is the
+largest over all calls. For smelt the report says whether the model really ran
+compiled (one graph, several graphs around breaks, or eagerly) and why not.
+
+Usage: python -m smelt.bench [--quick] [--models mlp,gpt2,micro,...]
+           [--compilers eager,smelt,inductor] [--threads 2]
+           [--json bench_results.json] [--png PATH] [--timeout S]
+Exit status 1 when a smelt result disagrees with eager, else 0.
+"""
+import argparse
+import contextlib
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parent.parent.parent          # python/smelt/bench.py -> checkout root
+COMPILERS = ("eager", "smelt", "inductor")
+SIZES = ("default", "quick", "tiny")
+MODEL_TOL = (1e-3, 1e-4)                  # rtol, atol of model outputs vs eager
+
+# Timed calls per child: warm-up calls, then as many calls as fit budget_s,
+# clamped to [min_iters, max_iters].
+TIMING = {"default": {"warmup": 2, "budget_s": 3.0, "min_iters": 5, "max_iters": 100},
+          "quick": {"warmup": 1, "budget_s": 0.6, "min_iters": 3, "max_iters": 30},
+          "tiny": {"warmup": 1, "budget_s": 0.1, "min_iters": 3, "max_iters": 10}}
+
+
+# --------------------------------------------------------------------------
+# workloads (built in the child; each returns a Workload)
+
+class Workload:
+    """One benchmark: `fn` (module or function), its `inputs`, the tolerance
+    (rtol, atol) of its outputs against eager, a description and the config
+    that built it (recorded in the JSON)."""
+
+    def __init__(self, fn, inputs, desc, config, tol=MODEL_TOL):
+        self.fn, self.inputs, self.desc, self.config, self.tol = fn, inputs, desc, config, tol
+
+
+def build_mlp(size):
+    import torch
+    import torch.nn as nn
+    d, batch = {"default": (1024, 256), "quick": (256, 64), "tiny": (32, 8)}[size]
+    model = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, 4 * d), nn.GELU(),
+                          nn.Linear(4 * d, d), nn.LayerNorm(d)).eval()
+    return Workload(model, (torch.randn(batch, d),),
+                    f"MLP {d}-{4 * d}-{4 * d}-{d} GELU+LN, batch {batch}",
+                    {"width": d, "batch": batch})
+
+
+def conv_stage(nn, cin, cout):
+    """conv3x3 (pad 1) - BatchNorm (random running stats) - ReLU - MaxPool 2."""
+    bn = nn.BatchNorm2d(cout)
+    bn.running_mean.normal_(0.0, 0.1)
+    bn.running_var.uniform_(0.5, 1.5)
+    bn.weight.data.uniform_(0.5, 1.5)
+    bn.bias.data.normal_(0.0, 0.1)
+    return [nn.Conv2d(cin, cout, 3, padding=1), bn, nn.ReLU(), nn.MaxPool2d(2)]
+
+
+def build_cnn(size):
+    import torch
+    import torch.nn as nn
+    batch, hw, chans = {"default": (32, 64, (32, 64, 128, 256)), "quick": (4, 32, (16, 32, 64)),
+                        "tiny": (2, 16, (8, 16))}[size]
+    layers, cin = [], 3
+    for c in chans:
+        layers += conv_stage(nn, cin, c)
+        cin = c
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 10)]
+    model = nn.Sequential(*layers).eval()
+    return Workload(model, (torch.randn(batch, 3, hw, hw),),
+                    f"CNN {len(chans)}x(conv-bn-relu-pool) {'-'.join(map(str, chans))}, "
+                    f"{batch}x3x{hw}x{hw}", {"batch": batch, "hw": hw, "channels": list(chans)})
+
+
+def build_gpt2(size):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    layers, embd, heads, seq, batch, vocab = {
+        "default": (6, 512, 8, 256, 4, 50257), "quick": (2, 256, 4, 64, 2, 50257),
+        "tiny": (1, 64, 2, 16, 1, 1000)}[size]
+    cfg = GPT2Config(n_layer=layers, n_embd=embd, n_head=heads, vocab_size=vocab,
+                     bos_token_id=vocab - 1, eos_token_id=vocab - 1, use_cache=False)
+    model = GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(0, vocab, (batch, seq))
+    return Workload(model, (ids,),
+                    f"GPT-2 {layers}L d{embd} h{heads}, {batch}x{seq} tokens, vocab {vocab}",
+                    {"n_layer": layers, "n_embd": embd, "n_head": heads, "seq": seq,
+                     "batch": batch, "vocab": vocab,
+                     "attn_implementation": model.config._attn_implementation})
+
+
+def build_bert(size):
+    import torch
+    from transformers import BertConfig, BertModel
+    layers, hidden, heads, inter, seq, batch = {
+        "default": (4, 768, 12, 3072, 128, 4), "quick": (2, 256, 4, 1024, 64, 2),
+        "tiny": (1, 64, 2, 128, 16, 1)}[size]
+    cfg = BertConfig(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                     intermediate_size=inter)
+    model = BertModel(cfg).eval()
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq))
+    return Workload(model, (ids,),
+                    f"BERT {layers}L d{hidden} h{heads} ff{inter}, {batch}x{seq} tokens",
+                    {"layers": layers, "hidden": hidden, "heads": heads, "intermediate": inter,
+                     "seq": seq, "batch": batch,
+                     "attn_implementation": model.config._attn_implementation})
+
+
+MICRO = ("chain", "chainmath", "softmax", "layernorm", "sum")
+
+
+def load_micro():
+    """benchmarks/micro.py of this checkout as a module (ImportError if absent)."""
+    path = REPO / "benchmarks" / "micro.py"
+    if not path.exists():
+        raise ImportError(f"{path} not found (the micro-kernels live in the source checkout)")
+    sys.path.insert(0, str(path.parent))
+    try:
+        import micro
+    finally:
+        sys.path.remove(str(path.parent))
+    return micro
+
+
+def build_micro(name, size):
+    """A micro.py kernel: its eager function, inputs, tolerance and description."""
+    micro = load_micro()
+    case = next(c for c in micro.make_cases(size != "default") if c["name"] == name)
+    return Workload(case["eager"], case["inputs"](), case["desc"],
+                    {"micro_case": name, "quick_sizes": size != "default"}, case["tol"])
+
+
+BUILDERS = {"mlp": build_mlp, "cnn": build_cnn, "gpt2": build_gpt2, "bert": build_bert}
+BUILDERS.update({m: (lambda size, m=m: build_micro(m, size)) for m in MICRO})
+MODELS = tuple(BUILDERS)
+GROUPS = {"micro": MICRO, "models": ("mlp", "cnn", "gpt2", "bert"), "all": MODELS}
+
+
+# --------------------------------------------------------------------------
+# child: one workload under one compiler, in a fresh process
+
+def tensors_of(out):
+    """The tensors of a model output in a fixed order: a tensor, a (nested)
+    tuple/list, or a dict such as transformers' ModelOutput."""
+    import torch
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in tensors_of(o)]
+    return []
+
+
+class Check:
+    """Running comparison of results with the eager reference: ok, the largest
+    absolute and relative errors seen, how many calls were checked, and why
+    the first failure failed."""
+
+    def __init__(self, ref, tol):
+        self.ref, (self.rtol, self.atol) = tensors_of(ref), tol
+        self.ok, self.max_abs, self.max_rel, self.calls, self.why = True, 0.0, 0.0, 0, None
+
+    def fail(self, why):
+        self.ok = False
+        self.why = self.why or why
+
+    def add(self, out):
+        self.calls += 1
+        got = tensors_of(out)
+        if len(got) != len(self.ref):
+            return self.fail(f"{len(got)} output tensors, eager gives {len(self.ref)}")
+        for i, (g, r) in enumerate(zip(got, self.ref)):
+            self.compare(i, g, r)
+
+    def compare(self, i, g, r):
+        if g.shape != r.shape or g.dtype != r.dtype:
+            return self.fail(f"output {i}: {g.dtype}{tuple(g.shape)}, eager {r.dtype}{tuple(r.shape)}")
+        if not r.is_floating_point():
+            g, r = g.double(), r.double()
+        diff = (g - r).abs()
+        if diff.numel() == 0:
+            return
+        if bool(diff.isnan().any()) and not bool((g.isnan() == r.isnan()).all()):
+            return self.fail(f"output {i}: NaN where eager has none (or the reverse)")
+        diff = diff.nan_to_num(0.0)
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        self.max_rel = max(self.max_rel, float((diff / r.abs().clamp_min(1e-30)).max()))
+        if not bool((diff <= self.atol + self.rtol * r.abs()).all()):
+            self.fail(f"output {i}: error above tolerance (rtol={self.rtol:g}, atol={self.atol:g})")
+
+    def result(self):
+        return {"ok": self.ok, "max_abs_err": self.max_abs, "max_rel_err": self.max_rel,
+                "calls_checked": self.calls, "why": self.why,
+                "ref_max_abs": max((float(r.abs().max()) for r in self.ref if r.numel()),
+                                   default=0.0)}
+
+
+def time_calls(run, check, timing):
+    """Warm-up calls, then timed calls (count fitted to the budget); each
+    result is checked after its timer stops. Returns the timing record."""
+    t0 = time.perf_counter()
+    for _ in range(timing["warmup"]):
+        check.add(run())
+    per_call = max((time.perf_counter() - t0) / max(timing["warmup"], 1), 1e-6)
+    n = int(min(timing["max_iters"], max(timing["min_iters"], timing["budget_s"] / per_call)))
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        out = run()
+        times.append(time.perf_counter() - t)
+        check.add(out)
+        del out
+    return {"median_s": statistics.median(times), "min_s": min(times), "iters": n,
+            "warmup": timing["warmup"]}
+
+
+def smelt_functions():
+    """Every smelt CompiledFunction alive in this process: smelt.compile's and
+    the ones the frame hook made for functions an eager fallback called."""
+    import smelt
+    cls = smelt._C.CompiledFunction
+    return [o for o in gc.get_objects() if type(o) is cls]
+
+
+def smelt_report(top, before):
+    """What smelt did for one workload: the CompiledFunctions made since
+    `before` (a list of those that existed) with their counters, and a status:
+    'compiled' (the whole call ran as compiled graphs), 'partial' (the top
+    level ran eagerly, parts of it compiled) or 'eager' (nothing compiled)."""
+    old = {id(f) for f in before}
+    rows = []
+    for f in smelt_functions():
+        if id(f) in old:
+            continue
+        st = dict(f.stats())
+        st["name"] = getattr(f.fn, "__qualname__", repr(f.fn))
+        st["top"] = f is top
+        rows.append(st)
+    top_st = top.stats()
+    graphs = sum(r["compiles"] for r in rows)
+    if top_st["compiles"] and not top_st["eager_entries"]:
+        status = "compiled"
+    else:
+        status = "partial" if graphs else "eager"
+    reasons = sorted({r["last_break"] for r in rows if r["breaks"] and r["last_break"]})
+    return {"status": status, "graphs": graphs, "breaks": sum(r["breaks"] for r in rows),
+            "break_reasons": reasons, "top": top_st,
+            "trace_ms": sum(r["trace_ms"] for r in rows),
+            "compile_ms": sum(r["compile_ms"] for r in rows),
+            "functions": sorted(rows, key=lambda r: (not r["top"], r["name"]))}
+
+
+def inductor_report():
+    """torch._dynamo's counters: graphs compiled and graph breaks with reasons."""
+    from torch._dynamo.utils import counters
+    breaks = dict(counters["graph_break"])
+    return {"graphs": int(counters["stats"]["unique_graphs"]),
+            "frames_ok": int(counters["frames"]["ok"]),
+            "frames_total": int(counters["frames"]["total"]),
+            "breaks": int(sum(breaks.values())),
+            "break_reasons": sorted(str(k) for k in breaks)}
+
+
+def compile_for(compiler, fn):
+    """fn wrapped by the compiler (eager: fn itself) and a function returning
+    the compiler's report once the calls are done. Counters and dynamo's
+    caches start empty for each workload."""
+    if compiler == "smelt":
+        import smelt
+        before = smelt_functions()
+        cf = smelt.compile(fn)
+        return cf, lambda: smelt_report(cf._smelt, before)
+    if compiler == "inductor":
+        import torch
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        return torch.compile(fn), inductor_report
+    return fn, lambda: {}
+
+
+def run_workload(name, compiler, size):
+    """Builds workload `name`, times its first call under `compiler`, takes
+    the eager reference, then the timed calls. Returns the result dict."""
+    import torch
+    res = {"model": name, "compiler": compiler}
+    torch.manual_seed(0)
+    wl = BUILDERS[name](size)
+    res.update(desc=wl.desc, config=wl.config)
+    with torch.no_grad():
+        fn, report = compile_for(compiler, wl.fn)
+        t = time.perf_counter()
+        first = fn(*wl.inputs)
+        res["first_call_s"] = time.perf_counter() - t
+        check = Check(first if compiler == "eager" else wl.fn(*wl.inputs), wl.tol)
+        check.add(first)
+        del first
+        res.update(time_calls(lambda: fn(*wl.inputs), check, TIMING[size]))
+    res["check"] = check.result()
+    res["report"] = report()
+    return res
+
+
+def child_main(job):
+    """Runs job = {models, compiler, size, threads, out}: each workload in
+    turn, appending its result to job['out'] as one JSON line (so a crash
+    keeps the results before it). Only the first workload's first call is a
+    fresh-process cold start."""
+    import torch
+    torch.set_num_threads(job["threads"])
+    extra = {"torch_threads": torch.get_num_threads()}
+    if job["compiler"] == "smelt":
+        import smelt
+        smelt._C.set_num_threads(job["threads"])
+        extra["smelt_threads"] = smelt._C.get_num_threads()
+    for i, name in enumerate(job["models"]):
+        res = run_workload(name, job["compiler"], job["size"])
+        res.update(extra, fresh_process=i == 0, peak_rss_mb=peak_rss_mb(),
+                   loadavg=os.getloadavg())
+        with open(job["out"], "a") as fh:
+            fh.write(json.dumps(res) + "\n")
+
+
+def peak_rss_mb():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+# --------------------------------------------------------------------------
+# parent: one child per (workload, compiler)
+
+def child_env(tmp):
+    """The child's environment: fresh, empty compiler caches under tmp, no
+    Hugging Face network access, threads pinned by the job."""
+    env = dict(os.environ)
+    env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
+    env["SMELT_CACHE_DIR"] = os.path.join(tmp, "smelt")
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
+               TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def tail(path, n=15):
+    """The last n non-empty lines of a text file (for crash reports)."""
+    try:
+        with open(path, errors="replace") as fh:
+            lines = [ln.rstrip() for ln in fh if ln.strip()]
+    except OSError:
+        return []
+    return lines[-n:]
+
+
+def run_child(models, compiler, args):
+    """Runs the workloads `models` under `compiler` in one fresh process with
+    empty caches. Returns one result dict per model; a workload the child did
+    not finish (failure, crash, timeout) gets {'available': False, 'reason'}
+    with the end of the child's output."""
+    with tempfile.TemporaryDirectory(prefix="smelt-bench-") as tmp:
+        job = {"models": list(models), "compiler": compiler, "size": args.size,
+               "threads": args.threads, "out": os.path.join(tmp, "results.jsonl")}
+        log = os.path.join(tmp, "log.txt")
+        cmd = [sys.executable, str(HERE), "--child", json.dumps(job)]
+        t = time.perf_counter()
+        with open(log, "w") as fh:
+            try:
+                rc = subprocess.run(cmd, env=child_env(tmp), stdout=fh, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL,
+                                    timeout=args.timeout * len(models)).returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+        wall = time.perf_counter() - t
+        done = read_results(job["out"])
+        why = child_failure(rc, args.timeout * len(models), tail(log))
+        return [dict(done[m], available=True, reason=None, process_wall_s=wall) if m in done else
+                {"model": m, "compiler": compiler, "available": False, "process_wall_s": wall,
+                 "reason": why, "log_tail": tail(log)} for m in models]
+
+
+def read_results(path):
+    """{model: result} from a child's JSON-lines output (empty if none)."""
+    with contextlib.suppress(OSError), open(path) as fh:
+        return {r["model"]: r for r in map(json.loads, fh)}
+    return {}
+
+
+def child_failure(rc, timeout, log_tail):
+    """Why a child did not deliver a result: its exit and its last message."""
+    why = (f"timed out after {timeout:g} s" if rc is None else
+           f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}")
+    last = next((ln for ln in reversed(log_tail) if not ln.startswith(" ")), "")
+    return f"{why}: {last}" if last else why
+
+
+def progress_line(res):
+    """One line per finished child."""
+    head = f"  {res['model']:<10} {res['compiler']:<9}"
+    if not res.get("available"):
+        return f"{head} FAILED ({res['process_wall_s']:.1f} s): {res['reason']}"
+    extra = ""
+    if res["compiler"] == "smelt":
+        rep = res["report"]
+        extra = f"  [{rep['status']}, {rep['graphs']} graph(s)]"
+    return (f"{head} first {res['first_call_s']:8.3f} s  median {res['median_s'] * 1e3:9.2f} ms"
+            f"  err {res['check']['max_abs_err']:.1e}{'' if res['check']['ok'] else ' FAIL'}"
+            f"{extra}  ({res['process_wall_s']:.1f} s)")
+
+
+def run_all(models, compilers, args):
+    """All jobs; returns one record per model. Each model runs in its own
+    fresh process per compiler; the micro-kernels share one per compiler."""
+    records = {m: {"name": m, "results": {}} for m in models}
+    groups = [[m] for m in models if m not in MICRO] + [[m for m in models if m in MICRO]]
+    for group in filter(None, groups):
+        for compiler in compilers:
+            for res in run_child(group, compiler, args):
+                print(progress_line(res), flush=True)
+                rec = records[res["model"]]
+                rec["results"][compiler] = res
+                if res.get("desc"):
+                    rec.update(desc=res["desc"], config=res["config"])
+    for rec in records.values():
+        add_ratios(rec)
+    return list(records.values())
+
+
+def add_ratios(rec):
+    """smelt/eager and smelt/inductor of the steady-state medians (< 1: smelt faster)."""
+    r = rec["results"]
+    s = r.get("smelt") or {}
+    for other in ("eager", "inductor"):
+        o = r.get(other) or {}
+        if s.get("available") and o.get("available"):
+            rec[f"smelt_over_{other}"] = s["median_s"] / o["median_s"]
+
+
+# --------------------------------------------------------------------------
+# printing
+
+def fmt(value, spec, missing="n/a"):
+    return missing if value is None else format(value, spec)
+
+
+def field(rec, compiler, key, scale=1.0, spec=".2f"):
+    """rec's result[compiler][key] * scale formatted, '-' when not run, 'n/a' when failed."""
+    res = rec["results"].get(compiler)
+    if res is None:
+        return "-"
+    return fmt(res[key] * scale if res.get("available") else None, spec)
+
+
+def first_field(rec, compiler):
+    """Cold first-call seconds; '*' marks a call in a process that had run
+    another workload before (the micro-kernels after the first)."""
+    text = field(rec, compiler, "first_call_s", spec=".3g")
+    res = rec["results"].get(compiler) or {}
+    return text + ("*" if res.get("available") and not res.get("fresh_process", True) else "")
+
+
+def err_field(rec, compiler):
+    res = rec["results"].get(compiler)
+    if res is None:
+        return "-"
+    if not res.get("available"):
+        return "n/a"
+    c = res["check"]
+    return f"{c['max_abs_err']:.1e}" + ("" if c["ok"] else "!")
+
+
+def smelt_status(rec):
+    """'compiled 1g', 'partial 12g 3b', 'EAGER', 'n/a', '-' for the table."""
+    res = rec["results"].get("smelt")
+    if res is None:
+        return "-"
+    if not res.get("available"):
+        return "n/a"
+    rep = res["report"]
+    if rep["status"] == "compiled":
+        return f"compiled {rep['graphs']}g"
+    if rep["status"] == "partial":
+        return f"partial {rep['graphs']}g {rep['breaks']}b"
+    return "EAGER"
+
+
+def print_table(records):
+    """The results table: steady-state ms, ratios, cold first calls, errors, smelt status."""
+    print()
+    print("steady state: median ms per call; ratios < 1 mean smelt is faster; 1st: cold first "
+          "call in a fresh process (s;\n* = the process ran other micro-kernels first, caches "
+          "still empty); err: max abs error vs eager over all calls\n(! = above tolerance); "
+          "smelt: compiled Ng = N graphs, partial = eager top level with N graphs and B breaks "
+          "(Nb),\nEAGER = nothing compiled")
+    h = (f"{'model':<10} {'eager ms':>9} {'smelt ms':>9} {'ind ms':>9} {'s/eager':>8} {'s/ind':>6} "
+         f"{'eager 1st':>9} {'smelt 1st':>9} {'ind 1st':>8} {'smelt err':>10} {'ind err':>9}  smelt")
+    print(h)
+    print("-" * len(h))
+    for rec in records:
+        print(f"{rec['name']:<10} {field(rec, 'eager', 'median_s', 1e3):>9} "
+              f"{field(rec, 'smelt', 'median_s', 1e3):>9} {field(rec, 'inductor', 'median_s', 1e3):>9} "
+              f"{fmt(rec.get('smelt_over_eager'), '.2f'):>8} {fmt(rec.get('smelt_over_inductor'), '.2f'):>6} "
+              f"{first_field(rec, 'eager'):>9} {first_field(rec, 'smelt'):>9} "
+              f"{first_field(rec, 'inductor'):>8} {err_field(rec, 'smelt'):>10} "
+              f"{err_field(rec, 'inductor'):>9}  {smelt_status(rec)}")
+
+
+def print_notes(records):
+    """Workload descriptions, failures, graph-break reasons and wrong results.
+    Returns the number of smelt results that disagree with eager."""
+    print()
+    for rec in records:
+        print(f"  {rec['name']:<10} {rec.get('desc') or ''}")
+    wrong = 0
+    for rec in records:
+        for compiler, res in rec["results"].items():
+            if not res.get("available"):
+                print(f"{rec['name']}: {compiler} did not run: {res['reason']}")
+                continue
+            if not res["check"]["ok"]:
+                wrong += compiler == "smelt"
+                print(f"!!! {rec['name']}: {compiler} result disagrees with eager: "
+                      f"{res['check']['why']} (max abs err {res['check']['max_abs_err']:.3e})")
+            for why in res.get("report", {}).get("break_reasons", []):
+                print(f"{rec['name']}: {compiler} graph break: {short_path(why)}")
+    return wrong
+
+
+def short_path(text):
+    """text with '/.../site-packages/' and this checkout's path shortened."""
+    for marker in ("site-packages/", "dist-packages/"):
+        while (i := text.find(marker)) > 0:
+            j = text.rfind(" ", 0, i) + 1
+            text = text[:j] + "<" + marker[:-1] + ">/" + text[i + len(marker):]
+    return text.replace(str(REPO) + "/", "")
+
+
+# --------------------------------------------------------------------------
+# chart
+
+def write_png(records, path, subtitle=""):
+    """Bar chart: steady-state time relative to eager, and cold first calls,
+    both on log scales; smelt bars that did not run fully compiled are
+    labelled. Returns None, or why no chart was written (no matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        return f"matplotlib not available ({exc}); `make bench` installs it"
+    names = [r["name"] for r in records]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8, 1.1 * len(names)), 8))
+    width = 0.27
+    for k, compiler in enumerate(COMPILERS):
+        rel, first = chart_series(records, compiler)
+        xs = [i + (k - 1) * width for i in range(len(names))]
+        ax1.bar(xs, rel, width, label=compiler)
+        ax2.bar(xs, first, width, label=compiler)
+        if compiler == "smelt":
+            label_smelt_bars(ax1, records, xs, rel)
+    ax1.axhline(1.0, color="grey", linewidth=0.8)
+    ax1.set_ylabel("steady-state time / eager (log)")
+    ax2.set_ylabel("cold first call, s (log)")
+    for ax in (ax1, ax2):
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(names)), names)
+        ax.legend(fontsize=8)
+    fig.suptitle("smelt vs eager vs torch.compile (inductor), CPU; no bar = did not run\n" + subtitle,
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def chart_series(records, compiler):
+    """([time / eager time], [first-call s]) of compiler per record; NaN
+    (no bar) where it or eager did not run."""
+    nan, rel, first = float("nan"), [], []
+    for r in records:
+        res, eager = r["results"].get(compiler) or {}, r["results"].get("eager") or {}
+        ok = res.get("available") and eager.get("available")
+        rel.append(res["median_s"] / eager["median_s"] if ok else nan)
+        first.append(res["first_call_s"] if res.get("available") else nan)
+    return rel, first
+
+
+def label_smelt_bars(ax, records, xs, heights):
+    """Writes smelt's status above its bars where it did not compile fully."""
+    for r, x, h in zip(records, xs, heights):
+        label = smelt_status(r)
+        if h == h and not label.startswith("compiled"):
+            ax.annotate(label, (x, h), xytext=(0, 3), textcoords="offset points",
+                        rotation=90, fontsize=7, ha="center", va="bottom")
+
+
+# --------------------------------------------------------------------------
+# main
+
+def expand_models(spec):
+    """'mlp,micro' -> ('mlp', 'chain', ...); ValueError naming an unknown name."""
+    out = []
+    for name in (n.strip() for n in spec.split(",") if n.strip()):
+        if name not in BUILDERS and name not in GROUPS:
+            raise ValueError(f"unknown model {name!r}; choose from {', '.join(MODELS + tuple(GROUPS))}")
+        out += [m for m in GROUPS.get(name, (name,)) if m not in out]
+    return tuple(out)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m smelt.bench",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_const", const="quick", dest="size", default="default",
+                   help="smaller shapes and fewer calls (a couple of minutes)")
+    p.add_argument("--size", choices=SIZES, default="default",
+                   help="shape preset; tiny is for the test suite")
+    p.add_argument("--models", default="all",
+                   help=f"comma list of {', '.join(MODELS)} or groups {', '.join(GROUPS)}")
+    p.add_argument("--compilers", default=",".join(COMPILERS), help="comma list of eager,smelt,inductor")
+    p.add_argument("--threads", type=int, default=2, help="torch and smelt threads (default 2)")
+    p.add_argument("--json", default="bench_results.json", metavar="PATH")
+    p.add_argument("--png", metavar="PATH", help="bar chart (default: the JSON path with .png)")
+    p.add_argument("--no-png", action="store_true", help="write no chart")
+    p.add_argument("--timeout", type=float, default=900.0,
+                   help="seconds per workload (a child running several gets the sum)")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    try:
+        args.models = expand_models(args.models)
+    except ValueError as exc:
+        p.error(str(exc))
+    wanted = {c.strip() for c in args.compilers.split(",") if c.strip()}
+    if not wanted or wanted - set(COMPILERS):
+        p.error(f"--compilers: comma list of {', '.join(COMPILERS)}")
+    args.compilers = tuple(c for c in COMPILERS if c in wanted)
+    return args
+
+
+def meta_info(args):
+    """Machine, versions, threads and load: the context of the numbers."""
+    import importlib.metadata
+
+    import torch
+    try:
+        tf = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        tf = None
+    load = os.getloadavg()
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": tf, "threads": args.threads,
+            "size": args.size, "models": list(args.models), "compilers": list(args.compilers),
+            "commit": git_commit(), "loadavg_start": load, "model_tolerance": MODEL_TOL,
+            "timing": TIMING[args.size]}
+
+
+def cpu_name():
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def git_commit():
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    return None
+
+
+def print_header(meta, args):
+    load = meta["loadavg_start"][0]
+    print(f"smelt benchmark suite ({args.size}); cpu: {meta['cpu']} ({meta['cores']} cores); "
+          f"python {meta['python']}, torch {meta['torch']}, transformers {meta['transformers']}; "
+          f"{args.threads} threads; load average {load:.2f}")
+    print(f"one fresh process per model and compiler ({', '.join(args.compilers)}), empty caches")
+    if load >= 0.5:
+        print(f"note: the machine is busy (load {load:.2f} before the run): other processes take "
+              "cores from the timed ones,\n      so timings are noisy (multi-threaded eager ops "
+              "above all); rerun on a quiet machine")
+
+
+def write_outputs(meta, records, args):
+    """The JSON file and, unless --no-png, the chart; prints where they went."""
+    with open(args.json, "w") as fh:
+        json.dump({"meta": meta, "models": records}, fh, indent=1)
+    print(f"\nwrote {args.json}", end="")
+    if not args.no_png:
+        png = args.png or str(Path(args.json).with_suffix(".png"))
+        why = write_png(records, png, f"{args.size} shapes, {args.threads} threads, load average "
+                        f"{meta['loadavg_start'][0]:.1f} at start, {meta['cpu']}")
+        print(f"; no chart: {why}" if why else f", {png}", end="")
+    print()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.child:
+        child_main(json.loads(args.child))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)                       # results are written: skip torch's teardown (seconds)
+    t0 = time.perf_counter()
+    meta = meta_info(args)
+    print_header(meta, args)
+    records = run_all(args.models, args.compilers, args)
+    print_table(records)
+    wrong = print_notes(records)
+    meta["total_wall_s"] = time.perf_counter() - t0
+    meta["loadavg_end"] = os.getloadavg()
+    write_outputs(meta, records, args)
+    print(f"total wall time {meta['total_wall_s']:.1f} s")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    if sys.path and Path(sys.path[0]).resolve() == HERE.parent:
+        del sys.path[0]                   # run as a script: do not shadow modules by this folder
+    sys.exit(main())
