@@ -38,6 +38,7 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
         smelt_plan_free(p);
         return NULL;
     }
+    plan_assign_arena(p);
     if (opts && opts->keep_ir)
         p->text_kernels = ind_kernels_print(p);
     return p;
@@ -48,6 +49,7 @@ void smelt_plan_free(smelt_plan *p)
     if (!p)
         return;
     cpu_release(p);
+    plan_release_arena(p);
     for (int32_t k = 0; k < p->nkernels; k++)
         free(p->kernels[k].items);
     free(p->kernels);

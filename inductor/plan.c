@@ -9,6 +9,111 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---------- the arena ---------- */
+
+/* Calls fn(buf, step, ctx) for every plan buffer step s touches. */
+static void step_bufs(const smelt_plan *p, int32_t s, void (*fn)(int32_t, int32_t, void *), void *ctx)
+{
+    const plan_step *st = &p->steps[s];
+    if (st->kind == PS_KERNEL) {
+        const plan_kernel_code *c = &p->code[st->kernel];
+        for (int32_t i = 0; i < c->nslots; i++)
+            fn(c->slots[i], s, ctx);
+    } else if (st->kind == PS_MATMUL) {
+        fn(st->a_buf, s, ctx);
+        fn(st->b_buf, s, ctx);
+        fn(st->c_buf, s, ctx);
+    } else {
+        for (int k = 0; k < st->call->nin; k++)
+            fn(st->call->in_buf[k], s, ctx);
+        for (int k = 0; k < st->call->nout; k++)
+            fn(st->call->out_buf[k], s, ctx);
+    }
+}
+
+typedef struct live_range { int32_t first, last; } live_range;
+
+static void widen(int32_t buf, int32_t step, void *ctx)
+{
+    live_range *r = &((live_range *)ctx)[buf];
+    if (r->first < 0 || step < r->first)
+        r->first = step;
+    if (step > r->last)
+        r->last = step;
+}
+
+/* Byte offset for temporary t that no placed temporary with an overlapping
+ * live range occupies: first fit above every conflicting placement. Placed
+ * buffers are visited largest first, so the result packs well enough. */
+static int64_t first_fit(const smelt_plan *p, const live_range *r, const int32_t *placed, int nplaced,
+                         int32_t t)
+{
+    int64_t off = 0, need = (p->bufs[t].nbytes + 63) / 64 * 64;
+    for (int again = 1; again;) {
+        again = 0;
+        for (int i = 0; i < nplaced; i++) {
+            const plan_buf *b = &p->bufs[placed[i]];
+            int64_t end = b->offset + (b->nbytes + 63) / 64 * 64;
+            if (r[placed[i]].last < r[t].first || r[t].last < r[placed[i]].first)
+                continue;   /* never live at the same time */
+            if (off < end && b->offset < off + need) {
+                off = end;
+                again = 1;
+            }
+        }
+    }
+    return off;
+}
+
+static int by_size_desc(const void *x, const void *y, void *ctx)
+{
+    const smelt_plan *p = ctx;
+    int64_t a = p->bufs[*(const int32_t *)x].nbytes, b = p->bufs[*(const int32_t *)y].nbytes;
+    return a < b ? 1 : a > b ? -1 : *(const int32_t *)x - *(const int32_t *)y;
+}
+
+/* Insertion sort (the temporaries of one plan are few). */
+static void sort_temps(const smelt_plan *p, int32_t *t, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && by_size_desc(&t[j - 1], &t[j], (void *)p) > 0; j--) {
+            int32_t x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+}
+
+void plan_assign_arena(smelt_plan *p)
+{
+    live_range *r = malloc(sizeof *r * (size_t)(p->nbufs + 1));
+    int32_t *temps = malloc(sizeof *temps * (size_t)(p->nbufs + 1));
+    if (!r || !temps)
+        abort();
+    for (int32_t i = 0; i < p->nbufs; i++)
+        r[i] = (live_range){ -1, -1 };
+    for (int32_t s = 0; s < p->nsteps; s++)
+        step_bufs(p, s, widen, r);
+    int n = 0;
+    for (int32_t i = 0; i < p->nbufs; i++)
+        if (p->bufs[i].kind == PB_TEMP)
+            temps[n++] = i;
+    sort_temps(p, temps, n);
+    p->arena_bytes = 0;
+    for (int i = 0; i < n; i++) {
+        plan_buf *b = &p->bufs[temps[i]];
+        b->offset = first_fit(p, r, temps, i, temps[i]);
+        if (b->offset + b->nbytes > p->arena_bytes)
+            p->arena_bytes = b->offset + b->nbytes;
+    }
+    free(r);
+    free(temps);
+}
+
+void plan_release_arena(smelt_plan *p)
+{
+    free(atomic_exchange(&p->arena_cache, NULL));
+}
+
 typedef struct run_ctx {
     plan_kernel_fn fn;
     void **bufs;
@@ -63,20 +168,21 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
     void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
     int32_t flag = 0;
     int rc = 0;
+    char *arena = p->arena_bytes ? atomic_exchange((_Atomic(void *) *)&p->arena_cache, NULL) : NULL;
+    if (p->arena_bytes && !arena && !(arena = kern_alloc_temp((size_t)p->arena_bytes))) {
+        free(bufs);
+        snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)p->arena_bytes);
+        return -1;
+    }
     if (!bufs) {
+        free(arena);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    for (int32_t i = 0; i < p->nbufs && !rc; i++) {
+    for (int32_t i = 0; i < p->nbufs; i++) {
         const plan_buf *b = &p->bufs[i];
-        if (b->kind == PB_INPUT)
-            bufs[i] = inputs[b->index];
-        else if (b->kind == PB_OUTPUT)
-            bufs[i] = outputs[b->index];
-        else if (!(bufs[i] = kern_alloc_temp((size_t)b->nbytes))) {
-            snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)b->nbytes);
-            rc = -1;
-        }
+        bufs[i] = b->kind == PB_INPUT ? inputs[b->index] : b->kind == PB_OUTPUT ? outputs[b->index]
+                                                                                : arena + b->offset;
     }
     for (int32_t s = 0; s < p->nsteps && !rc; s++) {
         const plan_step *st = &p->steps[s];
@@ -118,9 +224,9 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
             rc = -1;
         }
     }
-    for (int32_t i = 0; i < p->nbufs; i++)
-        if (p->bufs[i].kind == PB_TEMP)
-            free(bufs[i]);
+    void *none = NULL;
+    if (arena && !atomic_compare_exchange_strong((_Atomic(void *) *)&p->arena_cache, &none, arena))
+        free(arena);   /* another run's arena is cached already */
     free(bufs);
     return rc;
 }

@@ -12,6 +12,8 @@
 #include "kir.h"
 #include "../kernels/matmul.h"
 
+#include <stdatomic.h>
+
 typedef enum plan_buf_kind { PB_INPUT, PB_OUTPUT, PB_TEMP } plan_buf_kind;
 
 typedef struct plan_buf {
@@ -19,6 +21,7 @@ typedef struct plan_buf {
     uint8_t dtype;
     int32_t index;         /* PB_INPUT/PB_OUTPUT: graph input/output number */
     int64_t nbytes;        /* PB_TEMP: bytes to allocate */
+    int64_t offset;        /* PB_TEMP: byte offset in the plan's arena */
 } plan_buf;
 
 typedef enum plan_step_kind { PS_KERNEL, PS_MATMUL, PS_CALL } plan_step_kind;
@@ -66,6 +69,13 @@ struct smelt_plan {
     plan_buf *bufs; int32_t nbufs, cbufs;
     plan_step *steps; int32_t nsteps, csteps;
     int32_t nexterns, ncalls;
+    /* Temporaries live in one arena: offsets packed by liveness (buffers
+     * whose step ranges do not overlap share bytes), arena_bytes in all.
+     * A run takes the cached arena if no other run holds it (its pages are
+     * then already mapped), else allocates its own; the last one back
+     * stays cached. */
+    int64_t arena_bytes;
+    _Atomic(void *) arena_cache;
     plan_kernel_code *code;  /* one per kernel, filled by the backend */
     void *backend_state;     /* backend-owned (JIT resource tracker) */
     char *text_kernels, *text_ir, *text_asm;
@@ -76,6 +86,12 @@ struct smelt_plan {
 int ind_lower(smelt_plan *p, char *err, size_t errlen);
 /* lower.c: human-readable listing of the kernels (malloc'd). */
 char *ind_kernels_print(const smelt_plan *p);
+
+/* plan.c: packs the temporaries into the arena (after codegen: uses the
+ * kernels' slot tables). */
+void plan_assign_arena(smelt_plan *p);
+/* plan.c: frees the cached arena. */
+void plan_release_arena(smelt_plan *p);
 
 /* cpu/codegen.c: generates and loads code for every kernel, fills p->code. */
 int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen);
