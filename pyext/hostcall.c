@@ -191,8 +191,9 @@ static int init_torch(PyObject *torch)
     hc.kw_meta = Py_BuildValue("(ss)", "dtype", "device");
     hc.empty_dict = PyDict_New();
     hc.empty_tuple = PyTuple_New(0);
-    if (!hc.empty_tuple || !hc.to_dlpack || !hc.from_dlpack || !hc.set_grad || !hc.is_grad || !hc.tensor_type || !hc.empty ||
-        !hc.strided || !hc.copy_ || !hc.meta || !hc.kw_meta || !hc.empty_dict)
+    if (!hc.from_dlpack || !hc.set_grad || !hc.is_grad || !hc.to_dlpack || !hc.tensor_type ||
+        !hc.empty || !hc.strided || !hc.copy_ || !hc.meta || !hc.kw_meta || !hc.empty_dict ||
+        !hc.empty_tuple)
         return -1;
     return 0;
 }
@@ -267,18 +268,18 @@ static PyObject *callable_name(PyObject *fn)
     return r;
 }
 
-/* FNV-1a 64 of the UTF-8 text of str s, then a NUL, continuing from h. */
+/* Hashes the UTF-8 text of str s (a new reference, consumed; NULL after a
+ * failed call) and a NUL separator into FNV-1a state h. 0, or -1. */
 static int fnv_str(PyObject *s, uint64_t *h)
 {
     Py_ssize_t n;
     const char *p = s ? PyUnicode_AsUTF8AndSize(s, &n) : NULL;
-    if (!p)
-        return -1;
-    for (Py_ssize_t i = 0; i <= n; i++) {   /* the terminating NUL separates fields */
+    for (Py_ssize_t i = 0; p && i <= n; i++) {   /* i == n: the terminating NUL */
         *h ^= (uint8_t)p[i];
         *h *= 0x100000001b3ull;
     }
-    return 0;
+    Py_XDECREF(s);
+    return p ? 0 : -1;
 }
 
 int pyext_hostcall_key(PyObject *fn, PyObject *args, PyObject *kwargs, uint64_t *key)
@@ -288,18 +289,13 @@ int pyext_hostcall_key(PyObject *fn, PyObject *args, PyObject *kwargs, uint64_t 
         PyErr_SetString(PyExc_RuntimeError, "smelt._C is not initialised");
         return -1;
     }
-    PyObject *parts[3] = {
-        callable_name(fn),
-        PyObject_Repr(args ? args : Py_None),
-        PyObject_Repr(kwargs && kwargs != Py_None ? kwargs : hc.empty_dict),
-    };
-    int rc = 0;
-    for (int k = 0; k < 3; k++)
-        rc = rc || fnv_str(parts[k], &h) ? -1 : 0;
-    for (int k = 0; k < 3; k++)
-        Py_XDECREF(parts[k]);
+    args = args ? args : hc.empty_tuple;
+    kwargs = kwargs && kwargs != Py_None ? kwargs : hc.empty_dict;
+    if (fnv_str(callable_name(fn), &h) || fnv_str(PyObject_Repr(args), &h) ||
+        fnv_str(PyObject_Repr(kwargs), &h))
+        return -1;
     *key = h;
-    return rc;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -393,8 +389,9 @@ static PyObject *call_no_grad(PyObject *fn, PyObject *a, PyObject *kw)
     PyObject *was = PyObject_CallNoArgs(hc.is_grad);
     if (!was)
         return NULL;
+    int on = was == Py_True;
     Py_DECREF(was);
-    if (was != Py_True)
+    if (!on)
         return PyObject_Call(fn, a, kw);
     PyObject *t = PyObject_CallOneArg(hc.set_grad, Py_False);
     if (!t)
@@ -470,7 +467,9 @@ static int refuse(PyObject *fn, char *msg, size_t len, const char *fmt, ...)
 /* "Type: text" of exception value v into buf. */
 static void exc_text(PyObject *v, char *buf, size_t len)
 {
-    PyObject *tn = PyType_GetName(Py_TYPE(v)), *str = PyObject_Str(v);
+    PyObject *tn = PyType_GetName(Py_TYPE(v));
+    PyErr_Clear();
+    PyObject *str = PyObject_Str(v);
     const char *a = tn ? PyUnicode_AsUTF8(tn) : NULL, *b = str ? PyUnicode_AsUTF8(str) : NULL;
     snprintf(buf, len, "%s%s%s", a ? a : "exception", b && *b ? ": " : "", b ? b : "");
     Py_XDECREF(tn);
@@ -519,7 +518,8 @@ static PyObject *meta_tensor(const smelt_node *n)
 static int meta_dtype(PyObject *fn, PyObject *t, int k, pyext_call_meta *m, char *msg,
                       size_t len)
 {
-    PyObject *dt = PyObject_GetAttr(t, hc.s_dtype), *layout = PyObject_GetAttr(t, hc.s_layout);
+    PyObject *dt = PyObject_GetAttr(t, hc.s_dtype);
+    PyObject *layout = dt ? PyObject_GetAttr(t, hc.s_layout) : NULL;
     int rc = !dt || !layout ? -1 : 0, sd = dt ? dtype_of(dt) : -1;
     if (rc == 0 && (layout != hc.strided || sd < 0)) {
         PyObject *r = PyObject_Repr(layout != hc.strided ? layout : dt);
