@@ -43,10 +43,14 @@ typedef struct smelt_tensor_ref {
 
 /* Runs host call `id` of the graph (its CALL nodes): in[0..nin) are the
  * call's sources (any strides, read-only), out[0..nout) contiguous buffers
- * the host fills with the call's results. Called on the thread that runs
- * the plan, without the GIL held, one call at a time. 0, or -1 with err. */
+ * the host fills with the call's results. An out ref whose data is NULL
+ * asks the host for the memory instead: it sets data to a contiguous block
+ * holding that result (never memory of an in ref: the plan may reuse that
+ * once the call is done), valid until the plan run returns. Called on the
+ * thread that runs the plan, without the GIL held, one call at a time. 0,
+ * or -1 with err. */
 typedef int (*smelt_host_call_fn)(void *ctx, int32_t id, int nin, const smelt_tensor_ref *in,
-                                  int nout, const smelt_tensor_ref *out, char *err, size_t errlen);
+                                  int nout, smelt_tensor_ref *out, char *err, size_t errlen);
 
 /* smelt_plan_run for plans with CALL steps: `call` runs them (with ctx).
  * With call NULL a CALL step fails with an error. */

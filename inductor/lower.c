@@ -986,7 +986,8 @@ static int lower_once(lowering *L)
     }
     for (int32_t i = 0; i < g->n; i++)
         if (L->realized[i] && L->buf_of[i] < 0)
-            L->buf_of[i] = add_buf(p, (plan_buf){ .kind = PB_TEMP, .dtype = g->nodes[i].dtype,
+            L->buf_of[i] = add_buf(p, (plan_buf){ .kind = g->nodes[i].op == SMELT_OP_CALL ? PB_HOST : PB_TEMP,
+                                                   .dtype = g->nodes[i].dtype,
                                                    .nbytes = smelt_node_numel(&g->nodes[i]) *
                                                              (int64_t)smelt_dtype_size(g->nodes[i].dtype) });
     int r = 0;

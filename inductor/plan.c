@@ -138,8 +138,8 @@ static int run_matmul(const smelt_plan *p, const plan_step *s, void **bufs, char
 
 /* Host call step: fills the refs' data pointers and hands them to the
  * host. Without a host callback the plan cannot run. */
-static int run_call(const plan_step *s, void **bufs, smelt_host_call_fn host, void *ctx, char *err,
-                    size_t errlen)
+static int run_call(const smelt_plan *p, const plan_step *s, void **bufs, smelt_host_call_fn host,
+                    void *ctx, char *err, size_t errlen)
 {
     const plan_call *c = s->call;
     smelt_tensor_ref in[SMELT_MAX_SRC], out[SMELT_MAX_SRC];
@@ -151,9 +151,17 @@ static int run_call(const plan_step *s, void **bufs, smelt_host_call_fn host, vo
     }
     for (int k = 0; k < c->nout; k++) {
         out[k] = c->out[k];
-        out[k].data = bufs[c->out_buf[k]];
+        out[k].data = p->bufs[c->out_buf[k]].kind == PB_HOST ? NULL : bufs[c->out_buf[k]];
     }
-    return host(ctx, c->id, c->nin, in, c->nout, out, err, errlen);
+    if (host(ctx, c->id, c->nin, in, c->nout, out, err, errlen))
+        return -1;
+    for (int k = 0; k < c->nout; k++)
+        if (p->bufs[c->out_buf[k]].kind == PB_HOST) {
+            if (!out[k].data)
+                return snprintf(err, errlen, "host call %d gave no memory for result %d", (int)c->id, k), -1;
+            bufs[c->out_buf[k]] = out[k].data;
+        }
+    return 0;
 }
 
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
@@ -182,7 +190,7 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
     for (int32_t i = 0; i < p->nbufs; i++) {
         const plan_buf *b = &p->bufs[i];
         bufs[i] = b->kind == PB_INPUT ? inputs[b->index] : b->kind == PB_OUTPUT ? outputs[b->index]
-                                                                                : arena + b->offset;
+                  : b->kind == PB_TEMP ? arena + b->offset : NULL;
     }
     for (int32_t s = 0; s < p->nsteps && !rc; s++) {
         const plan_step *st = &p->steps[s];
@@ -191,7 +199,7 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
             continue;
         }
         if (st->kind == PS_CALL) {
-            rc = run_call(st, bufs, host, ctx, err, errlen);
+            rc = run_call(p, st, bufs, host, ctx, err, errlen);
             continue;
         }
         const plan_kernel_code *c = &p->code[st->kernel];

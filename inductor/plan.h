@@ -14,7 +14,9 @@
 
 #include <stdatomic.h>
 
-typedef enum plan_buf_kind { PB_INPUT, PB_OUTPUT, PB_TEMP } plan_buf_kind;
+/* PB_HOST: a host call's result whose memory the host provides at run time
+ * (see smelt_host_call_fn); no allocation. */
+typedef enum plan_buf_kind { PB_INPUT, PB_OUTPUT, PB_TEMP, PB_HOST } plan_buf_kind;
 
 typedef struct plan_buf {
     uint8_t kind;          /* plan_buf_kind */

@@ -191,12 +191,13 @@ static int run_host(CompiledObject *self, void **ptrs)
     if (grad < 0)
         return -1;
     PyObject *calls = Py_NewRef(self->calls);   /* kept alive whatever the calls do */
-    pyext_hostcall_ctx ctx = {calls, NULL};
+    pyext_hostcall_ctx ctx = {calls, NULL, NULL};
     Py_BEGIN_ALLOW_THREADS
     rc = smelt_plan_run_host(self->plan, ptrs, ptrs + self->nin, pyext_hostcall_run, &ctx,
                              err, sizeof err);
     Py_END_ALLOW_THREADS
     Py_DECREF(calls);
+    Py_XDECREF(ctx.keep);   /* results whose memory the plan used */
     if (grad && set_grad_mode(st, 1) < 0) {
         Py_XDECREF(ctx.exc);
         return -1;

@@ -60,7 +60,7 @@ static const DLDataType dl_types[SMELT_NDTYPES] = {
     X(slot_type) X(tensor_type) X(empty) X(from_dlpack) X(to_dlpack) X(set_grad)     \
     X(is_grad) X(copy_) X(meta) X(strided) X(kw_meta) X(empty_dict) X(empty_tuple)   \
     X(s_dtype) X(s_shape) X(s_layout) X(s_is_view) X(s_is_neg) X(s_module)           \
-    X(s_qualname) X(s_name) X(s_objclass)
+    X(s_qualname) X(s_name) X(s_objclass) X(clone) X(kw_memory_format) X(contiguous_format)
 
 static struct {
 #define FIELD(f) PyObject *f;
@@ -187,13 +187,16 @@ static int init_torch(PyObject *torch)
     hc.empty = PyObject_GetAttrString(torch, "empty");
     hc.strided = PyObject_GetAttrString(torch, "strided");
     hc.copy_ = hc.tensor_type ? PyObject_GetAttrString(hc.tensor_type, "copy_") : NULL;
+    hc.clone = hc.tensor_type ? PyObject_GetAttrString(hc.tensor_type, "clone") : NULL;
+    hc.contiguous_format = PyObject_GetAttrString(torch, "contiguous_format");
+    hc.kw_memory_format = Py_BuildValue("(s)", "memory_format");
     hc.meta = PyObject_CallMethod(torch, "device", "s", "meta");
     hc.kw_meta = Py_BuildValue("(ss)", "dtype", "device");
     hc.empty_dict = PyDict_New();
     hc.empty_tuple = PyTuple_New(0);
     if (!hc.from_dlpack || !hc.set_grad || !hc.is_grad || !hc.to_dlpack || !hc.tensor_type ||
         !hc.empty || !hc.strided || !hc.copy_ || !hc.meta || !hc.kw_meta || !hc.empty_dict ||
-        !hc.empty_tuple)
+        !hc.empty_tuple || !hc.clone || !hc.contiguous_format || !hc.kw_memory_format)
         return -1;
     return 0;
 }
@@ -784,13 +787,84 @@ static int store_result(PyObject *r, const smelt_tensor_ref *o)
     return match;
 }
 
-/* Checks the call's result res against out[0..nout) and copies each
- * result into its buffer. 0, or -1 with an exception. */
-static int store_results(PyObject *fn, PyObject *res, int nout, const smelt_tensor_ref *out)
+/* Whether the bytes [p, p + n) overlap the memory any in ref addresses. */
+static int overlaps_input(const char *p, size_t n, const smelt_tensor_ref *in, int nin)
+{
+    for (int k = 0; k < nin; k++) {
+        int64_t lo = 0, hi = 0, es = (int64_t)smelt_dtype_size((smelt_dtype)in[k].dtype);
+        int empty = 0;
+        for (int d = 0; d < in[k].ndim; d++) {
+            empty |= in[k].shape[d] == 0;
+            int64_t span = (in[k].shape[d] - 1) * in[k].strides[d];
+            *(span < 0 ? &lo : &hi) += span;
+        }
+        const char *a = (const char *)in[k].data + lo * es, *b = (const char *)in[k].data + (hi + 1) * es;
+        if (!empty && n && p < b && a < p + n)
+            return 1;
+    }
+    return 0;
+}
+
+/* Hands result r's memory to the plan for out ref o (data NULL): r itself
+ * when it matches o, is contiguous, has no negative bit and does not
+ * overlap an input (the plan may reuse inputs' memory after the call);
+ * otherwise a contiguous clone. The tensor handed over is appended to
+ * keep. 1, 0 (r does not match o; no exception), or -1. */
+static int adopt_result(PyObject *r, smelt_tensor_ref *o, const smelt_tensor_ref *in, int nin,
+                        PyObject *keep)
+{
+    if (!PyObject_TypeCheck(r, (PyTypeObject *)hc.tensor_type))
+        return 0;
+    int neg = tensor_flag(r, hc.s_is_neg, 1);
+    PyObject *t = neg < 0 ? NULL : Py_NewRef(r);
+    for (int pass = 0; t && pass < 2; pass++) {
+        PyObject *cap = PyObject_CallOneArg(hc.to_dlpack, t);
+        DLManagedTensor *m = cap ? PyCapsule_GetPointer(cap, "dltensor") : NULL;
+        if (!m) {
+            Py_XDECREF(cap);
+            Py_CLEAR(t);
+            break;
+        }
+        const DLTensor *d = &m->dl_tensor;
+        size_t nbytes = smelt_dtype_size((smelt_dtype)o->dtype);
+        for (int k = 0; k < o->ndim; k++)
+            nbytes *= (size_t)o->shape[k];
+        const char *data = (const char *)d->data + d->byte_offset;
+        int match = dl_matches(d, o);
+        if (match && (pass || (!neg && dl_contiguous(d) && !overlaps_input(data, nbytes, in, nin)))) {
+            o->data = nbytes ? (void *)data : (void *)&dl_dummy;
+            Py_DECREF(cap);
+            int rc = PyList_Append(keep, t);
+            Py_DECREF(t);
+            return rc ? -1 : 1;
+        }
+        Py_DECREF(cap);
+        if (!match) {
+            Py_DECREF(t);
+            return 0;
+        }
+        PyObject *args[2] = {t, hc.contiguous_format};   /* pass 1: a fresh contiguous copy */
+        Py_SETREF(t, PyObject_Vectorcall(hc.clone, args, 1, hc.kw_memory_format));
+    }
+    return -1;
+}
+
+/* Result k of a call into out ref o: copied into o's buffer, or handed
+ * over (o->data NULL). 1, 0 (no match), -1. */
+static int take_result(PyObject *r, smelt_tensor_ref *o, const smelt_tensor_ref *in, int nin,
+                       PyObject *keep)
+{
+    return o->data ? store_result(r, o) : adopt_result(r, o, in, nin, keep);
+}
+
+/* Checks the call's result res against out[0..nout) and stores each
+ * result (take_result). 0, or -1 with an exception. */
+static int store_results(PyObject *fn, PyObject *res, int nout, smelt_tensor_ref *out,
+                         const smelt_tensor_ref *in, int nin, PyObject *keep)
 {
     int one = PyObject_TypeCheck(res, (PyTypeObject *)hc.tensor_type);
     if (one && nout == 1) {
-        int rc = store_result(res, &out[0]);
+        int rc = take_result(res, &out[0], in, nin, keep);
         return rc == 1 ? 0 : rc == 0 ? result_mismatch(fn, 0, res, &out[0]) : -1;
     }
     Py_ssize_t n = one ? 1 : PyTuple_Check(res) ? PyTuple_GET_SIZE(res)
@@ -806,7 +880,7 @@ static int store_results(PyObject *fn, PyObject *res, int nout, const smelt_tens
     PyObject *seq = PySequence_Tuple(res);   /* lists: items stay alive */
     int rc = seq ? 1 : -1;
     for (int k = 0; rc == 1 && k < nout; k++) {
-        rc = store_result(PyTuple_GET_ITEM(seq, k), &out[k]);
+        rc = take_result(PyTuple_GET_ITEM(seq, k), &out[k], in, nin, keep);
         if (rc == 0)
             rc = result_mismatch(fn, k, PyTuple_GET_ITEM(seq, k), &out[k]);
     }
@@ -832,7 +906,7 @@ static PyObject *call_entry(PyObject *calls, int32_t id)
 /* Runs entry e (fn, args, kwargs) on in[] and stores its results in out[].
  * 0, or -1 with an exception. */
 static int run_entry(PyObject *e, int nin, const smelt_tensor_ref *in, int nout,
-                     const smelt_tensor_ref *out)
+                     smelt_tensor_ref *out, PyObject *keep)
 {
     PyObject *ins[SMELT_MAX_SRC], *fn = PyTuple_GET_ITEM(e, 0);
     if (nin < 1 || nin > SMELT_MAX_SRC || nout < 1 || nout > SMELT_MAX_SRC)
@@ -843,7 +917,7 @@ static int run_entry(PyObject *e, int nin, const smelt_tensor_ref *in, int nout,
         k++;
     PyObject *res = k == nin ? call_template(fn, PyTuple_GET_ITEM(e, 1), PyTuple_GET_ITEM(e, 2),
                                              ins, nin) : NULL;
-    int rc = res ? store_results(fn, res, nout, out) : -1;
+    int rc = res ? store_results(fn, res, nout, out, in, nin, keep) : -1;
     Py_XDECREF(res);
     for (int j = 0; j < k; j++)
         Py_DECREF(ins[j]);
@@ -873,13 +947,21 @@ static void keep_exception(pyext_hostcall_ctx *ctx, PyObject *e, int32_t id, cha
         Py_XDECREF(v);
 }
 
+/* ctx->keep, made on first use: 0, or -1 with an exception. */
+static int keep_list(pyext_hostcall_ctx *ctx)
+{
+    if (!ctx)
+        return PyErr_Format(PyExc_RuntimeError, "host call without a context"), -1;
+    return ctx->keep || (ctx->keep = PyList_New(0)) ? 0 : -1;
+}
+
 int pyext_hostcall_run(void *vctx, int32_t id, int nin, const smelt_tensor_ref *in, int nout,
-                       const smelt_tensor_ref *out, char *err, size_t errlen)
+                       smelt_tensor_ref *out, char *err, size_t errlen)
 {
     pyext_hostcall_ctx *ctx = vctx;
     PyGILState_STATE gs = PyGILState_Ensure();
     PyObject *e = call_entry(ctx ? ctx->calls : NULL, id);
-    int rc = e ? run_entry(e, nin, in, nout, out) : -1;
+    int rc = e && !keep_list(ctx) ? run_entry(e, nin, in, nout, out, ctx->keep) : -1;
     if (rc)
         keep_exception(ctx, e, id, err, errlen);
     Py_XDECREF(e);

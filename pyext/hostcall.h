@@ -58,13 +58,18 @@ int pyext_hostcall_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsr
 typedef struct pyext_hostcall_ctx {
     PyObject *calls;       /* borrowed: list of (fn, args, kwargs) */
     PyObject *exc;         /* owned: the raised exception, or NULL */
+    PyObject *keep;        /* owned: list of the result tensors whose memory
+                              the plan uses (out refs with data NULL), or
+                              NULL; the caller drops it after the run */
 } pyext_hostcall_ctx;
 
-/* smelt_host_call_fn for the plan executor: takes the GIL, wraps in[] and
- * out[] as tensors, runs calls[id] under torch.no_grad() and copies each
- * result into its out tensor. On an exception: -1, err filled, the
- * exception stored in ctx->exc. */
+/* smelt_host_call_fn for the plan executor: takes the GIL, wraps in[] as
+ * tensors, runs calls[id] under torch.no_grad() and copies each result into
+ * its out buffer, or, for an out ref with data NULL, hands the result's own
+ * memory to the plan (a contiguous copy when the result is not contiguous
+ * or overlaps an input), keeping the tensor in ctx->keep. On an exception:
+ * -1, err filled, the exception stored in ctx->exc. */
 int pyext_hostcall_run(void *ctx, int32_t id, int nin, const smelt_tensor_ref *in, int nout,
-                       const smelt_tensor_ref *out, char *err, size_t errlen);
+                       smelt_tensor_ref *out, char *err, size_t errlen);
 
 #endif

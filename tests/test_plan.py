@@ -56,3 +56,24 @@ def test_concurrent_runs_of_one_plan():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_host_results_that_view_their_inputs_are_copied():
+    """A host call's result memory is used in place unless it views an
+    input: here narrow() views a temporary whose arena bytes a later
+    temporary reuses, and t() is not contiguous; both must keep values."""
+    g = C.Graph()
+    x = g.input(torch.float32, (6, 5))
+    y = g.input(torch.float32, (6, 5))
+    t = g.op("mul", x, g.scalar(2.0))                      # temporary
+    (r,) = g.call(torch.narrow, [t], (C.Slot(0), 0, 1, 3))  # a view of it
+    (tt,) = g.call(torch.t, [t], (C.Slot(0),))             # not contiguous
+    w = g.input(torch.float32, (5, 5))
+    u = g.op("matmul", y, w)                               # a temporary in t's bytes
+    g.output(g.op("add", r, g.op("slice", u, dim=0, start=0, end=3)), tt)
+    f = g.compile()
+    xs, ys, ws = torch.randn(6, 5), torch.randn(6, 5), torch.randn(5, 5)
+    for _ in range(3):
+        a, b = f(xs, ys, ws)
+        torch.testing.assert_close(a, (xs * 2)[1:4] + (ys @ ws)[:3])
+        torch.testing.assert_close(b, (xs * 2).t())
