@@ -633,16 +633,20 @@ static void count_unit(const kir_pool *P, int32_t e, uint8_t *seen, int nvars, i
     seen[e] = 1;
     const kexpr *x = &P->ex[e];
     if (x->op == KE_LOAD)
-        for (int v = 0; v < nvars; v++)
-            n[v] += wt * (kix_coef(P, x->ix, v) == 1);
+        for (int v = 0; v < nvars; v++) {   /* unit stride, or invariant: a broadcast */
+            int64_t c = kix_coef(P, x->ix, v);
+            n[v] += wt * (c == 1 || c == 0);
+        }
     for (int k = 0; k < 3; k++)
         count_unit(P, x->src[k], seen, nvars, wt, n);
 }
 
 /* Picks the vectorised var: the one with unit stride in the most executed
  * accesses (an access inside a reduction loop runs once per reduced
- * element, a row store once; stores count double); ties go to the later
- * var. */
+ * element, a row store once; stores count double; a load that does not
+ * depend on the var counts as well, it is one broadcast); ties go to the
+ * later var. So per-channel parameters of an NCHW tensor do not pull the
+ * vector onto the channel dim. */
 static void choose_vvar(smelt_plan *p, kir_kernel *k)
 {
     int64_t n[KIR_MAX_VARS] = { 0 }, rn = 1;

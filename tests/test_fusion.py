@@ -219,3 +219,20 @@ def test_keep_code(gen):
     for what in ("ir", "asm", "kernels"):
         text = f.code(what)
         assert isinstance(text, str) and text.strip(), f"code({what!r}) is empty"
+
+
+def test_per_channel_parameters_keep_the_vector_on_the_contiguous_dim(gen):
+    """NCHW batch norm (eval) + relu: the per-channel loads are broadcasts
+    along H*W, so the vector var is the contiguous spatial one, not C."""
+    x = rand((3, 5, 9, 11), F32, gen=gen)
+    mean, var, w, b = (rand((5, 1, 1), F32, gen=gen) for _ in range(4))
+    var = var.abs() + 0.5
+
+    def build(g, a, m, v, ww, bb):
+        y = g.op("mul", g.op("sub", a, m), g.op("rsqrt", g.op("add", v, g.scalar(1e-5))))
+        return g.op("relu", g.op("add", g.op("mul", y, ww), bb))
+
+    out, f = run_compiled(build, x, mean, var, w, b, keep_code=True)
+    compare(out, torch.relu((x - mean) * torch.rsqrt(var + 1e-5) * w + b), F32)
+    head = f.code("kernels").splitlines()[0]
+    assert head.rstrip().endswith("vec]") and ":99 vec" in head, head
