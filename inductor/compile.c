@@ -54,8 +54,10 @@ void smelt_plan_free(smelt_plan *p)
         free(p->kernels[k].items);
     free(p->kernels);
     free(p->bufs);
-    for (int32_t k = 0; k < p->nsteps; k++)
+    for (int32_t k = 0; k < p->nsteps; k++) {
         free(p->steps[k].call);
+        free(p->steps[k].attn);
+    }
     free(p->steps);
     for (int32_t k = 0; p->code && k < p->nkernels; k++)
         free(p->code[k].slots);

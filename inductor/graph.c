@@ -940,6 +940,41 @@ static int infer_call(infer_ctx *c, int32_t self)
     return 0;
 }
 
+/* SDPA: q, k, v (and a mask) of one rank >= 2, float32 (mask bool or
+ * float32); k/v/mask batch dims are q's or 1, k and v agree on S, q and k
+ * on E, the mask's last two dims are L or 1 and S or 1. */
+static int infer_sdpa(infer_ctx *c)
+{
+    const smelt_node *q = c->s[0], *k = c->s[1], *v = c->s[2], *m = c->in->nsrc == 4 ? c->s[3] : NULL;
+    int nd = q->ndim;
+    if (c->in->nsrc < 3 || c->in->nsrc > 4)
+        return fail(c, "expects q, k, v and an optional mask, got %d sources", c->in->nsrc);
+    if (nd < 2 || nd - 2 > 6 || k->ndim != nd || v->ndim != nd || (m && m->ndim != nd))
+        return fail(c, "q, k, v%s must have one rank in [2, 8], got %s, %s, %s", m ? " and mask" : "",
+                    SHP(q), SHP(k), SHP(v));
+    if (q->dtype != SMELT_F32 || k->dtype != SMELT_F32 || v->dtype != SMELT_F32 ||
+        (m && m->dtype != SMELT_F32 && m->dtype != SMELT_BOOL))
+        return fail(c, "float32 q, k, v (and a bool or float32 mask) only");
+    for (int d = 0; d < nd - 2; d++)
+        if ((k->shape[d] != q->shape[d] && k->shape[d] != 1) || (v->shape[d] != q->shape[d] && v->shape[d] != 1) ||
+            (m && m->shape[d] != q->shape[d] && m->shape[d] != 1))
+            return fail(c, "batch dim %d of k, v or mask is neither q's nor 1 (q %s, k %s, v %s)", d, SHP(q),
+                        SHP(k), SHP(v));
+    int64_t L = q->shape[nd - 2], S = k->shape[nd - 2], E = q->shape[nd - 1];
+    if (k->shape[nd - 1] != E || v->shape[nd - 2] != S || E < 1)
+        return fail(c, "q %s, k %s and v %s do not agree on E and S", SHP(q), SHP(k), SHP(v));
+    if (m && ((m->shape[nd - 2] != L && m->shape[nd - 2] != 1) || (m->shape[nd - 1] != S && m->shape[nd - 1] != 1)))
+        return fail(c, "mask %s does not broadcast to [.., %lld, %lld]", SHP(m), (long long)L, (long long)S);
+    if (!isfinite(c->in->a.sdpa.scale) || (c->in->a.sdpa.causal && m))
+        return fail(c, "scale must be finite, and causal excludes a mask");
+    c->out->dtype = SMELT_F32;
+    copy_shape(c->out, q);
+    c->out->shape[nd - 1] = v->shape[nd - 1];
+    c->out->a.sdpa.scale = c->in->a.sdpa.scale;
+    c->out->a.sdpa.causal = c->in->a.sdpa.causal != 0;
+    return 0;
+}
+
 static int infer_leaf(infer_ctx *c)
 {
     switch ((smelt_op)c->in->op) {
@@ -1014,7 +1049,10 @@ static int infer_node(const smelt_graph *g, int32_t self, const smelt_node *in,
     case SMELT_KIND_REDUCTION: rc = infer_reduction(&c); break;
     case SMELT_KIND_VIEW: rc = infer_view(&c); break;
     case SMELT_KIND_CAT: rc = infer_cat(&c); break;
-    default: rc = in->op == SMELT_OP_CALL ? infer_call(&c, self) : infer_matmul(&c); break;
+    default:
+        rc = in->op == SMELT_OP_CALL ? infer_call(&c, self) : in->op == SMELT_OP_SDPA ? infer_sdpa(&c)
+                                                                                     : infer_matmul(&c);
+        break;
     }
     if (rc == 0 && !numel_fits(out))
         return fail(&c, "shape %s has too many elements", SHP(out));
@@ -1200,7 +1238,7 @@ int32_t smelt_graph_num_calls(const smelt_graph *g)
 /* canonical encoding                                                 */
 
 enum attr_member { AM_NONE, AM_INPUT, AM_SCALAR, AM_ARANGE, AM_AXIS, AM_CLAMP, AM_RED,
-                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL };
+                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL, AM_SDPA };
 
 /* Which member of smelt_attrs op uses (see graph.h). */
 static enum attr_member attr_member_of(smelt_op op)
@@ -1216,6 +1254,7 @@ static enum attr_member attr_member_of(smelt_op op)
     case SMELT_OP_SLICE: return AM_SLICE;
     case SMELT_OP_DIAGONAL: return AM_DIAG;
     case SMELT_OP_CALL: return AM_CALL;
+    case SMELT_OP_SDPA: return AM_SDPA;
     default:
         return smelt_op_kind_of(op) == SMELT_KIND_REDUCTION ? AM_RED : AM_NONE;
     }
@@ -1268,6 +1307,7 @@ static uint8_t *encode_attrs(uint8_t *p, const smelt_node *n)
     case AM_CALL:
         PUT(a->call.id, 4); PUT(a->call.out, 4); PUT(a->call.nout, 4); PUT(a->call.key, 8);
         break;
+    case AM_SDPA: PUTF(a->sdpa.scale); PUT(a->sdpa.causal, 1); break;
     case AM_NONE: break;
     }
     return p;
@@ -1513,6 +1553,9 @@ static void print_attrs(strbuf *b, const smelt_node *n)
     case AM_DIAG:
         sb_printf(b, ", offset=%lld, dim1=%d, dim2=%d", (long long)a->diag.offset,
                   (int)a->diag.dim1, (int)a->diag.dim2);
+        break;
+    case AM_SDPA:
+        sb_printf(b, ", scale=%s, causal=%d", fmt_double(a->sdpa.scale).s, (int)a->sdpa.causal);
         break;
     case AM_CALL:
         sb_printf(b, ", call=%d, out=%d/%d, key=%016llx", (int)a->call.id, (int)a->call.out,

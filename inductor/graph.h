@@ -77,7 +77,9 @@ typedef enum smelt_op_kind {
  *                          graphs calling different things never share code.
  *                          The nout nodes of one call are consecutive, in
  *                          order out = 0..nout-1, with identical sources,
- *                          id and key; ids are 0.. in order of first use. */
+ *                          id and key; ids are 0.. in order of first use.
+ *   sdpa    SDPA           scale (finite), causal (0/1: key j attends query
+ *                          i when j <= i; never with a mask source) */
 typedef union smelt_attrs {
     struct { int32_t index; } input;
     struct { double f; int64_t i; } scalar;
@@ -89,6 +91,7 @@ typedef union smelt_attrs {
     struct { int32_t dim; int64_t start, end, step; } slice;
     struct { int64_t offset; int32_t dim1, dim2; } diag;
     struct { int32_t id, out, nout; uint64_t key; } call;
+    struct { double scale; uint8_t causal; } sdpa;
 } smelt_attrs;
 
 typedef struct smelt_node {

@@ -121,6 +121,10 @@ char *ind_kernels_print(const smelt_plan *p)
         const plan_step *st = &p->steps[s];
         if (st->kind == PS_KERNEL)
             print_kernel(&b, p, st->kernel);
+        else if (st->kind == PS_SDPA)
+            sb_printf(&b, "sdpa q buf%d, k buf%d, v buf%d%s -> buf%d (flash, %s)\n", st->attn->buf[0],
+                      st->attn->buf[1], st->attn->buf[2], st->attn->nin == 4 ? ", mask" : "", st->attn->buf[4],
+                      st->attn->d.causal ? "causal" : "full");
         else if (st->kind == PS_CALL) {
             const plan_call *c = st->call;
             sb_printf(&b, "host call %d (", (int)c->id);

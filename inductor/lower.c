@@ -575,7 +575,7 @@ static void decide_realized(lowering *L)
         L->realized[g->outputs[o]] = 1;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
-        if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL)
+        if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA)
             continue;
         for (int k = 0; k < n->nsrc; k++) {
             int32_t buf;
@@ -937,6 +937,48 @@ static int emit_call(lowering *L, int32_t node)
     return 0;
 }
 
+/* Operand k of an SDPA node as the kernel sees it: batch strides (0 where
+ * it broadcasts), row and column strides; its buffer and offset. */
+static void sdpa_operand(lowering *L, int32_t node, int k, plan_sdpa *a, kern_sdpa_operand *o)
+{
+    const smelt_node *n = &L->g->nodes[L->g->nodes[node].src[k]];
+    int64_t st[SMELT_MAX_DIMS];
+    if (!strided_of(L, L->g->nodes[node].src[k], &a->buf[k], &a->off[k], st))
+        abort();
+    int nd = n->ndim;
+    for (int d = 0; d < nd - 2; d++)
+        o->bstride[d] = n->shape[d] == 1 ? 0 : st[d];
+    o->row = n->shape[nd - 2] == 1 ? 0 : st[nd - 2];
+    o->col = n->shape[nd - 1] == 1 ? 0 : st[nd - 1];
+}
+
+static int emit_sdpa(lowering *L, int32_t node)
+{
+    const smelt_node *n = &L->g->nodes[node], *q = &L->g->nodes[n->src[0]];
+    const smelt_node *k = &L->g->nodes[n->src[1]], *v = &L->g->nodes[n->src[2]];
+    plan_sdpa *a = calloc(1, sizeof *a);
+    if (!a)
+        abort();
+    int nd = q->ndim;
+    kern_sdpa_desc *d = &a->d;
+    d->nb = nd - 2;
+    for (int i = 0; i < nd - 2; i++)
+        d->bdims[i] = q->shape[i];
+    d->L = q->shape[nd - 2], d->S = k->shape[nd - 2], d->E = q->shape[nd - 1], d->Ev = v->shape[nd - 1];
+    d->scale = (float)n->a.sdpa.scale;
+    d->causal = n->a.sdpa.causal;
+    a->nin = n->nsrc;
+    kern_sdpa_operand *ops[4] = { &d->q, &d->k, &d->v, &d->mask };
+    for (int i = 0; i < n->nsrc; i++)
+        sdpa_operand(L, node, i, a, ops[i]);
+    d->mask_kind = n->nsrc < 4 ? KERN_SDPA_NO_MASK
+                   : L->g->nodes[n->src[3]].dtype == SMELT_BOOL ? KERN_SDPA_BOOL_MASK : KERN_SDPA_ADD_MASK;
+    a->buf[4] = L->buf_of[node];
+    add_step(L->p, (plan_step){ .kind = PS_SDPA, .attn = a });
+    L->p->nexterns++;
+    return 0;
+}
+
 static int emit_node(lowering *L, int32_t i)
 {
     const smelt_node *n = &L->g->nodes[i];
@@ -944,6 +986,8 @@ static int emit_node(lowering *L, int32_t i)
         return emit_matmul(L, i);
     if (n->op == SMELT_OP_CALL)
         return n->a.call.out ? 0 : emit_call(L, i);   /* one step per call */
+    if (n->op == SMELT_OP_SDPA)
+        return emit_sdpa(L, i);
     if (n->op != SMELT_OP_CAT)
         return emit_store_kernel(L, i, 1, L->buf_of[i], -1, 0, n);
     int64_t off = 0;
@@ -961,8 +1005,10 @@ static void reset_plan(smelt_plan *p)
 {
     for (int32_t k = 0; k < p->nkernels; k++)
         free(p->kernels[k].items);
-    for (int32_t k = 0; k < p->nsteps; k++)
+    for (int32_t k = 0; k < p->nsteps; k++) {
         free(p->steps[k].call);
+        free(p->steps[k].attn);
+    }
     p->nkernels = p->nbufs = p->nsteps = p->nexterns = p->ncalls = 0;
 }
 

@@ -23,6 +23,10 @@ static void step_bufs(const smelt_plan *p, int32_t s, void (*fn)(int32_t, int32_
         fn(st->a_buf, s, ctx);
         fn(st->b_buf, s, ctx);
         fn(st->c_buf, s, ctx);
+    } else if (st->kind == PS_SDPA) {
+        for (int k = 0; k < st->attn->nin; k++)
+            fn(st->attn->buf[k], s, ctx);
+        fn(st->attn->buf[4], s, ctx);
     } else {
         for (int k = 0; k < st->call->nin; k++)
             fn(st->call->in_buf[k], s, ctx);
@@ -136,6 +140,17 @@ static int run_matmul(const smelt_plan *p, const plan_step *s, void **bufs, char
     return kern_matmul(&s->mm, a, b, bufs[s->c_buf], err, errlen);
 }
 
+static int run_sdpa(const plan_step *s, void **bufs, char *err, size_t errlen)
+{
+    const plan_sdpa *a = s->attn;
+    const void *src[4] = { NULL, NULL, NULL, NULL };
+    for (int k = 0; k < a->nin; k++) {
+        size_t es = k == 3 && a->d.mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4;
+        src[k] = (const char *)bufs[a->buf[k]] + a->off[k] * (int64_t)es;
+    }
+    return kern_sdpa(&a->d, src[0], src[1], src[2], src[3], bufs[a->buf[4]], err, errlen);
+}
+
 /* Host call step: fills the refs' data pointers and hands them to the
  * host. Without a host callback the plan cannot run. */
 static int run_call(const smelt_plan *p, const plan_step *s, void **bufs, smelt_host_call_fn host,
@@ -200,6 +215,10 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
         }
         if (st->kind == PS_CALL) {
             rc = run_call(p, st, bufs, host, ctx, err, errlen);
+            continue;
+        }
+        if (st->kind == PS_SDPA) {
+            rc = run_sdpa(st, bufs, err, errlen);
             continue;
         }
         const plan_kernel_code *c = &p->code[st->kernel];

@@ -11,6 +11,7 @@
 #include "compile.h"
 #include "kir.h"
 #include "../kernels/matmul.h"
+#include "../kernels/attention.h"
 
 #include <stdatomic.h>
 
@@ -26,7 +27,16 @@ typedef struct plan_buf {
     int64_t offset;        /* PB_TEMP: byte offset in the plan's arena */
 } plan_buf;
 
-typedef enum plan_step_kind { PS_KERNEL, PS_MATMUL, PS_CALL } plan_step_kind;
+typedef enum plan_step_kind { PS_KERNEL, PS_MATMUL, PS_CALL, PS_SDPA } plan_step_kind;
+
+/* PS_SDPA: kernels/attention.c on buf[0..nin) (q, k, v, mask) at element
+ * offsets off[], writing buf[4] (contiguous). */
+typedef struct plan_sdpa {
+    kern_sdpa_desc d;
+    int nin;
+    int32_t buf[5];
+    int64_t off[4];
+} plan_sdpa;
 
 /* PS_CALL: host call `id`: its sources are views of plan buffers (buffer,
  * element offset, the ref's shape/strides), its results fill contiguous
@@ -46,6 +56,7 @@ typedef struct plan_step {
     int32_t a_buf, b_buf, c_buf;
     int64_t a_off, b_off;                  /* element offsets */
     plan_call *call;                       /* PS_CALL (owned) */
+    plan_sdpa *attn;                       /* PS_SDPA (owned) */
 } plan_step;
 
 /* Signature of every generated kernel: items [begin, end) of its work.

@@ -506,6 +506,25 @@ static int attrs_iota(op_call *c)
     return 0;
 }
 
+/* sdpa: scale (a number; default 1/sqrt(E)), causal (default False). */
+static int attrs_sdpa(op_call *c)
+{
+    static const char *const names[] = {"scale", "causal", NULL};
+    PyObject *v[2];
+    if (take_kwargs(c->kw, c->name, names, v))
+        return -1;
+    const smelt_node *q = &c->g->nodes[c->p->src[0]];
+    double scale = q->ndim ? 1.0 / sqrt((double)(q->shape[q->ndim - 1] ? q->shape[q->ndim - 1] : 1)) : 1.0;
+    if (v[0] && v[0] != Py_None && (scale = PyFloat_AsDouble(v[0])) == -1.0 && PyErr_Occurred())
+        return -1;
+    int causal = v[1] ? PyObject_IsTrue(v[1]) : 0;
+    if (causal < 0)
+        return -1;
+    c->p->a.sdpa.scale = scale;
+    c->p->a.sdpa.causal = (uint8_t)causal;
+    return 0;
+}
+
 static int attrs_none(op_call *c)
 {
     static const char *const names[] = {NULL};
@@ -527,6 +546,7 @@ static int op_attrs(op_call *c)
     case SMELT_OP_FULL: return attrs_full(c);
     case SMELT_OP_ARANGE: return attrs_arange(c);
     case SMELT_OP_IOTA: return attrs_iota(c);
+    case SMELT_OP_SDPA: return attrs_sdpa(c);
     default:
         if (smelt_op_kind_of(op) == SMELT_KIND_REDUCTION)
             return attrs_reduction(c);

@@ -1033,6 +1033,50 @@ static int32_t h_split(tracer *T, const call_args *a, smelt_op op)
     return tv_tuple(T, items, n);
 }
 
+static int32_t where3(tracer *T, int32_t c, int32_t x, int32_t y);
+
+/* The SDPA graph op (flash kernel) for float32 q, k, v of one rank and an
+ * optional bool/float32 mask broadcastable to [.., L, S] (padded to that
+ * rank with leading 1s); -2 when the form is not one it takes (then the
+ * caller decomposes into matmul + softmax + matmul). */
+static int32_t sdpa_fused(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mask, double scale, int causal)
+{
+    if (T->vals[q].kind != V_TENSOR || T->vals[k].kind != V_TENSOR || T->vals[v].kind != V_TENSOR ||
+        (mask >= 0 && T->vals[mask].kind != V_TENSOR))
+        return -2;
+    const smelt_node *qn = node(T, q), *kn = node(T, k), *vn = node(T, v);
+    int nd = qn->ndim;
+    if (qn->dtype != SMELT_F32 || kn->dtype != SMELT_F32 || vn->dtype != SMELT_F32 || kn->ndim != nd ||
+        vn->ndim != nd || nd < 2 || nd > 8 || (mask >= 0 && causal))
+        return -2;
+    for (int d = 0; d < nd - 2; d++)
+        if ((kn->shape[d] != qn->shape[d] && kn->shape[d] != 1) || (vn->shape[d] != qn->shape[d] && vn->shape[d] != 1))
+            return -2;
+    int32_t m = -1;
+    if (mask >= 0) {
+        const smelt_node *mn = node(T, mask);
+        if ((mn->dtype != SMELT_BOOL && mn->dtype != SMELT_F32) || mn->ndim > nd)
+            return -2;
+        int64_t shape[SMELT_MAX_DIMS], want[2] = { qn->shape[nd - 2], kn->shape[nd - 2] };
+        int pad = nd - mn->ndim;
+        for (int d = 0; d < nd; d++) {
+            shape[d] = d < pad ? 1 : mn->shape[d - pad];
+            int64_t full = d < nd - 2 ? qn->shape[d] : want[d - (nd - 2)];
+            if (shape[d] != full && shape[d] != 1)
+                return -2;
+        }
+        if ((m = pad ? v_reshape(T, mask, shape, nd) : T->vals[mask].node) < 0)
+            return -1;
+        if (pad)
+            m = T->vals[m].node;
+    }
+    smelt_node p = { .op = SMELT_OP_SDPA, .nsrc = (uint8_t)(m >= 0 ? 4 : 3),
+                     .src = { T->vals[q].node, T->vals[k].node, T->vals[v].node, m } };
+    p.a.sdpa.scale = scale;
+    p.a.sdpa.causal = (uint8_t)(causal != 0);
+    return mk(T, &p);
+}
+
 static int32_t h_sdpa(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t q = arg(a, 0, "query"), k = arg(a, 1, "key"), v = arg(a, 2, "value");
@@ -1051,6 +1095,9 @@ static int32_t h_sdpa(tracer *T, const call_args *a, smelt_op op)
     double scale = get_float(T, arg(a, -1, "scale"), 1.0 / sqrt((double)E), &err);
     if (err)
         return -1;
+    int32_t fused = sdpa_fused(T, q, k, v, is_none(T, mask) ? -1 : mask, scale, causal);
+    if (fused != -2)
+        return fused;
     int nd = node(T, k)->ndim;
     int32_t s = matmul(T, q, v_transpose(T, k, nd - 2, nd - 1));
     s = s < 0 ? -1 : op2(T, SMELT_OP_MUL, s, num(T, scale));
@@ -1075,6 +1122,11 @@ static int32_t h_sdpa(tracer *T, const call_args *a, smelt_op op)
     int32_t dimv = int_value(T, -1);
     call_args sm = { .pos = (int32_t[]){ s, dimv }, .npos = 2 };
     int32_t p = h_softmax(T, &sm, SMELT_OP_EXP);
+    if (p >= 0 && (causal || !is_none(T, mask))) {   /* rows with no key left: 0, as torch */
+        int32_t none = red(T, SMELT_OP_ALL, op2(T, SMELT_OP_EQ, s, num(T, -INFINITY)),
+                           1u << (node(T, s)->ndim - 1), 1, 0);
+        p = none < 0 ? -1 : where3(T, none, num(T, 0.0), p);
+    }
     return p < 0 ? -1 : matmul(T, p, v);
 }
 

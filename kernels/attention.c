@@ -1,0 +1,342 @@
+/* attention.c — flash-style scaled dot-product attention (see attention.h).
+ *
+ * Work items are (batch entry, block of BQ query rows). For each item the
+ * query block is copied (pre-scaled) into scratch; then for each block of
+ * BK keys: the keys are packed transposed (E x BK) and the values as rows
+ * (BK x Ev), scores S = Q K^T are computed for the block, masked, and the
+ * online softmax folds them in: new row max m', correction exp(m - m'),
+ * P = exp(S - m'), row sum l = l * corr + sum(P), acc = acc * corr + P V.
+ * The output row is acc / l. Causal items stop at the diagonal block.
+ *
+ * The three inner steps (scores, softmax, P V) have an AVX-512 version
+ * (intrinsics, SLEEF's vector exp) and a portable scalar one, chosen once
+ * per process from the CPU.
+ */
+#include "attention.h"
+#include "threadpool.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { BQ = 32, BK = 64 };
+
+/* Per-thread scratch of one range of work items. */
+typedef struct sdpa_scratch {
+    float *qb;     /* BQ x E, scaled */
+    float *kt;     /* E x BK */
+    float *vb;     /* BK x Ev */
+    float *s;      /* BQ x BK: scores, then probabilities */
+    float *acc;    /* BQ x Ev */
+    float m[BQ], l[BQ], corr[BQ];
+} sdpa_scratch;
+
+typedef struct sdpa_isa {
+    void (*scores)(const float *qb, const float *kt, float *s, int nq, int64_t E);
+    void (*softmax)(sdpa_scratch *w, int nq);
+    void (*pv)(const float *s, const float *vb, float *acc, const float *corr, int nq, int64_t Ev);
+} sdpa_isa;
+
+/* ---------------------------------------------------------------- scalar */
+
+static void scores_scalar(const float *qb, const float *kt, float *s, int nq, int64_t E)
+{
+    for (int r = 0; r < nq; r++) {
+        float row[BK] = { 0 };
+        for (int64_t e = 0; e < E; e++) {
+            float x = qb[r * E + e];
+            for (int c = 0; c < BK; c++)
+                row[c] += x * kt[e * BK + c];
+        }
+        memcpy(s + r * BK, row, sizeof row);
+    }
+}
+
+/* Folds block scores s (BQ x BK, masked entries -inf) into the running max
+ * m and sum l; s becomes exp(s - m'), corr the factor for the old acc. A
+ * row with no unmasked key so far keeps m = -inf, P = 0 and corr = 1 (and
+ * l = 0 at the end: a zero row). */
+static void softmax_scalar(sdpa_scratch *w, int nq)
+{
+    for (int r = 0; r < nq; r++) {
+        float *s = w->s + r * BK, mx = -INFINITY, sum = 0;
+        for (int c = 0; c < BK; c++)
+            mx = s[c] > mx ? s[c] : mx;
+        float mn = w->m[r] > mx ? w->m[r] : mx;
+        if (mn == -INFINITY) {
+            memset(s, 0, sizeof(float) * BK);
+            w->corr[r] = 1;
+            continue;
+        }
+        for (int c = 0; c < BK; c++)
+            sum += (s[c] = expf(s[c] - mn));
+        w->corr[r] = expf(w->m[r] - mn);
+        w->l[r] = w->l[r] * w->corr[r] + sum;
+        w->m[r] = mn;
+    }
+}
+
+static void pv_scalar(const float *s, const float *vb, float *acc, const float *corr, int nq, int64_t Ev)
+{
+    for (int r = 0; r < nq; r++) {
+        float *a = acc + r * Ev;
+        for (int64_t e = 0; e < Ev; e++)
+            a[e] *= corr[r];
+        for (int c = 0; c < BK; c++) {
+            float p = s[r * BK + c];
+            for (int64_t e = 0; p != 0 && e < Ev; e++)
+                a[e] += p * vb[c * Ev + e];
+        }
+    }
+}
+
+/* --------------------------------------------------------------- AVX-512 */
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+__m512 Sleef_expf16_u10avx512f(__m512);
+
+/* Rows r and r + 1 (when two) of S = Q K^T: 8 independent FMA chains. */
+static void scores_512(const float *qb, const float *kt, float *s, int nq, int64_t E)
+{
+    for (int r = 0; r < nq; r += 2) {
+        int two = r + 1 < nq;
+        const float *q0 = qb + r * E, *q1 = qb + (r + two) * E;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int64_t e = 0; e < E; e++) {
+            const float *k = kt + e * BK;
+            __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
+            __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
+            __m512 x = _mm512_set1_ps(q0[e]), y = _mm512_set1_ps(q1[e]);
+            a0 = _mm512_fmadd_ps(x, k0, a0), a1 = _mm512_fmadd_ps(x, k1, a1);
+            a2 = _mm512_fmadd_ps(x, k2, a2), a3 = _mm512_fmadd_ps(x, k3, a3);
+            b0 = _mm512_fmadd_ps(y, k0, b0), b1 = _mm512_fmadd_ps(y, k1, b1);
+            b2 = _mm512_fmadd_ps(y, k2, b2), b3 = _mm512_fmadd_ps(y, k3, b3);
+        }
+        float *o = s + r * BK;
+        _mm512_storeu_ps(o, a0), _mm512_storeu_ps(o + 16, a1);
+        _mm512_storeu_ps(o + 32, a2), _mm512_storeu_ps(o + 48, a3);
+        if (two) {
+            o += BK;
+            _mm512_storeu_ps(o, b0), _mm512_storeu_ps(o + 16, b1);
+            _mm512_storeu_ps(o + 32, b2), _mm512_storeu_ps(o + 48, b3);
+        }
+    }
+}
+
+static void softmax_512(sdpa_scratch *w, int nq)
+{
+    for (int r = 0; r < nq; r++) {
+        float *s = w->s + r * BK;
+        __m512 v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm512_loadu_ps(s + 16 * k);
+        float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(v[0], v[1]), _mm512_max_ps(v[2], v[3])));
+        float mn = w->m[r] > mx ? w->m[r] : mx;
+        if (mn == -INFINITY) {
+            memset(s, 0, sizeof(float) * BK);
+            w->corr[r] = 1;
+            continue;
+        }
+        __m512 sum = _mm512_setzero_ps(), m = _mm512_set1_ps(mn);
+        for (int k = 0; k < 4; k++) {
+            v[k] = Sleef_expf16_u10avx512f(_mm512_sub_ps(v[k], m));
+            _mm512_storeu_ps(s + 16 * k, v[k]);
+            sum = _mm512_add_ps(sum, v[k]);
+        }
+        w->corr[r] = expf(w->m[r] - mn);
+        w->l[r] = w->l[r] * w->corr[r] + _mm512_reduce_add_ps(sum);
+        w->m[r] = mn;
+    }
+}
+
+/* acc rows r, r + 1 over Ev in chunks of 64 columns (masked tails). */
+static void pv_512(const float *s, const float *vb, float *acc, const float *corr, int nq, int64_t Ev)
+{
+    for (int r = 0; r < nq; r += 2) {
+        int two = r + 1 < nq;
+        for (int64_t e0 = 0; e0 < Ev; e0 += 64) {
+            __mmask16 mk[4];
+            __m512 a[4], b[4];
+            float *ar = acc + r * Ev + e0, *br = acc + (r + two) * Ev + e0;
+            __m512 ca = _mm512_set1_ps(corr[r]), cb = _mm512_set1_ps(corr[r + two]);
+            for (int k = 0; k < 4; k++) {
+                int64_t left = Ev - e0 - 16 * k;
+                mk[k] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+                a[k] = _mm512_mul_ps(ca, _mm512_maskz_loadu_ps(mk[k], ar + 16 * k));
+                b[k] = _mm512_mul_ps(cb, _mm512_maskz_loadu_ps(mk[k], br + 16 * k));
+            }
+            for (int c = 0; c < BK; c++) {
+                __m512 p = _mm512_set1_ps(s[r * BK + c]), q = _mm512_set1_ps(s[(r + two) * BK + c]);
+                const float *vr = vb + c * Ev + e0;
+                for (int k = 0; k < 4; k++) {
+                    __m512 x = _mm512_maskz_loadu_ps(mk[k], vr + 16 * k);
+                    a[k] = _mm512_fmadd_ps(p, x, a[k]);
+                    b[k] = _mm512_fmadd_ps(q, x, b[k]);
+                }
+            }
+            for (int k = 0; k < 4; k++) {
+                _mm512_mask_storeu_ps(ar + 16 * k, mk[k], a[k]);
+                if (two)
+                    _mm512_mask_storeu_ps(br + 16 * k, mk[k], b[k]);
+            }
+        }
+    }
+}
+
+#pragma GCC pop_options
+
+static const sdpa_isa isa_scalar = { scores_scalar, softmax_scalar, pv_scalar };
+static const sdpa_isa isa_512 = { scores_512, softmax_512, pv_512 };
+
+static const sdpa_isa *pick_isa(void)
+{
+    return __builtin_cpu_supports("avx512f") ? &isa_512 : &isa_scalar;
+}
+
+/* ------------------------------------------------------------- one item */
+
+typedef struct sdpa_job {
+    const kern_sdpa_desc *d;
+    const float *q, *k, *v;
+    const void *mask;
+    float *out;
+    int64_t nqb;           /* query blocks per batch entry */
+    const sdpa_isa *isa;
+    int failed;
+} sdpa_job;
+
+/* Element offset of batch entry b in operand o. */
+static int64_t batch_offset(const kern_sdpa_desc *d, const kern_sdpa_operand *o, int64_t b)
+{
+    int64_t off = 0;
+    for (int i = d->nb - 1; i >= 0; i--) {
+        off += (b % d->bdims[i]) * o->bstride[i];
+        b /= d->bdims[i];
+    }
+    return off;
+}
+
+/* Keys and values j0 .. j0+nk packed (zero padded to BK). */
+static void pack_kv(const kern_sdpa_desc *d, const float *k, const float *v, int64_t j0, int nk, sdpa_scratch *w)
+{
+    memset(w->kt, 0, sizeof(float) * (size_t)(d->E * BK));
+    memset(w->vb + nk * d->Ev, 0, sizeof(float) * (size_t)((BK - nk) * d->Ev));
+    for (int c = 0; c < nk; c++) {
+        const float *kr = k + (j0 + c) * d->k.row, *vr = v + (j0 + c) * d->v.row;
+        for (int64_t e = 0; e < d->E; e++)
+            w->kt[e * BK + c] = kr[e * d->k.col];
+        for (int64_t e = 0; e < d->Ev; e++)
+            w->vb[c * d->Ev + e] = vr[e * d->v.col];
+    }
+}
+
+/* -inf for keys beyond nk, above the diagonal (causal) or masked out;
+ * additive masks added. */
+static void apply_mask(const kern_sdpa_desc *d, const void *mask, int64_t i0, int nq, int64_t j0, int nk,
+                       float *s)
+{
+    for (int r = 0; r < nq; r++) {
+        float *row = s + r * BK;
+        int64_t i = i0 + r;
+        int lim = nk;
+        if (d->causal && i - j0 + 1 < lim)
+            lim = i - j0 + 1 < 0 ? 0 : (int)(i - j0 + 1);
+        for (int c = lim; c < BK; c++)
+            row[c] = -INFINITY;
+        if (d->mask_kind == KERN_SDPA_BOOL_MASK) {
+            const uint8_t *m = (const uint8_t *)mask + i * d->mask.row + j0 * d->mask.col;
+            for (int c = 0; c < lim; c++)
+                if (!m[c * d->mask.col])
+                    row[c] = -INFINITY;
+        } else if (d->mask_kind == KERN_SDPA_ADD_MASK) {
+            const float *m = (const float *)mask + i * d->mask.row + j0 * d->mask.col;
+            for (int c = 0; c < lim; c++)
+                row[c] += m[c * d->mask.col];
+        }
+    }
+}
+
+/* Work item t: batch entry t / nqb, query block t % nqb. */
+static void run_item(const sdpa_job *J, int64_t t, sdpa_scratch *w)
+{
+    const kern_sdpa_desc *d = J->d;
+    int64_t b = t / J->nqb, i0 = (t % J->nqb) * BQ;
+    int nq = d->L - i0 < BQ ? (int)(d->L - i0) : BQ;
+    const float *q = J->q + batch_offset(d, &d->q, b), *k = J->k + batch_offset(d, &d->k, b);
+    const float *v = J->v + batch_offset(d, &d->v, b);
+    const void *mask = NULL;
+    if (d->mask_kind != KERN_SDPA_NO_MASK)
+        mask = (const char *)J->mask + batch_offset(d, &d->mask, b) * (d->mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4);
+    for (int r = 0; r < nq; r++) {
+        for (int64_t e = 0; e < d->E; e++)
+            w->qb[r * d->E + e] = q[(i0 + r) * d->q.row + e * d->q.col] * d->scale;
+        w->m[r] = -INFINITY;
+        w->l[r] = 0;
+    }
+    memset(w->acc, 0, sizeof(float) * (size_t)(nq * d->Ev));
+    int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S;
+    for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+        int nk = jend - j0 < BK ? (int)(jend - j0) : BK;
+        pack_kv(d, k, v, j0, nk, w);
+        J->isa->scores(w->qb, w->kt, w->s, nq, d->E);
+        apply_mask(d, mask, i0, nq, j0, nk, w->s);
+        J->isa->softmax(w, nq);
+        J->isa->pv(w->s, w->vb, w->acc, w->corr, nq, d->Ev);
+    }
+    float *o = J->out + (b * d->L + i0) * d->Ev;
+    for (int r = 0; r < nq; r++) {
+        float inv = w->l[r] == 0 ? 0 : 1 / w->l[r];   /* no key at all: 0, as torch */
+        for (int64_t e = 0; e < d->Ev; e++)
+            o[r * d->Ev + e] = w->acc[r * d->Ev + e] * inv;
+    }
+}
+
+static void sdpa_range(void *ctx, int64_t begin, int64_t end)
+{
+    sdpa_job *J = ctx;
+    const kern_sdpa_desc *d = J->d;
+    sdpa_scratch w;
+    size_t n = (size_t)(BQ * d->E + d->E * BK + BK * d->Ev + BQ * BK + BQ * d->Ev);
+    float *mem = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64);
+    if (!mem) {
+        J->failed = 1;
+        return;
+    }
+    w.qb = mem;
+    w.kt = w.qb + BQ * d->E;
+    w.vb = w.kt + d->E * BK;
+    w.s = w.vb + BK * d->Ev;
+    w.acc = w.s + BQ * BK;
+    for (int64_t t = begin; t < end; t++)
+        run_item(J, t, &w);
+    free(mem);
+}
+
+int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
+              const void *mask, float *out, char *err, size_t errlen)
+{
+    const sdpa_isa *isa = pick_isa();
+    if (d->nb < 0 || d->nb > KERN_SDPA_MAX_BATCH || d->L < 0 || d->S < 0 || d->E < 1 || d->Ev < 0)
+        return snprintf(err, errlen, "sdpa: bad sizes (L %lld, S %lld, E %lld, Ev %lld)", (long long)d->L,
+                        (long long)d->S, (long long)d->E, (long long)d->Ev), -1;
+    int64_t nbatch = 1;
+    for (int i = 0; i < d->nb; i++)
+        nbatch *= d->bdims[i];
+    sdpa_job J = { .d = d, .q = q, .k = k, .v = v, .mask = mask, .out = out,
+                   .nqb = (d->L + BQ - 1) / BQ, .isa = isa };
+    if (nbatch == 0 || d->L == 0 || d->Ev == 0)
+        return 0;
+    if (d->S == 0) {   /* no keys: zero rows, as torch */
+        memset(out, 0, sizeof(float) * (size_t)(nbatch * d->L * d->Ev));
+        return 0;
+    }
+    int64_t per = 2 * d->S * (d->E + d->Ev) * BQ;   /* flops per item, about */
+    kern_parallel_for(nbatch * J.nqb, per >= (1 << 18) ? 1 : (1 << 18) / per + 1, sdpa_range, &J);
+    if (J.failed)
+        return snprintf(err, errlen, "sdpa: out of memory"), -1;
+    return 0;
+}
