@@ -3,7 +3,8 @@
  *
  * ext_call turns the symbolic arguments of one call into templates (a
  * tensor becomes Slot(k), the call's k-th source; constants are guarded),
- * learns the results' dtypes and shapes from a run on meta tensors, adds
+ * learns the results' dtypes and shapes from torch's shape rules
+ * (shapes.c) or, for ops those do not cover, a run on meta tensors, adds
  * the CALL nodes and appends (fn, args, kwargs) to the trace result's table
  * of calls, where the call's id is its index.
  */
@@ -355,16 +356,19 @@ static PyObject *probe_call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyMethodDef probe_def = { "host_call_meta", (PyCFunction)(void (*)(void))probe_call,
                                  METH_VARARGS | METH_KEYWORDS, NULL };
 
-/* pyext_hostcall_infer for fn over the sources in s, also learning the
- * result's Python type (*rtype, new reference: a tensor type, tuple, a
- * torch.return_types type, list). 0, 1 with msg (cannot be a host call),
- * or -1 with an error. */
+/* The results of fn over the sources in s, and their Python type (*rtype,
+ * new reference: a tensor type, tuple, a torch.return_types type, list):
+ * from torch's shape rules where shapes.c knows the op, else from
+ * pyext_hostcall_infer (a run on meta tensors). 0, 1 with msg (cannot be a
+ * host call), or -1 with an error. */
 static int infer(tracer *T, PyObject *fn, const ext_srcs *s, PyObject *args, PyObject *kwargs,
                  pyext_call_meta *m, char *msg, size_t msglen, PyObject **rtype)
 {
     const smelt_node *srcs[SMELT_MAX_SRC];
     for (int k = 0; k < s->n; k++)
         srcs[k] = &T->g->nodes[s->node[k]];
+    if (shape_infer(fn, args, kwargs, s->n, srcs, m, rtype))
+        return 0;
     PyObject *box = PyList_New(2);
     PyObject *probe = NULL;
     if (box) {

@@ -10,7 +10,8 @@
  *   V_NULL    the NULL CPython pushes before some calls
  *   V_TENSOR  graph node `node`; in-place ops rebind `node`, so every alias
  *             (the same value id in locals, lists, closures) sees the update;
- *             `obj` the exact type of a graph input (NULL: torch.Tensor)
+ *             `obj` the exact type of a graph input (NULL: torch.Tensor);
+ *             pos: 1 + its graph output number once returned (0: not yet)
  *   V_OBJ     a Python object known at trace time (`obj`, borrowed from
  *             keep-alive), fetched from `src` (-1: computed or trusted);
  *             a super() object has the bound self in self_; a set made by
@@ -27,9 +28,15 @@
  *             and sl[1] keyword-defaults dict (-1: none), self_ the source
  *             of the function whose code made it (its globals' guard root),
  *             pos 1 when that code is torch's own (globals unguarded)
- *   V_CELL    closure cell: contents self_ (-1: empty) */
+ *   V_CELL    closure cell: contents self_ (-1: empty)
+ *   V_INST    instance of plain Python class `obj` made in the traced code
+ *             (objects.c): self_ a V_DICT of its attributes (its __dict__),
+ *             sl[0] a V_DICT of its items for dict-based classes (-1: none),
+ *             aux its C base type (object, dict, OrderedDict), pos the
+ *             class's source (-1: none). With sub 1 it is super(obj, self_)
+ *             for an instance self_ instead (attribute lookups only). */
 typedef enum tv_kind {
-    V_NULL, V_TENSOR, V_OBJ, V_TUPLE, V_LIST, V_DICT, V_BOUND, V_ITER, V_SLICE, V_FUNC, V_CELL
+    V_NULL, V_TENSOR, V_OBJ, V_TUPLE, V_LIST, V_DICT, V_BOUND, V_ITER, V_SLICE, V_FUNC, V_CELL, V_INST
 } tv_kind;
 
 /* V_ITER kinds.
@@ -45,7 +52,7 @@ typedef enum it_kind { IT_SEQ, IT_GEN, IT_ZIP, IT_ENUM, IT_MAP, IT_FILTER } it_k
 typedef struct tv {
     uint8_t kind;
     uint8_t sub;           /* V_ITER: it_kind */
-    uint8_t done;          /* V_ITER: exhausted */
+    uint8_t done;          /* V_ITER: exhausted; V_LIST, V_DICT, V_INST: part of the result */
     uint8_t frozen;        /* no in-place updates: V_TENSOR that may alias storage smelt does not
                               model; V_LIST/V_DICT wrapping an existing object; a read-only V_CELL */
     int32_t node;
@@ -60,6 +67,13 @@ typedef struct tv {
     int32_t sl[3];
 } tv;
 
+/* An attribute of an object from outside the trace that the traced code
+ * assigned (val, -1 when deleted); owner: a value holding the object. */
+struct tr_attrw {
+    PyObject *obj, *name;  /* borrowed (kept alive by the trace) */
+    int32_t val, owner;
+};
+
 typedef struct tracer {
     smelt_graph *g;
     tv *vals; int32_t nvals, cvals;   /* vals[-1] is a V_NULL sentinel (an absent argument) */
@@ -72,6 +86,9 @@ typedef struct tracer {
     struct tframe *frame;  /* the innermost running frame */
     int depth;
     int broke;             /* a graph break reason is set */
+    struct tr_attrw *attrw;   /* attribute writes to outside objects (objects.c) */
+    int32_t nattrw;
+    int no_grad;           /* grad-off `with` blocks the trace is inside */
 } tracer;
 
 /* BINARY_OP arguments (CPython's NB_* numbering, the same in 3.11 and
@@ -156,12 +173,62 @@ int ext_eligible(PyObject *fn);
 /* fn(*a) as a host call; fn must be ext_eligible (or torch.Tensor.__getitem__).
  * Tensor arguments (at any depth of tuples, lists and dict values; at most
  * SMELT_MAX_SRC distinct nodes) become the call's sources, everything else
- * must be a constant (guarded). The results' dtypes and shapes come from a
- * meta-tensor run. Returns a tensor value, or a V_TUPLE/V_LIST of them for
- * tuple/list results (a named tuple's type in obj, as torch.return_types);
+ * must be a constant (guarded). The results' dtypes and shapes come from
+ * shape_infer, or a meta-tensor run for ops it does not cover. Returns a
+ * tensor value, or a V_TUPLE/V_LIST of them for tuple/list results (a
+ * named tuple's type in obj, as torch.return_types);
  * a result that views an input is frozen, as are the tensor arguments.
  * -2 when no argument is a tensor (nothing was recorded); -1 on a break
  * (the reason names fn) or an error. */
 int32_t ext_call(tracer *T, PyObject *fn, const call_args *a);
+
+/* shapes.c: the results of common host calls (conv, pooling, upsampling,
+ * embedding, cumsum, topk, sort, gather/scatter, einsum, advanced
+ * indexing, ...) from torch's shape rules, without a meta-tensor run: the
+ * first Python meta kernel a process runs costs 0.4-2.4 s of imports. */
+struct pyext_call_meta;
+/* fn(*args, **kwargs) over a host call's argument templates (Slot(k)
+ * stands for srcs[k]; kwargs a dict, None or NULL): 1 with *m filled (nout,
+ * dtypes, ndims, shapes; is_view for results that view an input) and
+ * *rtype the result's Python type (torch.Tensor, tuple or a
+ * torch.return_types type; new reference), exactly as torch computes
+ * them; 0 when fn or this argument form is not one it knows, or torch
+ * would reject the arguments (the caller runs the meta call, which raises
+ * torch's own message). Never sets a Python error. */
+int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
+                struct pyext_call_meta *m, PyObject **rtype);
+
+/* ---- objects.c and the interp.c/builtins.c entry points it uses:
+ * instances of plain Python classes made in the traced code (V_INST),
+ * attribute writes to outside objects, calls the tracer answers itself ---- */
+int32_t tr_bound(tracer *T, PyObject *fn, int32_t self, int32_t fn_src);   /* method fn bound to self */
+int32_t tr_inline(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a);   /* Python function call */
+int tr_dict_set(tracer *T, int32_t d, PyObject *key, int32_t v);   /* d[key] = v, d a V_DICT made here */
+int tr_store_subscr(tracer *T, int32_t c, int32_t k, int32_t v);   /* c[k] = v */
+int tr_delete_subscr(tracer *T, int32_t c, int32_t k);             /* del c[k] */
+int32_t tr_contains(tracer *T, int32_t k, int32_t c);             /* k in c */
+const char *tr_kind_name(tracer *T, int32_t v);
+int tr_is_plain_const(PyObject *o);       /* None, bool, int, float, str, Ellipsis */
+int32_t bi_pure(tracer *T, const call_args *a, PyObject *fn);   /* fn called now on constants */
+int32_t bi_type_value(tracer *T, int32_t v);               /* type(v), guarded */
+
+/* Operators an instance's class implements through special methods. */
+typedef enum obj_slot { OS_GETITEM, OS_SETITEM, OS_DELITEM, OS_CONTAINS, OS_LEN, OS_ITER, OS_BOOL } obj_slot;
+
+int obj_init(void);                                        /* 0 or -1 (error set) */
+int32_t obj_new_instance(tracer *T, int32_t clsv, const call_args *a);   /* -2: not a plain class */
+int32_t obj_attr(tracer *T, int32_t v, PyObject *name, int missing_ok);  /* -2: missing */
+int obj_setattr(tracer *T, int32_t v, PyObject *name, int32_t val);      /* val -1: del */
+int obj_overlay_get(tracer *T, PyObject *o, PyObject *name, int32_t *val);
+int obj_overlaid(tracer *T, PyObject *o);
+int obj_finish(tracer *T);                                 /* end of trace: writes undone? */
+int32_t obj_cmethod(tracer *T, PyObject *descr, const call_args *a);     /* -2: not modelled */
+int32_t obj_special(tracer *T, int32_t v, obj_slot slot, const int32_t *args, int n);   /* -2: none */
+int obj_truth(tracer *T, int32_t v, int *out);
+int32_t obj_call(tracer *T, int32_t v, const call_args *a);
+int32_t obj_super(tracer *T, PyObject *cls, int32_t self);
+int32_t obj_query(tracer *T, PyObject *fn, const call_args *a);          /* -2: not a query */
+int32_t obj_call_special_fn(tracer *T, int32_t fv, const call_args *a);  /* -2: not special */
+PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
 
 #endif
