@@ -20,6 +20,7 @@ static smelt_graph *graph_copy(const smelt_graph *g)
     c->n = c->cap = g->n;
     c->nout = c->outcap = g->nout;
     c->ninputs = g->ninputs;
+    c->default_float = g->default_float;
     return c;
 }
 

@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_FLOAT SMELT_F32
 #define NODE_MAX_BYTES 256
 
 /* ------------------------------------------------------------------ */
@@ -301,13 +300,13 @@ static void promo_slot(int *slot, smelt_dtype dt)
  * 0-d tensors, which win over Python scalars, except that a lower priority
  * class of a higher category (bool < int < float) still raises the result;
  * a Python float counts as the default float dtype. */
-smelt_dtype smelt_result_type(const smelt_node *const *src, int n)
+smelt_dtype smelt_result_type(const smelt_node *const *src, int n, smelt_dtype default_float)
 {
     int dim = -1, zero = -1, wrapped = -1;
     for (int i = 0; i < n; i++) {
         const smelt_node *s = src[i];
         if (s->op == SMELT_OP_SCALAR)
-            promo_slot(&wrapped, s->dtype == SMELT_F64 ? DEFAULT_FLOAT : (smelt_dtype)s->dtype);
+            promo_slot(&wrapped, s->dtype == SMELT_F64 ? default_float : (smelt_dtype)s->dtype);
         else
             promo_slot(s->ndim ? &dim : &zero, (smelt_dtype)s->dtype);
     }
@@ -316,7 +315,7 @@ smelt_dtype smelt_result_type(const smelt_node *const *src, int n)
 
 static smelt_dtype result_type(const infer_ctx *c, int from, int to)
 {
-    return smelt_result_type(c->s + from, to - from);
+    return smelt_result_type(c->s + from, to - from, (smelt_dtype)c->g->default_float);
 }
 
 /* Broadcasts the shapes of sources [0, k) into c->out. */
@@ -470,7 +469,7 @@ static int infer_clamp(infer_ctx *c)
                     smelt_dtype_name((smelt_dtype)cat));
     if (!in->a.clamp.has_lo && !in->a.clamp.has_hi)
         return fail(c, "at least one of min and max must be given (source %s)", VAL(s));
-    int wrapped = cat == SMELT_F64 ? DEFAULT_FLOAT : cat;
+    int wrapped = cat == SMELT_F64 ? c->g->default_float : cat;
     smelt_dtype dt = (smelt_dtype)combine_categories(s->ndim ? s->dtype : -1,
                          combine_categories(s->ndim ? -1 : s->dtype, wrapped));
     if (dt == SMELT_BOOL)
@@ -517,7 +516,7 @@ static int infer_unary(infer_ctx *c)
     case SMELT_OP_CLAMP:
         return infer_clamp(c);
     default:    /* float math: integers and bool compute in the default float */
-        c->out->dtype = (uint8_t)(smelt_dtype_is_float(dt) ? dt : DEFAULT_FLOAT);
+        c->out->dtype = (uint8_t)(smelt_dtype_is_float(dt) ? dt : c->g->default_float);
         return 0;
     }
 }
@@ -532,7 +531,7 @@ static int binary_dtype(infer_ctx *c, smelt_dtype pt)
         pt = SMELT_BOOL;
         break;
     case SMELT_OP_DIV: case SMELT_OP_ATAN2:
-        pt = smelt_dtype_is_float(pt) ? pt : DEFAULT_FLOAT;
+        pt = smelt_dtype_is_float(pt) ? pt : (smelt_dtype)c->g->default_float;
         break;
     case SMELT_OP_SUB:
         if (c->s[0]->dtype == SMELT_BOOL || c->s[1]->dtype == SMELT_BOOL)
@@ -1064,7 +1063,10 @@ static int infer_node(const smelt_graph *g, int32_t self, const smelt_node *in,
 
 smelt_graph *smelt_graph_new(void)
 {
-    return calloc(1, sizeof(smelt_graph));
+    smelt_graph *g = calloc(1, sizeof(smelt_graph));
+    if (g)
+        g->default_float = SMELT_F32;
+    return g;
 }
 
 void smelt_graph_free(smelt_graph *g)
@@ -1332,19 +1334,20 @@ static size_t encode_node(const smelt_node *n, uint8_t *buf)
 }
 
 #define SERIAL_MAGIC "SMG1"
-#define SERIAL_VERSION 1
+#define SERIAL_VERSION 2
 
-/* Layout: "SMG1", u32 version, u32 node count, u32 input count, nodes
+/* Layout: "SMG1", u32 version, u32 node count, u32 input count, u8 default
+ * float dtype, nodes
  * (encode_node), u32 output count, i32 outputs. */
 uint8_t *smelt_graph_serialize(const smelt_graph *g, size_t *len)
 {
-    size_t cap = 20 + (size_t)g->n * NODE_MAX_BYTES + (size_t)g->nout * 4;
+    size_t cap = 24 + (size_t)g->n * NODE_MAX_BYTES + (size_t)g->nout * 4;
     uint8_t *buf = malloc(cap), *p = buf;
     if (!buf)
         return NULL;
     memcpy(p, SERIAL_MAGIC, 4);
     p += 4;
-    PUT(SERIAL_VERSION, 4); PUT(g->n, 4); PUT(g->ninputs, 4);
+    PUT(SERIAL_VERSION, 4); PUT(g->n, 4); PUT(g->ninputs, 4); PUT(g->default_float, 1);
     for (int32_t i = 0; i < g->n; i++)
         p += encode_node(&g->nodes[i], p);
     PUT(g->nout, 4);
@@ -1414,6 +1417,8 @@ int smelt_graph_verify(const smelt_graph *g, char *err, size_t errlen)
     int32_t ninputs = 0;
     if (g->n < 0 || (g->n && !g->nodes) || g->nout < 0 || (g->nout && !g->outputs))
         return snprintf(err, errlen, "verify: corrupt node or output arrays"), -1;
+    if (g->default_float >= SMELT_NDTYPES || !smelt_dtype_is_float((smelt_dtype)g->default_float))
+        return snprintf(err, errlen, "verify: default float dtype %d is not a float dtype", g->default_float), -1;
     for (int32_t i = 0; i < g->n; i++) {
         if (verify_node(g, i, &ninputs, err, errlen))
             return -1;

@@ -112,6 +112,10 @@ typedef struct smelt_graph {
     int32_t *outputs;
     int32_t nout, outcap;
     int32_t ninputs;
+    uint8_t default_float;  /* torch.get_default_dtype() as a smelt dtype (set
+                               before adding nodes; smelt_graph_new: float32):
+                               what a Python float scalar and float math on
+                               integers produce */
     char err[512];          /* last builder error, NUL-terminated */
 } smelt_graph;
 
@@ -134,8 +138,8 @@ int64_t smelt_node_numel(const smelt_node *n);
 /* torch.result_type over the given nodes: dimensioned tensors win over 0-d
  * tensors, which win over Python scalars (SCALAR nodes), except that a
  * higher category (bool < int < float) still raises the result; a Python
- * float counts as float32. */
-smelt_dtype smelt_result_type(const smelt_node *const *src, int n);
+ * float counts as default_float (the graph's). */
+smelt_dtype smelt_result_type(const smelt_node *const *src, int n, smelt_dtype default_float);
 
 /* Lifetime. smelt_graph_new returns NULL only on allocation failure. */
 smelt_graph *smelt_graph_new(void);

@@ -70,7 +70,7 @@ static smelt_dtype result_type(const smelt_graph *g, int n, const int32_t *src)
     const smelt_node *s[SMELT_MAX_SRC];
     for (int i = 0; i < n; i++)
         s[i] = &g->nodes[src[i]];
-    return smelt_result_type(s, n);
+    return smelt_result_type(s, n, (smelt_dtype)g->default_float);
 }
 
 static int32_t ex_const(kir_pool *P, smelt_dtype dt, double f, int64_t i)

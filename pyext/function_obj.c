@@ -332,6 +332,8 @@ static PyObject *build_result(const tr_result *r, int32_t o, PyObject *outs)
     }
     if (c && x->kind == TO_TUPLE && x->obj)   /* a named result type */
         Py_SETREF(c, PyObject_CallOneArg(x->obj, c));
+    if (c && x->kind == TO_OBJ)   /* an instance made by the traced code */
+        Py_SETREF(c, tracer_build_instance(x->obj, c));
     return c;
 }
 

@@ -857,6 +857,20 @@ static PyObject *graph_compile(GraphObject *self, PyObject *args, PyObject *kw)
 /* ------------------------------------------------------------------ */
 /* type                                                               */
 
+/* The graph's default float dtype: torch.get_default_dtype() now. */
+static int set_default_float(GraphObject *self)
+{
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *dt = torch ? PyObject_CallMethod(torch, "get_default_dtype", NULL) : NULL;
+    int d = dt ? pyext_dtype_from_py(pyext_state_of((PyObject *)self), dt, "default dtype") : -1;
+    Py_XDECREF(dt);
+    Py_XDECREF(torch);
+    if (d < 0)
+        return -1;
+    self->g->default_float = (uint8_t)d;
+    return 0;
+}
+
 static PyObject *graph_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     if (PyTuple_GET_SIZE(args) || (kw && PyDict_GET_SIZE(kw)))
@@ -869,6 +883,10 @@ static PyObject *graph_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!self->g || !self->calls) {
         Py_DECREF(self);
         return PyErr_NoMemory();
+    }
+    if (set_default_float(self) < 0) {
+        Py_DECREF(self);
+        return NULL;
     }
     return (PyObject *)self;
 }

@@ -824,8 +824,9 @@ def test_serialize_format_and_stability():
     g = sample_graph()
     data = g.serialize()
     assert data[:4] == b"SMG1"
-    assert int.from_bytes(data[4:8], "little") == 1
+    assert int.from_bytes(data[4:8], "little") == 2
     assert int.from_bytes(data[8:12], "little") == len(g)
+    assert data[16] == 8   # the default float dtype: float32
     assert data == sample_graph().serialize()
     assert g.hash() == sample_graph().hash()
     assert 0 <= g.hash() < 2 ** 64
@@ -845,13 +846,36 @@ def test_hash_changes(change):
     assert other.serialize() != base.serialize()
 
 
+def test_default_float_dtype_is_part_of_the_graph():
+    """Python floats and float math on integers follow torch's default
+    dtype, read when the Graph is made; graphs made under another default
+    hash differently."""
+    def build():
+        g = C.Graph()
+        x = g.input(torch.int64, (3,))
+        g.output(g.op("mul", x, g.scalar(1.5)), g.op("sqrt", x))
+        return g
+    base = build()
+    torch.set_default_dtype(torch.float64)
+    try:
+        g64 = build()
+        x = torch.arange(3)
+        outs = g64.compile()(x)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert [o.dtype for o in outs] == [torch.float64, torch.float64]
+    torch.testing.assert_close(outs[0], x * 1.5, check_dtype=False)
+    assert g64.dtype(len(g64) - 1) == torch.float64 and base.dtype(len(base) - 1) == torch.float32
+    assert g64.hash() != base.hash()
+
+
 def test_hash_keepdim_and_empty():
     g1, g2 = C.Graph(), C.Graph()
     g1.op("sum", g1.input(torch.float32, (3,)), keepdim=True)
     g2.op("sum", g2.input(torch.float32, (3,)), keepdim=False)
     assert g1.hash() != g2.hash()
     assert C.Graph().hash() == C.Graph().hash()
-    assert len(C.Graph().serialize()) == 20
+    assert len(C.Graph().serialize()) == 21   # magic, version, counts, default float
     C.Graph().verify()
 
 

@@ -388,3 +388,30 @@ def test_no_recompile_on_same_shapes():
         check(cf(x, i), torch.cumsum(x[i], 0).topk(2, dim=1).values)
     st = stats(cf)
     assert st["compiles"] == 1 and st["hits"] == 2, st
+
+
+@pytest.mark.parametrize("case", ["replicate-5d-2dims", "replicate-bool", "circular-wraps-twice"])
+def test_padding_torch_rejects_is_rejected_too(case):
+    """Replicate/circular padding that eager refuses must not give a result
+    when compiled: those forms go to torch's own pad, so the compiled call
+    raises what eager raises (the trace breaks, the frame runs eagerly)."""
+    x, pads = {"replicate-5d-2dims": (torch.randn(1, 2, 2, 6, 5), (1, 2, 4, 3)),
+               "replicate-bool": (torch.randn(1, 2, 5) > 0, (1, 2)),
+               "circular-wraps-twice": (torch.randn(1, 2, 3), (4, 1))}[case]
+    mode = "circular" if case.startswith("circular") else "replicate"
+
+    def f(t):
+        return F.pad(t, pads, mode=mode)
+
+    with pytest.raises(Exception) as want:
+        f(x)
+    with pytest.raises(type(want.value)):
+        smelt.compile(f)(x)
+
+
+@pytest.mark.parametrize("mode", ["replicate", "circular"])
+def test_native_padding_modes_match(mode):
+    x = torch.randn(2, 3, 6, 5)
+    f = lambda t: F.pad(t, (1, 2, 2, 0), mode=mode) * 2
+    cf = smelt.compile(f, fullgraph=True)
+    torch.testing.assert_close(cf(x), f(x))

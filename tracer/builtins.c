@@ -15,10 +15,10 @@
 
 #define MAX_ITEMS 100000
 
-static PyObject *s_modules;   /* "_modules" */
+static PyObject *s_modules, *s_keys;   /* "_modules", "keys" */
 
 static int32_t pure(tracer *T, const call_args *a, PyObject *fn);
-static PyObject *by_obj, *finfo, *iinfo;   /* builtin -> table index; torch.finfo, torch.iinfo */
+static PyObject *by_obj, *finfo, *iinfo, *device;   /* builtin -> table index; torch.finfo, iinfo, device */
 static PyObject *torch_queries[5];         /* torch._C._has_torch_function{,_unary,_variadic}, _is_tracing, _get_tracing_state */
 
 /* ---------- iteration ---------- */
@@ -191,6 +191,12 @@ int bi_items(tracer *T, int32_t v, int32_t **items, int *n)
     }
     if (x->kind == V_TENSOR)
         return tr_break(T, "iteration over a tensor");
+    if (x->kind == V_INST) {
+        int32_t it = obj_special(T, v, OS_ITER, NULL, 0);
+        if (it == -2)
+            return tr_break(T, "iteration over an instance without __iter__");
+        return it < 0 ? -1 : bi_items(T, it, items, n);
+    }
     if (x->kind != V_DICT && x->kind != V_ITER && x->kind != V_OBJ)
         return tr_break(T, "iteration over a %s", x->kind == V_FUNC ? "function" : "non-iterable value");
     int32_t d = x->kind == V_OBJ && PyDict_CheckExact(x->obj) ? tr_dict_value(T, v) : v;
@@ -320,6 +326,21 @@ static int32_t b_reversed(tracer *T, const call_args *a, PyObject *fn)
     return l < 0 ? -1 : bi_iter(T, l);
 }
 
+/* slice(stop) / slice(start, stop[, step]): a V_SLICE (None parts absent). */
+static int32_t b_slice(tracer *T, const call_args *a, PyObject *fn)
+{
+    (void)fn;
+    if (a->nkw || arg_count(T, a, 1, 3, "slice"))
+        return a->nkw ? tr_break(T, "slice() with keywords") : -1;
+    int32_t s = tv_new(T, V_SLICE);
+    for (int i = 0; s >= 0 && i < a->npos; i++) {
+        int32_t v = a->pos[i];
+        int at = a->npos == 1 ? 1 : i;
+        T->vals[s].sl[at] = T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None ? -1 : v;
+    }
+    return s;
+}
+
 static int32_t b_iter(tracer *T, const call_args *a, PyObject *fn)
 {
     (void)fn;
@@ -337,7 +358,7 @@ static int32_t b_next(tracer *T, const call_args *a, PyObject *fn)
         return -1;
     if (r == 0 && a->npos == 2)
         return a->pos[1];
-    return r ? v : tr_break(T, "next() raised StopIteration");
+    return r ? v : tr_raise(T, PyObject_CallNoArgs(PyExc_StopIteration));
 }
 
 static int32_t b_len(tracer *T, const call_args *a, PyObject *fn)
@@ -352,6 +373,10 @@ static int32_t b_len(tracer *T, const call_args *a, PyObject *fn)
     if (x->kind == V_TENSOR) {
         const smelt_node *nd = &T->g->nodes[x->node];
         return nd->ndim ? tv_int(T, nd->shape[0]) : tr_break(T, "len() of a 0-d tensor");
+    }
+    if (x->kind == V_INST) {
+        int32_t r = obj_special(T, a->pos[0], OS_LEN, NULL, 0);
+        return r != -2 ? r : tr_break(T, "len() of an instance without __len__");
     }
     if (x->kind != V_OBJ)
         return tr_break(T, "len() of a non-sized value");
@@ -381,6 +406,7 @@ static PyObject *type_of(tracer *T, int32_t v)
     case V_FUNC: return (PyObject *)&PyFunction_Type;
     case V_SLICE: return (PyObject *)&PySlice_Type;
     case V_ITER: if (x->sub == IT_GEN) return (PyObject *)&PyGen_Type; break;
+    case V_INST: if (!x->sub) return x->obj; break;
     default: break;
     }
     tr_break(T, "type of a %s", x->kind == V_BOUND ? "bound method" : "special value");
@@ -404,15 +430,23 @@ static int32_t b_isinstance(tracer *T, const call_args *a, PyObject *fn)
     return tv_obj(T, r ? Py_True : Py_False, -1);
 }
 
+/* type(v) as a value: an object's type is guarded and fetched from
+ * SRC_TYPE of its source; an instance's class keeps the class's source. */
+int32_t bi_type_value(tracer *T, int32_t v)
+{
+    PyObject *t = type_of(T, v);
+    if (!t)
+        return -1;
+    tv *x = &T->vals[v];
+    int32_t src = x->kind == V_OBJ ? tr_src_new(T, SRC_TYPE, x->src, 0, NULL) : x->kind == V_INST ? x->pos : -1;
+    return tv_obj(T, t, src);
+}
+
 static int32_t b_type(tracer *T, const call_args *a, PyObject *fn)
 {
     if (a->npos != 1)
         return pure(T, a, fn);
-    PyObject *t = type_of(T, a->pos[0]);
-    if (!t)
-        return -1;
-    tv *x = &T->vals[a->pos[0]];
-    return tv_obj(T, t, x->kind == V_OBJ ? tr_src_new(T, SRC_TYPE, x->src, 0, NULL) : -1);
+    return bi_type_value(T, a->pos[0]);
 }
 
 static int32_t b_callable(tracer *T, const call_args *a, PyObject *fn)
@@ -424,6 +458,13 @@ static int32_t b_callable(tracer *T, const call_args *a, PyObject *fn)
     if (x->kind == V_OBJ) {
         PyObject *t = type_of(T, a->pos[0]);
         return t ? tv_obj(T, PyCallable_Check(T->vals[a->pos[0]].obj) ? Py_True : Py_False, -1) : -1;
+    }
+    if (x->kind == V_INST) {
+        PyObject *t = type_of(T, a->pos[0]);
+        PyObject *call = PyUnicode_InternFromString("__call__");
+        int has = t && call && _PyType_Lookup((PyTypeObject *)t, call) != NULL;
+        Py_XDECREF(call);
+        return t ? tv_obj(T, has ? Py_True : Py_False, -1) : -1;
     }
     return tv_obj(T, x->kind == V_FUNC || x->kind == V_BOUND ? Py_True : Py_False, -1);
 }
@@ -443,34 +484,71 @@ static int32_t b_container(tracer *T, const call_args *a, PyObject *fn)
     return c;
 }
 
+static int32_t attr_or_missing(tracer *T, int32_t v, int32_t namev);
+
+/* dict(m) for a mapping that is not a dict (it has keys()): its keys()
+ * then m[key] for each, into d. */
+static int dict_from_mapping(tracer *T, int32_t d, int32_t m, int32_t keys_fn)
+{
+    call_args none = { 0 };
+    int32_t ks = tr_call(T, keys_fn, &none), *it;
+    int n;
+    if (ks < 0 || bi_items(T, ks, &it, &n))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        int32_t k = it[i];
+        PyObject *key = tr_const(T, k);
+        int32_t v = key ? tr_subscr(T, m, k) : -1;
+        if (v < 0 || tr_dict_set(T, d, key, v))
+            return -1;
+    }
+    return 0;
+}
+
+/* The items dict(src) starts with, into d (made here): a dict's items, a
+ * mapping's (anything else with keys()), or an iterable's (key, value)
+ * pairs; later keys replace earlier ones. */
+static int dict_fill(tracer *T, int32_t d, int32_t src)
+{
+    tv *x = &T->vals[src];
+    if (x->kind == V_DICT || (x->kind == V_OBJ && PyDict_CheckExact(x->obj))) {
+        int32_t s = tr_dict_value(T, src);
+        for (int i = 0; s >= 0 && i < T->vals[s].n; i++)
+            if (tr_dict_set(T, d, T->vals[s].keys[i], T->vals[s].items[i]))
+                return -1;
+        return s < 0 ? -1 : 0;
+    }
+    if (x->kind == V_OBJ && PyDict_Check(x->obj))
+        return tr_break(T, "dict() of a dict subclass");
+    if (x->kind == V_INST || x->kind == V_OBJ) {
+        int32_t name = tv_obj(T, s_keys, -1);
+        int32_t kf = name < 0 ? -1 : attr_or_missing(T, src, name);
+        if (kf != -2)
+            return kf < 0 ? -1 : dict_from_mapping(T, d, src, kf);
+    }
+    int32_t *it;
+    int n;
+    if (bi_items(T, src, &it, &n))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        int32_t *kv, m;
+        PyObject *key;
+        if (bi_items(T, it[i], &kv, &m) || m != 2)
+            return m != 2 ? tr_break(T, "dict() item of length %d", m) : -1;
+        if (!(key = tr_const(T, kv[0])) || tr_dict_set(T, d, key, kv[1]))
+            return -1;
+    }
+    return 0;
+}
+
 static int32_t b_dict(tracer *T, const call_args *a, PyObject *fn)
 {
-    int32_t d = tv_new(T, V_DICT), *it;
-    int n;
+    int32_t d = tv_new(T, V_DICT);
     (void)fn;
-    if (d < 0 || arg_count(T, a, 0, 1, "dict"))
+    if (d < 0 || arg_count(T, a, 0, 1, "dict") || (a->npos && dict_fill(T, d, a->pos[0])))
         return -1;
-    if (a->npos) {
-        tv *x = &T->vals[a->pos[0]];
-        int32_t src = x->kind == V_DICT || (x->kind == V_OBJ && PyDict_Check(x->obj)) ? tr_dict_value(T, a->pos[0]) : -2;
-        if (src == -1)
-            return -1;
-        for (int i = 0; src >= 0 && i < T->vals[src].n; i++)
-            if (tv_push_item(T, d, T->vals[src].items[i], T->vals[src].keys[i]))
-                return -1;
-        if (src == -2 && bi_items(T, a->pos[0], &it, &n))
-            return -1;
-        for (int i = 0; src == -2 && i < n; i++) {
-            int32_t *kv, m;
-            PyObject *key;
-            if (bi_items(T, it[i], &kv, &m) || m != 2)
-                return m != 2 ? tr_break(T, "dict() item of length %d", m) : -1;
-            if (!(key = tr_const(T, kv[0])) || tv_push_item(T, d, kv[1], key))
-                return -1;
-        }
-    }
     for (int k = 0; k < a->nkw; k++)
-        if (tv_push_item(T, d, a->kwv[k], a->kwn[k]))
+        if (tr_dict_set(T, d, a->kwn[k], a->kwv[k]))
             return -1;
     return d;
 }
@@ -568,9 +646,8 @@ static int32_t b_pow(tracer *T, const call_args *a, PyObject *fn)
     return pure(T, a, fn);
 }
 
-/* getattr(o, name) / hasattr: -2 when the attribute is missing (its
- * absence guarded). */
-static int32_t attr_or_missing(tracer *T, int32_t v, int32_t namev)
+/* attr_or_missing without the exceptions the lookup raises. */
+static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
 {
     PyObject *name = tr_const(T, namev);
     if (!name)
@@ -578,6 +655,11 @@ static int32_t attr_or_missing(tracer *T, int32_t v, int32_t namev)
     if (!PyUnicode_Check(name))
         return tr_break(T, "attribute name is not a str");
     tv *x = &T->vals[v];
+    int32_t ov;
+    if (x->kind == V_INST)
+        return obj_attr(T, v, name, 1);
+    if (x->kind == V_OBJ && T->nattrw && obj_overlay_get(T, x->obj, name, &ov))
+        return ov >= 0 ? ov : tr_break(T, "attribute %U was deleted by the traced code", name);
     if (x->kind == V_OBJ && tr_is_module(x->obj))
         return tr_module_attr(T, v, name, 1);
     if (x->kind == V_OBJ && !PyModule_Check(x->obj) && !PyType_Check(x->obj)) {
@@ -596,6 +678,19 @@ static int32_t attr_or_missing(tracer *T, int32_t v, int32_t namev)
     return tr_load_attr(T, v, name);
 }
 
+/* getattr(o, name) / hasattr: -2 when the attribute is missing (its
+ * absence guarded), or when looking it up raised AttributeError (a
+ * __getattr__ or property of traced code). */
+static int32_t attr_or_missing(tracer *T, int32_t v, int32_t namev)
+{
+    int32_t r = attr_lookup(T, v, namev);
+    if (r == -1 && T->exc && !T->broke && PyErr_GivenExceptionMatches(T->exc, PyExc_AttributeError)) {
+        Py_CLEAR(T->exc);
+        return -2;
+    }
+    return r;
+}
+
 static int32_t b_getattr(tracer *T, const call_args *a, PyObject *fn)
 {
     (void)fn;
@@ -604,7 +699,12 @@ static int32_t b_getattr(tracer *T, const call_args *a, PyObject *fn)
     int32_t r = attr_or_missing(T, a->pos[0], a->pos[1]);
     if (r == -2 && a->npos == 3)
         return a->pos[2];
-    return r == -2 ? tr_break(T, "getattr() of a missing attribute") : r;
+    if (r != -2)
+        return r;
+    PyObject *msg = PyUnicode_FromFormat("no attribute %R", T->vals[a->pos[1]].obj);
+    PyObject *e = msg ? PyObject_CallOneArg(PyExc_AttributeError, msg) : NULL;
+    Py_XDECREF(msg);
+    return tr_raise(T, e);
 }
 
 static int32_t b_hasattr(tracer *T, const call_args *a, PyObject *fn)
@@ -621,9 +721,21 @@ static int32_t b_hasattr(tracer *T, const call_args *a, PyObject *fn)
     return tv_obj(T, r >= 0 ? Py_True : Py_False, -1);
 }
 
+/* Whether any of values it[0..n) is an object whose attributes the trace
+ * assigned (its real state is not what the trace sees). */
+static int any_overlaid(tracer *T, const int32_t *it, int n)
+{
+    for (int i = 0; T->nattrw && i < n; i++)
+        if (T->vals[it[i]].kind == V_OBJ && obj_overlaid(T, T->vals[it[i]].obj))
+            return 1;
+    return 0;
+}
+
 /* fn applied now to the concrete values of the arguments. */
 static int32_t pure(tracer *T, const call_args *a, PyObject *fn)
 {
+    if (any_overlaid(T, a->pos, a->npos) || any_overlaid(T, a->kwv, a->nkw))
+        return tr_break(T, "a call at trace time would see attributes the traced code assigned");
     PyObject *args = PyTuple_New(a->npos), *kw = a->nkw ? PyDict_New() : NULL, *r = NULL;
     int ok = args && (!a->nkw || kw);
     for (int i = 0; ok && i < a->npos; i++) {
@@ -637,12 +749,8 @@ static int32_t pure(tracer *T, const call_args *a, PyObject *fn)
         ok = o && !PyDict_SetItem(kw, a->kwn[i], o);
         Py_XDECREF(o);
     }
-    if (ok && !(r = PyObject_Call(fn, args, kw)) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
-        PyObject *n = PyObject_GetAttrString(fn, "__name__");
-        PyErr_Clear();
-        tr_break(T, "%s(...) raised at trace time", n && PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : "a builtin");
-        Py_XDECREF(n);
-    }
+    if (ok && !(r = PyObject_Call(fn, args, kw)))
+        tr_raise_error(T);   /* what the call raises on these (guarded) values, eager raises too */
     Py_XDECREF(args);
     Py_XDECREF(kw);
     if (!r)
@@ -650,6 +758,11 @@ static int32_t pure(tracer *T, const call_args *a, PyObject *fn)
     int32_t v = tv_obj(T, r, -1);
     Py_DECREF(r);
     return v;
+}
+
+int32_t bi_pure(tracer *T, const call_args *a, PyObject *fn)
+{
+    return pure(T, a, fn);
 }
 
 static const struct { const char *name; bi_fn fn; } builtin_table[] = {
@@ -662,7 +775,7 @@ static const struct { const char *name; bi_fn fn; } builtin_table[] = {
     { "round", b_abs_round }, { "pow", b_pow }, { "getattr", b_getattr }, { "hasattr", b_hasattr },
     { "str", pure }, { "repr", pure }, { "divmod", pure }, { "issubclass", pure }, { "sorted", pure },
     { "set", pure }, { "frozenset", pure }, { "hash", pure }, { "ord", pure }, { "chr", pure },
-    { "format", pure },
+    { "format", pure }, { "slice", b_slice },
 };
 
 /* ---------- operator, functools, math ---------- */
@@ -744,7 +857,8 @@ int bi_init(void)
     PyObject *b = PyImport_ImportModule("builtins"), *torch = PyImport_ImportModule("torch");
     by_obj = PyDict_New();
     s_modules = PyUnicode_InternFromString("_modules");
-    if (!b || !torch || !by_obj || !s_modules)
+    s_keys = PyUnicode_InternFromString("keys");
+    if (!b || !torch || !by_obj || !s_modules || !s_keys)
         goto fail;
     for (size_t i = 0; i < sizeof builtin_table / sizeof builtin_table[0]; i++) {
         PyObject *f = PyObject_GetAttrString(b, builtin_table[i].name), *idx = PyLong_FromSize_t(i);
@@ -755,6 +869,7 @@ int bi_init(void)
             goto fail;
     }
     finfo = PyObject_GetAttrString(torch, "finfo");
+    device = PyObject_GetAttrString(torch, "device");
     iinfo = PyObject_GetAttrString(torch, "iinfo");
     PyObject *C = PyObject_GetAttrString(torch, "_C");
     static const char *qn[5] = { "_has_torch_function", "_has_torch_function_unary", "_has_torch_function_variadic",
@@ -815,7 +930,7 @@ int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
     for (int i = 0; i < 5; i++)
         if (fn == torch_queries[i])
             return torch_query(T, i, a);
-    if (fn == finfo || fn == iinfo || fn == ops_size_type())
+    if (fn == finfo || fn == iinfo || fn == device || fn == ops_size_type())
         return all_consts(T, a->pos, a->npos) ? pure(T, a, fn) : -2;
     if (!PyCFunction_Check(fn))
         return -2;

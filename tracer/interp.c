@@ -67,7 +67,8 @@
     X(BUILD_STRING) X(EXTENDED_ARG) X(GET_LEN) X(LOAD_CLOSURE) X(MAKE_FUNCTION) \
     X(RETURN_GENERATOR) X(YIELD_VALUE) X(BEFORE_WITH) X(UNPACK_EX) X(STORE_SUBSCR) \
     X(DELETE_SUBSCR) X(BUILD_SET) X(SET_ADD) X(SET_UPDATE) X(IMPORT_NAME) X(IMPORT_FROM) \
-    X(SEND) X(GET_YIELD_FROM_ITER) \
+    X(SEND) X(GET_YIELD_FROM_ITER) X(STORE_ATTR) X(DELETE_ATTR) X(PUSH_EXC_INFO) X(POP_EXCEPT) \
+    X(CHECK_EXC_MATCH) X(RERAISE) X(RAISE_VARARGS) X(LOAD_ASSERTION_ERROR) \
     /* 3.12 only */ \
     X(POP_JUMP_IF_FALSE) X(POP_JUMP_IF_TRUE) X(POP_JUMP_IF_NONE) X(POP_JUMP_IF_NOT_NONE) \
     X(BINARY_SLICE) X(STORE_SLICE) X(END_FOR) X(END_SEND) X(RETURN_CONST) X(LOAD_FAST_CHECK) \
@@ -113,7 +114,7 @@ static char intrinsic_all[MAX_INTRINSIC][40];        /* every intrinsic's name, 
 
 /* Interned attribute names used for sources, and the grad-mode context
  * managers `with` may enter (classes whose construction has no effect). */
-static PyObject *s_forward, *s_globals, *s_modules, *s_params, *s_buffers, *s_dict, *s_self, *s_call;
+static PyObject *s_forward, *s_globals, *s_modules, *s_params, *s_buffers, *s_dict, *s_self, *s_call, *s_func;
 static PyObject *ctx_classes[2];                 /* torch.no_grad, torch.inference_mode */
 static PyObject *ctx_grad_off, *ctx_exit;        /* markers: a grad-off manager, its __exit__ */
 
@@ -127,6 +128,7 @@ static int init_names(void)
     s_dict = PyUnicode_InternFromString("__dict__");
     s_self = PyUnicode_InternFromString("__self__");
     s_call = PyUnicode_InternFromString("__call__");
+    s_func = PyUnicode_InternFromString("__func__");
     ctx_grad_off = PyUnicode_InternFromString("<smelt: grad-off context manager>");
     ctx_exit = PyUnicode_InternFromString("<smelt: context manager exit>");
     PyObject *torch = PyImport_ImportModule("torch");
@@ -135,7 +137,7 @@ static int init_names(void)
     ctx_classes[0] = PyObject_GetAttrString(torch, "no_grad");
     ctx_classes[1] = PyObject_GetAttrString(torch, "inference_mode");
     Py_DECREF(torch);
-    return s_forward && s_globals && s_modules && s_params && s_buffers && s_dict && s_self && s_call &&
+    return s_forward && s_globals && s_modules && s_params && s_buffers && s_dict && s_self && s_call && s_func &&
            ctx_grad_off && ctx_exit && ctx_classes[0] && ctx_classes[1] ? 0 : -1;
 }
 
@@ -207,7 +209,7 @@ int tracer_init(void)
     if (rc == 0)
         init_intrinsics(opcode);
     Py_DECREF(opcode);
-    return rc || init_names() || bi_init() ? -1 : ops_init();
+    return rc || init_names() || bi_init() || obj_init() ? -1 : ops_init();
 }
 
 /* ---------- arenas ---------- */
@@ -338,6 +340,11 @@ static int32_t tv_bound(tracer *T, PyObject *obj, int32_t self, int32_t fn_src)
         T->vals[b].src = fn_src;
     }
     return b;
+}
+
+int32_t tr_bound(tracer *T, PyObject *fn, int32_t self, int32_t fn_src)
+{
+    return tv_bound(T, fn, self, fn_src);
 }
 
 int32_t tr_node_add(tracer *T, const smelt_node *proto)
@@ -527,11 +534,21 @@ static int is_plain_const(PyObject *o)
            PyUnicode_CheckExact(o) || o == Py_Ellipsis;
 }
 
+int tr_is_plain_const(PyObject *o)
+{
+    return is_plain_const(o);
+}
+
 static const char *kind_name(tracer *T, int32_t v)
 {
     static const char *names[] = { "NULL", "tensor", "object", "tuple", "list", "dict", "method",
-                                   "iterator", "slice", "function", "cell" };
+                                   "iterator", "slice", "function", "cell", "instance" };
     return names[T->vals[v].kind];
+}
+
+const char *tr_kind_name(tracer *T, int32_t v)
+{
+    return kind_name(T, v);
 }
 
 /* The concrete object of V_OBJ v; records the guard that makes using its
@@ -604,13 +621,14 @@ int tr_int(tracer *T, int32_t v, int64_t *out)
 /* A V_DICT for dict value v. A dict object becomes one whose items carry
  * their sources; its type and length are guarded, and each key's presence
  * (through a type guard on its item), so iteration order and membership
- * are sound. Such a dict belongs to the caller: it is never mutated. */
-int32_t tr_dict_value(tracer *T, int32_t v)
+ * are sound. Such a dict belongs to the caller: it is never mutated.
+ * subclass: a dict subclass is read as dict's own methods see it. */
+static int32_t dict_snapshot(tracer *T, int32_t v, int subclass)
 {
     tv *x = &T->vals[v];
     if (x->kind == V_DICT)
         return v;
-    if (x->kind != V_OBJ || !PyDict_CheckExact(x->obj))
+    if (x->kind != V_OBJ || !(subclass ? PyDict_Check(x->obj) : PyDict_CheckExact(x->obj)))
         return tr_break(T, "expected a dict, got a %s", kind_name(T, v));
     PyObject *o = x->obj;
     int32_t src = x->src;
@@ -638,6 +656,11 @@ int32_t tr_dict_value(tracer *T, int32_t v)
         T->vals[d].frozen = 1;
     }
     return d;
+}
+
+int32_t tr_dict_value(tracer *T, int32_t v)
+{
+    return dict_snapshot(T, v, 0);
 }
 
 /* ---------- frames ---------- */
@@ -853,6 +876,8 @@ int tr_gen_next(tracer *T, int32_t it, int32_t *out)
     T->depth++;
     int32_t r = run_frame(T, f);
     T->depth--;
+    if (r < 0 && T->exc && !T->broke)
+        return tr_break(T, "an exception escapes a generator");
     if (r < 0)
         return -1;
     *out = r;
@@ -952,6 +977,11 @@ static int32_t inline_call(tracer *T, PyObject *fn, int32_t fn_src, const call_a
         return -1;
     }
     return enter_frame(T, f);
+}
+
+int32_t tr_inline(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a)
+{
+    return inline_call(T, fn, fn_src, a);
 }
 
 /* Calls a function made in the traced code: its free variables are the
@@ -1162,14 +1192,15 @@ static int32_t grad_off_manager(tracer *T, const call_args *a)
 static int32_t call_method_obj(tracer *T, int32_t fn, const call_args *a)
 {
     PyObject *m = T->vals[fn].obj, *func = PyMethod_GET_FUNCTION(m);
-    if (!PyFunction_Check(func))
-        return call_unknown(T, func);
     int32_t self = tv_obj(T, PyMethod_GET_SELF(m), tr_src_new(T, SRC_ATTR, T->vals[fn].src, 0, s_self));
     int32_t pos[64];
     call_args b;
     if (self < 0 || with_self(T, self, a, &b, pos))
         return -1;
-    return inline_call(T, func, -1, &b);
+    int32_t r = obj_call_special_fn(T, func, -1, &b);   /* an lru_cache wrapper as a method */
+    if (r != -2)
+        return r;
+    return PyFunction_Check(func) ? inline_call(T, func, -1, &b) : call_unknown(T, func);
 }
 
 static int32_t call_bound(tracer *T, int32_t fn, const call_args *a)
@@ -1185,12 +1216,17 @@ static int32_t call_bound(tracer *T, int32_t fn, const call_args *a)
         return bi_method(T, self, f->obj, a);
     }
     int32_t r = ops_call_torch(T, f->obj, &b);
+    if (r == -2)
+        r = obj_call_special_fn(T, f->obj, f->src, &b);
     if (r != -2)
         return r;
     if (PyFunction_Check(f->obj))
         return inline_call(T, f->obj, f->src, &b);
-    return call_unknown(T, f->obj);
+    r = obj_cmethod(T, f->obj, &b);
+    return r != -2 ? r : call_unknown(T, f->obj);
 }
+
+static int exc_class_plain(PyObject *o);
 
 /* Calls value fn with arguments a. */
 int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
@@ -1200,20 +1236,28 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
         return call_bound(T, fn, a);
     if (f->kind == V_FUNC)
         return call_vfunc(T, fn, a);
+    if (f->kind == V_INST)
+        return obj_call(T, fn, a);
     if (f->kind != V_OBJ)
         return tr_break(T, "call of a %s", kind_name(T, fn));
     PyObject *o = f->obj;
-    if (o == ctx_exit)
+    if (o == ctx_exit) {
+        T->no_grad--;
         return tv_obj(T, Py_None, -1);
+    }
     /* a callable fetched from a source must stay the same object (modules
      * are guarded by type and structure instead, in call_module) */
     if (f->src >= 0 && !tr_is_module(o) && !tr_const(T, fn))
         return -1;
-    int32_t r = ops_call_torch(T, o, a);
+    int32_t r = obj_query(T, o, a);
+    if (r == -2)
+        r = ops_call_torch(T, o, a);
     if (r != -2)
         return r;
     if (tr_is_module(o))
         return call_module(T, fn, a);
+    if ((r = obj_call_special_fn(T, o, T->vals[fn].src, a)) != -2)
+        return r;
     if (PyFunction_Check(o)) {
         if (!tr_const(T, fn))
             return -1;
@@ -1226,6 +1270,12 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
     if (o == ctx_classes[0] || o == ctx_classes[1])
         return grad_off_manager(T, a);
     r = bi_call(T, o, a);
+    if (r == -2 && PyExceptionClass_Check(o) && exc_class_plain(o))
+        r = bi_pure(T, a, o);   /* an exception instance, for `raise` */
+    if (r == -2 && PyType_Check(o))
+        r = obj_new_instance(T, fn, a);
+    if (r == -2)
+        r = obj_cmethod(T, o, a);   /* object.__setattr__(inst, ...), dict.__setitem__(inst, ...) */
     return r != -2 ? r : call_unknown(T, o);
 }
 
@@ -1357,12 +1407,20 @@ static int32_t object_attr(tracer *T, int32_t v, PyObject *name)
         }
     }
     PyObject *a = PyObject_GetAttr(o, name);
+    if (!a && !PyModule_Check(o) && !PyType_Check(o) && PyErr_ExceptionMatches(PyExc_AttributeError))
+        return tr_guard_absent(T, v) ? -1 : tr_raise_error(T);   /* the attribute stays missing */
     if (!a) {
         PyErr_Clear();
         return tr_break(T, "attribute %U of %s raised", name, Py_TYPE(o)->tp_name);
     }
     int trusted = PyModule_Check(o) && is_trusted_module(o);
-    int32_t r = tv_obj(T, a, trusted ? -1 : tr_src_new(T, SRC_ATTR, src, 0, name));
+    int32_t r;
+    if (PyMethod_Check(a) && PyMethod_GET_SELF(a) == o && !tr_keep(T, PyMethod_GET_FUNCTION(a)))   /* made anew */
+        r = tv_bound(T, PyMethod_GET_FUNCTION(a), v, tr_src_new(T, SRC_ATTR, tr_src_new(T, SRC_ATTR, src, 0, name), 0, s_func));
+    else if (!PyModule_Check(o) && PyCFunction_Check(a) && PyCFunction_GET_SELF(a) == o)
+        r = tr_const(T, v) ? tv_obj(T, a, -1) : -1;   /* likewise; it works on o itself, guarded */
+    else
+        r = PyErr_Occurred() ? -1 : tv_obj(T, a, trusted ? -1 : tr_src_new(T, SRC_ATTR, src, 0, name));
     Py_DECREF(a);
     return r;
 }
@@ -1376,9 +1434,13 @@ static int32_t super_attr(tracer *T, int32_t v, PyObject *name)
         return tr_break(T, "super().%U raised", name);
     }
     int32_t self = T->vals[v].self_, r;
-    if (PyMethod_Check(a) && PyMethod_GET_SELF(a) == T->vals[self].obj)
+    PyObject *so = T->vals[self].obj;
+    if (PyMethod_Check(a) && PyMethod_GET_SELF(a) == so)
         r = tv_bound(T, PyMethod_GET_FUNCTION(a), self, -1);
-    else
+    else if (PyCFunction_Check(a) && PyCFunction_GET_SELF(a) == so && PyDict_Check(so)) {
+        int32_t d = dict_snapshot(T, self, 1);   /* dict's own method on a dict subclass */
+        r = d < 0 ? -1 : tv_bound(T, name, d, -1);
+    } else
         r = tv_obj(T, a, -1);
     Py_DECREF(a);
     return r;
@@ -1407,6 +1469,13 @@ static int32_t tuple_field(tracer *T, int32_t v, PyObject *name)
 int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name)
 {
     tv *x = &T->vals[v];
+    if (x->kind != V_INST && PyUnicode_CompareWithASCIIString(name, "__class__") == 0)
+        return bi_type_value(T, v);   /* type(v), guarded */
+    int32_t ov;
+    if (x->kind == V_OBJ && T->nattrw && obj_overlay_get(T, x->obj, name, &ov))
+        return ov >= 0 ? ov : tr_break(T, "attribute %U was deleted by the traced code", name);
+    if (x->kind == V_OBJ && T->nattrw && obj_overlaid(T, x->obj) && PyUnicode_CompareWithASCIIString(name, "__dict__") == 0)
+        return tr_break(T, "__dict__ of an object whose attributes the traced code assigned");
     switch (x->kind) {
     case V_TENSOR: {
         int32_t r = ops_tensor_attr(T, v, name);
@@ -1420,6 +1489,8 @@ int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name)
     }
     case V_OBJ:
         break;
+    case V_INST:
+        return obj_attr(T, v, name, 0);
     default:
         return tr_break(T, "attribute %U of a %s", name, kind_name(T, v));
     }
@@ -1461,6 +1532,8 @@ static int32_t call_super(tracer *T, const call_args *a)
         if (self >= 0 && T->vals[self].kind == V_CELL)
             self = T->vals[self].self_;
     }
+    if (cls >= 0 && self >= 0 && T->vals[cls].kind == V_OBJ && T->vals[self].kind == V_INST)
+        return obj_super(T, T->vals[cls].obj, self);
     if (cls < 0 || self < 0 || T->vals[cls].kind != V_OBJ || T->vals[self].kind != V_OBJ)
         return tr_break(T, "super() form not supported");
     PyObject *s = PyObject_CallFunctionObjArgs((PyObject *)&PySuper_Type, T->vals[cls].obj, T->vals[self].obj, NULL);
@@ -1484,6 +1557,7 @@ int tr_truth(tracer *T, int32_t v, int *out)
     case V_TENSOR: return tr_break(T, "control flow depends on tensor data");
     case V_TUPLE: case V_LIST: case V_DICT: *out = x->n > 0; return 0;
     case V_FUNC: case V_BOUND: case V_ITER: case V_SLICE: *out = 1; return 0;
+    case V_INST: return obj_truth(T, v, out);
     case V_OBJ: {
         if (tr_is_module(x->obj)) {   /* a container module is true when not empty */
             Py_ssize_t n = PyObject_HasAttrString((PyObject *)Py_TYPE(x->obj), "__len__") ? PyObject_Length(x->obj) : 1;
@@ -1535,10 +1609,8 @@ static int32_t const_binop(tracer *T, int nb, int32_t a, int32_t b)
     }
     Py_DECREF(x);
     Py_DECREF(y);
-    if (!r) {
-        PyErr_Clear();
-        return tr_break(T, "binary op %d on constants raised", nb);
-    }
+    if (!r)
+        return tr_raise_error(T);
     int32_t v = tv_obj(T, r, -1);
     Py_DECREF(r);
     return v;
@@ -1609,12 +1681,8 @@ int32_t tr_compare(tracer *T, int cmp, int32_t a, int32_t b)
     PyObject *r = y ? PyObject_RichCompare(x, y, cmp) : NULL;
     Py_XDECREF(x);
     Py_XDECREF(y);
-    if (!r) {
-        if (!PyErr_Occurred())
-            return -1;
-        PyErr_Clear();
-        return tr_break(T, "comparison of constants raised");
-    }
+    if (!r)
+        return tr_raise_error(T);
     int32_t v = tv_obj(T, r, -1);
     Py_DECREF(r);
     return v;
@@ -1643,7 +1711,9 @@ static int seq_index(tracer *T, int32_t k, int64_t n, int64_t *i)
         return -1;
     if (*i < 0)
         *i += n;
-    return (*i < 0 || *i >= n) ? tr_break(T, "index out of range") : 0;
+    if (*i >= 0 && *i < n)
+        return 0;
+    return tr_raise(T, PyObject_CallFunction(PyExc_IndexError, "s", "index out of range"));
 }
 
 static int32_t seq_subscr(tracer *T, int32_t c, int32_t k)
@@ -1698,6 +1768,10 @@ int32_t tr_subscr(tracer *T, int32_t c, int32_t k)
         return ops_subscr(T, c, k);
     if (x->kind == V_TUPLE || x->kind == V_LIST)
         return seq_subscr(T, c, k);
+    if (x->kind == V_INST) {
+        int32_t r = obj_special(T, c, OS_GETITEM, &k, 1);
+        return r != -2 ? r : tr_break(T, "subscript of an instance without __getitem__");
+    }
     if (x->kind == V_DICT) {
         PyObject *key = tr_pyobj(T, k);
         if (!key)
@@ -1706,8 +1780,9 @@ int32_t tr_subscr(tracer *T, int32_t c, int32_t k)
         for (int i = 0; r == -2 && i < x->n; i++)
             if (PyObject_RichCompareBool(x->keys[i], key, Py_EQ) == 1)
                 r = x->items[i];
+        PyObject *err = r == -2 ? PyObject_CallOneArg(PyExc_KeyError, key) : NULL;
         Py_DECREF(key);
-        return r != -2 ? r : tr_break(T, "dict key not found");
+        return r != -2 ? r : tr_raise(T, err);
     }
     if (x->kind != V_OBJ)
         return tr_break(T, "subscript of a %s", kind_name(T, c));
@@ -1729,12 +1804,8 @@ int32_t tr_subscr(tracer *T, int32_t c, int32_t k)
     }
     PyObject *r = tr_const(T, c) ? PyObject_GetItem(o, key) : NULL;
     Py_DECREF(key);
-    if (!r) {
-        if (!PyErr_Occurred())
-            return -1;
-        PyErr_Clear();
-        return tr_break(T, "subscript of %s raised", Py_TYPE(o)->tp_name);
-    }
+    if (!r)
+        return tr_raise_error(T);
     v = tv_obj(T, r, -1);
     Py_DECREF(r);
     return v;
@@ -1758,6 +1829,10 @@ static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
     tv *x = &T->vals[c];
     if (x->kind == V_TENSOR)
         return ops_setitem(T, c, k, v) < 0 ? -1 : 0;
+    if (x->kind == V_INST) {
+        int32_t args[2] = { k, v }, r = obj_special(T, c, OS_SETITEM, args, 2);
+        return r >= 0 ? 0 : r == -2 ? tr_break(T, "item assignment to an instance without __setitem__") : -1;
+    }
     if ((x->kind != V_LIST && x->kind != V_DICT) || x->frozen)
         return tr_break(T, "item assignment to a %s passed in from outside", kind_name(T, c));
     if (x->kind == V_LIST) {
@@ -1775,6 +1850,10 @@ static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
 static int delete_subscr(tracer *T, int32_t c, int32_t k)
 {
     tv *x = &T->vals[c];
+    if (x->kind == V_INST) {
+        int32_t r = obj_special(T, c, OS_DELITEM, &k, 1);
+        return r >= 0 ? 0 : r == -2 ? tr_break(T, "del of an item of an instance without __delitem__") : -1;
+    }
     if ((x->kind != V_LIST && x->kind != V_DICT) || x->frozen)
         return tr_break(T, "del of an item of a %s passed in from outside", kind_name(T, c));
     int at = -1;
@@ -1806,15 +1885,18 @@ static int delete_subscr(tracer *T, int32_t c, int32_t k)
 static int32_t contains(tracer *T, int32_t k, int32_t c)
 {
     tv *x = &T->vals[c];
+    if (x->kind == V_INST) {
+        int32_t r = obj_special(T, c, OS_CONTAINS, &k, 1);
+        int t;
+        if (r == -2)
+            return tr_break(T, "`in` on an instance without __contains__");
+        return r < 0 || tr_truth(T, r, &t) ? -1 : tv_bool(T, t);
+    }
     if (x->kind == V_OBJ && !tr_is_module(x->obj) && !PyDict_CheckExact(x->obj)) {
         PyObject *key = tr_pyobj(T, k), *o = key ? tr_const(T, c) : NULL;
         int r = o ? PySequence_Contains(o, key) : -1;
         Py_XDECREF(key);
-        if (r < 0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return tr_break(T, "`in` raised");
-        }
-        return r < 0 ? -1 : tv_bool(T, r);
+        return r < 0 ? tr_raise_error(T) : tv_bool(T, r);
     }
     int32_t d = (x->kind == V_OBJ && PyDict_CheckExact(x->obj)) ? tr_dict_value(T, c) : c;
     int32_t *it, n;
@@ -1845,6 +1927,26 @@ static int32_t contains(tracer *T, int32_t k, int32_t c)
     Py_DECREF(key);
     PyErr_Clear();
     return tv_bool(T, found);
+}
+
+int tr_store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
+{
+    return store_subscr(T, c, k, v);
+}
+
+int tr_delete_subscr(tracer *T, int32_t c, int32_t k)
+{
+    return delete_subscr(T, c, k);
+}
+
+int32_t tr_contains(tracer *T, int32_t k, int32_t c)
+{
+    return contains(T, k, c);
+}
+
+int tr_dict_set(tracer *T, int32_t d, PyObject *key, int32_t v)
+{
+    return dict_set(T, d, key, v);
 }
 
 static int32_t call_ex_args(tracer *T, int32_t fn, int32_t args, int32_t kwd);
@@ -2054,6 +2156,7 @@ static int before_with(tracer *T, tframe *f)
         PyObject *o = T->vals[m].kind == V_OBJ ? T->vals[m].obj : NULL;
         return tr_break(T, "context manager %s is not supported", o ? Py_TYPE(o)->tp_name : kind_name(T, m));
     }
+    T->no_grad++;   /* until the __exit__ call */
     return push(f, tv_obj(T, ctx_exit, -1)) || push(f, tv_obj(T, Py_None, -1)) ? -1 : 0;
 }
 
@@ -2247,10 +2350,8 @@ static int32_t unary(tracer *T, int op, int32_t a)
     if (!o)
         return -1;
     PyObject *res = op == OP_UNARY_NEGATIVE ? PyNumber_Negative(o) : op == OP_UNARY_INVERT ? PyNumber_Invert(o) : PyNumber_Positive(o);
-    if (!res) {
-        PyErr_Clear();
-        return tr_break(T, "unary op on a constant raised");
-    }
+    if (!res)
+        return tr_raise_error(T);
     int32_t r = tv_obj(T, res, -1);
     Py_DECREF(res);
     return r;
@@ -2405,6 +2506,170 @@ static int send(tracer *T, tframe *f, int *pc, int arg)
     return 0;
 }
 
+/* ---------- exceptions ---------- */
+
+int tr_raise(tracer *T, PyObject *exc)
+{
+    if (!exc)
+        return -1;
+    PyObject *ctx = T->handled >= 0 ? T->vals[T->handled].obj : NULL;
+    if (ctx && ctx != exc && PyExceptionInstance_Check(ctx))   /* implicit chaining, as CPython does */
+        PyException_SetContext(exc, Py_NewRef(ctx));
+    Py_XSETREF(T->exc, exc);
+    return -1;
+}
+
+int tr_raise_error(tracer *T)
+{
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_MemoryError) ||
+        PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) || PyErr_ExceptionMatches(PyExc_SystemExit))
+        return -1;
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    Py_XDECREF(t);
+    Py_XDECREF(tb);
+    return v ? tr_raise(T, v) : -1;
+}
+
+/* One varint of an exception table (6 bits a byte, high to low; bit 6:
+ * more bytes follow). 0, or -1 at the end of the table. */
+static int read_varint(const unsigned char **p, const unsigned char *end, int *out)
+{
+    if (*p >= end)
+        return -1;
+    unsigned b = *(*p)++;
+    int v = b & 63;
+    while (b & 64) {
+        if (*p >= end)
+            return -1;
+        b = *(*p)++;
+        v = (v << 6) | (b & 63);
+    }
+    *out = v;
+    return 0;
+}
+
+/* The handler covering code unit `at` in frame f's exception table: 1 with
+ * its target, stack depth and whether it wants the offset pushed; 0 when
+ * none covers it. */
+static int find_handler(tframe *f, int at, int *target, int *depth, int *lasti)
+{
+    PyObject *tab = ((PyCodeObject *)f->code)->co_exceptiontable;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(tab), *end = p + PyBytes_GET_SIZE(tab);
+    int start, len, tgt, dl;
+    while (!read_varint(&p, end, &start) && !read_varint(&p, end, &len) && !read_varint(&p, end, &tgt) &&
+           !read_varint(&p, end, &dl)) {
+        if (start <= at && at < start + len) {
+            *target = tgt;
+            *depth = dl >> 1;
+            *lasti = dl & 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Frame f's handler for T->exc raised at code unit `at`: the stack cut to
+ * the handler's depth, the offset (when it wants it) and the exception
+ * pushed, *pc at the handler. 0; 1 when f has none (the exception
+ * propagates to its caller); -1 on a break or an error. */
+static int unwind(tracer *T, tframe *f, int at, int *pc)
+{
+    int target, depth, lasti;
+    if (!find_handler(f, at, &target, &depth, &lasti))
+        return 1;
+    if (depth > f->sp)
+        return tr_break(T, "exception handler deeper than the stack");
+    f->sp = depth;
+    int32_t ev = tv_obj(T, T->exc, -1);
+    if (ev < 0 || (lasti && push(f, tv_int(T, at))) || push(f, ev))
+        return -1;
+    Py_CLEAR(T->exc);
+    *pc = target;
+    return 0;
+}
+
+/* Whether exception class o is constructed without running Python code
+ * (no Python __init__ or __new__): then it can be made at trace time. */
+static int exc_class_plain(PyObject *o)
+{
+    static PyObject *init, *nw;
+    if (!init && (!(init = PyUnicode_InternFromString("__init__")) || !(nw = PyUnicode_InternFromString("__new__"))))
+        return PyErr_Clear(), 0;
+    PyObject *i = _PyType_Lookup((PyTypeObject *)o, init), *n = _PyType_Lookup((PyTypeObject *)o, nw);
+    return i && n && !PyFunction_Check(i) && !PyFunction_Check(n);
+}
+
+/* raise v [from cause] (cause -1: none; a None value: `from None`): an
+ * exception class is instantiated (when its construction runs no Python
+ * code), an exception instance raised as is. Returns -1. */
+static int raise_value(tracer *T, int32_t v, int32_t cause)
+{
+    PyObject *o = T->vals[v].kind == V_OBJ ? tr_const(T, v) : NULL, *c = NULL;
+    if (!o)
+        return T->broke ? -1 : tr_break(T, "raise of a %s", kind_name(T, v));
+    if (cause >= 0 && !(c = T->vals[cause].kind == V_OBJ ? tr_const(T, cause) : NULL))
+        return T->broke ? -1 : tr_break(T, "raise ... from a %s", kind_name(T, cause));
+    PyObject *inst = NULL;
+    if (PyExceptionClass_Check(o)) {
+        if (!exc_class_plain(o))
+            return tr_break(T, "raise of %s (its construction runs Python code)", ((PyTypeObject *)o)->tp_name);
+        if (!(inst = PyObject_CallNoArgs(o)))
+            return tr_raise_error(T);
+    } else if (PyExceptionInstance_Check(o)) {
+        inst = Py_NewRef(o);
+    } else {
+        return tr_raise(T, PyObject_CallFunction(PyExc_TypeError, "s", "exceptions must derive from BaseException"));
+    }
+    if (c && (c == Py_None || PyExceptionInstance_Check(c))) {
+        PyException_SetCause(inst, c == Py_None ? NULL : Py_NewRef(c));   /* also suppresses the context */
+    } else if (c) {
+        Py_DECREF(inst);
+        return tr_break(T, "raise ... from %s", Py_TYPE(c)->tp_name);
+    }
+    return tr_raise(T, inst);
+}
+
+/* CHECK_EXC_MATCH: the exception under the match type(s) on top; pushes
+ * whether it matches (the exception stays). */
+static int check_exc_match(tracer *T, tframe *f)
+{
+    int32_t m = f->stack[--f->sp], e = f->stack[f->sp - 1];
+    PyObject *mo = tr_pyobj(T, m);
+    if (!mo)
+        return -1;
+    int r = T->vals[e].kind == V_OBJ && PyErr_GivenExceptionMatches(T->vals[e].obj, mo);
+    Py_DECREF(mo);
+    return push(f, tv_bool(T, r));
+}
+
+/* PUSH_EXC_INFO / POP_EXCEPT: entering a handler saves the exception
+ * being handled under the new one (None: none); leaving restores it. */
+static int exc_info(tracer *T, tframe *f, int enter)
+{
+    if (!enter) {
+        int32_t prev = f->stack[--f->sp];
+        T->handled = T->vals[prev].kind == V_OBJ && T->vals[prev].obj == Py_None ? -1 : prev;
+        return 0;
+    }
+    int32_t v = f->stack[--f->sp];
+    if (push(f, T->handled >= 0 ? T->handled : tv_obj(T, Py_None, -1)) || push(f, v))
+        return -1;
+    T->handled = v;
+    return 0;
+}
+
+/* RAISE_VARARGS argc: 0 re-raises the exception being handled; 1 raises
+ * the value on top; 2 raises with a cause. Returns -1. */
+static int raise_varargs(tracer *T, tframe *f, int argc)
+{
+    if (argc == 0)
+        return T->handled >= 0 ? raise_value(T, T->handled, -1) : tr_break(T, "bare raise outside a handler");
+    int32_t cause = argc == 2 ? f->stack[--f->sp] : -1, v = f->stack[--f->sp];
+    return raise_value(T, v, cause);
+}
+
 /* Runs frame f from f->pc to its RETURN_VALUE (the returned value) or, in
  * a generator, to its next YIELD_VALUE (the yielded value, f->yielded set,
  * f->pc after it). */
@@ -2473,6 +2738,11 @@ static int32_t run_frame(tracer *T, tframe *f)
         case OP_LOAD_ATTR: r = load_attr(T, f, PyTuple_GET_ITEM(f->names, ATTR_NAME(arg)), ATTR_METHOD(arg)); break;
         case OP_LOAD_METHOD: r = load_attr(T, f, PyTuple_GET_ITEM(f->names, arg), 1); break;
         case OP_LOAD_SUPER_ATTR: r = load_super_attr(T, f, arg); break;
+        case OP_STORE_ATTR:   /* owner.name = value: owner on top, value under it */
+            r = obj_setattr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg), f->stack[f->sp - 2]);
+            f->sp -= 2;
+            break;
+        case OP_DELETE_ATTR: r = obj_setattr(T, f->stack[--f->sp], PyTuple_GET_ITEM(f->names, arg), -1); break;
         case OP_KW_NAMES: f->kwnames = PyTuple_GET_ITEM(f->consts, arg); continue;
         case OP_CALL: r = push(f, do_call(T, f, arg)); break;
         case OP_CALL_FUNCTION_EX: r = push(f, call_ex(T, f, arg & 1)); break;
@@ -2646,6 +2916,11 @@ static int32_t run_frame(tracer *T, tframe *f)
             break;
         }
         case OP_BEFORE_WITH: r = before_with(T, f); break;
+        case OP_PUSH_EXC_INFO: case OP_POP_EXCEPT: r = exc_info(T, f, op == OP_PUSH_EXC_INFO); break;
+        case OP_CHECK_EXC_MATCH: r = check_exc_match(T, f); break;
+        case OP_RERAISE: r = raise_value(T, f->stack[--f->sp], -1); break;
+        case OP_RAISE_VARARGS: r = raise_varargs(T, f, arg); break;
+        case OP_LOAD_ASSERTION_ERROR: r = push(f, tv_obj(T, PyExc_AssertionError, -1)); break;
         case OP_IMPORT_NAME: r = push(f, import_name(T, f, PyTuple_GET_ITEM(f->names, arg))); break;
         case OP_IMPORT_FROM: r = push(f, tr_load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg))); break;
         case OP_RETURN_GENERATOR: r = push(f, tv_obj(T, Py_None, -1)); break;   /* popped on first resume */
@@ -2666,6 +2941,13 @@ static int32_t run_frame(tracer *T, tframe *f)
             where(f, at, loc, sizeof loc);
             tr_break(T, "bytecode %s is not supported yet at %s", opname_all[raw], loc);
             goto done;
+        }
+        if (r < 0 && T->exc && !T->broke && !PyErr_Occurred()) {
+            int u = unwind(T, f, at, &pc);
+            if (u == 0)
+                continue;   /* at the handler */
+            if (u == 1)
+                goto done;  /* propagates to the caller */
         }
         if (r < 0) {
             if (!PyErr_Occurred() && T->broke && !strstr(T->r->reason, " at ")) {
@@ -2699,15 +2981,46 @@ static int32_t out_new(tracer *T, tr_out_kind k)
     return T->r->nouts++;
 }
 
+static int build_out(tracer *T, int32_t v, int32_t slot);
+
+/* Output plan for instance v: a TO_OBJ over its attribute and item values. */
+static int inst_out(tracer *T, int32_t v, int32_t slot)
+{
+    int32_t *vals = NULL, first = T->r->nouts;
+    int n = 0, rc = -1;
+    PyObject *spec = obj_out_spec(T, v, &vals, &n);
+    if (!spec)
+        return -1;
+    T->r->outs[slot].kind = TO_OBJ;
+    T->r->outs[slot].obj = spec;
+    T->r->outs[slot].first = first;
+    T->r->outs[slot].n = n;
+    for (int i = 0; i < n; i++)
+        if (out_new(T, TO_CONST) < 0)
+            goto out;
+    for (int i = 0; i < n; i++)
+        if (build_out(T, vals[i], first + i))
+            goto out;
+    rc = 0;
+out:
+    PyMem_Free(vals);
+    return rc;
+}
+
 /* Output plan for value v; containers get contiguous child slots. */
 static int build_out(tracer *T, int32_t v, int32_t slot)
 {
     tv *x = &T->vals[v];
     tr_out *o = &T->r->outs[slot];
     switch (x->kind) {
-    case V_TENSOR:
+    case V_TENSOR:   /* one graph output per tensor value: a value returned twice is one object */
         o->kind = TO_TENSOR;
+        if (x->pos > 0) {
+            o->index = x->pos - 1;
+            return 0;
+        }
         o->index = T->g->nout;
+        x->pos = T->g->nout + 1;
         return smelt_graph_output(T->g, x->node) ? tr_break(T, "%s", T->g->err) : 0;
     case V_OBJ: {
         if (x->pos == 1)   /* a set made in the trace: a constant output would be shared by every call */
@@ -2720,6 +3033,8 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
         return 0;
     }
     case V_TUPLE: case V_LIST: case V_DICT: {
+        if (x->kind != V_TUPLE && x->done++)   /* one mutable object in eager, two if rebuilt twice */
+            return tr_break(T, "returning the same %s twice", kind_name(T, v));
         int n = x->n;
         int32_t first = T->r->nouts;
         for (int i = 0; i < n; i++)
@@ -2744,6 +3059,8 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
                 return -1;
         return 0;
     }
+    case V_INST:
+        return inst_out(T, v, slot);
     default:
         return tr_break(T, "returning a %s", kind_name(T, v));
     }
@@ -2759,6 +3076,8 @@ static void tracer_free(tracer *T)
     }
     PyMem_Free(T->vals ? T->vals - 1 : NULL);
     PyMem_Free(T->contig);
+    PyMem_Free(T->attrw);
+    Py_CLEAR(T->exc);
     Py_XDECREF(T->tensor_of);
 }
 
@@ -2786,9 +3105,11 @@ static int32_t top_arg(tracer *T, PyCodeObject *co, int i, int argc, PyObject *o
 int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_result *out)
 {
     memset(out, 0, sizeof *out);
-    tracer T = { .r = out };
+    tracer T = { .r = out, .handled = -1 };
     out->keep = PyList_New(0);
     out->graph = smelt_graph_new();
+    if (out->graph)   /* Python floats and float math on integers (guarded) */
+        out->graph->default_float = (uint8_t)ops_default_float();
     T.g = out->graph;
     T.tensor_of = PyDict_New();
     if (!out->keep || !out->graph || !T.tensor_of) {
@@ -2814,7 +3135,9 @@ int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_r
         if ((f->locals[i] = top_arg(&T, co, i, argc, locals[i])) < 0)
             goto done;
     int32_t ret = run_frame(&T, f);
-    if (ret < 0)
+    if (ret < 0 && T.exc && !T.broke && !PyErr_Occurred())
+        tr_break(&T, "the traced code raises %R", T.exc);
+    if (ret < 0 || obj_finish(&T))
         goto done;
     int32_t root = out_new(&T, TO_CONST);
     if (root < 0 || build_out(&T, ret, root))

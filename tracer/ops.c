@@ -731,16 +731,44 @@ static int32_t cat_nodes(tracer *T, const int32_t *nodes, int n, int dim)
     return acc;
 }
 
+static int32_t cast_to(tracer *T, int32_t x, int dt);
+
+/* torch.cat skips 1-d tensors of size 0 (a legacy rule for empty
+ * accumulators) when others are not such; they still take part in type
+ * promotion. kept[0..*nk) the tensors that stay; *dt the dtype of all
+ * (-1: nothing skipped). */
+static void cat_legacy_empty(tracer *T, const int32_t *items, int n, int32_t *kept, int *nk, int *dt)
+{
+    const smelt_node *all[256];
+    *nk = 0;
+    *dt = -1;
+    for (int i = 0; i < n; i++) {
+        if (T->vals[items[i]].kind != V_TENSOR)
+            return;
+        all[i] = node(T, items[i]);
+        if (all[i]->ndim != 1 || all[i]->shape[0] != 0)
+            kept[(*nk)++] = items[i];
+    }
+    if (*nk > 0 && *nk < n)
+        *dt = smelt_result_type(all, n, (smelt_dtype)T->g->default_float);
+}
+
 static int32_t h_cat(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t *items, nodes[256];
-    int n;
+    int32_t *items, nodes[256], kept[256];
+    int n, nk, dt = -1;
     int64_t d;
     int dim;
     if (seq_items(T, arg(a, 0, "tensors"), &items, &n) || get_int(T, arg(a, 1, "dim"), 0, &d))
         return -1;
     if (n == 0 || n > 256)
         return tr_break(T, "cat of %d tensors", n);
+    if (op != SMELT_OP_UNSQUEEZE)
+        cat_legacy_empty(T, items, n, kept, &nk, &dt);
+    if (dt >= 0) {
+        items = kept;
+        n = nk;
+    }
     int nd = T->vals[items[0]].kind == V_TENSOR ? node(T, items[0])->ndim : 0;
     if (norm_dim(T, d, op == SMELT_OP_UNSQUEEZE ? nd + 1 : nd, &dim))
         return -1;
@@ -752,7 +780,8 @@ static int32_t h_cat(tracer *T, const call_args *a, smelt_op op)
             return -1;
         nodes[i] = T->vals[v].node;
     }
-    return cat_nodes(T, nodes, n, dim);
+    int32_t r = cat_nodes(T, nodes, n, dim);
+    return r >= 0 && dt >= 0 ? cast_to(T, r, dt) : r;
 }
 
 static int32_t h_where(tracer *T, const call_args *a, smelt_op op)
@@ -895,7 +924,10 @@ static int dtype_arg(tracer *T, const call_args *a, int dflt)
     return dt < 0 ? (o ? tr_break(T, "unsupported dtype %R", o) : -1) : dt;
 }
 
-/* torch.get_default_dtype() as a smelt dtype (float32 if unreadable). */
+static int default_float(void);
+
+int ops_default_float(void) { return default_float(); }
+
 static int default_float(void)
 {
     PyObject *torch = PyImport_ImportModule("torch");
@@ -2240,6 +2272,21 @@ static int32_t pad_dim(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, in
     return cat_nodes(T, parts, np, dim);
 }
 
+/* Whether torch accepts replicate (mode 1) / circular (mode 2) padding of
+ * x by pads[0..n): k = n/2 padded dims in 1..3 of a (k+1)- or (k+2)-d
+ * non-bool tensor, non-negative pads, circular ones at most the dim size.
+ * Anything else goes to torch's own pad. */
+static int native_pad_ok(const smelt_node *x, const int64_t *pads, int n, int mode)
+{
+    int k = n / 2;
+    if (n % 2 || k < 1 || k > 3 || (x->ndim != k + 1 && x->ndim != k + 2) || x->dtype == SMELT_BOOL)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (pads[i] < 0 || (mode == 2 && pads[i] > x->shape[x->ndim - 1 - i / 2]))
+            return 0;
+    return 1;
+}
+
 static int32_t h_pad(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), mv = arg(a, 2, "mode"), vv = arg(a, 3, "value");
@@ -2254,6 +2301,8 @@ static int32_t h_pad(tracer *T, const call_args *a, smelt_op op)
         return -1;
     int mode = !m || !PyUnicode_CompareWithASCIIString(m, "constant") ? 0 : !PyUnicode_CompareWithASCIIString(m, "replicate") ? 1
              : !PyUnicode_CompareWithASCIIString(m, "circular") ? 2 : -1;
+    if (mode > 0 && !native_pad_ok(node(T, x), pads, n, mode))
+        mode = -1;   /* torch's own pad decides (and raises what eager raises) */
     if (mode < 0 || n % 2 || n / 2 > node(T, x)->ndim)   /* reflect, ...: torch's own pad at run time */
         return nn_pad ? ext_call(T, nn_pad, a) : tr_break(T, "pad mode %R is not supported", m ? m : Py_None);
     PyObject *zero = PyLong_FromLong(0);

@@ -56,13 +56,14 @@ typedef struct tr_guard {
 } tr_guard;
 
 /* How the return value is rebuilt from graph outputs. */
-typedef enum tr_out_kind { TO_TENSOR, TO_CONST, TO_TUPLE, TO_LIST, TO_DICT } tr_out_kind;
+typedef enum tr_out_kind { TO_TENSOR, TO_CONST, TO_TUPLE, TO_LIST, TO_DICT, TO_OBJ } tr_out_kind;
 
 typedef struct tr_out {
     uint8_t kind;
     int32_t index;         /* TO_TENSOR: graph output number */
     PyObject *obj;         /* TO_CONST value / TO_DICT keys tuple / TO_TUPLE type
-                              to build (NULL: tuple) (strong) */
+                              to build (NULL: tuple) / TO_OBJ instance spec for
+                              tracer_build_instance (strong) */
     int32_t first, n;      /* containers: children out[first .. first+n) */
 } tr_out;
 
@@ -79,6 +80,13 @@ typedef struct tr_result {
                               keep, so tracer_result_clear releases it */
     char reason[512];      /* graph break: why, at file:line */
 } tr_result;
+
+/* A TO_OBJ result: an instance of a plain Python class made by the traced
+ * code, rebuilt from spec (its out's obj) and vals, the tuple of its
+ * children's values (the distinct values of its attributes and items),
+ * without running any of the class's Python code. New reference, or NULL
+ * with an error set. */
+PyObject *tracer_build_instance(PyObject *spec, PyObject *vals);
 
 /* Traces fn called with the top frame's fast locals `locals` (nlocals
  * entries, as CPython lays them out: arguments first). 0 on success; 1 on a

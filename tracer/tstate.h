@@ -89,6 +89,8 @@ typedef struct tracer {
     struct tr_attrw *attrw;   /* attribute writes to outside objects (objects.c) */
     int32_t nattrw;
     int no_grad;           /* grad-off `with` blocks the trace is inside */
+    PyObject *exc;         /* the exception being raised in the trace (owned), or NULL */
+    int32_t handled;       /* value of the exception being handled (except blocks), -1: none */
 } tracer;
 
 /* BINARY_OP arguments (CPython's NB_* numbering, the same in 3.11 and
@@ -148,6 +150,7 @@ int ops_init(void);
  * self in a->pos[0]). Returns a value id, -1 (break/error), or -2 when fn
  * is no torch op smelt knows (then the caller decides). */
 int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a);
+int ops_default_float(void);   /* torch.get_default_dtype() as a smelt dtype */
 int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a);
 int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name);  /* x.shape etc.; -2 unknown */
 int32_t ops_binary(tracer *T, int nb_op, int32_t a, int32_t b);     /* BINARY_OP on tensors */
@@ -209,6 +212,14 @@ int tr_delete_subscr(tracer *T, int32_t c, int32_t k);             /* del c[k] *
 int32_t tr_contains(tracer *T, int32_t k, int32_t c);             /* k in c */
 const char *tr_kind_name(tracer *T, int32_t v);
 int tr_is_plain_const(PyObject *o);       /* None, bool, int, float, str, Ellipsis */
+/* Exceptions raised in the trace: raising sets T->exc and returns -1,
+ * and the frames unwind to a handler of the traced code (try/except,
+ * finally), or out of the trace (a break). tr_raise steals exc (an
+ * exception instance); tr_raise_error raises the Python error just set
+ * by evaluating an operation on trace-time values (memory errors and
+ * interrupts stay errors). */
+int tr_raise(tracer *T, PyObject *exc);
+int tr_raise_error(tracer *T);
 int32_t bi_pure(tracer *T, const call_args *a, PyObject *fn);   /* fn called now on constants */
 int32_t bi_type_value(tracer *T, int32_t v);               /* type(v), guarded */
 
@@ -228,7 +239,7 @@ int obj_truth(tracer *T, int32_t v, int *out);
 int32_t obj_call(tracer *T, int32_t v, const call_args *a);
 int32_t obj_super(tracer *T, PyObject *cls, int32_t self);
 int32_t obj_query(tracer *T, PyObject *fn, const call_args *a);          /* -2: not a query */
-int32_t obj_call_special_fn(tracer *T, int32_t fv, const call_args *a);  /* -2: not special */
+int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a);  /* -2: not special */
 PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
 
 #endif

@@ -1,0 +1,821 @@
+/* objects.c — Python objects beyond tensors and containers, while tracing.
+ *
+ * Instances of plain Python classes created by the traced code (dataclasses,
+ * Hugging Face's ModelOutput, small records) are V_INST values: their
+ * attributes (`__dict__`) and, for dict-based classes, their items are
+ * symbolic dicts; the class's Python methods (__init__, __setattr__,
+ * __getitem__, properties, ...) are inlined, the C methods of object, dict
+ * and OrderedDict they reach are modelled on those dicts, and a returned
+ * instance is rebuilt from its final state (tracer_build_instance).
+ *
+ * Attribute writes to objects that exist outside the trace go to an
+ * overlay that reads see; by the end of the trace every such attribute must
+ * be back to its original object (a context-variable set and reset), since
+ * the compiled code does not replay the writes; otherwise the trace breaks.
+ *
+ * Also here: the queries a compiler answers itself (torch.compiler.
+ * is_compiling() is True while smelt traces; grad mode, the default dtype
+ * and CPU autocast are constants guarded by the guard tree), functions
+ * marked as trace-time constants (torch._dynamo.assume_constant_result's
+ * marker) and functools.lru_cache wrappers (the wrapped function is traced).
+ */
+#include "tstate.h"
+
+#include <string.h>
+
+/* Special method names, interned once. */
+enum { SN_INIT, SN_NEW, SN_SETATTR, SN_DELATTR, SN_GETATTR, SN_GETATTRIBUTE, SN_DICT, SN_CLASS, SN_GETITEM,
+       SN_SETITEM, SN_DELITEM, SN_CONTAINS, SN_LEN, SN_ITER, SN_BOOL, SN_CALL, SN_SLOTS, SN_WRAPPED,
+       SN_MARKED, SN_OBJCLASS, SN_NAME, SN_FGET, SN_FSET, SN_FDEL, SN_FUNC, SN_UPDATE, SN_N };
+static const char *sn_text[SN_N] = {
+    "__init__", "__new__", "__setattr__", "__delattr__", "__getattr__", "__getattribute__", "__dict__",
+    "__class__", "__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__",
+    "__bool__", "__call__", "__slots__", "__wrapped__", "_dynamo_marked_constant", "__objclass__", "__name__",
+    "fget", "fset", "fdel", "__func__", "update",
+};
+static PyObject *sn[SN_N];
+static PyObject *odict_type, *lru_type, *module_base, *abc_meta;
+static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class statement */
+
+/* What the tracer answers itself, by callable. */
+typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE } query_kind;
+static PyObject *queries;   /* dict: callable -> query_kind */
+
+static int add_query(PyObject *root, const char *path, query_kind k)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", path);
+    PyObject *o = Py_NewRef(root);
+    for (char *part = buf, *dot; o && part; part = dot ? dot + 1 : NULL) {
+        if ((dot = strchr(part, '.')))
+            *dot = 0;
+        Py_SETREF(o, PyObject_GetAttrString(o, part));
+    }
+    PyObject *kv = PyLong_FromLong(k);
+    int rc = !o || !kv ? (PyErr_Clear(), 0) : PyDict_SetItem(queries, o, kv);
+    Py_XDECREF(o);
+    Py_XDECREF(kv);
+    return rc;
+}
+
+int obj_init(void)
+{
+    for (int i = 0; i < SN_N; i++)
+        if (!(sn[i] = PyUnicode_InternFromString(sn_text[i])))
+            return -1;
+    PyObject *coll = PyImport_ImportModule("collections"), *ft = PyImport_ImportModule("functools");
+    PyObject *torch = PyImport_ImportModule("torch"), *nn = PyImport_ImportModule("torch.nn");
+    PyObject *insp = PyImport_ImportModule("inspect");
+    PyObject *abc = PyImport_ImportModule("abc");
+    abc_meta = abc ? PyObject_GetAttrString(abc, "ABCMeta") : NULL;
+    Py_XDECREF(abc);
+    odict_type = coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL;
+    lru_type = ft ? PyObject_GetAttrString(ft, "_lru_cache_wrapper") : NULL;
+    module_base = nn ? PyObject_GetAttrString(nn, "Module") : NULL;
+    queries = PyDict_New();
+    PyObject *probe = PyObject_CallFunction((PyObject *)&PyType_Type, "s()N", "_smelt_probe", PyDict_New());
+    if (probe)
+        py_class_dealloc = ((PyTypeObject *)probe)->tp_dealloc;
+    Py_XDECREF(probe);
+    static const struct { const char *path; query_kind k; } qs[] = {
+        { "compiler.is_compiling", Q_TRUE }, { "compiler.is_dynamo_compiling", Q_TRUE },
+        { "_utils.is_compiling", Q_TRUE }, { "compiler.is_exporting", Q_FALSE },
+        { "jit.is_scripting", Q_FALSE }, { "jit.is_tracing", Q_FALSE },
+        { "is_grad_enabled", Q_GRAD }, { "get_default_dtype", Q_DTYPE },
+        { "is_autocast_enabled", Q_AUTOCAST },
+    };
+    int rc = odict_type && lru_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
+    for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
+        rc = add_query(torch, qs[i].path, qs[i].k);
+    rc = rc || !insp ? -1 : add_query(insp, "signature", Q_SIGNATURE);
+    Py_XDECREF(insp);
+    Py_XDECREF(coll);
+    Py_XDECREF(ft);
+    Py_XDECREF(torch);
+    Py_XDECREF(nn);
+    return rc;
+}
+
+/* ---------- classes ---------- */
+
+/* Attribute `name` defined by type t itself (not its bases): borrowed, or
+ * NULL (error set when the lookup failed). 3.12 keeps the dict of static
+ * builtin types outside tp_dict. */
+static PyObject *own_attr(PyTypeObject *t, PyObject *name)
+{
+#if PY_VERSION_HEX >= 0x030c0000
+    PyObject *d = PyType_GetDict(t);
+#else
+    PyObject *d = Py_XNewRef(t->tp_dict);
+#endif
+    PyObject *r = d ? PyDict_GetItemWithError(d, name) : NULL;
+    Py_XDECREF(d);   /* the type keeps its dict, and the item, alive */
+    return r;
+}
+
+/* The C base whose instance layout a plain Python class keeps (object,
+ * dict or OrderedDict), or NULL when cls is not one smelt models: its
+ * metaclass must be `type` (or ABCMeta, with no abstract methods left), it
+ * must have an instance dict and no non-empty __slots__, no Python __new__ or
+ * __getattribute__, no other C base (nor a heap type made in C) in its MRO,
+ * and not be an nn.Module. */
+static PyTypeObject *plain_base(PyObject *cls)
+{
+    if (!PyType_Check(cls) || !(Py_IS_TYPE(cls, &PyType_Type) || Py_IS_TYPE(cls, (PyTypeObject *)abc_meta)))
+        return NULL;
+    PyTypeObject *t = (PyTypeObject *)cls, *b = t;
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || (t->tp_flags & Py_TPFLAGS_IS_ABSTRACT) || !t->tp_dictoffset ||
+        PyType_IsSubtype(t, (PyTypeObject *)module_base))
+        return NULL;
+    while (b && (b->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        b = b->tp_base;
+    if (b != &PyBaseObject_Type && b != &PyDict_Type && b != (PyTypeObject *)odict_type)
+        return NULL;
+    PyObject *mro = t->tp_mro;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *m = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        int heap = !!(m->tp_flags & Py_TPFLAGS_HEAPTYPE);
+        PyObject *slots = heap ? own_attr(m, sn[SN_SLOTS]) : NULL;   /* `__slots__ = ()` adds nothing */
+        if ((slots && !(PyTuple_Check(slots) && PyTuple_GET_SIZE(slots) == 0)) || (!heap && !PyType_IsSubtype(b, m)) ||
+            (heap && m->tp_dealloc != py_class_dealloc))   /* a heap type from C: its own layout */
+            return NULL;
+    }
+    if (PyErr_Occurred() || _PyType_Lookup(t, sn[SN_NEW]) != _PyType_Lookup(b, sn[SN_NEW]) ||
+        _PyType_Lookup(t, sn[SN_GETATTRIBUTE]) != _PyType_Lookup(b, sn[SN_GETATTRIBUTE])) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return b;
+}
+
+/* Source of attribute `name` of instance v's class (-1: the class has none). */
+static int32_t cls_attr_src(tracer *T, int32_t v, PyObject *name)
+{
+    int32_t cs = T->vals[v].pos;
+    return cs < 0 ? -1 : tr_src_new(T, SRC_ATTR, cs, 0, name);
+}
+
+/* Value v as an instance (not a super() proxy); -1 (break) otherwise. */
+static int real_inst(tracer *T, int32_t v, const char *what)
+{
+    if (T->vals[v].kind == V_INST && T->vals[v].sub == 0)
+        return 0;
+    return tr_break(T, "%s of a super() object", what);
+}
+
+static int32_t call_method(tracer *T, PyObject *fn, int32_t fn_src, const int32_t *pos, int n)
+{
+    call_args a = { .pos = (int32_t *)pos, .npos = n };
+    return tr_inline(T, fn, fn_src, &a);
+}
+
+/* cls(*a) for a plain Python class (value clsv, already guarded): a new
+ * instance, its Python __init__ inlined. -2 when cls is not such a class. */
+int32_t obj_new_instance(tracer *T, int32_t clsv, const call_args *a)
+{
+    PyObject *cls = T->vals[clsv].obj;
+    PyTypeObject *base = plain_base(cls);
+    if (!base)
+        return -2;
+    int32_t v = tv_new(T, V_INST), attrs = tv_new(T, V_DICT), items = base == &PyBaseObject_Type ? -1 : tv_new(T, V_DICT);
+    if (v < 0 || attrs < 0 || (base != &PyBaseObject_Type && items < 0) || tr_keep(T, cls))
+        return -1;
+    tv *x = &T->vals[v];
+    x->obj = cls;
+    x->aux = (PyObject *)base;
+    x->self_ = attrs;
+    x->sl[0] = items;
+    x->pos = T->vals[clsv].src;
+    PyObject *init = _PyType_Lookup((PyTypeObject *)cls, sn[SN_INIT]);
+    int32_t pos[64], r;
+    if (a->npos > 62)
+        return tr_break(T, "too many arguments");
+    pos[0] = v;
+    memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
+    call_args b = { .pos = pos, .npos = a->npos + 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+    r = init && PyFunction_Check(init) ? tr_inline(T, init, cls_attr_src(T, v, sn[SN_INIT]), &b)
+                                       : obj_cmethod(T, init, &b);
+    if (r < 0)
+        return -1;
+    if (T->vals[r].kind != V_OBJ || T->vals[r].obj != Py_None)
+        return tr_break(T, "__init__ of %s returned a value", ((PyTypeObject *)cls)->tp_name);
+    return v;
+}
+
+/* ---------- attribute lookup ---------- */
+
+static int is_name(PyObject *a, int which)
+{
+    return a == sn[which] || PyUnicode_Compare(a, sn[which]) == 0;
+}
+
+/* Index of key `name` in dict value d, -1 when absent. */
+static int dict_index(tracer *T, int32_t d, PyObject *name)
+{
+    tv *x = &T->vals[d];
+    for (int i = 0; i < x->n; i++)
+        if (x->keys[i] == name || PyObject_RichCompareBool(x->keys[i], name, Py_EQ) == 1)
+            return i;
+    PyErr_Clear();
+    return -1;
+}
+
+/* Source of attribute `name` of the object fetched from src (-1: none). */
+static int32_t sub_src(tracer *T, int32_t src, int name)
+{
+    return src < 0 ? -1 : tr_src_new(T, SRC_ATTR, src, 0, sn[name]);
+}
+
+/* What class attribute ca (found for `name` on instance self's class, or a
+ * base class for super()) gives when read through self: functions bound,
+ * static and class methods unwrapped, the C methods of object/dict bound
+ * (modelled when called), properties traced; other descriptors break;
+ * plain values are read from the class. src: what getattr(class, name)
+ * is fetched from (-1: none); it roots the functions' globals. */
+static int32_t class_value(tracer *T, int32_t self, PyObject *name, PyObject *ca, int32_t src)
+{
+    if (PyFunction_Check(ca))
+        return tr_bound(T, ca, self, src);
+    if (PyObject_TypeCheck(ca, &PyProperty_Type)) {
+        PyObject *get = PyObject_GetAttr(ca, sn[SN_FGET]);
+        int32_t r = get && PyFunction_Check(get) && !tr_keep(T, get) ? call_method(T, get, sub_src(T, src, SN_FGET), &self, 1)
+                  : get ? tr_break(T, "property %U without a Python getter", name) : -1;
+        Py_XDECREF(get);
+        return r;
+    }
+    if (PyObject_TypeCheck(ca, &PyStaticMethod_Type) || PyObject_TypeCheck(ca, &PyClassMethod_Type)) {
+        PyObject *fn = PyObject_GetAttr(ca, sn[SN_FUNC]);
+        int32_t r = -1;
+        if (fn && PyObject_TypeCheck(ca, &PyStaticMethod_Type))
+            r = tv_obj(T, fn, src);   /* getattr(class, name) is the function itself */
+        else if (fn && PyFunction_Check(fn) && !tr_keep(T, fn))
+            r = tr_bound(T, fn, tv_obj(T, T->vals[self].obj, T->vals[self].pos), sub_src(T, src, SN_FUNC));
+        else if (fn)
+            r = tr_break(T, "classmethod %U", name);
+        Py_XDECREF(fn);
+        return r;
+    }
+    if (PyObject_TypeCheck(ca, &PyMethodDescr_Type) || PyObject_TypeCheck(ca, &PyWrapperDescr_Type))
+        return tr_bound(T, ca, self, -1);
+    if (Py_TYPE(ca)->tp_descr_get)
+        return tr_break(T, "attribute %U is a %s descriptor", name, Py_TYPE(ca)->tp_name);
+    return tv_obj(T, ca, src);
+}
+
+/* super().name for a super() proxy sp over an instance: the first class
+ * after sp's class in the instance's MRO that defines name. */
+static int32_t super_inst_attr(tracer *T, int32_t sp, PyObject *name)
+{
+    int32_t self = T->vals[sp].self_;
+    PyObject *mro = ((PyTypeObject *)T->vals[self].obj)->tp_mro, *start = T->vals[sp].obj;
+    Py_ssize_t i = 0, n = PyTuple_GET_SIZE(mro);
+    while (i < n && PyTuple_GET_ITEM(mro, i) != start)
+        i++;
+    for (i++; i < n; i++) {
+        PyObject *ca = own_attr((PyTypeObject *)PyTuple_GET_ITEM(mro, i), name);
+        if (ca)
+            return class_value(T, self, name, ca, -1);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    return tr_break(T, "super().%U: no such attribute", name);
+}
+
+/* Attribute `name` of instance v as object.__getattribute__ finds it:
+ * data descriptors, the instance dict, class attributes. -2 when missing. */
+static int32_t generic_getattr(tracer *T, int32_t v, PyObject *name)
+{
+    tv *x = &T->vals[v];
+    PyTypeObject *cls = (PyTypeObject *)x->obj;
+    if (is_name(name, SN_DICT))
+        return x->self_;
+    if (is_name(name, SN_CLASS))
+        return tv_obj(T, (PyObject *)cls, x->pos);
+    PyObject *ca = _PyType_Lookup(cls, name);
+    if (ca && Py_TYPE(ca)->tp_descr_set && !PyObject_TypeCheck(ca, &PyProperty_Type))
+        return tr_break(T, "attribute %U of %s is a %s descriptor", name, cls->tp_name, Py_TYPE(ca)->tp_name);
+    int at = ca && PyObject_TypeCheck(ca, &PyProperty_Type) ? -1 : dict_index(T, x->self_, name);
+    if (at >= 0)
+        return T->vals[T->vals[v].self_].items[at];
+    return ca ? class_value(T, v, name, ca, cls_attr_src(T, v, name)) : -2;
+}
+
+/* Raises AttributeError for attribute `name` missing on instance v. */
+static int32_t raise_missing(tracer *T, int32_t v, PyObject *name)
+{
+    PyObject *msg = PyUnicode_FromFormat("'%s' object has no attribute '%U'", ((PyTypeObject *)T->vals[v].obj)->tp_name, name);
+    PyObject *e = msg ? PyObject_CallOneArg(PyExc_AttributeError, msg) : NULL;
+    Py_XDECREF(msg);
+    if (e && PyObject_SetAttrString(e, "name", name))
+        Py_CLEAR(e);
+    return tr_raise(T, e);
+}
+
+/* Attribute `name` of instance value v: object.__getattribute__'s lookup,
+ * then the class's Python __getattr__. -2 when missing and missing_ok
+ * (otherwise AttributeError is raised in the trace). */
+int32_t obj_attr(tracer *T, int32_t v, PyObject *name, int missing_ok)
+{
+    if (T->vals[v].sub)
+        return super_inst_attr(T, v, name);
+    int32_t r = generic_getattr(T, v, name);
+    if (r != -2)
+        return r;
+    PyObject *ga = _PyType_Lookup((PyTypeObject *)T->vals[v].obj, sn[SN_GETATTR]);
+    if (ga && PyFunction_Check(ga)) {
+        int32_t pos[2] = { v, tv_obj(T, name, -1) };
+        return pos[1] < 0 ? -1 : call_method(T, ga, cls_attr_src(T, v, sn[SN_GETATTR]), pos, 2);
+    }
+    return missing_ok ? -2 : raise_missing(T, v, name);
+}
+
+/* ---------- attribute writes ---------- */
+
+/* object.__setattr__(v, name, val) on an instance (val -1: __delattr__):
+ * a property's setter/deleter is traced, other data descriptors break,
+ * anything else updates the instance dict. */
+static int inst_set_generic(tracer *T, int32_t v, PyObject *name, int32_t val)
+{
+    PyTypeObject *cls = (PyTypeObject *)T->vals[v].obj;
+    PyObject *ca = _PyType_Lookup(cls, name);
+    if (ca && PyObject_TypeCheck(ca, &PyProperty_Type)) {
+        PyObject *f = PyObject_GetAttr(ca, sn[val < 0 ? SN_FDEL : SN_FSET]);
+        int32_t pos[2] = { v, val };
+        int32_t fs = sub_src(T, cls_attr_src(T, v, name), val < 0 ? SN_FDEL : SN_FSET);
+        int32_t r = f && PyFunction_Check(f) && !tr_keep(T, f) ? call_method(T, f, fs, pos, val < 0 ? 1 : 2)
+                  : f ? tr_break(T, "property %U cannot be set", name) : -1;
+        Py_XDECREF(f);
+        return r < 0 ? -1 : 0;
+    }
+    if (ca && Py_TYPE(ca)->tp_descr_set)
+        return tr_break(T, "STORE_ATTR: attribute %U of %s is a %s descriptor", name, cls->tp_name, Py_TYPE(ca)->tp_name);
+    int32_t d = T->vals[v].self_;
+    if (val >= 0)
+        return tr_dict_set(T, d, name, val);
+    int at = dict_index(T, d, name);
+    if (at < 0)
+        return tr_break(T, "del of a missing attribute %U", name);
+    tv *x = &T->vals[d];
+    memmove(&x->items[at], &x->items[at + 1], sizeof(int32_t) * (size_t)(x->n - at - 1));
+    memmove(&x->keys[at], &x->keys[at + 1], sizeof(PyObject *) * (size_t)(x->n - at - 1));
+    x->n--;
+    return 0;
+}
+
+/* v.name = val (val -1: del v.name) on an instance: the class's Python
+ * __setattr__/__delattr__ when it has one, else object's. */
+static int inst_setattr(tracer *T, int32_t v, PyObject *name, int32_t val)
+{
+    if (real_inst(T, v, "attribute assignment"))
+        return -1;
+    PyTypeObject *cls = (PyTypeObject *)T->vals[v].obj;
+    int which = val < 0 ? SN_DELATTR : SN_SETATTR;
+    PyObject *sa = _PyType_Lookup(cls, sn[which]);
+    if (!sa || sa == _PyType_Lookup(&PyBaseObject_Type, sn[which]))
+        return inst_set_generic(T, v, name, val);
+    if (!PyFunction_Check(sa))
+        return tr_break(T, "STORE_ATTR: %s.%U is not a Python function", cls->tp_name, sn[which]);
+    int32_t pos[3] = { v, tv_obj(T, name, -1), val };
+    if (pos[1] < 0)
+        return -1;
+    return call_method(T, sa, cls_attr_src(T, v, sn[which]), pos, val < 0 ? 2 : 3) < 0 ? -1 : 0;
+}
+
+/* The overlay entry for attribute `name` of object o, or NULL. */
+static struct tr_attrw *overlay_find(tracer *T, PyObject *o, PyObject *name)
+{
+    for (int32_t i = T->nattrw - 1; i >= 0; i--)
+        if (T->attrw[i].obj == o && PyUnicode_Compare(T->attrw[i].name, name) == 0)
+            return &T->attrw[i];
+    return NULL;
+}
+
+/* o.name = val (val -1: del) on an object from outside the trace (value
+ * v): recorded in the overlay. Only for objects with a source whose type
+ * keeps object's __setattr__ and has no data descriptor for name. */
+static int overlay_set(tracer *T, int32_t v, PyObject *name, int32_t val)
+{
+    PyObject *o = T->vals[v].obj;
+    PyTypeObject *t = Py_TYPE(o);
+    int which = val < 0 ? SN_DELATTR : SN_SETATTR;
+    PyObject *ca = _PyType_Lookup(t, name);
+    if (tr_is_module(o) || PyType_Check(o) || PyModule_Check(o) || T->vals[v].src < 0 || !t->tp_dictoffset ||
+        _PyType_Lookup(t, sn[which]) != _PyType_Lookup(&PyBaseObject_Type, sn[which]) ||
+        (ca && Py_TYPE(ca)->tp_descr_set))
+        return tr_break(T, "STORE_ATTR: assignment to attribute %U of a %s object", name, t->tp_name);
+    if (tr_add_guard(T, TG_TYPE, T->vals[v].src, (PyObject *)t, 0))
+        return -1;
+    struct tr_attrw *w = overlay_find(T, o, name);
+    if (!w) {
+        struct tr_attrw *nw = PyMem_Realloc(T->attrw, sizeof *nw * (size_t)(T->nattrw + 1));
+        if (!nw)
+            return PyErr_NoMemory(), -1;
+        T->attrw = nw;
+        w = &T->attrw[T->nattrw++];
+        w->obj = o;
+        w->name = name;
+        w->owner = v;
+        if (tr_keep(T, name))
+            return -1;
+    }
+    w->val = val;
+    return 0;
+}
+
+/* STORE_ATTR / DELETE_ATTR: v.name = val (val -1: del v.name). */
+int obj_setattr(tracer *T, int32_t v, PyObject *name, int32_t val)
+{
+    switch (T->vals[v].kind) {
+    case V_INST: return inst_setattr(T, v, name, val);
+    case V_OBJ: return overlay_set(T, v, name, val);
+    default: return tr_break(T, "STORE_ATTR: assignment to attribute %U of a %s", name, tr_kind_name(T, v));
+    }
+}
+
+/* Attribute `name` of outside object o as the trace has left it: 1 and
+ * *val (-1: deleted) when the trace assigned it, 0 when it did not. */
+int obj_overlay_get(tracer *T, PyObject *o, PyObject *name, int32_t *val)
+{
+    struct tr_attrw *w = T->nattrw ? overlay_find(T, o, name) : NULL;
+    if (w)
+        *val = w->val;
+    return w != NULL;
+}
+
+/* Whether the trace assigned any attribute of object o. */
+int obj_overlaid(tracer *T, PyObject *o)
+{
+    for (int32_t i = 0; i < T->nattrw; i++)
+        if (T->attrw[i].obj == o)
+            return 1;
+    return 0;
+}
+
+/* End of the trace: every attribute assigned on an outside object must
+ * hold its original object again (then it is guarded to keep holding it,
+ * so the net effect stays nothing); anything else would be a side effect
+ * the compiled code does not replay. 0, or -1 (break). */
+int obj_finish(tracer *T)
+{
+    for (int32_t i = 0; i < T->nattrw; i++) {
+        struct tr_attrw *w = &T->attrw[i];
+        PyObject *d = PyObject_GenericGetDict(w->obj, NULL);
+        PyObject *orig = d ? PyDict_GetItemWithError(d, w->name) : NULL;
+        Py_XDECREF(d);
+        if (PyErr_Occurred())
+            return -1;
+        int same = w->val < 0 ? !orig : orig && T->vals[w->val].kind == V_OBJ && T->vals[w->val].obj == orig;
+        if (!same)
+            return tr_break(T, "STORE_ATTR: the traced code leaves attribute %U of a %s object changed",
+                            w->name, Py_TYPE(w->obj)->tp_name);
+        int32_t s = tr_src_new(T, SRC_ATTR, T->vals[w->owner].src, 0, w->name);
+        if (orig ? tr_add_guard(T, tr_is_plain_const(orig) ? TG_EQ : TG_ID, s, orig, 0) : tr_guard_absent(T, w->owner))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---------- C methods of object, dict and OrderedDict on instances ---------- */
+
+/* dict/OrderedDict method `name` (its C implementation) on the items of
+ * instance self, with arguments a (self excluded). */
+static int32_t items_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
+{
+    int32_t items = T->vals[self].sl[0];
+    const char *s = PyUnicode_AsUTF8(name);
+    if (!s)
+        return -1;
+    if (a->nkw && strcmp(s, "update") && strcmp(s, "__init__"))
+        return tr_break(T, "dict.%s with keywords", s);
+    int n = a->npos;
+    if (!strcmp(s, "__setitem__") && n == 2)
+        return tr_store_subscr(T, items, a->pos[0], a->pos[1]) ? -1 : tv_obj(T, Py_None, -1);
+    if (!strcmp(s, "__delitem__") && n == 1)
+        return tr_delete_subscr(T, items, a->pos[0]) ? -1 : tv_obj(T, Py_None, -1);
+    if (!strcmp(s, "__getitem__") && n == 1)
+        return tr_subscr(T, items, a->pos[0]);
+    if (!strcmp(s, "__contains__") && n == 1)
+        return tr_contains(T, a->pos[0], items);
+    if (!strcmp(s, "__len__") && n == 0)
+        return tv_int(T, T->vals[items].n);
+    if (!strcmp(s, "__iter__") && n == 0)
+        return bi_iter(T, items);
+    if (!strcmp(s, "__init__") && !n && !a->nkw)
+        return tv_obj(T, Py_None, -1);
+    if (!strcmp(s, "__init__"))   /* dict.__init__(self, ...) is self.update(...) */
+        return bi_method(T, items, sn[SN_UPDATE], a);
+    static const char *plain[] = { "keys", "values", "items", "get", "pop", "setdefault", "update" };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        if (!strcmp(s, plain[i]))
+            return bi_method(T, items, name, a);
+    return tr_break(T, "dict method %s on an instance", s);
+}
+
+/* object's own slots on an instance: __setattr__, __delattr__,
+ * __getattribute__, __init__ (no arguments). */
+static int32_t object_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
+{
+    PyObject *an = a->npos >= 1 && T->vals[a->pos[0]].kind == V_OBJ ? T->vals[a->pos[0]].obj : NULL;
+    if (a->nkw || (!is_name(name, SN_INIT) && (!an || !PyUnicode_Check(an))))
+        return tr_break(T, "object.%U arguments", name);
+    if (is_name(name, SN_INIT))
+        return a->npos ? tr_break(T, "object.__init__ with arguments") : tv_obj(T, Py_None, -1);
+    if (is_name(name, SN_SETATTR) && a->npos == 2)
+        return inst_set_generic(T, self, an, a->pos[1]) ? -1 : tv_obj(T, Py_None, -1);
+    if (is_name(name, SN_DELATTR) && a->npos == 1)
+        return inst_set_generic(T, self, an, -1) ? -1 : tv_obj(T, Py_None, -1);
+    if (is_name(name, SN_GETATTRIBUTE) && a->npos == 1) {
+        int32_t r = generic_getattr(T, self, an);
+        return r != -2 ? r : raise_missing(T, self, an);
+    }
+    return tr_break(T, "object.%U on an instance", name);
+}
+
+/* descr(self, *args) where descr is a method or slot wrapper of object,
+ * dict or OrderedDict (its __objclass__) and self (a->pos[0]) an instance
+ * whose class derives from it. -2 when descr is no such method. */
+int32_t obj_cmethod(tracer *T, PyObject *descr, const call_args *a)
+{
+    if (!descr || a->npos < 1 || T->vals[a->pos[0]].kind != V_INST)
+        return -2;
+    int32_t self = a->pos[0];
+    if (real_inst(T, self, "a method call"))
+        return -1;
+    PyObject *oc = PyObject_GetAttr(descr, sn[SN_OBJCLASS]), *name = oc ? PyObject_GetAttr(descr, sn[SN_NAME]) : NULL;
+    PyErr_Clear();
+    int32_t r = -2;
+    call_args rest = { .pos = a->pos + 1, .npos = a->npos - 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+    if (!name || !PyUnicode_Check(name) || !PyType_Check(oc) ||
+        !PyType_IsSubtype((PyTypeObject *)T->vals[self].obj, (PyTypeObject *)oc))
+        r = -2;
+    else if (oc == (PyObject *)&PyBaseObject_Type)
+        r = object_method(T, self, name, &rest);
+    else if ((oc == (PyObject *)&PyDict_Type || oc == odict_type) && T->vals[self].sl[0] >= 0)
+        r = items_method(T, self, name, &rest);
+    else
+        r = tr_break(T, "%R on a %s instance", descr, ((PyTypeObject *)T->vals[self].obj)->tp_name);
+    Py_XDECREF(oc);
+    Py_XDECREF(name);
+    return r;
+}
+
+/* ---------- special methods (operators on instances) ---------- */
+
+static const int slot_names[] = { [OS_GETITEM] = SN_GETITEM, [OS_SETITEM] = SN_SETITEM, [OS_DELITEM] = SN_DELITEM,
+                                  [OS_CONTAINS] = SN_CONTAINS, [OS_LEN] = SN_LEN, [OS_ITER] = SN_ITER,
+                                  [OS_BOOL] = SN_BOOL };
+
+/* The special method `slot` of instance v's class applied to v and
+ * args[0..n): a Python method inlined, a C method of object/dict modelled.
+ * -2 when the class has none. */
+int32_t obj_special(tracer *T, int32_t v, obj_slot slot, const int32_t *args, int n)
+{
+    if (real_inst(T, v, "an operator"))
+        return -1;
+    PyObject *name = sn[slot_names[slot]];
+    PyObject *m = _PyType_Lookup((PyTypeObject *)T->vals[v].obj, name);
+    if (!m)
+        return -2;
+    int32_t pos[4] = { v, n > 0 ? args[0] : -1, n > 1 ? args[1] : -1, -1 };
+    call_args a = { .pos = pos, .npos = n + 1 };
+    if (PyFunction_Check(m))
+        return tr_inline(T, m, cls_attr_src(T, v, name), &a);
+    int32_t r = obj_cmethod(T, m, &a);
+    return r != -2 ? r : tr_break(T, "%s.%U is not supported", ((PyTypeObject *)T->vals[v].obj)->tp_name, name);
+}
+
+/* truth(v) for an instance: __bool__, else __len__ != 0, else True. */
+int obj_truth(tracer *T, int32_t v, int *out)
+{
+    int32_t r = obj_special(T, v, OS_BOOL, NULL, 0);
+    if (r == -2) {
+        r = obj_special(T, v, OS_LEN, NULL, 0);
+        if (r == -2) {
+            *out = 1;
+            return 0;
+        }
+        int64_t n;
+        if (r < 0 || tr_int(T, r, &n))
+            return -1;
+        *out = n != 0;
+        return 0;
+    }
+    if (r < 0)
+        return -1;
+    if (T->vals[r].kind != V_OBJ || !PyBool_Check(T->vals[r].obj))
+        return tr_raise(T, PyObject_CallFunction(PyExc_TypeError, "s", "__bool__ should return bool"));
+    *out = T->vals[r].obj == Py_True;
+    return 0;
+}
+
+/* v(*a) for an instance whose class has a Python __call__. */
+int32_t obj_call(tracer *T, int32_t v, const call_args *a)
+{
+    if (real_inst(T, v, "a call"))
+        return -1;
+    PyObject *m = _PyType_Lookup((PyTypeObject *)T->vals[v].obj, sn[SN_CALL]);
+    if (!m || !PyFunction_Check(m))
+        return tr_break(T, "call of a %s instance", ((PyTypeObject *)T->vals[v].obj)->tp_name);
+    int32_t pos[64];
+    if (a->npos > 62)
+        return tr_break(T, "too many arguments");
+    pos[0] = v;
+    memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
+    call_args b = { .pos = pos, .npos = a->npos + 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+    return tr_inline(T, m, cls_attr_src(T, v, sn[SN_CALL]), &b);
+}
+
+/* super(cls, self) over instance value self: a proxy whose attribute
+ * lookups start after cls in self's MRO. */
+int32_t obj_super(tracer *T, PyObject *cls, int32_t self)
+{
+    if (real_inst(T, self, "super()"))
+        return -1;
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)T->vals[self].obj, (PyTypeObject *)cls))
+        return tr_break(T, "super(type, obj): obj is not an instance of type");
+    int32_t p = tv_new(T, V_INST);
+    if (p >= 0) {
+        T->vals[p].sub = 1;
+        T->vals[p].obj = cls;
+        T->vals[p].self_ = self;
+    }
+    return p;
+}
+
+/* ---------- calls the tracer answers itself ---------- */
+
+/* torch.is_autocast_enabled(device): CPU only (the state the guard tree
+ * guards). */
+static int32_t autocast_query(tracer *T, PyObject *fn, const call_args *a)
+{
+    int kw = a->npos == 0 && a->nkw == 1 && PyUnicode_CompareWithASCIIString(a->kwn[0], "device_type") == 0;
+    PyObject *dev = (a->npos == 1 && !a->nkw) || kw ? tr_pyobj(T, kw ? a->kwv[0] : a->pos[0]) : NULL;
+    if (!dev)
+        return T->broke ? -1 : tr_break(T, "torch.is_autocast_enabled() without a device type");
+    PyObject *s = PyUnicode_Check(dev) ? Py_NewRef(dev) : PyObject_GetAttrString(dev, "type");
+    int cpu = s && PyUnicode_Check(s) && PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
+    PyObject *r = cpu ? PyObject_CallOneArg(fn, s) : NULL;
+    Py_XDECREF(s);
+    Py_DECREF(dev);
+    PyErr_Clear();
+    if (!r)
+        return tr_break(T, "autocast state of a non-CPU device is not guarded");
+    int32_t v = tv_obj(T, r, -1);
+    Py_DECREF(r);
+    return v;
+}
+
+/* inspect.signature(f) of a function or bound method known at trace time:
+ * computed now (a signature depends only on the function, guarded). */
+static int32_t signature_query(tracer *T, PyObject *fn, const call_args *a)
+{
+    if (a->npos != 1 || a->nkw)
+        return tr_break(T, "inspect.signature() arguments");
+    tv *x = &T->vals[a->pos[0]];
+    PyObject *target = NULL;
+    if (x->kind == V_OBJ)
+        target = Py_XNewRef(tr_const(T, a->pos[0]));
+    else if (x->kind == V_BOUND && PyFunction_Check(x->obj))
+        target = PyMethod_New(x->obj, Py_None);   /* self plays no part in the signature */
+    else
+        return tr_break(T, "inspect.signature() of a %s", tr_kind_name(T, a->pos[0]));
+    PyObject *r = target ? PyObject_CallOneArg(fn, target) : NULL;
+    Py_XDECREF(target);
+    if (!r) {
+        PyErr_Clear();
+        return T->broke ? -1 : tr_break(T, "inspect.signature() raised");
+    }
+    int32_t v = tv_obj(T, r, -1);
+    Py_DECREF(r);
+    return v;
+}
+
+/* fn(*a) when fn is a query the compiler answers (is_compiling, grad
+ * mode, ...); -2 when it is not one. */
+int32_t obj_query(tracer *T, PyObject *fn, const call_args *a)
+{
+    PyObject *k = PyDict_GetItemWithError(queries, fn);
+    if (!k) {
+        PyErr_Clear();
+        return -2;
+    }
+    query_kind q = (query_kind)PyLong_AsLong(k);
+    if (q == Q_AUTOCAST)
+        return autocast_query(T, fn, a);
+    if (q == Q_SIGNATURE)
+        return signature_query(T, fn, a);
+    if (a->npos || a->nkw)
+        return tr_break(T, "arguments to a compile-time query");
+    if (q == Q_TRUE || q == Q_FALSE)
+        return tv_obj(T, q == Q_TRUE ? Py_True : Py_False, -1);
+    if (q == Q_GRAD && T->no_grad > 0)
+        return tv_obj(T, Py_False, -1);
+    PyObject *r = PyObject_CallNoArgs(fn);   /* grad mode / default dtype: guarded by the guard tree */
+    int32_t v = r ? tv_obj(T, r, -1) : -1;
+    Py_XDECREF(r);
+    return v;
+}
+
+/* A function marked as a trace-time constant (setattr(fn,
+ * "_dynamo_marked_constant", True), as torch._dynamo.assume_constant_result
+ * does; under functools.lru_cache the marker is on the wrapped function)
+ * is called now; an lru_cache wrapper of a Python function is traced
+ * through it (fn_src: where fn is fetched from, -1: nowhere). -2 when fn
+ * is neither. */
+int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a)
+{
+    PyObject *target = fn;
+    if (Py_IS_TYPE(fn, (PyTypeObject *)lru_type)) {
+        target = PyObject_GetAttr(fn, sn[SN_WRAPPED]);
+        if (!target || tr_keep(T, target)) {
+            Py_XDECREF(target);
+            PyErr_Clear();
+            return tr_break(T, "lru_cache wrapper without __wrapped__");
+        }
+        Py_DECREF(target);   /* kept alive by the result's keep list */
+    } else if (!PyFunction_Check(fn)) {
+        return -2;
+    }
+    PyObject *d = PyFunction_Check(target) ? ((PyFunctionObject *)target)->func_dict : NULL;
+    PyObject *mark = d ? PyDict_GetItemWithError(d, sn[SN_MARKED]) : NULL;
+    if (mark && PyObject_IsTrue(mark) == 1)
+        return bi_pure(T, a, fn);
+    if (PyErr_Occurred())
+        return -1;
+    if (target == fn)
+        return -2;
+    if (!PyFunction_Check(target))
+        return tr_break(T, "lru_cache wrapper of a builtin");
+    int32_t ws = fn_src < 0 ? -1 : tr_src_new(T, SRC_ATTR, fn_src, 0, sn[SN_WRAPPED]);
+    return tr_inline(T, target, ws, a);
+}
+
+/* ---------- results ---------- */
+
+/* The output plan's description of instance v: (class, C base, attribute
+ * names, item keys, where) with `where` the child index of each attribute
+ * then each item; the children (*vals, *n) are their distinct values, so a
+ * value that is both an attribute and an item (ModelOutput's fields) is
+ * one object, as in eager. NULL on a break or an error. */
+PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n)
+{
+    if (real_inst(T, v, "returning"))
+        return NULL;
+    tv *x = &T->vals[v];
+    if (x->done) {   /* one object in eager: two rebuilt ones would not be `is` each other */
+        tr_break(T, "returning the same %s instance twice", ((PyTypeObject *)x->obj)->tp_name);
+        return NULL;
+    }
+    x->done = 1;
+    int32_t at = x->self_, it = x->sl[0];
+    int na = T->vals[at].n, ni = it >= 0 ? T->vals[it].n : 0, nc = 0;
+    PyObject *an = PyTuple_New(na), *ik = PyTuple_New(ni), *where = PyTuple_New(na + ni);
+    int32_t *all = PyMem_Malloc(sizeof(int32_t) * (size_t)(na + ni + 1));
+    int ok = an && ik && where && all;
+    for (int i = 0; ok && i < na + ni; i++) {
+        PyObject *key = i < na ? T->vals[at].keys[i] : T->vals[it].keys[i - na];
+        int32_t val = i < na ? T->vals[at].items[i] : T->vals[it].items[i - na];
+        int k = 0;
+        while (k < nc && all[k] != val)
+            k++;
+        if (k == nc)
+            all[nc++] = val;
+        PyObject *idx = PyLong_FromLong(k);
+        ok = idx != NULL;
+        if (ok)
+            PyTuple_SET_ITEM(where, i, idx);
+        PyTuple_SET_ITEM(i < na ? an : ik, i < na ? i : i - na, Py_NewRef(key));
+    }
+    PyObject *spec = ok ? PyTuple_Pack(5, x->obj, x->aux, an, ik, where) : NULL;
+    Py_XDECREF(an);
+    Py_XDECREF(ik);
+    Py_XDECREF(where);
+    if (!spec) {
+        PyMem_Free(all);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    *vals = all;
+    *n = nc;
+    return spec;
+}
+
+PyObject *tracer_build_instance(PyObject *spec, PyObject *vals)
+{
+    PyTypeObject *cls = (PyTypeObject *)PyTuple_GET_ITEM(spec, 0), *base = (PyTypeObject *)PyTuple_GET_ITEM(spec, 1);
+    PyObject *an = PyTuple_GET_ITEM(spec, 2), *ik = PyTuple_GET_ITEM(spec, 3), *where = PyTuple_GET_ITEM(spec, 4);
+    Py_ssize_t na = PyTuple_GET_SIZE(an), ni = PyTuple_GET_SIZE(ik);
+    PyObject *empty = PyTuple_New(0);
+    PyObject *o = empty ? cls->tp_new(cls, empty, NULL) : NULL;
+    Py_XDECREF(empty);
+    PyObject *d = o ? PyObject_GenericGetDict(o, NULL) : NULL;
+    int bad = !d;
+    for (Py_ssize_t i = 0; !bad && i < na + ni; i++) {
+        PyObject *val = PyTuple_GET_ITEM(vals, PyLong_AsSsize_t(PyTuple_GET_ITEM(where, i)));
+        bad = i < na ? PyDict_SetItem(d, PyTuple_GET_ITEM(an, i), val)
+                     : base->tp_as_mapping->mp_ass_subscript(o, PyTuple_GET_ITEM(ik, i - na), val);
+    }
+    Py_XDECREF(d);
+    if (bad)
+        Py_CLEAR(o);
+    return o;
+}
