@@ -1961,11 +1961,26 @@ def test_global_module_hook_runs_eagerly():
         handle.remove()
 
 
-def test_dropout_train_mode_runs_eagerly():
+def test_dropout_train_mode():
+    """Element-wise dropout in train mode compiles (torch.dropout as a host
+    call, eager's random numbers); channel-wise Dropout1d still runs the
+    frame eagerly, with eager's random numbers too."""
     m = DropoutEval().train()
     cm = smelt.compile(m)
+    x = rnd(3, 6)
     with torch.no_grad():
-        y = cm(rnd(3, 6))
-    assert y.shape == (3, 6)
+        torch.manual_seed(5)
+        y = cm(x)
+        torch.manual_seed(5)
+        check(y, m(x))
     st = cm._smelt.stats()
-    assert st["eager_entries"] == 1 and "dropout" in st["last_break"]
+    assert st["eager_entries"] == 1 and "dropout variant" in st["last_break"], st
+    m.drop1d = nn.Identity()
+    cm = smelt.compile(m)
+    with torch.no_grad():
+        torch.manual_seed(6)
+        y = cm(x)
+        torch.manual_seed(6)
+        check(y, m(x))
+    st = cm._smelt.stats()
+    assert st["compiles"] == 1 and st["eager_entries"] == 0, st

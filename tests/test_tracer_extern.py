@@ -415,3 +415,32 @@ def test_native_padding_modes_match(mode):
     f = lambda t: F.pad(t, (1, 2, 2, 0), mode=mode) * 2
     cf = smelt.compile(f, fullgraph=True)
     torch.testing.assert_close(cf(x), f(x))
+
+
+def test_dropout_in_training_mode_draws_eagers_random_numbers():
+    """Dropout in train mode is a host call of torch.dropout, run in program
+    order: with the same seed the compiled model zeroes and scales exactly
+    the elements eager does, call after call."""
+    m = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5), nn.GELU(), nn.Dropout(0.25)).train()
+    cm = smelt.compile(m, fullgraph=True)
+    x = torch.randn(33, 16)
+    with torch.no_grad():
+        for seed in (1, 2, 3):
+            torch.manual_seed(seed)
+            got = cm(x)
+            torch.manual_seed(seed)
+            want = m(x)
+            assert torch.equal(got == 0, want == 0)   # the same elements dropped
+            torch.testing.assert_close(got, want)
+    st = cm._smelt.stats()
+    assert st["compiles"] == 1 and st["hits"] == 2, st
+
+
+def test_functional_dropout_p_edges():
+    x = torch.randn(5, 7)
+    for p in (0.0, 1.0, 0.3):
+        f = lambda t, p=p: F.dropout(t * 2, p=p, training=True) + 1
+        torch.manual_seed(0)
+        want = f(x)
+        torch.manual_seed(0)
+        torch.testing.assert_close(smelt.compile(f, fullgraph=True)(x), want, rtol=0, atol=0)

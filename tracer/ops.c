@@ -14,7 +14,8 @@
 #include <string.h>
 
 static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
-static PyObject *getitem_fn, *nn_pad;   /* torch.Tensor.__getitem__, torch._C._nn.pad (host calls) */
+static PyObject *getitem_fn, *nn_pad, *dropout_fn;   /* torch.Tensor.__getitem__, torch._C._nn.pad,
+                                                         torch.dropout (host calls) */
 
 PyObject *ops_tensor_type(void) { return tensor_type; }
 PyObject *ops_size_type(void) { return size_type; }
@@ -532,12 +533,19 @@ static int32_t h_dropout(tracer *T, const call_args *a, smelt_op op)
     int train;
     int err = 0;
     double p = get_float(T, arg(a, 1, "p"), 0.5, &err);
-    (void)op;
     if (err || get_bool(T, arg(a, 2, "training"), 1, &train))
         return -1;
-    if (train && p > 0)
-        return tr_break(T, "dropout in training mode (random numbers) is not supported yet");
-    return arg(a, 0, "input");
+    if (!train || p == 0)
+        return arg(a, 0, "input");
+    if (op)   /* channel-wise and alpha variants: other random numbers */
+        return tr_break(T, "this dropout variant in training mode is not supported yet");
+    /* torch.dropout runs at run time, in program order with the graph's
+     * other host calls, so it draws the same random numbers as eager */
+    int32_t x = arg(a, 0, "input");
+    if (!dropout_fn || x < 0)
+        return tr_break(T, "dropout in training mode without torch.dropout");
+    call_args d = { .pos = (int32_t[]){ x, num(T, p), tv_obj(T, Py_True, -1) }, .npos = 3 };
+    return ext_call(T, dropout_fn, &d);
 }
 
 static int32_t h_identity(tracer *T, const call_args *a, smelt_op op)
@@ -2377,8 +2385,8 @@ static const op_entry table[] = {
     { "F.hardshrink torch.hardshrink T.hardshrink", h_shrink, SMELT_OP_ABS, IP_NO },
     { "F.softshrink", h_shrink, SMELT_OP_SUB, IP_NO }, { "F.threshold", h_threshold, 0, IPOS(3) },
     { "F.glu", h_glu, 0, IP_NO }, { "F.prelu torch.prelu", h_prelu, 0, IP_NO },
-    { "F.dropout torch.dropout F.dropout1d F.dropout2d F.dropout3d F.alpha_dropout F.feature_alpha_dropout",
-      h_dropout, 0, IPOS(3) },
+    { "F.dropout torch.dropout", h_dropout, 0, IPOS(3) },
+    { "F.dropout1d F.dropout2d F.dropout3d F.alpha_dropout F.feature_alpha_dropout", h_dropout, 1, IPOS(3) },
     { "F.mse_loss", h_loss, SMELT_OP_MUL, IP_NO }, { "F.l1_loss", h_loss, SMELT_OP_ABS, IP_NO },
     { "F.smooth_l1_loss", h_loss, SMELT_OP_SUB, IP_NO },
     { "F.binary_cross_entropy_with_logits", h_bce_logits, 0, IP_NO },
@@ -2466,6 +2474,7 @@ int ops_init(void)
         goto fail;
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
+    dropout_fn = resolve(torch, F, "torch.dropout");
     if (!getitem_fn)
         goto fail;
     static const char *dtn[SMELT_NDTYPES] = { "bool", "uint8", "int8", "int16", "int32", "int64",

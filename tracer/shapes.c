@@ -560,6 +560,14 @@ static int sh_flip(sh_call *c, int arg)
     return n >= 0 && sh_like(c, x, x->dtype);
 }
 
+/* torch.dropout(input, p, train): input's shape and dtype (a new tensor). */
+static int sh_dropout(sh_call *c, int arg)
+{
+    const smelt_node *x = sh_src(c, c->p[0]);
+    (void)arg;
+    return dt_ok(c, x) && sh_scalar(c->p[1]) && sh_like(c, x, x->dtype);
+}
+
 /* Tensor.unfold(dimension, size, step): a view; dim becomes the number of
  * windows and a dim of `size` is appended. Input of >= 1 dims. */
 static int sh_unfold(sh_call *c, int arg)
@@ -1089,6 +1097,7 @@ static const sh_op ops[] = {
     { "torch.index_copy T.index_copy", "input dim index source", sh_index_op, 1, M_ALL, RT_TENSOR },
     { "torch.index_fill T.index_fill", "input dim index value", sh_index_op, 2, M_ALL, RT_TENSOR },
     { "torch.flip", "input dims", sh_flip, 0, M_ALL, RT_TENSOR },
+    { "torch.dropout", "input p train", sh_dropout, 0, M_FLOAT, RT_TENSOR },
     { "T.flip", "input dims+", sh_flip, 1, M_ALL, RT_TENSOR },
     { "T.unfold", "input dimension size step", sh_unfold, 0, M_ALL, RT_TENSOR },
     { NN "one_hot", "input num_classes", sh_one_hot, 0, DT(I64), RT_TENSOR },
