@@ -236,3 +236,13 @@ def test_per_channel_parameters_keep_the_vector_on_the_contiguous_dim(gen):
     compare(out, torch.relu((x - mean) * torch.rsqrt(var + 1e-5) * w + b), F32)
     head = f.code("kernels").splitlines()[0]
     assert head.rstrip().endswith("vec]") and ":99 vec" in head, head
+
+
+@pytest.mark.parametrize("c", [2, 3, 0.5, -0.5, -1, -2, 3.0, 1.7])
+@pytest.mark.parametrize("dtype", [F32, F64, BF16], ids=dname)
+def test_pow_by_constant_exponents(c, dtype, gen):
+    """x ** c for the exponents torch special-cases (products, sqrt,
+    reciprocals) and a general one (SLEEF pow): values as torch's."""
+    x = rand((37,), dtype, gen=gen).abs() + 0.1
+    out = run(lambda g, a: g.op("pow", a, g.scalar(c)), x)
+    compare(out, x ** c, dtype)

@@ -633,6 +633,28 @@ static LLVMValueRef clamp(cg *g, const smelt_node *n, smelt_dtype dt, LLVMValueR
 
 static LLVMValueRef emit(cg *g, int32_t e, int w);
 
+/* x ** c for the constant exponents torch special-cases (2, 3, 0.5, -0.5,
+ * -1, -2: products, sqrt and reciprocals, as its pow kernel computes them);
+ * NULL for any other exponent. */
+static LLVMValueRef pow_const(cg *g, LLVMValueRef x, double c, int w)
+{
+    LLVMTypeRef t = LLVMTypeOf(x);
+    LLVMValueRef one = cfp(g, LLVMGetTypeKind(t) == LLVMVectorTypeKind ? LLVMGetElementType(t) : t, 1, w);
+    if (c == 2)
+        return LLVMBuildFMul(g->B, x, x, "");
+    if (c == 3)
+        return LLVMBuildFMul(g->B, LLVMBuildFMul(g->B, x, x, ""), x, "");
+    if (c == 0.5)
+        return call_intr(g, "llvm.sqrt", LLVMTypeOf(x), &x, 1);
+    if (c == -0.5)
+        return LLVMBuildFDiv(g->B, one, call_intr(g, "llvm.sqrt", LLVMTypeOf(x), &x, 1), "");
+    if (c == -1)
+        return LLVMBuildFDiv(g->B, one, x, "");
+    if (c == -2)
+        return LLVMBuildFDiv(g->B, one, LLVMBuildFMul(g->B, x, x, ""), "");
+    return NULL;
+}
+
 static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
 {
     smelt_op op = (smelt_op)x->gop;
@@ -656,7 +678,12 @@ static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
     if (op == SMELT_OP_MAXIMUM || op == SMELT_OP_MINIMUM)
         return maxmin(g, op == SMELT_OP_MAXIMUM, cd, a[0], a[1]);
     LLVMValueRef r = NULL;
-    if (a[1])
+    const kexpr *e = x->src[1] >= 0 ? &g->p->pool.ex[x->src[1]] : NULL;
+    if (op == SMELT_OP_POW && is_fp(cd) && e && e->op == KE_CONST)
+        r = pow_const(g, a[0], is_fp((smelt_dtype)e->dtype) ? e->f : (double)e->i, w);
+    if (r)
+        ;
+    else if (a[1])
         r = is_fp(cd) ? binary_fp(g, op, a[0], a[1], w) : binary_int(g, op, cd, a[0], a[1], w);
     else
         r = is_fp(cd) ? unary_fp(g, op, a[0], w) : unary_int(g, op, cd, a[0], w);
