@@ -247,15 +247,23 @@ static void apply_mask(const kern_sdpa_desc *d, const void *mask, int64_t i0, in
             lim = i - j0 + 1 < 0 ? 0 : (int)(i - j0 + 1);
         for (int c = lim; c < BK; c++)
             row[c] = -INFINITY;
+        int64_t mc = d->mask.col;
         if (d->mask_kind == KERN_SDPA_BOOL_MASK) {
-            const uint8_t *m = (const uint8_t *)mask + i * d->mask.row + j0 * d->mask.col;
-            for (int c = 0; c < lim; c++)
-                if (!m[c * d->mask.col])
-                    row[c] = -INFINITY;
+            const uint8_t *m = (const uint8_t *)mask + i * d->mask.row + j0 * mc;
+            if (mc == 1)   /* branch-free and unit stride: vectorised */
+                for (int c = 0; c < lim; c++)
+                    row[c] = m[c] ? row[c] : -INFINITY;
+            else
+                for (int c = 0; c < lim; c++)
+                    row[c] = m[c * mc] ? row[c] : -INFINITY;
         } else if (d->mask_kind == KERN_SDPA_ADD_MASK) {
-            const float *m = (const float *)mask + i * d->mask.row + j0 * d->mask.col;
-            for (int c = 0; c < lim; c++)
-                row[c] += m[c * d->mask.col];
+            const float *m = (const float *)mask + i * d->mask.row + j0 * mc;
+            if (mc == 1)
+                for (int c = 0; c < lim; c++)
+                    row[c] += m[c];
+            else
+                for (int c = 0; c < lim; c++)
+                    row[c] += m[c * mc];
         }
     }
 }
