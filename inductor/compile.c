@@ -40,6 +40,11 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
         return NULL;
     }
     plan_assign_arena(p);
+    if (!(p->step_ns = calloc((size_t)p->nsteps + 1, sizeof *p->step_ns))) {
+        smelt_plan_free(p);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
     if (opts && opts->keep_ir)
         p->text_kernels = ind_kernels_print(p);
     return p;
@@ -51,6 +56,7 @@ void smelt_plan_free(smelt_plan *p)
         return;
     cpu_release(p);
     plan_release_arena(p);
+    free((void *)p->step_ns);
     for (int32_t k = 0; k < p->nkernels; k++)
         free(p->kernels[k].items);
     free(p->kernels);

@@ -59,6 +59,16 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
 
 void smelt_plan_free(smelt_plan *p);
 
+/* Step profiling, process-wide switch (off by default): while on, every
+ * plan run adds each step's wall time to the plan's counters. */
+void smelt_plan_set_profiling(int on);
+int smelt_plan_profiling(void);
+/* The plan's step times so far, one line per step, slowest first:
+ * "  12.345 ms  34.5%  5 runs  matmul [1024,512]@[512,50257] f32". A
+ * malloc'd string (caller frees), NULL on allocation failure. */
+char *smelt_plan_profile_text(const smelt_plan *p);
+void smelt_plan_profile_reset(smelt_plan *p);
+
 int smelt_plan_num_kernels(const smelt_plan *p);   /* generated kernels */
 int smelt_plan_num_externs(const smelt_plan *p);   /* matmul and host calls */
 int smelt_plan_num_host_calls(const smelt_plan *p); /* CALL steps (host calls) */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---------- the arena ---------- */
 
@@ -179,6 +180,87 @@ static int run_call(const smelt_plan *p, const plan_step *s, void **bufs, smelt_
     return 0;
 }
 
+/* ---------- profiling ---------- */
+
+static _Atomic int g_profiling;
+
+void smelt_plan_set_profiling(int on) { atomic_store(&g_profiling, on != 0); }
+int smelt_plan_profiling(void) { return atomic_load(&g_profiling); }
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+void smelt_plan_profile_reset(smelt_plan *p)
+{
+    for (int32_t s = 0; p->step_ns && s < p->nsteps; s++)
+        atomic_store(&p->step_ns[s], 0);
+    atomic_store(&p->prof_runs, 0);
+}
+
+/* What step s does, in a few words. */
+static void step_text(const smelt_plan *p, int32_t s, char *buf, size_t n)
+{
+    const plan_step *st = &p->steps[s];
+    if (st->kind == PS_MATMUL) {
+        const kern_matmul_desc *m = &st->mm;
+        int nd = m->ndim;
+        snprintf(buf, n, "matmul [..%lld,%lld]@[..%lld,%lld] %s", (long long)m->a_dims[nd - 2],
+                 (long long)m->a_dims[nd - 1], (long long)m->b_dims[nd - 2], (long long)m->b_dims[nd - 1],
+                 smelt_dtype_name(m->dtype));
+    } else if (st->kind == PS_SDPA) {
+        const kern_sdpa_desc *d = &st->attn->d;
+        snprintf(buf, n, "sdpa L %lld S %lld E %lld%s%s", (long long)d->L, (long long)d->S, (long long)d->E,
+                 d->causal ? " causal" : "", d->mask_kind ? " masked" : "");
+    } else if (st->kind == PS_CALL) {
+        snprintf(buf, n, "host call %d", (int)st->call->id);
+    } else {
+        const kir_kernel *k = &p->kernels[st->kernel];
+        int o = snprintf(buf, n, "kernel %d [", (int)st->kernel);
+        for (int v = 0; v < k->nvars && o > 0 && (size_t)o < n; v++)
+            o += snprintf(buf + o, n - (size_t)o, "%s%lld%s", v ? "," : "", (long long)k->size[v],
+                          k->rmask >> v & 1 ? "r" : "");
+        if (o > 0 && (size_t)o < n)
+            snprintf(buf + o, n - (size_t)o, "]");
+    }
+}
+
+char *smelt_plan_profile_text(const smelt_plan *p)
+{
+    int32_t *order = malloc(sizeof(int32_t) * (size_t)(p->nsteps + 1));
+    size_t cap = 96 * (size_t)(p->nsteps + 1) + 64;
+    char *out = malloc(cap), line[128];
+    if (!order || !out) {
+        free(order);
+        free(out);
+        return NULL;
+    }
+    int64_t total = 0;
+    for (int32_t s = 0; s < p->nsteps; s++) {
+        order[s] = s;
+        total += atomic_load(&p->step_ns[s]);
+    }
+    for (int32_t i = 1; i < p->nsteps; i++)   /* slowest first */
+        for (int32_t j = i; j > 0 && atomic_load(&p->step_ns[order[j]]) > atomic_load(&p->step_ns[order[j - 1]]); j--) {
+            int32_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    size_t o = (size_t)snprintf(out, cap, "%lld runs, %.3f ms in steps\n", (long long)atomic_load(&p->prof_runs),
+                                (double)total / 1e6);
+    for (int32_t i = 0; i < p->nsteps && o < cap; i++) {
+        int64_t ns = atomic_load(&p->step_ns[order[i]]);
+        step_text(p, order[i], line, sizeof line);
+        o += (size_t)snprintf(out + o, cap - o, "%10.3f ms %5.1f%%  %s\n", (double)ns / 1e6,
+                              total ? 100.0 * (double)ns / (double)total : 0.0, line);
+    }
+    free(order);
+    return out;
+}
+
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
                    char *err, size_t errlen)
 {
@@ -207,7 +289,16 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
         bufs[i] = b->kind == PB_INPUT ? inputs[b->index] : b->kind == PB_OUTPUT ? outputs[b->index]
                   : b->kind == PB_TEMP ? arena + b->offset : NULL;
     }
+    int prof = atomic_load(&g_profiling) && p->step_ns;
+    int64_t t_prev = prof ? now_ns() : 0;
+    if (prof)
+        atomic_fetch_add((_Atomic(int64_t) *)&p->prof_runs, 1);
     for (int32_t s = 0; s < p->nsteps && !rc; s++) {
+        if (prof && s) {
+            int64_t t = now_ns();
+            atomic_fetch_add(&p->step_ns[s - 1], t - t_prev);
+            t_prev = t;
+        }
         const plan_step *st = &p->steps[s];
         if (st->kind == PS_MATMUL) {
             rc = run_matmul(p, st, bufs, err, errlen);
@@ -251,6 +342,8 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
             rc = -1;
         }
     }
+    if (prof && p->nsteps)
+        atomic_fetch_add(&p->step_ns[p->nsteps - 1], now_ns() - t_prev);
     void *none = NULL;
     if (arena && !atomic_compare_exchange_strong((_Atomic(void *) *)&p->arena_cache, &none, arena))
         free(arena);   /* another run's arena is cached already */

@@ -89,6 +89,8 @@ struct smelt_plan {
      * stays cached. */
     int64_t arena_bytes;
     _Atomic(void *) arena_cache;
+    _Atomic(int64_t) *step_ns;   /* per step: profiled wall time (see compile.h) */
+    _Atomic(int64_t) prof_runs;
     plan_kernel_code *code;  /* one per kernel, filled by the backend */
     void *backend_state;     /* backend-owned (JIT resource tracker) */
     char *text_kernels, *text_ir, *text_asm;

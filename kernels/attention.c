@@ -1,9 +1,10 @@
 /* attention.c — flash-style scaled dot-product attention (see attention.h).
  *
- * Work items are (batch entry, block of BQ query rows). For each item the
+ * Work items are (batch entry, block of BQ query rows). A thread packs the
+ * keys (transposed, E x S) and values (S x Ev) of a batch entry once and
+ * reuses them for the entry's query blocks it runs. For each item the
  * query block is copied (pre-scaled) into scratch; then for each block of
- * BK keys: the keys are packed transposed (E x BK) and the values as rows
- * (BK x Ev), scores S = Q K^T are computed for the block, masked, and the
+ * BK keys, scores S = Q K^T are computed for the block, masked, and the
  * online softmax folds them in: new row max m', correction exp(m - m'),
  * P = exp(S - m'), row sum l = l * corr + sum(P), acc = acc * corr + P V.
  * The output row is acc / l. Causal items stop at the diagonal block.
@@ -23,32 +24,35 @@
 
 enum { BQ = 32, BK = 64 };
 
-/* Per-thread scratch of one range of work items. */
+/* Per-thread scratch of one range of work items. The keys and values of
+ * one batch entry are packed once (kt: E x SP, transposed; vb: SP x Ev; SP
+ * = S rounded up to BK, zero padded) and reused by all its query blocks. */
 typedef struct sdpa_scratch {
     float *qb;     /* BQ x E, scaled */
-    float *kt;     /* E x BK */
-    float *vb;     /* BK x Ev */
+    float *kt;     /* E x SP */
+    float *vb;     /* SP x Ev */
     float *s;      /* BQ x BK: scores, then probabilities */
     float *acc;    /* BQ x Ev */
+    int64_t packed;   /* batch entry whose keys/values kt/vb hold, or -1 */
     float m[BQ], l[BQ], corr[BQ];
 } sdpa_scratch;
 
 typedef struct sdpa_isa {
-    void (*scores)(const float *qb, const float *kt, float *s, int nq, int64_t E);
+    void (*scores)(const float *qb, const float *kt, int64_t ldk, float *s, int nq, int64_t E);
     void (*softmax)(sdpa_scratch *w, int nq);
     void (*pv)(const float *s, const float *vb, float *acc, const float *corr, int nq, int64_t Ev);
 } sdpa_isa;
 
 /* ---------------------------------------------------------------- scalar */
 
-static void scores_scalar(const float *qb, const float *kt, float *s, int nq, int64_t E)
+static void scores_scalar(const float *qb, const float *kt, int64_t ldk, float *s, int nq, int64_t E)
 {
     for (int r = 0; r < nq; r++) {
         float row[BK] = { 0 };
         for (int64_t e = 0; e < E; e++) {
             float x = qb[r * E + e];
             for (int c = 0; c < BK; c++)
-                row[c] += x * kt[e * BK + c];
+                row[c] += x * kt[e * ldk + c];
         }
         memcpy(s + r * BK, row, sizeof row);
     }
@@ -100,14 +104,14 @@ static void pv_scalar(const float *s, const float *vb, float *acc, const float *
 __m512 Sleef_expf16_u10avx512f(__m512);
 
 /* Rows r and r + 1 (when two) of S = Q K^T: 8 independent FMA chains. */
-static void scores_512(const float *qb, const float *kt, float *s, int nq, int64_t E)
+static void scores_512(const float *qb, const float *kt, int64_t ldk, float *s, int nq, int64_t E)
 {
     for (int r = 0; r < nq; r += 2) {
         int two = r + 1 < nq;
         const float *q0 = qb + r * E, *q1 = qb + (r + two) * E;
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
         for (int64_t e = 0; e < E; e++) {
-            const float *k = kt + e * BK;
+            const float *k = kt + e * ldk;
             __m512 k0 = _mm512_loadu_ps(k), k1 = _mm512_loadu_ps(k + 16);
             __m512 k2 = _mm512_loadu_ps(k + 32), k3 = _mm512_loadu_ps(k + 48);
             __m512 x = _mm512_set1_ps(q0[e]), y = _mm512_set1_ps(q1[e]);
@@ -154,11 +158,43 @@ static void softmax_512(sdpa_scratch *w, int nq)
 }
 
 /* acc rows r, r + 1 over Ev in chunks of 64 columns (masked tails). */
+/* acc rows r, r + 1, columns e0 .. e0 + 63 (all present): unmasked. */
+static void pv_512_full(const float *sa, const float *sb, const float *vb, float *ar, float *br, float ca_,
+                        float cb_, int64_t Ev, int two)
+{
+    __m512 ca = _mm512_set1_ps(ca_), cb = _mm512_set1_ps(cb_);
+    __m512 a0 = _mm512_mul_ps(ca, _mm512_loadu_ps(ar)), a1 = _mm512_mul_ps(ca, _mm512_loadu_ps(ar + 16));
+    __m512 a2 = _mm512_mul_ps(ca, _mm512_loadu_ps(ar + 32)), a3 = _mm512_mul_ps(ca, _mm512_loadu_ps(ar + 48));
+    __m512 b0 = _mm512_mul_ps(cb, _mm512_loadu_ps(br)), b1 = _mm512_mul_ps(cb, _mm512_loadu_ps(br + 16));
+    __m512 b2 = _mm512_mul_ps(cb, _mm512_loadu_ps(br + 32)), b3 = _mm512_mul_ps(cb, _mm512_loadu_ps(br + 48));
+    for (int c = 0; c < BK; c++) {
+        __m512 p = _mm512_set1_ps(sa[c]), q = _mm512_set1_ps(sb[c]);
+        const float *vr = vb + c * Ev;
+        __m512 x0 = _mm512_loadu_ps(vr), x1 = _mm512_loadu_ps(vr + 16);
+        __m512 x2 = _mm512_loadu_ps(vr + 32), x3 = _mm512_loadu_ps(vr + 48);
+        a0 = _mm512_fmadd_ps(p, x0, a0), a1 = _mm512_fmadd_ps(p, x1, a1);
+        a2 = _mm512_fmadd_ps(p, x2, a2), a3 = _mm512_fmadd_ps(p, x3, a3);
+        b0 = _mm512_fmadd_ps(q, x0, b0), b1 = _mm512_fmadd_ps(q, x1, b1);
+        b2 = _mm512_fmadd_ps(q, x2, b2), b3 = _mm512_fmadd_ps(q, x3, b3);
+    }
+    _mm512_storeu_ps(ar, a0), _mm512_storeu_ps(ar + 16, a1);
+    _mm512_storeu_ps(ar + 32, a2), _mm512_storeu_ps(ar + 48, a3);
+    if (two) {
+        _mm512_storeu_ps(br, b0), _mm512_storeu_ps(br + 16, b1);
+        _mm512_storeu_ps(br + 32, b2), _mm512_storeu_ps(br + 48, b3);
+    }
+}
+
 static void pv_512(const float *s, const float *vb, float *acc, const float *corr, int nq, int64_t Ev)
 {
     for (int r = 0; r < nq; r += 2) {
         int two = r + 1 < nq;
         for (int64_t e0 = 0; e0 < Ev; e0 += 64) {
+            if (Ev - e0 >= 64) {
+                pv_512_full(s + r * BK, s + (r + two) * BK, vb + e0, acc + r * Ev + e0,
+                            acc + (r + two) * Ev + e0, corr[r], corr[r + two], Ev, two);
+                continue;
+            }
             __mmask16 mk[4];
             __m512 a[4], b[4];
             float *ar = acc + r * Ev + e0, *br = acc + (r + two) * Ev + e0;
@@ -220,17 +256,20 @@ static int64_t batch_offset(const kern_sdpa_desc *d, const kern_sdpa_operand *o,
     return off;
 }
 
-/* Keys and values j0 .. j0+nk packed (zero padded to BK). */
-static void pack_kv(const kern_sdpa_desc *d, const float *k, const float *v, int64_t j0, int nk, sdpa_scratch *w)
+static int64_t padded_s(const kern_sdpa_desc *d) { return (d->S + BK - 1) / BK * BK; }
+
+/* All keys and values of one batch entry packed (zero padded to SP). */
+static void pack_kv(const kern_sdpa_desc *d, const float *k, const float *v, sdpa_scratch *w)
 {
-    memset(w->kt, 0, sizeof(float) * (size_t)(d->E * BK));
-    memset(w->vb + nk * d->Ev, 0, sizeof(float) * (size_t)((BK - nk) * d->Ev));
-    for (int c = 0; c < nk; c++) {
-        const float *kr = k + (j0 + c) * d->k.row, *vr = v + (j0 + c) * d->v.row;
+    int64_t SP = padded_s(d);
+    memset(w->kt, 0, sizeof(float) * (size_t)(d->E * SP));
+    memset(w->vb + d->S * d->Ev, 0, sizeof(float) * (size_t)((SP - d->S) * d->Ev));
+    for (int64_t j = 0; j < d->S; j++) {
+        const float *kr = k + j * d->k.row, *vr = v + j * d->v.row;
         for (int64_t e = 0; e < d->E; e++)
-            w->kt[e * BK + c] = kr[e * d->k.col];
+            w->kt[e * SP + j] = kr[e * d->k.col];
         for (int64_t e = 0; e < d->Ev; e++)
-            w->vb[c * d->Ev + e] = vr[e * d->v.col];
+            w->vb[j * d->Ev + e] = vr[e * d->v.col];
     }
 }
 
@@ -286,14 +325,17 @@ static void run_item(const sdpa_job *J, int64_t t, sdpa_scratch *w)
         w->l[r] = 0;
     }
     memset(w->acc, 0, sizeof(float) * (size_t)(nq * d->Ev));
-    int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S;
+    if (w->packed != b) {
+        pack_kv(d, k, v, w);
+        w->packed = b;
+    }
+    int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S, SP = padded_s(d);
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
         int nk = jend - j0 < BK ? (int)(jend - j0) : BK;
-        pack_kv(d, k, v, j0, nk, w);
-        J->isa->scores(w->qb, w->kt, w->s, nq, d->E);
+        J->isa->scores(w->qb, w->kt + j0, SP, w->s, nq, d->E);
         apply_mask(d, mask, i0, nq, j0, nk, w->s);
         J->isa->softmax(w, nq);
-        J->isa->pv(w->s, w->vb, w->acc, w->corr, nq, d->Ev);
+        J->isa->pv(w->s, w->vb + j0 * d->Ev, w->acc, w->corr, nq, d->Ev);
     }
     float *o = J->out + (b * d->L + i0) * d->Ev;
     for (int r = 0; r < nq; r++) {
@@ -308,7 +350,8 @@ static void sdpa_range(void *ctx, int64_t begin, int64_t end)
     sdpa_job *J = ctx;
     const kern_sdpa_desc *d = J->d;
     sdpa_scratch w;
-    size_t n = (size_t)(BQ * d->E + d->E * BK + BK * d->Ev + BQ * BK + BQ * d->Ev);
+    int64_t SP = padded_s(d);
+    size_t n = (size_t)(BQ * d->E + d->E * SP + SP * d->Ev + BQ * BK + BQ * d->Ev);
     float *mem = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64);
     if (!mem) {
         J->failed = 1;
@@ -316,9 +359,10 @@ static void sdpa_range(void *ctx, int64_t begin, int64_t end)
     }
     w.qb = mem;
     w.kt = w.qb + BQ * d->E;
-    w.vb = w.kt + d->E * BK;
-    w.s = w.vb + BK * d->Ev;
+    w.vb = w.kt + d->E * SP;
+    w.s = w.vb + SP * d->Ev;
     w.acc = w.s + BQ * BK;
+    w.packed = -1;
     for (int64_t t = begin; t < end; t++)
         run_item(J, t, &w);
     free(mem);

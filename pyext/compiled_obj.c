@@ -427,7 +427,35 @@ PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *
     return (PyObject *)self;
 }
 
+/* profile(reset=False) -> str: step times so far, slowest first. */
+static PyObject *compiled_profile(CompiledObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "reset", NULL };
+    int reset = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|p", kwlist, &reset))
+        return NULL;
+    char *text = smelt_plan_profile_text(self->plan);
+    if (!text)
+        return PyErr_NoMemory();
+    PyObject *r = PyUnicode_FromString(text);
+    free(text);
+    if (r && reset)
+        smelt_plan_profile_reset(self->plan);
+    return r;
+}
+
+PyObject *pyext_compiled_profile(PyObject *compiled)
+{
+    char *text = smelt_plan_profile_text(((CompiledObject *)compiled)->plan);
+    PyObject *r = text ? PyUnicode_FromString(text) : PyErr_NoMemory();
+    free(text);
+    return r;
+}
+
 static PyMethodDef compiled_methods[] = {
+    {"profile", (PyCFunction)(void (*)(void))compiled_profile, METH_VARARGS | METH_KEYWORDS,
+     "profile(reset=False) -> str\n\nWall time of each step over the runs made while "
+     "smelt._C.set_profiling(True) was on, slowest first."},
     {"code", (PyCFunction)compiled_code, METH_O,
      "code(which) -> str or None\n\nGenerated code: 'ir', 'asm' or 'kernels' (kept only "
      "with keep_code=True or SMELT_LOGS)."},

@@ -899,7 +899,35 @@ static PyObject *function_of(PyObject *unused, PyObject *fn)
     return Py_NewRef(cf ? cf : Py_None);
 }
 
+/* profile(): the step profile of each compiled entry, newest first. */
+static PyObject *function_profile(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    PyObject *parts = PyList_New(0);
+    int k = 0;
+    for (entry *e = ((FunctionObject *)op)->entries; parts && e; e = e->next, k++) {
+        if (!e->compiled)
+            continue;
+        PyObject *t = pyext_compiled_profile(e->compiled);
+        PyObject *s = t ? PyUnicode_FromFormat("entry %d: %U", k, t) : NULL;
+        Py_XDECREF(t);
+        if (!s || PyList_Append(parts, s)) {
+            Py_XDECREF(s);
+            Py_CLEAR(parts);
+            break;
+        }
+        Py_DECREF(s);
+    }
+    PyObject *sep = parts ? PyUnicode_FromString("\n") : NULL;
+    PyObject *r = sep ? PyUnicode_Join(sep, parts) : NULL;
+    Py_XDECREF(sep);
+    Py_XDECREF(parts);
+    return r;
+}
+
 static PyMethodDef function_methods[] = {
+    { "profile", function_profile, METH_NOARGS,
+      "Step times of each compiled entry (with smelt._C.set_profiling(True))." },
     { "of", function_of, METH_O | METH_STATIC, "The CompiledFunction kept for fn's code, or None." },
     { "reset", function_reset, METH_NOARGS, "Drop every compiled entry." },
     { "_reset_hooked", function_reset_hooked, METH_NOARGS | METH_STATIC,

@@ -57,7 +57,22 @@ static PyObject *get_num_threads(PyObject *m, PyObject *unused)
     return PyLong_FromLong(kern_get_num_threads());
 }
 
+/* set_profiling(on): per-step wall time of every plan run (see
+ * Compiled.profile / CompiledFunction.profile). */
+static PyObject *set_profiling(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    int on = PyObject_IsTrue(arg);
+    if (on < 0)
+        return NULL;
+    smelt_plan_set_profiling(on);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"set_profiling", set_profiling, METH_O,
+     "set_profiling(on)\n--\n\nWhile on, every compiled plan adds each step's wall time to its "
+     "counters (Compiled.profile(), CompiledFunction.profile())."},
     {"set_num_threads", set_num_threads, METH_O,
      "set_num_threads(n)\n--\n\nNumber of threads compiled kernels use (n >= 1)."},
     {"get_num_threads", get_num_threads, METH_NOARGS,

@@ -56,4 +56,7 @@ void pyext_hostcall_fini(void);
  * list of outputs, or NULL with an exception. */
 PyObject *pyext_compiled_call_trusted(PyObject *compiled, PyObject *const *args);
 
+/* Compiled.profile() of a Compiled object (a new str, or NULL). */
+PyObject *pyext_compiled_profile(PyObject *compiled);
+
 #endif

@@ -77,3 +77,24 @@ def test_host_results_that_view_their_inputs_are_copied():
         a, b = f(xs, ys, ws)
         torch.testing.assert_close(a, (xs * 2)[1:4] + (ys @ ws)[:3])
         torch.testing.assert_close(b, (xs * 2).t())
+
+
+def test_step_profile():
+    """With profiling on, each step's time is counted; the text names the
+    matmul and the kernels, slowest first, and resets on request."""
+    f = chain_graph((64, 32), 2).compile()
+    x, w = torch.randn(64, 32), torch.randn(32, 32)
+    C.set_profiling(True)
+    try:
+        for _ in range(3):
+            f(x, w)
+    finally:
+        C.set_profiling(False)
+    f(x, w)   # not counted
+    text = f.profile(reset=True)
+    head, *lines = text.splitlines()
+    assert head.startswith("3 runs, ")
+    assert len(lines) == 4 and sum("matmul [..64,32]@[..32,32] float32" in ln for ln in lines) == 2
+    ms = [float(ln.split()[0]) for ln in lines]
+    assert ms == sorted(ms, reverse=True) and ms[0] > 0
+    assert f.profile().startswith("0 runs, ")
