@@ -228,12 +228,20 @@ class Check:
                                    default=0.0)}
 
 
+IDLE_AFTER_CHECK_S = 0.01
+
+
 def time_calls(run, check, timing):
     """Warm-up calls, then timed calls (count fitted to the budget); each
-    result is checked after its timer stops. Returns the timing record."""
+    result is checked after its timer stops. The check's torch ops run on
+    torch's OpenMP threads, which spin for a while after a parallel region:
+    a short idle after each check lets them park, so they do not take cores
+    from the next timed call (smelt's own thread pool is not OpenMP; eager's
+    and inductor's calls reuse the OpenMP team). Returns the timing record."""
     t0 = time.perf_counter()
     for _ in range(timing["warmup"]):
         check.add(run())
+        time.sleep(IDLE_AFTER_CHECK_S)
     per_call = max((time.perf_counter() - t0) / max(timing["warmup"], 1), 1e-6)
     n = int(min(timing["max_iters"], max(timing["min_iters"], timing["budget_s"] / per_call)))
     times = []
@@ -243,6 +251,7 @@ def time_calls(run, check, timing):
         times.append(time.perf_counter() - t)
         check.add(out)
         del out
+        time.sleep(IDLE_AFTER_CHECK_S)
     return {"median_s": statistics.median(times), "min_s": min(times), "iters": n,
             "warmup": timing["warmup"]}
 
