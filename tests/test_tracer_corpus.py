@@ -1892,7 +1892,7 @@ FALLBACKS = [
     ("mutate_default_list", mutate_default, lambda: (rnd(4, 5),), "list passed in from outside"),
     ("setitem_on_input", setitem_input, lambda: (rnd(4, 5),), "input"),
     ("layout_unknown", layout_unknown, lambda: (rnd(4, 5),), "layout"),
-    ("lstm", LSTMModel, lambda: (rnd(2, 3, 4),), "strict"),
+    ("lstm", LSTMModel, lambda: (rnd(2, 3, 4),), "weakref"),
     ("transformer_encoder_layer", EncoderLayer, lambda: (rnd(2, 5, 8),), "autocast"),
     ("custom_call", CustomCall, lambda: (rnd(2, 5),), "overrides __call__"),
 ]
@@ -1984,3 +1984,36 @@ def test_dropout_train_mode():
         check(y, m(x))
     st = cm._smelt.stats()
     assert st["compiles"] == 1 and st["eager_entries"] == 0, st
+
+
+def zip_strict_pairs(xs, ys):
+    return [a * b for a, b in zip(xs, ys, strict=True)]
+
+
+def test_zip_strict():
+    """zip(strict=True) compiles for equal lengths; unequal lengths run
+    eagerly and raise eager's ValueError."""
+    xs, ys = [rnd(3) for _ in range(3)], [rnd(3) for _ in range(3)]
+    cf = smelt.compile(zip_strict_pairs)
+    check(cf(xs, ys), zip_strict_pairs(xs, ys))
+    assert cf._smelt.stats()["compiles"] == 1
+    with pytest.raises(ValueError, match="shorter"):
+        cf(xs, ys[:2])
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_conv_padding_modes_compile(mode):
+    """nn.Conv2d with a padding mode: torch's _pair helpers use
+    itertools.repeat, which the tracer models as a finite tuple."""
+    m = nn.Conv2d(3, 4, 3, padding=1, padding_mode=mode).eval()
+    x = rnd(2, 3, 7, 6)
+    cm = smelt.compile(m, fullgraph=True)
+    with torch.no_grad():
+        check(cm(x), m(x))
+
+
+def test_unfold_compiles():
+    f = lambda x: F.unfold(x, 3, padding=1) * 2
+    x = rnd(2, 3, 5, 5)
+    cf = smelt.compile(f, fullgraph=True)
+    check(cf(x), f(x))

@@ -19,6 +19,7 @@ static PyObject *s_modules, *s_keys;   /* "_modules", "keys" */
 
 static int32_t pure(tracer *T, const call_args *a, PyObject *fn);
 static PyObject *by_obj, *finfo, *iinfo, *device;   /* builtin -> table index; torch.finfo, iinfo, device */
+static PyObject *itertools_repeat;                  /* itertools.repeat */
 static PyObject *torch_queries[5];         /* torch._C._has_torch_function{,_unary,_variadic}, _is_tracing, _get_tracing_state */
 
 /* ---------- iteration ---------- */
@@ -271,6 +272,29 @@ static int32_t make_lazy(tracer *T, const call_args *a, it_kind k, int first)
     return i;
 }
 
+/* zip(..., strict=True): the iterables are drained into tuples first (an
+ * unequal length breaks, so eager raises its ValueError), then zipped. */
+static int32_t zip_strict(tracer *T, const call_args *a)
+{
+    int32_t tuples[64];
+    int n0 = -1;
+    if (a->npos > 64)
+        return tr_break(T, "too many iterables");
+    for (int j = 0; j < a->npos; j++) {
+        int32_t *items;
+        int n;
+        if (bi_items(T, a->pos[j], &items, &n))
+            return -1;
+        if (n0 >= 0 && n != n0)
+            return tr_break(T, "zip(strict=True) of iterables of different lengths");
+        n0 = n;
+        if ((tuples[j] = tv_tuple(T, items, n)) < 0)
+            return -1;
+    }
+    call_args b = { .pos = tuples, .npos = a->npos };
+    return make_lazy(T, &b, IT_ZIP, 0);
+}
+
 static int32_t b_zip(tracer *T, const call_args *a, PyObject *fn)
 {
     int32_t strict = kwarg(a, "strict");
@@ -278,7 +302,7 @@ static int32_t b_zip(tracer *T, const call_args *a, PyObject *fn)
     (void)fn;
     if (strict >= 0 && tr_truth(T, strict, &s))
         return -1;
-    return s ? tr_break(T, "zip(strict=True)") : make_lazy(T, a, IT_ZIP, 0);
+    return s ? zip_strict(T, a) : make_lazy(T, a, IT_ZIP, 0);
 }
 
 static int32_t b_map(tracer *T, const call_args *a, PyObject *fn)
@@ -868,6 +892,11 @@ int bi_init(void)
         if (bad)
             goto fail;
     }
+    PyObject *it = PyImport_ImportModule("itertools");
+    itertools_repeat = it ? PyObject_GetAttrString(it, "repeat") : NULL;
+    Py_XDECREF(it);
+    if (!itertools_repeat)
+        goto fail;
     finfo = PyObject_GetAttrString(torch, "finfo");
     device = PyObject_GetAttrString(torch, "device");
     iinfo = PyObject_GetAttrString(torch, "iinfo");
@@ -920,9 +949,29 @@ static int32_t torch_query(tracer *T, int which, const call_args *a)
     return tv_obj(T, Py_False, -1);
 }
 
+/* itertools.repeat(obj, times): the tuple of `times` obj (a finite
+ * iterable, as torch's _ntuple helpers use it); without times: a break. */
+static int32_t b_repeat(tracer *T, const call_args *a)
+{
+    int32_t times = a->npos > 1 ? a->pos[1] : kwarg(a, "times");
+    int64_t n;
+    if (a->npos < 1 || times < 0)
+        return tr_break(T, "itertools.repeat without times");
+    if (tr_int(T, times, &n))
+        return -1;
+    if (n < 0 || n > 64)
+        return tr_break(T, "itertools.repeat of %lld items", (long long)n);
+    int32_t items[64];
+    for (int64_t i = 0; i < n; i++)
+        items[i] = a->pos[0];
+    return tv_tuple(T, items, (int)n);
+}
+
 /* A call of builtin/C callable fn; -2 when fn is none smelt knows. */
 int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
 {
+    if (fn == itertools_repeat)
+        return b_repeat(T, a);
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
     if (idx)
         return builtin_table[PyLong_AsSsize_t(idx)].fn(T, a, fn);
