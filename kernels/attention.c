@@ -307,6 +307,23 @@ static void apply_mask(const kern_sdpa_desc *d, const void *mask, int64_t i0, in
     }
 }
 
+/* Whether the mask removes every key j0 .. j0+nk of query rows i0 ..
+ * i0+nq (bool false / additive -inf): the block adds nothing and is
+ * skipped (explicit causal masks skip half the blocks). */
+static int block_masked(const kern_sdpa_desc *d, const void *mask, int64_t i0, int nq, int64_t j0, int nk)
+{
+    for (int r = 0; r < nq; r++) {
+        int64_t base = (i0 + r) * d->mask.row + j0 * d->mask.col;
+        for (int c = 0; c < nk; c++) {
+            int64_t at = base + c * d->mask.col;
+            if (d->mask_kind == KERN_SDPA_BOOL_MASK ? ((const uint8_t *)mask)[at] != 0
+                                                    : ((const float *)mask)[at] != -INFINITY)
+                return 0;
+        }
+    }
+    return 1;
+}
+
 /* Work item t: batch entry t / nqb, query block t % nqb. */
 static void run_item(const sdpa_job *J, int64_t t, sdpa_scratch *w)
 {
@@ -332,6 +349,8 @@ static void run_item(const sdpa_job *J, int64_t t, sdpa_scratch *w)
     int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S, SP = padded_s(d);
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
         int nk = jend - j0 < BK ? (int)(jend - j0) : BK;
+        if (mask && block_masked(d, mask, i0, nq, j0, nk))
+            continue;
         J->isa->scores(w->qb, w->kt + j0, SP, w->s, nq, d->E);
         apply_mask(d, mask, i0, nq, j0, nk, w->s);
         J->isa->softmax(w, nq);

@@ -142,3 +142,14 @@ def test_float64_attention_still_decomposes():
     cf = smelt.compile(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True))
     torch.testing.assert_close(cf(q, k, v), F.scaled_dot_product_attention(q, k, v, is_causal=True))
     assert math.isfinite(cf._smelt.stats()["compile_ms"])
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_explicit_causal_mask_skips_blocks_and_keeps_values(kind):
+    """A lower-triangular mask given explicitly (as Hugging Face builds it):
+    key blocks that the mask removes entirely are skipped; values as torch."""
+    q, k, v = rnd(2, 3, 150, 16), rnd(2, 3, 150, 16), rnd(2, 3, 150, 8)
+    keep = torch.ones(150, 150, dtype=torch.bool).tril()
+    mask = keep if kind == "bool" else torch.zeros(150, 150).masked_fill(~keep, float("-inf"))
+    full = mask.expand(2, 1, 150, 150)
+    close(graph_sdpa(q, k, v, full), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
