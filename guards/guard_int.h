@@ -21,7 +21,10 @@ typedef struct guard_buf {
  *   EQUALS      obj: the constant             LEN_EQ          n: the length
  *   DICT_KEYS   obj: tuple of keys            EMPTY_DICT_OR_NONE  -
  *   TENSOR      ts: the spec                  CALL_IS  obj: callable (no
- *               arguments), aux: expected result (identity), text: call text */
+ *               arguments), aux: expected result (identity), text: call text
+ *   TRUTH_IS    obj: an object the tree holds (not fetched), aux: Py_True or
+ *               Py_False, bool(obj) must be aux (dicts: by size, no call);
+ *               text: what obj is */
 typedef enum guard_leaf_kind {
     LEAF_TYPE_IS,
     LEAF_ID_IS,
@@ -31,7 +34,8 @@ typedef enum guard_leaf_kind {
     LEAF_DICT_KEYS,
     LEAF_EMPTY_DICT_OR_NONE,
     LEAF_TENSOR,
-    LEAF_CALL_IS
+    LEAF_CALL_IS,
+    LEAF_TRUTH_IS
 } guard_leaf_kind;
 
 /* One dim of a tensor spec. rel < 0: stride is the number `stride` (checked

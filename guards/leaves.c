@@ -144,11 +144,12 @@ int guard_add_tensor_match(guard_node *n, PyObject *example, const uint8_t *dyna
     return guard_leaf_push(n, (guard_leaf){.kind = LEAF_TENSOR, .ts = ts});
 }
 
-/* Global state: module.attr, called with arg when arg is set (through
- * functools.partial, so the leaf calls it without arguments) or with `bool`
- * applied when truth is set, must keep returning the same object. The
- * global hook dicts are read at trace time when a module call is inlined:
- * hooks registered after compiling must recompile. */
+/* Global state: module.attr, called (with arg when arg is set, through
+ * functools.partial, so the leaf calls it without arguments), must keep
+ * returning the same object; with truth set, module.attr itself must keep
+ * its truth (a TRUTH_IS leaf: no call per check). The global hook dicts are
+ * read at trace time when a module call is inlined: hooks registered after
+ * compiling must recompile. */
 static const struct {
     const char *module, *attr, *arg, *text;
     int truth;
@@ -164,39 +165,44 @@ static const struct {
      "bool(nn.modules.module._global_backward_pre_hooks)", 1},
 };
 
-/* The no-argument callable reading global_state[i] (new reference). */
+/* What global_state[i]'s leaf holds (new reference): module.attr, bound
+ * to arg through functools.partial when arg is set. */
 static PyObject *state_reader(size_t i)
 {
     PyObject *mod = PyImport_ImportModule(global_state[i].module);
     PyObject *o = mod ? PyObject_GetAttrString(mod, global_state[i].attr) : NULL;
     Py_XDECREF(mod);
-    if (!o || (!global_state[i].arg && !global_state[i].truth))
+    if (!o || !global_state[i].arg)
         return o;
     PyObject *ft = PyImport_ImportModule("functools");
     PyObject *partial = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
-    PyObject *r = NULL;
-    if (partial && global_state[i].truth)
-        r = PyObject_CallFunctionObjArgs(partial, (PyObject *)&PyBool_Type, o, NULL);
-    else if (partial)
-        r = PyObject_CallFunction(partial, "Os", o, global_state[i].arg);
+    PyObject *r = partial ? PyObject_CallFunction(partial, "Os", o, global_state[i].arg) : NULL;
     Py_XDECREF(ft);
     Py_XDECREF(partial);
     Py_DECREF(o);
     return r;
 }
 
+/* bool(o) as Py_True / Py_False (new reference), dicts by size; NULL with
+ * an exception. */
+static PyObject *truth_of(PyObject *o)
+{
+    int t = PyDict_CheckExact(o) ? PyDict_GET_SIZE(o) != 0 : PyObject_IsTrue(o);
+    return t < 0 ? NULL : Py_NewRef(t ? Py_True : Py_False);
+}
+
 int guard_add_global_state(guard_tree *t)
 {
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < sizeof global_state / sizeof global_state[0]; i++) {
-        PyObject *fn = state_reader(i);
-        PyObject *now = fn ? PyObject_CallNoArgs(fn) : NULL;
+        PyObject *o = state_reader(i);
+        PyObject *now = !o ? NULL : global_state[i].truth ? truth_of(o) : PyObject_CallNoArgs(o);
         if (!now) {
-            Py_XDECREF(fn);
+            Py_XDECREF(o);
             return -1;
         }
-        rc = guard_leaf_push(t->nodes[0], (guard_leaf){.kind = LEAF_CALL_IS, .obj = fn,
-                                                        .aux = now, .text = global_state[i].text});
+        rc = guard_leaf_push(t->nodes[0], (guard_leaf){.kind = global_state[i].truth ? LEAF_TRUTH_IS : LEAF_CALL_IS,
+                                                        .obj = o, .aux = now, .text = global_state[i].text});
     }
     return rc;
 }
@@ -266,9 +272,10 @@ static int check_dict_keys(guard_ctx *c, const guard_node *n, const guard_leaf *
     return r;
 }
 
+/* CALL_IS (the call's result) and TRUTH_IS (the held object's truth). */
 static int check_call(guard_ctx *c, const guard_leaf *l)
 {
-    PyObject *r = PyObject_CallNoArgs(l->obj);
+    PyObject *r = l->kind == LEAF_TRUTH_IS ? truth_of(l->obj) : PyObject_CallNoArgs(l->obj);
     if (!r)
         return guard_fail_exc(c, l->text);
     int ok = r == l->aux;
@@ -299,7 +306,7 @@ int guard_leaf_check(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyO
         return v == Py_None || (PyDict_Check(v) && PyDict_GET_SIZE(v) == 0)
                    ? 1 : failed_obj(c, n, l, v);
     case LEAF_TENSOR: return guard_tensor_check(c, n, l->ts, v);
-    case LEAF_CALL_IS: return check_call(c, l);
+    case LEAF_CALL_IS: case LEAF_TRUTH_IS: return check_call(c, l);
     }
     PyErr_SetString(PyExc_SystemError, "guards: bad leaf kind");
     return -1;

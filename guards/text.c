@@ -136,7 +136,10 @@ void guard_leaf_text(guard_buf *b, const guard_node *n, const guard_leaf *l)
     case LEAF_DICT_KEYS: guard_buf_printf(b, "tuple(%s.keys()) == ", s); break;
     case LEAF_EMPTY_DICT_OR_NONE: guard_buf_printf(b, "%s in (None, {})", s); return;
     case LEAF_TENSOR: guard_tensor_text(b, n, l->ts); return;
-    case LEAF_CALL_IS: guard_buf_printf(b, "%s is ", l->text); guard_obj_text(b, l->aux); return;
+    case LEAF_CALL_IS: case LEAF_TRUTH_IS:
+        guard_buf_printf(b, "%s is ", l->text);
+        guard_obj_text(b, l->aux);
+        return;
     }
     guard_obj_text(b, l->obj);
 }

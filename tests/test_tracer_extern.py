@@ -24,20 +24,7 @@ def ints(high, *shape, dtype=torch.int64):
     return torch.randint(0, high, shape, generator=G, dtype=dtype)
 
 
-def check(got, ref):
-    """got equals ref: same types and structure, tensors close with equal
-    dtype and shape."""
-    assert type(got) is type(ref), (type(got), type(ref))
-    if isinstance(ref, torch.Tensor):
-        assert got.dtype == ref.dtype and got.shape == ref.shape, (got.dtype, got.shape, ref.dtype, ref.shape)
-        tol = 1e-2 if ref.dtype in (torch.float16, torch.bfloat16) else 1e-5
-        torch.testing.assert_close(got, ref, rtol=tol, atol=tol, equal_nan=True)
-    elif isinstance(ref, (tuple, list)):
-        assert len(got) == len(ref)
-        for g, r in zip(got, ref):
-            check(g, r)
-    else:
-        assert got == ref
+from test_tracer import check  # noqa: E402  (shared comparison helper)
 
 
 def stats(cf):

@@ -180,28 +180,20 @@ static PyObject *slot_of(tracer *T, ext_srcs *s, int32_t node)
 
 static PyObject *tmpl(tracer *T, ext_srcs *s, int32_t v, int depth);
 
+typedef struct tmpl_ctx { ext_srcs *s; int depth; } tmpl_ctx;
+
+static PyObject *item_tmpl(tracer *T, int32_t v, void *ctx)
+{
+    tmpl_ctx *c = ctx;
+    return tmpl(T, c->s, v, c->depth);
+}
+
 /* Template of a V_TUPLE / V_LIST / V_DICT: the container rebuilt from its
  * items' templates (a V_TUPLE with obj as obj(tuple): torch.Size, ...). */
 static PyObject *container_tmpl(tracer *T, ext_srcs *s, int32_t v, int depth)
 {
-    int kind = T->vals[v].kind, n = T->vals[v].n;
-    PyObject *c = kind == V_DICT ? PyDict_New() : kind == V_LIST ? PyList_New(n) : PyTuple_New(n);
-    for (int i = 0; c && i < n; i++) {
-        PyObject *it = tmpl(T, s, T->vals[v].items[i], depth + 1);
-        if (!it)
-            Py_CLEAR(c);
-        else if (kind == V_DICT) {
-            if (PyDict_SetItem(c, T->vals[v].keys[i], it))
-                Py_CLEAR(c);
-            Py_DECREF(it);
-        } else if (kind == V_LIST)
-            PyList_SET_ITEM(c, i, it);
-        else
-            PyTuple_SET_ITEM(c, i, it);
-    }
-    if (c && kind == V_TUPLE && T->vals[v].obj)
-        Py_SETREF(c, PyObject_CallOneArg(T->vals[v].obj, c));
-    return c;
+    tmpl_ctx c = { s, depth + 1 };
+    return tr_build_container(T, v, item_tmpl, &c);
 }
 
 /* Template of a constant value (guarded through tr_const / tr_pyobj). */

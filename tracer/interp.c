@@ -569,6 +569,12 @@ PyObject *tr_const(tracer *T, int32_t v)
 /* A new Python object equal to value v: a constant (guarded as tr_const
  * does), or a tuple/list/dict/slice of such built anew. NULL: a break
  * (tensors and the like have no trace-time value) or an error. */
+static PyObject *item_pyobj(tracer *T, int32_t v, void *ctx)
+{
+    (void)ctx;
+    return tr_pyobj(T, v);
+}
+
 PyObject *tr_pyobj(tracer *T, int32_t v)
 {
     tv *x = &T->vals[v];
@@ -587,10 +593,15 @@ PyObject *tr_pyobj(tracer *T, int32_t v)
         tr_break(T, "a %s has no value at trace time", kind_name(T, v));
         return NULL;
     }
-    int n = x->n, kind = x->kind;
+    return tr_build_container(T, v, item_pyobj, NULL);
+}
+
+PyObject *tr_build_container(tracer *T, int32_t v, PyObject *(*item)(tracer *, int32_t, void *), void *ctx)
+{
+    int n = T->vals[v].n, kind = T->vals[v].kind;
     PyObject *c = kind == V_DICT ? PyDict_New() : kind == V_LIST ? PyList_New(n) : PyTuple_New(n);
     for (int i = 0; c && i < n; i++) {
-        PyObject *it = tr_pyobj(T, T->vals[v].items[i]);
+        PyObject *it = item(T, T->vals[v].items[i], ctx);
         if (!it)
             Py_CLEAR(c);
         else if (kind == V_DICT) {

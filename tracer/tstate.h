@@ -117,6 +117,10 @@ int tv_push_item(tracer *T, int32_t c, int32_t item, PyObject *key);
 int tr_break(tracer *T, const char *fmt, ...);           /* sets the reason, returns -1 */
 PyObject *tr_const(tracer *T, int32_t v);                 /* concrete object of a V_OBJ (guarded) */
 PyObject *tr_pyobj(tracer *T, int32_t v);                 /* new ref: constants, containers of them */
+/* The Python tuple/list/dict of container value v (a V_TUPLE with obj:
+ * obj(tuple)), each item made by item(T, item value, ctx). New reference,
+ * or NULL (the item's break or error). */
+PyObject *tr_build_container(tracer *T, int32_t v, PyObject *(*item)(tracer *, int32_t, void *), void *ctx);
 int tr_int(tracer *T, int32_t v, int64_t *out);           /* int constant; -1 (break) if not */
 int tr_truth(tracer *T, int32_t v, int *out);
 int32_t tr_call(tracer *T, int32_t fn, const call_args *a);
