@@ -5,6 +5,14 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
 
 static smelt_graph *graph_copy(const smelt_graph *g)
 {
@@ -35,7 +43,10 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    if (ind_lower(p, err, errlen) || cpu_codegen(p, opts, err, errlen)) {
+    double t0 = now_ms();
+    int rc = ind_lower(p, err, errlen);
+    p->times.lower_ms = now_ms() - t0;
+    if (rc || cpu_codegen(p, opts, err, errlen)) {
         smelt_plan_free(p);
         return NULL;
     }
@@ -64,6 +75,7 @@ void smelt_plan_free(smelt_plan *p)
     for (int32_t k = 0; k < p->nsteps; k++) {
         free(p->steps[k].call);
         free(p->steps[k].attn);
+        free(p->steps[k].conv);
     }
     free(p->steps);
     for (int32_t k = 0; p->code && k < p->nkernels; k++)
@@ -79,6 +91,8 @@ void smelt_plan_free(smelt_plan *p)
 
 int smelt_plan_num_kernels(const smelt_plan *p) { return p->nkernels; }
 int smelt_plan_num_externs(const smelt_plan *p) { return p->nexterns; }
+int smelt_plan_num_generated(const smelt_plan *p) { return p->ngenerated; }
+void smelt_plan_compile_times(const smelt_plan *p, smelt_compile_times *out) { *out = p->times; }
 int smelt_plan_num_host_calls(const smelt_plan *p) { return p->ncalls; }
 
 const char *smelt_plan_code(const smelt_plan *p, const char *which)

@@ -71,7 +71,19 @@ void smelt_plan_profile_reset(smelt_plan *p);
 
 int smelt_plan_num_kernels(const smelt_plan *p);   /* generated kernels */
 int smelt_plan_num_externs(const smelt_plan *p);   /* matmul and host calls */
+/* Kernel functions this compile generated with LLVM; kernels whose code an
+ * earlier compile in the process already loaded are shared, not counted. */
+int smelt_plan_num_generated(const smelt_plan *p);
 int smelt_plan_num_host_calls(const smelt_plan *p); /* CALL steps (host calls) */
+/* Where the compile's time went, in milliseconds: lowering (fusion into
+ * kernels), code generation (LLVM IR, optimisation and machine code, wall
+ * time over the parallel batches), loading (disk cache reads, JIT linking
+ * and symbol lookup). */
+typedef struct smelt_compile_times {
+    double lower_ms, codegen_ms, load_ms;
+    int generated, from_disk;   /* kernel functions generated / loaded from the disk cache */
+} smelt_compile_times;
+void smelt_plan_compile_times(const smelt_plan *p, smelt_compile_times *out);
 /* Text of the generated code: which = "ir" (LLVM IR, optimised), "asm"
  * (assembly), "kernels" (the fused loop-level kernels). NULL if not kept. */
 const char *smelt_plan_code(const smelt_plan *p, const char *which);

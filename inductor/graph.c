@@ -829,6 +829,33 @@ static int infer_diagonal(infer_ctx *c)
     return 0;
 }
 
+static int infer_unfold(infer_ctx *c)
+{
+    const smelt_node *s = c->s[0];
+    int dim;
+    if (s->ndim == 0 || s->ndim >= SMELT_MAX_DIMS)
+        return fail(c, "needs a source of rank 1 to %d, got shape %s", SMELT_MAX_DIMS - 1, SHP(s));
+    if (norm_dim(c, c->in->a.unfold.dim, s->ndim, s, &dim))
+        return -1;
+    int64_t size = c->in->a.unfold.size, step = c->in->a.unfold.step, dil = c->in->a.unfold.dil;
+    if (size < 1 || step < 1 || dil < 1 || size > INT32_MAX || dil > INT32_MAX)
+        return fail(c, "size, step and dilation must be >= 1, got %lld, %lld, %lld", (long long)size,
+                    (long long)step, (long long)dil);
+    int64_t span = dil * (size - 1) + 1;
+    if (span > s->shape[dim])
+        return fail(c, "window of %lld (size %lld, dilation %lld) is larger than dim %d of shape %s",
+                    (long long)span, (long long)size, (long long)dil, dim, SHP(s));
+    copy_shape(c->out, s);
+    c->out->shape[dim] = (s->shape[dim] - span) / step + 1;
+    c->out->shape[s->ndim] = size;
+    c->out->ndim = (uint8_t)(s->ndim + 1);
+    c->out->a.unfold.dim = dim;
+    c->out->a.unfold.size = size;
+    c->out->a.unfold.step = step;
+    c->out->a.unfold.dil = dil;
+    return 0;
+}
+
 static int infer_view(infer_ctx *c)
 {
     c->out->dtype = c->s[0]->dtype;
@@ -840,6 +867,7 @@ static int infer_view(infer_ctx *c)
     case SMELT_OP_SQUEEZE: return infer_squeeze(c);
     case SMELT_OP_UNSQUEEZE: return infer_unsqueeze(c);
     case SMELT_OP_DIAGONAL: return infer_diagonal(c);
+    case SMELT_OP_UNFOLD: return infer_unfold(c);
     default: return fail(c, "unknown view op");
     }
 }
@@ -974,6 +1002,51 @@ static int infer_sdpa(infer_ctx *c)
     return 0;
 }
 
+/* CONV: float32 x [N,C,*sp] and w [O,C/groups,*k] of rank nsp+2, optional
+ * float32 bias [O]; attrs checked as graph.h says. */
+static int infer_conv(infer_ctx *c)
+{
+    const smelt_node *x = c->s[0], *w = c->s[1], *b = c->in->nsrc == 3 ? c->s[2] : NULL;
+    const smelt_attrs *a = &c->in->a;
+    int nsp = a->conv.nsp;
+    if (c->in->nsrc < 2 || c->in->nsrc > 3)
+        return fail(c, "expects input, weight and an optional bias, got %d sources", c->in->nsrc);
+    if (nsp < 1 || nsp > 3 || x->ndim != nsp + 2 || w->ndim != nsp + 2 || (b && b->ndim != 1))
+        return fail(c, "%d spatial dims: input %s and weight %s must be %d-d%s", nsp, SHP(x), SHP(w), nsp + 2,
+                    b ? ", bias 1-d" : "");
+    if (x->dtype != SMELT_F32 || w->dtype != SMELT_F32 || (b && b->dtype != SMELT_F32))
+        return fail(c, "float32 input, weight and bias only");
+    int64_t g = a->conv.groups, O = w->shape[0];
+    if (x->shape[1] < 1 || O < 1)
+        return fail(c, "input %s and weight %s need at least one channel each", SHP(x), SHP(w));
+    if (g < 1 || w->shape[1] * g != x->shape[1] || O % g || (b && b->shape[0] != O))
+        return fail(c, "input %s, weight %s%s do not agree with groups=%lld", SHP(x), SHP(w),
+                    b ? " and bias" : "", (long long)g);
+    c->out->shape[0] = x->shape[0];
+    c->out->shape[1] = O;
+    for (int d = 0; d < 3; d++) {
+        int32_t st = a->conv.stride[d], lo = a->conv.pad_lo[d], hi = a->conv.pad_hi[d], dl = a->conv.dil[d];
+        if (d >= nsp) {
+            if (st || lo || hi || dl)
+                return fail(c, "attributes set beyond %d spatial dims", nsp);
+            continue;
+        }
+        if (st < 1 || lo < 0 || hi < 0 || dl < 1)
+            return fail(c, "stride and dilation must be >= 1 and padding >= 0");
+        int64_t span = (int64_t)dl * (w->shape[d + 2] - 1) + 1, in = x->shape[d + 2] + lo + hi;
+        if (w->shape[d + 2] < 1 || in < span)
+            return fail(c, "kernel %s (dilation %d) is larger than the padded input %s", SHP(w), (int)dl, SHP(x));
+        c->out->shape[d + 2] = (in - span) / st + 1;
+        c->out->a.conv.stride[d] = st, c->out->a.conv.pad_lo[d] = lo;
+        c->out->a.conv.pad_hi[d] = hi, c->out->a.conv.dil[d] = dl;
+    }
+    c->out->ndim = (uint8_t)(nsp + 2);
+    c->out->dtype = SMELT_F32;
+    c->out->a.conv.nsp = nsp;
+    c->out->a.conv.groups = (int32_t)g;
+    return 0;
+}
+
 static int infer_leaf(infer_ctx *c)
 {
     switch ((smelt_op)c->in->op) {
@@ -1049,8 +1122,10 @@ static int infer_node(const smelt_graph *g, int32_t self, const smelt_node *in,
     case SMELT_KIND_VIEW: rc = infer_view(&c); break;
     case SMELT_KIND_CAT: rc = infer_cat(&c); break;
     default:
-        rc = in->op == SMELT_OP_CALL ? infer_call(&c, self) : in->op == SMELT_OP_SDPA ? infer_sdpa(&c)
-                                                                                     : infer_matmul(&c);
+        rc = in->op == SMELT_OP_CALL   ? infer_call(&c, self)
+             : in->op == SMELT_OP_SDPA ? infer_sdpa(&c)
+             : in->op == SMELT_OP_CONV ? infer_conv(&c)
+                                       : infer_matmul(&c);
         break;
     }
     if (rc == 0 && !numel_fits(out))
@@ -1240,7 +1315,7 @@ int32_t smelt_graph_num_calls(const smelt_graph *g)
 /* canonical encoding                                                 */
 
 enum attr_member { AM_NONE, AM_INPUT, AM_SCALAR, AM_ARANGE, AM_AXIS, AM_CLAMP, AM_RED,
-                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL, AM_SDPA };
+                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL, AM_SDPA, AM_UNFOLD, AM_CONV };
 
 /* Which member of smelt_attrs op uses (see graph.h). */
 static enum attr_member attr_member_of(smelt_op op)
@@ -1257,6 +1332,8 @@ static enum attr_member attr_member_of(smelt_op op)
     case SMELT_OP_DIAGONAL: return AM_DIAG;
     case SMELT_OP_CALL: return AM_CALL;
     case SMELT_OP_SDPA: return AM_SDPA;
+    case SMELT_OP_UNFOLD: return AM_UNFOLD;
+    case SMELT_OP_CONV: return AM_CONV;
     default:
         return smelt_op_kind_of(op) == SMELT_KIND_REDUCTION ? AM_RED : AM_NONE;
     }
@@ -1310,6 +1387,16 @@ static uint8_t *encode_attrs(uint8_t *p, const smelt_node *n)
         PUT(a->call.id, 4); PUT(a->call.out, 4); PUT(a->call.nout, 4); PUT(a->call.key, 8);
         break;
     case AM_SDPA: PUTF(a->sdpa.scale); PUT(a->sdpa.causal, 1); break;
+    case AM_UNFOLD:
+        PUT(a->unfold.dim, 4); PUT(a->unfold.size, 8); PUT(a->unfold.step, 8); PUT(a->unfold.dil, 8);
+        break;
+    case AM_CONV:
+        PUT(a->conv.nsp, 4); PUT(a->conv.groups, 4);
+        for (int d = 0; d < 3; d++) {
+            PUT(a->conv.stride[d], 4); PUT(a->conv.pad_lo[d], 4);
+            PUT(a->conv.pad_hi[d], 4); PUT(a->conv.dil[d], 4);
+        }
+        break;
     case AM_NONE: break;
     }
     return p;
@@ -1334,7 +1421,7 @@ static size_t encode_node(const smelt_node *n, uint8_t *buf)
 }
 
 #define SERIAL_MAGIC "SMG1"
-#define SERIAL_VERSION 2
+#define SERIAL_VERSION 3
 
 /* Layout: "SMG1", u32 version, u32 node count, u32 input count, u8 default
  * float dtype, nodes
@@ -1508,6 +1595,14 @@ static void sb_dims(strbuf *b, const char *name, uint32_t mask)
     sb_printf(b, "]");
 }
 
+static void sb_ints(strbuf *b, const char *name, const int32_t *v, int n)
+{
+    sb_printf(b, ", %s=[", name);
+    for (int d = 0; d < n; d++)
+        sb_printf(b, "%s%d", d ? ", " : "", (int)v[d]);
+    sb_printf(b, "]");
+}
+
 /* The attrs of node n as ", key=value" pairs. */
 static void print_attrs(strbuf *b, const smelt_node *n)
 {
@@ -1561,6 +1656,17 @@ static void print_attrs(strbuf *b, const smelt_node *n)
         break;
     case AM_SDPA:
         sb_printf(b, ", scale=%s, causal=%d", fmt_double(a->sdpa.scale).s, (int)a->sdpa.causal);
+        break;
+    case AM_UNFOLD:
+        sb_printf(b, ", dim=%d, size=%lld, step=%lld, dil=%lld", (int)a->unfold.dim, (long long)a->unfold.size,
+                  (long long)a->unfold.step, (long long)a->unfold.dil);
+        break;
+    case AM_CONV:
+        sb_printf(b, ", groups=%d", (int)a->conv.groups);
+        sb_ints(b, "stride", a->conv.stride, a->conv.nsp);
+        sb_ints(b, "pad_lo", a->conv.pad_lo, a->conv.nsp);
+        sb_ints(b, "pad_hi", a->conv.pad_hi, a->conv.nsp);
+        sb_ints(b, "dil", a->conv.dil, a->conv.nsp);
         break;
     case AM_CALL:
         sb_printf(b, ", call=%d, out=%d/%d, key=%016llx", (int)a->call.id, (int)a->call.out,

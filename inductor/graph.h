@@ -79,7 +79,16 @@ typedef enum smelt_op_kind {
  *                          order out = 0..nout-1, with identical sources,
  *                          id and key; ids are 0.. in order of first use.
  *   sdpa    SDPA           scale (finite), causal (0/1: key j attends query
- *                          i when j <= i; never with a mask source) */
+ *                          i when j <= i; never with a mask source)
+ *   unfold  UNFOLD         dim (normalised), size >= 1, step >= 1, dil >= 1:
+ *                          out[.., i, .., j] = src[.., i*step + j*dil, ..]
+ *                          with i < count = (L - dil*(size-1) - 1)/step + 1
+ *                          (L >= dil*(size-1) + 1 required), j < size
+ *   conv    CONV           nsp spatial dims (1..3), groups >= 1; per spatial
+ *                          dim: stride >= 1, pad_lo/pad_hi >= 0 (zeros
+ *                          added before/after), dil >= 1; unused entries 0.
+ *                          out = (in + lo + hi - dil*(k-1) - 1)/stride + 1,
+ *                          which must be >= 1 */
 typedef union smelt_attrs {
     struct { int32_t index; } input;
     struct { double f; int64_t i; } scalar;
@@ -92,6 +101,8 @@ typedef union smelt_attrs {
     struct { int64_t offset; int32_t dim1, dim2; } diag;
     struct { int32_t id, out, nout; uint64_t key; } call;
     struct { double scale; uint8_t causal; } sdpa;
+    struct { int32_t dim; int64_t size, step, dil; } unfold;
+    struct { int32_t nsp, groups; int32_t stride[3], pad_lo[3], pad_hi[3], dil[3]; } conv;
 } smelt_attrs;
 
 typedef struct smelt_node {

@@ -134,6 +134,11 @@ char *ind_kernels_print(const smelt_plan *p)
             for (int k = 0; k < c->nout; k++)
                 sb_printf(&b, " buf%d", c->out_buf[k]);
             sb_printf(&b, "\n");
+        } else if (st->kind == PS_CONV) {
+            const plan_conv *c = st->conv;
+            sb_printf(&b, "conv x buf%d, w buf%d%s -> buf%d%s (oneDNN, groups %lld)\n", c->buf[0], c->buf[1],
+                      c->nin == 3 ? ", bias" : "", c->buf[3], p->bufs[c->buf[3]].chlast ? " channels-last" : "",
+                      (long long)c->d.groups);
         } else
             sb_printf(&b, "matmul buf%d @ buf%d -> buf%d (%s)\n", st->a_buf, st->b_buf, st->c_buf,
                       smelt_dtype_name(st->mm.dtype));

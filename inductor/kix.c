@@ -406,6 +406,28 @@ kexpr kexpr_blank(kexpr_op op, smelt_dtype dt)
                     .src = { -1, -1, -1 }, .gnode = -1, .buf = -1, .ix = -1, .phase = -1 };
 }
 
+/* Copies an array of n elements of size sz into a new allocation of cap
+ * elements (NULL stays NULL). */
+static void *dup_array(const void *a, size_t n, size_t cap, size_t sz)
+{
+    if (!a)
+        return NULL;
+    void *b = malloc((cap ? cap : 1) * sz);
+    if (!b)
+        abort();
+    memcpy(b, a, n * sz);
+    return b;
+}
+
+void kir_pool_copy(kir_pool *dst, const kir_pool *src)
+{
+    *dst = *src;
+    dst->ix = dup_array(src->ix, (size_t)src->nix, (size_t)src->cix, sizeof(kix));
+    dst->ex = dup_array(src->ex, (size_t)src->nex, (size_t)src->cex, sizeof(kexpr));
+    dst->hix = dup_array(src->hix, (size_t)src->chix, (size_t)src->chix, sizeof(int32_t));
+    dst->hex = dup_array(src->hex, (size_t)src->chex, (size_t)src->chex, sizeof(int32_t));
+}
+
 void kir_pool_free(kir_pool *P)
 {
     free(P->ix);

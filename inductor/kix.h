@@ -25,6 +25,8 @@ int kix_uses_var(const kir_pool *P, int32_t e, int var);
 kexpr kexpr_blank(kexpr_op op, smelt_dtype dt);
 int32_t kexpr_intern(kir_pool *P, kexpr e);
 
+/* dst = an independent copy of src (its own arrays). */
+void kir_pool_copy(kir_pool *dst, const kir_pool *src);
 void kir_pool_free(kir_pool *P);
 
 #endif

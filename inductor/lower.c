@@ -36,6 +36,7 @@ typedef struct lowering {
     uint8_t *realized;
     int32_t *buf_of;       /* node -> buffer, -1 */
     int32_t *nuse;
+    uint8_t *chlast;       /* node's temporary is stored channels-last */
     char *err;
     size_t errlen;
 } lowering;
@@ -132,6 +133,29 @@ static int uses_rvar(kb *b, int32_t ix)
     return 0;
 }
 
+/* Channels-last strides of shape n: dim 1 innermost, then the last dim
+ * back to dim 2, then dim 0. */
+static void chlast_strides(const smelt_node *n, int64_t *st)
+{
+    int64_t acc = 1;
+    st[1] = acc;
+    acc *= n->shape[1];
+    for (int d = n->ndim - 1; d >= 2; d--) {
+        st[d] = acc;
+        acc *= n->shape[d];
+    }
+    st[0] = acc;
+}
+
+/* Strides of node n's value stored in plan buffer buf (not an input). */
+static void buffer_strides(const smelt_plan *p, int32_t buf, const smelt_node *n, int64_t *st)
+{
+    if (p->bufs[buf].chlast)
+        chlast_strides(n, st);
+    else
+        contiguous_strides(n->ndim, n->shape, st);
+}
+
 /* Element index of a contiguous/strided buffer at idx. */
 static int32_t buf_index(kir_pool *P, int ndim, const int64_t *st, const int32_t *idx)
 {
@@ -193,6 +217,13 @@ static void view_index(kir_pool *P, const smelt_graph *g, const smelt_node *n,
             if (d != n->a.axis.dim)
                 out[j++] = idx[d];
         return;
+    case SMELT_OP_UNFOLD: {
+        int dim = n->a.unfold.dim;
+        memcpy(out, idx, sizeof(int32_t) * (size_t)s->ndim);
+        out[dim] = kix_add(P, kix_mul(P, idx[dim], n->a.unfold.step),
+                           kix_mul(P, idx[n->ndim - 1], n->a.unfold.dil));
+        return;
+    }
     case SMELT_OP_DIAGONAL: {
         int64_t o = n->a.diag.offset;
         int d1 = n->a.diag.dim1, d2 = n->a.diag.dim2;
@@ -219,6 +250,8 @@ static int strided_of(lowering *L, int32_t node, int32_t *buf, int64_t *off, int
         *off = 0;
         if (n->op == SMELT_OP_INPUT)
             memcpy(st, n->stride, sizeof(int64_t) * (size_t)n->ndim);
+        else if (L->chlast[node])
+            chlast_strides(n, st);
         else
             contiguous_strides(n->ndim, n->shape, st);
         return 1;
@@ -238,6 +271,11 @@ static int strided_of(lowering *L, int32_t node, int32_t *buf, int64_t *off, int
     case SMELT_OP_EXPAND:
         for (int d = 0; d < n->ndim; d++)
             st[d] = (d < k || s->shape[d - k] == 1) ? 0 : ss[d - k];
+        return 1;
+    case SMELT_OP_UNFOLD:
+        memcpy(st, ss, sizeof(int64_t) * (size_t)s->ndim);
+        st[n->a.unfold.dim] = ss[n->a.unfold.dim] * n->a.unfold.step;
+        st[s->ndim] = ss[n->a.unfold.dim] * n->a.unfold.dil;
         return 1;
     case SMELT_OP_SLICE:
         memcpy(st, ss, sizeof(int64_t) * (size_t)n->ndim);
@@ -573,9 +611,18 @@ static void decide_realized(lowering *L)
     }
     for (int32_t o = 0; o < g->nout; o++)
         L->realized[g->outputs[o]] = 1;
+}
+
+/* Sources of library calls that are not a strided view of a buffer are
+ * realized (after the layouts are chosen: a reshape of a channels-last
+ * buffer is not a view). */
+static void realize_extern_sources(lowering *L)
+{
+    const smelt_graph *g = L->g;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
-        if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA)
+        if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA &&
+            n->op != SMELT_OP_CONV)
             continue;
         for (int k = 0; k < n->nsrc; k++) {
             int32_t buf;
@@ -584,6 +631,34 @@ static void decide_realized(lowering *L)
                 L->realized[n->src[k]] = 1;
         }
     }
+}
+
+/* Which temporaries are stored channels-last: convolution results and the
+ * computed inputs of convolutions (oneDNN's fast kernels read and write
+ * channels-last activations), unless they are graph outputs (row-major
+ * output buffers). Host-call and matmul results stay row-major. */
+static void decide_chlast(lowering *L)
+{
+    const smelt_graph *g = L->g;
+    uint8_t *is_out = calloc((size_t)g->n + 1, 1);
+    if (!is_out)
+        abort();
+    for (int32_t o = 0; o < g->nout; o++)
+        is_out[g->outputs[o]] = 1;
+    for (int32_t i = 0; i < g->n; i++) {
+        const smelt_node *n = &g->nodes[i];
+        if (n->op != SMELT_OP_CONV)
+            continue;
+        L->chlast[i] = !is_out[i];
+        int32_t x = n->src[0];
+        smelt_op xo = (smelt_op)g->nodes[x].op;
+        smelt_op_kind xk = smelt_op_kind_of(xo);
+        /* realized already, or will be (not a view of a buffer) */
+        if (!is_out[x] && (xk != SMELT_KIND_EXTERN || xo == SMELT_OP_CONV) && xk != SMELT_KIND_LEAF &&
+            (L->realized[x] || xk != SMELT_KIND_VIEW))
+            L->chlast[x] = 1;
+    }
+    free(is_out);
 }
 
 /* ---------- plan building ---------- */
@@ -845,7 +920,7 @@ static int emit_store_kernel(lowering *L, int32_t node, int compute_root, int32_
             return -1;
         }
         int64_t st[SMELT_MAX_DIMS];
-        contiguous_strides(dst_node->ndim, dst_node->shape, st);
+        buffer_strides(L->p, dst, dst_node, st);
         memcpy(didx, idx, sizeof idx);
         if (cat_dim >= 0)
             didx[cat_dim] = kix_add(P, idx[cat_dim], kix_const(P, dst_off));
@@ -979,9 +1054,40 @@ static int emit_sdpa(lowering *L, int32_t node)
     return 0;
 }
 
+static int emit_conv(lowering *L, int32_t node)
+{
+    const smelt_node *n = &L->g->nodes[node], *x = &L->g->nodes[n->src[0]], *w = &L->g->nodes[n->src[1]];
+    plan_conv *c = calloc(1, sizeof *c);
+    if (!c)
+        abort();
+    kern_conv_desc *d = &c->d;
+    int64_t *strides[3] = { d->x_strides, d->w_strides, NULL };
+    int64_t bst[SMELT_MAX_DIMS];
+    c->nin = n->nsrc;
+    for (int k = 0; k < n->nsrc; k++)
+        if (!strided_of(L, n->src[k], &c->buf[k], &c->off[k], k < 2 ? strides[k] : bst))
+            abort();
+    c->buf[3] = L->buf_of[node];
+    buffer_strides(L->p, c->buf[3], n, d->y_strides);
+    d->nsp = n->a.conv.nsp;
+    d->has_bias = n->nsrc == 3;
+    d->b_stride = d->has_bias ? bst[0] : 0;
+    d->n = x->shape[0], d->c = x->shape[1], d->o = w->shape[0], d->groups = n->a.conv.groups;
+    for (int i = 0; i < d->nsp; i++) {
+        d->in[i] = x->shape[i + 2], d->k[i] = w->shape[i + 2], d->out[i] = n->shape[i + 2];
+        d->stride[i] = n->a.conv.stride[i], d->dil[i] = n->a.conv.dil[i];
+        d->pad_lo[i] = n->a.conv.pad_lo[i], d->pad_hi[i] = n->a.conv.pad_hi[i];
+    }
+    add_step(L->p, (plan_step){ .kind = PS_CONV, .conv = c });
+    L->p->nexterns++;
+    return 0;
+}
+
 static int emit_node(lowering *L, int32_t i)
 {
     const smelt_node *n = &L->g->nodes[i];
+    if (n->op == SMELT_OP_CONV)
+        return emit_conv(L, i);
     if (n->op == SMELT_OP_MATMUL)
         return emit_matmul(L, i);
     if (n->op == SMELT_OP_CALL)
@@ -1008,6 +1114,7 @@ static void reset_plan(smelt_plan *p)
     for (int32_t k = 0; k < p->nsteps; k++) {
         free(p->steps[k].call);
         free(p->steps[k].attn);
+        free(p->steps[k].conv);
     }
     p->nkernels = p->nbufs = p->nsteps = p->nexterns = p->ncalls = 0;
 }
@@ -1037,7 +1144,7 @@ static int lower_once(lowering *L)
     for (int32_t i = 0; i < g->n; i++)
         if (L->realized[i] && L->buf_of[i] < 0)
             L->buf_of[i] = add_buf(p, (plan_buf){ .kind = g->nodes[i].op == SMELT_OP_CALL ? PB_HOST : PB_TEMP,
-                                                   .dtype = g->nodes[i].dtype,
+                                                   .dtype = g->nodes[i].dtype, .chlast = L->chlast[i],
                                                    .nbytes = smelt_node_numel(&g->nodes[i]) *
                                                              (int64_t)smelt_dtype_size(g->nodes[i].dtype) });
     int r = 0;
@@ -1060,7 +1167,8 @@ int ind_lower(smelt_plan *p, char *err, size_t errlen)
     L.realized = calloc((size_t)g->n + 1, 1);
     L.buf_of = calloc((size_t)g->n + 1, sizeof(int32_t));
     L.nuse = calloc((size_t)g->n + 1, sizeof(int32_t));
-    if (!L.realized || !L.buf_of || !L.nuse)
+    L.chlast = calloc((size_t)g->n + 1, 1);
+    if (!L.realized || !L.buf_of || !L.nuse || !L.chlast)
         abort();
     for (int32_t i = 0; i < g->n; i++)
         for (int k = 0; k < g->nodes[i].nsrc; k++)
@@ -1068,9 +1176,12 @@ int ind_lower(smelt_plan *p, char *err, size_t errlen)
     for (int32_t i = 0; i < g->n; i++)
         L.buf_of[i] = -1;
     decide_realized(&L);
+    decide_chlast(&L);
+    realize_extern_sources(&L);
     int r;
     while ((r = lower_once(&L)) == 1)
         ;
+    free(L.chlast);
     free(L.realized);
     free(L.buf_of);
     free(L.nuse);

@@ -28,6 +28,10 @@ static void step_bufs(const smelt_plan *p, int32_t s, void (*fn)(int32_t, int32_
         for (int k = 0; k < st->attn->nin; k++)
             fn(st->attn->buf[k], s, ctx);
         fn(st->attn->buf[4], s, ctx);
+    } else if (st->kind == PS_CONV) {
+        for (int k = 0; k < st->conv->nin; k++)
+            fn(st->conv->buf[k], s, ctx);
+        fn(st->conv->buf[3], s, ctx);
     } else {
         for (int k = 0; k < st->call->nin; k++)
             fn(st->call->in_buf[k], s, ctx);
@@ -152,6 +156,15 @@ static int run_sdpa(const plan_step *s, void **bufs, char *err, size_t errlen)
     return kern_sdpa(&a->d, src[0], src[1], src[2], src[3], bufs[a->buf[4]], err, errlen);
 }
 
+static int run_conv(const plan_step *s, void **bufs, char *err, size_t errlen)
+{
+    const plan_conv *c = s->conv;
+    const float *src[3] = { NULL, NULL, NULL };
+    for (int k = 0; k < c->nin; k++)
+        src[k] = (const float *)bufs[c->buf[k]] + c->off[k];
+    return kern_conv(&c->d, src[0], src[1], src[2], bufs[c->buf[3]], err, errlen);
+}
+
 /* Host call step: fills the refs' data pointers and hands them to the
  * host. Without a host callback the plan cannot run. */
 static int run_call(const smelt_plan *p, const plan_step *s, void **bufs, smelt_host_call_fn host,
@@ -217,6 +230,11 @@ static void step_text(const smelt_plan *p, int32_t s, char *buf, size_t n)
                  d->causal ? " causal" : "", d->mask_kind ? " masked" : "");
     } else if (st->kind == PS_CALL) {
         snprintf(buf, n, "host call %d", (int)st->call->id);
+    } else if (st->kind == PS_CONV) {
+        const kern_conv_desc *d = &st->conv->d;
+        snprintf(buf, n, "conv %lld->%lld k%lld in%lld groups %lld%s", (long long)d->c, (long long)d->o,
+                 (long long)d->k[0], (long long)d->in[0], (long long)d->groups,
+                 d->y_strides[1] == 1 && d->o > 1 ? " channels-last" : "");
     } else {
         const kir_kernel *k = &p->kernels[st->kernel];
         int o = snprintf(buf, n, "kernel %d [", (int)st->kernel);
@@ -273,8 +291,12 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
     void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
     int32_t flag = 0;
     int rc = 0;
+    int64_t run = atomic_fetch_add((_Atomic(int64_t) *)&p->nruns, 1);
     char *arena = p->arena_bytes ? atomic_exchange((_Atomic(void *) *)&p->arena_cache, NULL) : NULL;
-    if (p->arena_bytes && !arena && !(arena = kern_alloc_temp((size_t)p->arena_bytes))) {
+    if (arena && run == KERN_HUGE_AFTER)
+        kern_advise_huge(arena, (size_t)p->arena_bytes);   /* collapsed in the background */
+    if (p->arena_bytes && !arena &&
+        !(arena = kern_alloc_temp((size_t)p->arena_bytes, run >= KERN_HUGE_AFTER))) {
         free(bufs);
         snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)p->arena_bytes);
         return -1;
@@ -310,6 +332,10 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
         }
         if (st->kind == PS_SDPA) {
             rc = run_sdpa(st, bufs, err, errlen);
+            continue;
+        }
+        if (st->kind == PS_CONV) {
+            rc = run_conv(st, bufs, err, errlen);
             continue;
         }
         const plan_kernel_code *c = &p->code[st->kernel];

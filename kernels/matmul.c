@@ -14,8 +14,6 @@
 #endif
 #include "matmul.h"
 
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +22,8 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "onednn.h"
+#include "primcache.h"
 #include "threadpool.h"
 
 /* ------------------------------------------------------------------ dtypes */
@@ -423,43 +423,6 @@ static void mm_zero(const kern_matmul_desc *d, void *c, int64_t nrows)
 
 /* ----------------------------------------------------------------- oneDNN */
 
-typedef void (*omp_set_fn)(int);
-typedef int (*omp_get_fn)(void);
-
-/* The CPU engine (streams and scratchpads are per thread: see
- * mm_thread_state); whether the CPU has bf16
- * instructions (without them oneDNN emulates bf16 and is slower than the
- * portable kernel); the OpenMP runtime oneDNN runs on, if it could be found,
- * to give it smelt's thread count. */
-static struct {
-    dnnl_engine_t eng;
-    int native_bf16;
-    omp_set_fn omp_set;
-    omp_get_fn omp_get;
-} D;
-static pthread_once_t g_dnnl_once = PTHREAD_ONCE_INIT;
-
-static void dnnl_init_once(void)
-{
-    if (dnnl_engine_create(&D.eng, dnnl_cpu, 0) != dnnl_success) {
-        D.eng = NULL;
-        return;
-    }
-    dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    D.native_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
-#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
-    void *gomp = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    if (gomp) {
-        D.omp_set = (omp_set_fn)dlsym(gomp, "omp_set_num_threads");
-        D.omp_get = (omp_get_fn)dlsym(gomp, "omp_get_max_threads");
-        if (!D.omp_set || !D.omp_get)
-            D.omp_set = NULL, D.omp_get = NULL;
-    }
-#endif
-}
-
-enum { MM_SETS = 32, MM_WAYS = 8 };     /* 256 cached primitives */
-
 /* Operands as given to oneDNN: v[0..5] = a dims, a strides, b dims, b
  * strides, c dims, c strides, zero beyond ndim (keys compare bytewise). */
 typedef struct mm_key {
@@ -467,30 +430,16 @@ typedef struct mm_key {
     int64_t v[6][SMELT_MAX_DIMS];
 } mm_key;
 
-/* prim NULL: oneDNN has only its reference kernel (or nothing) for this
- * key, so the portable kernel runs instead. refs: the cache's reference plus
- * one per call using it; the last release destroys it. */
+/* A cache entry (kernels/primcache.h). prim NULL: oneDNN has only its
+ * reference kernel (or nothing) for this key, so the portable kernel runs
+ * instead. */
 typedef struct mm_entry {
+    kern_primcache_entry ce;
     mm_key key;
-    uint64_t hash, last_use;
-    int refs;
     dnnl_primitive_t prim;
     dnnl_memory_desc_t scratch_md;   /* user scratchpad (see mm_dnnl_exec) */
     size_t scratch_bytes;
 } mm_entry;
-
-static mm_entry *g_cache[MM_SETS][MM_WAYS];
-static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t g_tick;
-
-/* Size-1 dims get the stride a dense layout would give them, so that a
- * layout oneDNN has a fast kernel for is recognised as such. */
-static void mm_fix_unit_strides(int nd, const int64_t *dims, int64_t *strides)
-{
-    for (int i = nd - 1; i >= 0; i--)
-        if (dims[i] == 1)
-            strides[i] = i == nd - 1 ? 1 : strides[i + 1] * dims[i + 1];
-}
 
 /* Canonical oneDNN operands for a validated d: a stride-0 batch dim becomes
  * a size-1 dim (oneDNN's broadcast), size-1 dims get dense strides. */
@@ -508,16 +457,7 @@ static void mm_make_key(const kern_matmul_desc *d, int nthreads, mm_key *k)
             if (k->v[o + 1][i] == 0)
                 k->v[o][i] = 1;
     for (int o = 0; o < 6; o += 2)
-        mm_fix_unit_strides(nd, k->v[o], k->v[o + 1]);
-}
-
-static uint64_t mm_key_hash(const mm_key *k)
-{
-    const unsigned char *p = (const unsigned char *)k;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < sizeof *k; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
+        kern_onednn_fix_unit_strides(nd, k->v[o], k->v[o + 1]);
 }
 
 static dnnl_status_t mm_key_mds(const mm_key *k, dnnl_memory_desc_t md[3])
@@ -531,142 +471,57 @@ static dnnl_status_t mm_key_mds(const mm_key *k, dnnl_memory_desc_t md[3])
 
 /* oneDNN's primitive for e->key into e->prim (with its scratchpad's
  * descriptor), or NULL where it has only a reference kernel (slower than
- * the portable one) or fails. The scratchpad is the caller's (user mode):
- * in oneDNN's default library mode primitives share one global scratchpad,
- * and smelt's pool threads run primitives at the same time. */
+ * the portable one) or fails. */
 static void mm_create_prim(mm_entry *e)
 {
     dnnl_memory_desc_t md[3];
     dnnl_matmul_desc_t mmd;
-    dnnl_primitive_desc_t pd;
-    dnnl_primitive_attr_t attr = NULL;
-    const char *impl = "ref";
+    dnnl_primitive_desc_t pd = NULL;
     e->prim = NULL;
-    if (dnnl_primitive_attr_create(&attr) != dnnl_success)
-        return;
-    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
-        mm_key_mds(&e->key, md) != dnnl_success ||
+    if (mm_key_mds(&e->key, md) != dnnl_success ||
         dnnl_matmul_desc_init(&mmd, &md[0], &md[1], NULL, &md[2]) != dnnl_success ||
-        dnnl_primitive_desc_create(&pd, &mmd, attr, D.eng, NULL) != dnnl_success) {
-        dnnl_primitive_attr_destroy(attr);
+        !(pd = kern_onednn_pd_create(&mmd)))
         return;
-    }
-    dnnl_primitive_attr_destroy(attr);
-    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    if (smd) {
-        e->scratch_md = *smd;
-        e->scratch_bytes = dnnl_memory_desc_get_size(smd);
-    }
-    if (strncmp(impl, "ref", 3) != 0 && dnnl_primitive_create(&e->prim, pd) != dnnl_success)
-        e->prim = NULL;
+    e->prim = kern_onednn_prim_create(pd, &e->scratch_md, &e->scratch_bytes);
     dnnl_primitive_desc_destroy(pd);
 }
 
-/* Drops one reference; caller holds g_cache_mu. */
-static void mm_entry_release_locked(mm_entry *e)
+/* kern_primcache create: an entry for key with its primitive (if any);
+ * NULL if out of memory. */
+static void *mm_entry_new(const void *key)
 {
-    if (--e->refs > 0)
-        return;
+    mm_entry *e = calloc(1, sizeof *e);
+    if (e) {
+        e->key = *(const mm_key *)key;
+        mm_create_prim(e);
+    }
+    return e;
+}
+
+/* kern_primcache destroy. */
+static void mm_entry_free(void *entry)
+{
+    mm_entry *e = entry;
     if (e->prim)
         dnnl_primitive_destroy(e->prim);
     free(e);
 }
 
-static void mm_entry_release(mm_entry *e)
-{
-    pthread_mutex_lock(&g_cache_mu);
-    mm_entry_release_locked(e);
-    pthread_mutex_unlock(&g_cache_mu);
-}
+enum { MM_SETS = 32, MM_WAYS = 8 };     /* 256 cached primitives */
 
-/* Puts e in its set, evicting the least recently used entry if full.
- * Caller holds g_cache_mu. */
-static void mm_cache_insert_locked(mm_entry *e)
-{
-    mm_entry **set = g_cache[e->hash % MM_SETS];
-    int victim = 0;
-    for (int w = 0; w < MM_WAYS; w++) {
-        if (!set[w]) {
-            victim = w;
-            break;
-        }
-        if (set[w]->last_use < set[victim]->last_use)
-            victim = w;
-    }
-    if (set[victim])
-        mm_entry_release_locked(set[victim]);
-    set[victim] = e;
-}
-
-/* The cache entry for k with a reference held for the caller (release it
- * with mm_entry_release), created on a miss; NULL if out of memory. */
-static mm_entry *mm_cache_get(const mm_key *k)
-{
-    uint64_t h = mm_key_hash(k);
-    mm_entry **set = g_cache[h % MM_SETS], *e = NULL;
-    pthread_mutex_lock(&g_cache_mu);
-    for (int w = 0; w < MM_WAYS && !e; w++)
-        if (set[w] && set[w]->hash == h && memcmp(&set[w]->key, k, sizeof *k) == 0)
-            e = set[w];
-    if (!e && (e = calloc(1, sizeof *e))) {
-        e->key = *k, e->hash = h, e->refs = 1;
-        mm_create_prim(e);
-        mm_cache_insert_locked(e);
-    }
-    if (e) {
-        e->refs++;
-        e->last_use = ++g_tick;
-    }
-    pthread_mutex_unlock(&g_cache_mu);
-    return e;
-}
-
-/* Per-thread oneDNN state: a stream, and the scratchpad buffer primitives
- * run with (grown on demand, kept for the thread's life). */
-static _Thread_local dnnl_stream_t tl_stream;
-static _Thread_local void *tl_scratch;
-static _Thread_local size_t tl_scratch_bytes;
-
-/* This thread's stream and a scratchpad of at least n bytes; 0 or -1. */
-static int mm_thread_state(size_t n)
-{
-    if (!tl_stream && dnnl_stream_create(&tl_stream, D.eng, dnnl_stream_default_flags) != dnnl_success) {
-        tl_stream = NULL;
-        return -1;
-    }
-    if (n > tl_scratch_bytes) {
-        free(tl_scratch);
-        tl_scratch_bytes = 0;
-        if (!(tl_scratch = aligned_alloc(64, (n + 63) / 64 * 64)))
-            return -1;
-        tl_scratch_bytes = n;
-    }
-    return 0;
-}
+static kern_primcache_entry *g_slots[MM_SETS * MM_WAYS];
+static kern_primcache g_cache =
+    KERN_PRIMCACHE_INIT(g_slots, MM_SETS, MM_WAYS, mm_entry, key, mm_entry_new, mm_entry_free);
 
 static int mm_dnnl_exec(const mm_entry *e, const void *a, const void *b, void *c,
                         char *err, size_t errlen)
 {
-    dnnl_memory_desc_t md[4];
-    dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
-    void *ptr[4] = {(void *)a, (void *)b, c, NULL};
-    int nmem = e->scratch_bytes ? 4 : 3;
-    dnnl_status_t st = mm_thread_state(e->scratch_bytes) ? dnnl_out_of_memory : mm_key_mds(&e->key, md);
-    md[3] = e->scratch_md;
-    ptr[3] = tl_scratch;
-    for (int o = 0; o < nmem && st == dnnl_success; o++)
-        st = dnnl_memory_create(&mem[o], &md[o], D.eng, ptr[o]);
-    if (st == dnnl_success) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]},
-                                   {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_SCRATCHPAD, mem[3]}};
-        st = dnnl_primitive_execute(e->prim, tl_stream, nmem, args);
-        if (st == dnnl_success)
-            st = dnnl_stream_wait(tl_stream);
-    }
-    for (int o = 0; o < nmem; o++)
-        if (mem[o])
-            dnnl_memory_destroy(mem[o]);
+    static const int ids[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+    dnnl_memory_desc_t md[3];
+    void *ptr[3] = {(void *)a, (void *)b, c};
+    dnnl_status_t st = mm_key_mds(&e->key, md);
+    if (st == dnnl_success)
+        st = kern_onednn_execute(e->prim, 3, ids, md, ptr, &e->scratch_md, e->scratch_bytes);
     if (st == dnnl_success)
         return 0;
     if (err && errlen)
@@ -683,19 +538,16 @@ static int mm_dnnl_exec(const mm_entry *e, const void *a, const void *b, void *c
 static int mm_onednn_one(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                          char *err, size_t errlen)
 {
-    int nt = 1, old = 0;
-    if (D.omp_set && (old = D.omp_get()) != nt)
-        D.omp_set(nt);
+    int saved = kern_onednn_serial_begin();
     mm_key k;
-    mm_make_key(d, D.omp_set ? nt : 0, &k);
-    mm_entry *e = mm_cache_get(&k);
+    mm_make_key(d, kern_onednn_pins_threads(), &k);
+    mm_entry *e = kern_primcache_get(&g_cache, &k);
     int rc = MM_DECLINED;
     if (e && e->prim)
         rc = mm_dnnl_exec(e, a, b, c, err, errlen);
     if (e)
-        mm_entry_release(e);
-    if (D.omp_set && old != nt)
-        D.omp_set(old);
+        kern_primcache_release(&g_cache, e);
+    kern_onednn_serial_end(saved);
     return rc;
 }
 
@@ -742,8 +594,7 @@ static void mm_split_range(void *ctx, int64_t begin, int64_t end)
 static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                      char *err, size_t errlen)
 {
-    pthread_once(&g_dnnl_once, dnnl_init_once);
-    if (!D.eng || (d->dtype == SMELT_BF16 && !D.native_bf16))
+    if (!kern_onednn_engine() || (d->dtype == SMELT_BF16 && !kern_onednn_native_bf16()))
         return MM_DECLINED;
     int nd = d->ndim, nt = kern_get_num_threads();
     double flops = 2.0 * (double)d->c_dims[nd - 2] * (double)d->c_dims[nd - 1] * (double)d->a_dims[nd - 1];
@@ -789,12 +640,5 @@ int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c
 
 void kern_matmul_cache_clear(void)
 {
-    pthread_mutex_lock(&g_cache_mu);
-    for (int s = 0; s < MM_SETS; s++)
-        for (int w = 0; w < MM_WAYS; w++)
-            if (g_cache[s][w]) {
-                mm_entry_release_locked(g_cache[s][w]);
-                g_cache[s][w] = NULL;
-            }
-    pthread_mutex_unlock(&g_cache_mu);
+    kern_primcache_clear(&g_cache);
 }

@@ -25,11 +25,11 @@ void kern_advise_huge(void *p, size_t n)
 #endif
 }
 
-void *kern_alloc_temp(size_t n)
+void *kern_alloc_temp(size_t n, int huge)
 {
     size_t sz = (n + 63) / 64 * 64 + 64;
     void *p = aligned_alloc(n >= 2 * HUGE_PAGE ? HUGE_PAGE : 64, n >= 2 * HUGE_PAGE ? (sz + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE : sz);
-    if (p)
+    if (p && huge)
         kern_advise_huge(p, n);
     return p;
 }

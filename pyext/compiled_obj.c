@@ -34,6 +34,7 @@ typedef struct CompiledObject {
     size_t *out_nbytes;
     PyObject *calls;         /* table of host calls (list), NULL if the plan has none */
     int nhost;               /* smelt_plan_num_host_calls */
+    int64_t ncalls;          /* calls started (outputs get huge pages from KERN_HUGE_AFTER on) */
 } CompiledObject;
 
 /* ------------------------------------------------------------------ */
@@ -159,7 +160,7 @@ static PyObject *new_output(pyext_state *st, CompiledObject *self, Py_ssize_t k,
     *ptr = t ? data_ptr(st, t, &err) : NULL;
     if (err)
         Py_CLEAR(t);
-    else
+    else if (self->ncalls > KERN_HUGE_AFTER)
         kern_advise_huge(*ptr, self->out_nbytes[k]);
     return t;
 }
@@ -228,6 +229,7 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
         if (bad)
             return -1;
     }
+    self->ncalls++;   /* under the GIL */
     for (Py_ssize_t k = 0; k < self->nout; k++) {
         PyObject *t = new_output(st, self, k, &ptrs[self->nin + k]);
         if (!t)
@@ -303,6 +305,12 @@ static PyObject *get_num_externs(CompiledObject *self, void *unused)
 {
     (void)unused;
     return PyLong_FromLong(smelt_plan_num_externs(self->plan));
+}
+
+static PyObject *get_num_generated(CompiledObject *self, void *unused)
+{
+    (void)unused;
+    return PyLong_FromLong(smelt_plan_num_generated(self->plan));
 }
 
 static PyObject *get_num_host_calls(CompiledObject *self, void *unused)
@@ -465,6 +473,8 @@ static PyMethodDef compiled_methods[] = {
 static PyGetSetDef compiled_getset[] = {
     {"num_kernels", (getter)get_num_kernels, NULL, "generated fused kernels", NULL},
     {"num_externs", (getter)get_num_externs, NULL, "extern calls (matmul, host calls)", NULL},
+    {"num_generated", (getter)get_num_generated, NULL,
+     "kernel functions this compile generated with LLVM (the rest were already loaded)", NULL},
     {"num_host_calls", (getter)get_num_host_calls, NULL, "host calls (torch ops run by torch)",
      NULL},
     {NULL, NULL, NULL, NULL, NULL},

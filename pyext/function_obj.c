@@ -340,6 +340,58 @@ static PyObject *build_result(const tr_result *r, int32_t o, PyObject *outs)
 /* Runs compiled entry e on vals, the values its guard check just fetched
  * (by node id); releases the inputs' values. The inputs passed their
  * TENSOR_MATCH checks, so the plan runs without re-validating them. */
+/* Whether an input entry e updates in place shares memory with another of
+ * its inputs (ins): eager would see the update through the other one, the
+ * plan would not. Spans come from the graph's input nodes (their guarded
+ * shapes and strides). 1, 0, -1 on error. */
+static int mutated_inputs_overlap(const entry *e, PyObject *const *ins)
+{
+    const smelt_graph *g = e->r.graph;
+    int32_t n = e->r.ninputs;
+    uintptr_t *lo = PyMem_Calloc((size_t)n + 1, 2 * sizeof(uintptr_t)), *hi = lo ? lo + n : NULL;
+    if (!lo)
+        return PyErr_NoMemory(), -1;
+    int rc = 0;
+    for (int32_t i = 0; i < g->n && !rc; i++) {
+        const smelt_node *x = &g->nodes[i];
+        if (x->op != SMELT_OP_INPUT)
+            continue;
+        int32_t k = x->a.input.index;
+        PyObject *p = PyObject_CallMethodNoArgs(ins[k], pyext_state_of(e->compiled)->s_data_ptr);
+        uintptr_t base = p ? (uintptr_t)PyLong_AsVoidPtr(p) : 0;
+        Py_XDECREF(p);
+        if (!p || PyErr_Occurred()) {
+            rc = -1;
+            break;
+        }
+        int64_t end = smelt_node_numel(x) ? 1 : 0;
+        for (int d = 0; d < x->ndim && end; d++)
+            end += (x->shape[d] - 1) * x->stride[d];
+        lo[k] = base;
+        hi[k] = base + (uintptr_t)end * smelt_dtype_size((smelt_dtype)x->dtype);
+    }
+    for (int32_t m = 0; m < e->r.nmut && !rc; m++) {
+        int32_t a = e->r.mut_in[m];
+        for (int32_t k = 0; k < n && !rc; k++)
+            rc = k != a && lo[a] < hi[k] && lo[k] < hi[a];
+    }
+    PyMem_Free(lo);
+    return rc;
+}
+
+/* Writes the entry's in-place updates of its inputs back: ins[mut_in[i]]
+ * takes outs[mut_out[i]]. 0, or -1 with an error. */
+static int write_back(const entry *e, PyObject *const *ins, PyObject *outs)
+{
+    for (int32_t i = 0; i < e->r.nmut; i++) {
+        PyObject *r = PyObject_CallMethod(ins[e->r.mut_in[i]], "copy_", "O", PyList_GET_ITEM(outs, e->r.mut_out[i]));
+        if (!r)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
+}
+
 static PyObject *run_compiled(entry *e, PyObject **vals)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
@@ -350,9 +402,12 @@ static PyObject *run_compiled(entry *e, PyObject **vals)
         k++;
     if (ins && k < n)
         PyErr_SetString(PyExc_SystemError, "smelt: a graph input was not fetched by its guards");
-    PyObject *outs = ins && k == n ? pyext_compiled_call_trusted(e->compiled, ins) : NULL;
-    if (outs)
+    int overlap = ins && k == n && e->r.nmut ? mutated_inputs_overlap(e, ins) : 0;
+    PyObject *outs = ins && k == n && !overlap ? pyext_compiled_call_trusted(e->compiled, ins) : NULL;
+    if (outs && !write_back(e, ins, outs))
         res = build_result(&e->r, 0, outs);
+    if (overlap > 0)
+        res = Py_NewRef(Py_NotImplemented);   /* the caller runs the frame eagerly */
     Py_XDECREF(outs);
     for (k = 0; k < n; k++)
         Py_CLEAR(vals[e->input_node[k]]);
@@ -398,6 +453,10 @@ static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObje
     int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
     if (m == 1)
         *res = e->compiled ? run_compiled(e, vals) : run_eager(self, f);
+    if (m == 1 && *res == Py_NotImplemented) {   /* inputs alias an input it updates in place */
+        Py_DECREF(*res);
+        *res = run_eager(self, f);
+    }
     if (vals != small)
         PyMem_Free(vals);
     return m;
@@ -537,10 +596,15 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
     smelt_plan *plan = smelt_compile(e->r.graph, &o, err, sizeof err);
     self->compile_ms = now_ms() - t0;
     if (plan && pyext_log_on(PYEXT_LOG_PERF)) {
-        char line[256];
-        snprintf(line, sizeof line, "%s: trace %.1f ms (%d nodes, %d guards), compile %.1f ms (%d kernels, %d externs)",
+        char line[512];
+        smelt_compile_times ct;
+        smelt_plan_compile_times(plan, &ct);
+        snprintf(line, sizeof line,
+                 "%s: trace %.1f ms (%d nodes, %d guards), compile %.1f ms (%d kernels, %d externs): lower %.1f ms, "
+                 "codegen %.1f ms (%d functions generated, %d from the disk cache), load %.1f ms",
                  PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname), self->trace_ms,
-                 e->r.graph->n, e->r.nguards, self->compile_ms, smelt_plan_num_kernels(plan), smelt_plan_num_externs(plan));
+                 e->r.graph->n, e->r.nguards, self->compile_ms, smelt_plan_num_kernels(plan), smelt_plan_num_externs(plan),
+                 ct.lower_ms, ct.codegen_ms, ct.generated, ct.from_disk, ct.load_ms);
         pyext_log_write(PYEXT_LOG_PERF, line);
     }
     if (!plan) {

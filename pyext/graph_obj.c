@@ -525,6 +525,71 @@ static int attrs_sdpa(op_call *c)
     return 0;
 }
 
+/* unfold: dim, size, step (default 1), dilation (default 1). */
+static int attrs_unfold(op_call *c)
+{
+    static const char *const names[] = {"dim", "size", "step", "dilation", NULL};
+    PyObject *v[4];
+    int64_t dim, size, step = 1, dil = 1;
+    if (take_kwargs(c->kw, c->name, names, v) || require(v[0], c->name, "dim") ||
+        require(v[1], c->name, "size") || small_int_arg(v[0], c->name, "dim", INT32_MIN, INT32_MAX, &dim) ||
+        int_arg(v[1], c->name, "size", &size) || (v[2] && int_arg(v[2], c->name, "step", &step)) ||
+        (v[3] && int_arg(v[3], c->name, "dilation", &dil)))
+        return -1;
+    c->p->a.unfold.dim = (int32_t)dim;
+    c->p->a.unfold.size = size;
+    c->p->a.unfold.step = step;
+    c->p->a.unfold.dil = dil;
+    return 0;
+}
+
+/* One conv attribute: an int for every spatial dim or a list of nsp ints. */
+static int conv_ints(op_call *c, PyObject *v, const char *key, int nsp, int64_t dflt, int32_t *out)
+{
+    int64_t vals[SMELT_MAX_DIMS];
+    int n = 0;
+    if (!v) {
+        for (int d = 0; d < nsp; d++)
+            out[d] = (int32_t)dflt;
+        return 0;
+    }
+    if (shape_arg(v, c->name, key, &n, vals))
+        return -1;
+    if (n != 1 && n != nsp)
+        return PyErr_Format(PyExc_ValueError, "%s: %s needs 1 or %d values, got %d", c->name, key, nsp, n), -1;
+    for (int d = 0; d < nsp; d++) {
+        int64_t x = vals[n == 1 ? 0 : d];
+        if (x < INT32_MIN || x > INT32_MAX)
+            return PyErr_Format(PyExc_ValueError, "%s: %s value %lld is out of range", c->name, key,
+                                (long long)x), -1;
+        out[d] = (int32_t)x;
+    }
+    return 0;
+}
+
+/* conv: stride, padding (both sides), pad_hi (after; default padding),
+ * dilation, groups; spatial dims from the input's rank. */
+static int attrs_conv(op_call *c)
+{
+    static const char *const names[] = {"stride", "padding", "pad_hi", "dilation", "groups", NULL};
+    PyObject *v[5];
+    int64_t groups = 1;
+    if (take_kwargs(c->kw, c->name, names, v))
+        return -1;
+    int nsp = c->g->nodes[c->p->src[0]].ndim - 2;
+    if (nsp < 1 || nsp > 3)
+        return PyErr_Format(PyExc_ValueError, "%s: the input must be 3-d to 5-d", c->name), -1;
+    c->p->a.conv.nsp = nsp;
+    if (conv_ints(c, v[0], "stride", nsp, 1, c->p->a.conv.stride) ||
+        conv_ints(c, v[1], "padding", nsp, 0, c->p->a.conv.pad_lo) ||
+        conv_ints(c, v[2] ? v[2] : v[1], "pad_hi", nsp, 0, c->p->a.conv.pad_hi) ||
+        conv_ints(c, v[3], "dilation", nsp, 1, c->p->a.conv.dil) ||
+        (v[4] && small_int_arg(v[4], c->name, "groups", 1, INT32_MAX, &groups)))
+        return -1;
+    c->p->a.conv.groups = (int32_t)groups;
+    return 0;
+}
+
 static int attrs_none(op_call *c)
 {
     static const char *const names[] = {NULL};
@@ -547,6 +612,8 @@ static int op_attrs(op_call *c)
     case SMELT_OP_ARANGE: return attrs_arange(c);
     case SMELT_OP_IOTA: return attrs_iota(c);
     case SMELT_OP_SDPA: return attrs_sdpa(c);
+    case SMELT_OP_UNFOLD: return attrs_unfold(c);
+    case SMELT_OP_CONV: return attrs_conv(c);
     default:
         if (smelt_op_kind_of(op) == SMELT_KIND_REDUCTION)
             return attrs_reduction(c);

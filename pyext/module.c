@@ -1,9 +1,12 @@
 /* smelt._C: module definition (multi-phase init), module state, the
- * torch dtype mapping and the thread-count functions. */
+ * torch dtype mapping, the thread-count and disk-cache functions. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "../kernels/threadpool.h"
+#include "../kernels/conv.h"
+#include "../kernels/matmul.h"
+#include "../inductor/cpu/diskcache.h"
 #include "hostcall.h"
 #include "log.h"
 #include "module.h"
@@ -69,7 +72,61 @@ static PyObject *set_profiling(PyObject *m, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* cache_info() -> dict: the disk cache's counters since the process
+ * started (hits, misses, writes, evictions, corrupt), what it holds now
+ * (entries, bytes), whether it is on and its directory. */
+static PyObject *cache_info(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    cpu_dcache_stats s;
+    Py_BEGIN_ALLOW_THREADS   /* scans the directory */
+    cpu_dcache_info(&s);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("{sLsLsLsLsLsLsLsNss}", "hits", (long long)s.hits, "misses", (long long)s.misses,
+                         "writes", (long long)s.writes, "evictions", (long long)s.evictions,
+                         "corrupt", (long long)s.corrupt, "entries", (long long)s.entries,
+                         "bytes", (long long)s.bytes, "enabled", PyBool_FromLong(s.enabled), "dir", s.dir);
+}
+
+static PyObject *cache_clear(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    cpu_dcache_clear();
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* The disk cache's log hook (any thread, GIL held or not): lines on the
+ * SMELT_LOGS "cache" channel; the unsafe-directory warning as a Python
+ * RuntimeWarning (never raised: an error-filtered warning is reported as
+ * unraisable). */
+static void cache_log(int warning, const char *line)
+{
+    if ((!warning && !pyext_log_on(PYEXT_LOG_CACHE)) || !Py_IsInitialized())
+        return;
+    PyGILState_STATE gs = PyGILState_Ensure();
+    if (warning) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (PyErr_WarnEx(PyExc_RuntimeWarning, line, 1) < 0)
+            PyErr_WriteUnraisable(NULL);
+        PyErr_Restore(type, value, tb);
+    } else {
+        pyext_log_write(PYEXT_LOG_CACHE, line);
+    }
+    PyGILState_Release(gs);
+}
+
 static PyMethodDef module_methods[] = {
+    {"cache_info", cache_info, METH_NOARGS,
+     "cache_info()\n--\n\nThe disk cache of compiled code: a dict with hits, misses, writes, evictions "
+     "and corrupt (entries discarded) since the process started, entries and bytes on disk now, "
+     "enabled and dir."},
+    {"cache_clear", cache_clear, METH_NOARGS,
+     "cache_clear()\n--\n\nDeletes every entry of the disk cache of compiled code."},
     {"set_profiling", set_profiling, METH_O,
      "set_profiling(on)\n--\n\nWhile on, every compiled plan adds each step's wall time to its "
      "counters (Compiled.profile(), CompiledFunction.profile())."},
@@ -117,8 +174,11 @@ static int module_clear(PyObject *m)
 static void module_free(void *m)
 {
     module_clear((PyObject *)m);
+    cpu_dcache_set_log(NULL);
     pyext_hostcall_fini();
     pyext_log_fini();
+    kern_matmul_cache_clear();
+    kern_conv_cache_clear();
     kern_threadpool_shutdown();
 }
 
@@ -203,6 +263,7 @@ static int module_exec(PyObject *m)
     int rc = -1;
     if (pyext_log_init() < 0)
         return -1;
+    cpu_dcache_set_log(cache_log);
     PyObject *torch = PyImport_ImportModule("torch");
     if (!torch)
         return -1;

@@ -13,16 +13,25 @@ once, as `build(g, *xs) -> node(s)`, and `check(build, *tensors)` does the rest:
   - values match within dtype-aware tolerances (NaN == NaN, inf exact),
   - the inputs were not written to.
 """
+import atexit
 import math
 import os
 import re
+import shutil
 import sys
+import tempfile
 import warnings
 import zlib
 from numbers import Number
 
-import pytest
-import torch
+# The whole session (and every subprocess it starts, which inherits the
+# environment) caches compiled code in a private directory, never ~/.cache;
+# set before smelt._C is imported, as the cache reads it once per process.
+os.environ["SMELT_CACHE_DIR"] = tempfile.mkdtemp(prefix="smelt-test-cache-")
+atexit.register(shutil.rmtree, os.environ["SMELT_CACHE_DIR"], True)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 try:
     import smelt._C as C
@@ -274,6 +283,14 @@ def _torch_structural(name, s, a):
         return x.unsqueeze(a["dim"])
     if name == "diagonal":
         return torch.diagonal(x, a.get("offset", 0), a.get("dim1", 0), a.get("dim2", 1))
+    if name == "unfold":
+        d, size, step, dil = _dim(a["dim"], x.ndim), a["size"], a.get("step", 1), a.get("dilation", 1)
+        span = dil * (size - 1) + 1
+        if span > x.shape[d]:
+            raise ValueError("unfold: window larger than the dim")
+        # windows of span elements, then every dil-th element of each
+        w = x.unfold(d, span, step)
+        return w[..., ::dil]
     if name == "cat":
         return torch.cat(list(s), dim=a.get("dim", 0))
     if name == "matmul":

@@ -153,3 +153,27 @@ def test_explicit_causal_mask_skips_blocks_and_keeps_values(kind):
     mask = keep if kind == "bool" else torch.zeros(150, 150).masked_fill(~keep, float("-inf"))
     full = mask.expand(2, 1, 150, 150)
     close(graph_sdpa(q, k, v, full), F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+@pytest.mark.parametrize("form", ["none", "causal", "mask-heads", "mask-bcast", "same-heads", "float64"])
+def test_grouped_query_attention(form):
+    """enable_gqa=True: 8 query heads over 2 key/value heads (torch's
+    repeat_interleave rule) compiles as one graph on views of q, k, v."""
+    dt = torch.float64 if form == "float64" else torch.float32
+    hk = 8 if form == "same-heads" else 2
+    q = rnd(3, 8, 13, 16).to(dt)
+    k, v = rnd(3, hk, 19, 16).to(dt), rnd(3, hk, 19, 12).to(dt)
+    mask = {"mask-heads": torch.rand(3, 8, 13, 19, generator=G) > 0.3,
+            "mask-bcast": rnd(13, 19)}.get(form)
+    causal = form == "causal"
+    if causal:
+        k, v = k[:, :, :13], v[:, :, :13]
+
+    def f(a, b, c, m):
+        return F.scaled_dot_product_attention(a, b, c, attn_mask=m, is_causal=causal, enable_gqa=True)
+
+    cf = smelt.compile(f, fullgraph=True)
+    want = f(q, k, v, mask)
+    got = cf(q, k, v, mask)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert cf._smelt.stats()["compiles"] == 1

@@ -1,23 +1,38 @@
-"""Builds and runs the standalone C tests of kernels/ (tests/c/test_kernels.c).
+"""Builds and runs the standalone C tests of kernels/ (tests/c/).
 
-The program checks the thread pool (coverage, chunking, nesting, resizing,
-concurrent callers, shutdown, fork) and matmul (every dtype, odd sizes,
-strided/broadcast operands, rounding, errors, the primitive cache) against
-naive references, and exits non-zero on any failure.
+test_kernels.c checks the thread pool (coverage, chunking, nesting,
+resizing, concurrent callers, shutdown, fork) and matmul (every dtype, odd
+sizes, strided/broadcast operands, rounding, errors, the shared primitive
+cache on its own and through matmul);
+test_conv.c checks convolution (1-3 spatial dims, groups, stride, padding,
+dilation, bias, every activation layout, thread splits, empty dims, errors,
+the plan cache), on oneDNN and built again on the portable loop. All
+compare with naive references and exit non-zero on any failure.
 """
 import os
 import subprocess
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = ["tests/c/test_kernels.c", "kernels/threadpool.c", "kernels/matmul.c"]
+KERNELS = ["kernels/threadpool.c", "kernels/onednn.c", "kernels/primcache.c"]
+CONV = ["tests/c/test_conv.c", *KERNELS, "kernels/conv.c"]
+PROGRAMS = {   # name: (sources, extra flags)
+    "test_kernels": (["tests/c/test_kernels.c", *KERNELS, "kernels/matmul.c"], []),
+    "test_conv": (CONV, []),
+    "test_conv_portable": (CONV, ["-DKERN_CONV_FORCE_PORTABLE=1"]),
+}
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", f"-I{ROOT}"]
 LIBS = ["-ldnnl", "-lpthread", "-lm"]
 
 
-def test_kernels_c(tmp_path):
-    exe = tmp_path / "test_kernels"
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_kernels_c(tmp_path, name):
+    exe = tmp_path / name
+    sources, flags = PROGRAMS[name]
     build = subprocess.run(
-        ["gcc", *CFLAGS, *(os.path.join(ROOT, s) for s in SOURCES), *LIBS, "-o", str(exe)],
+        ["gcc", *CFLAGS, *flags, *(os.path.join(ROOT, s) for s in sources), *LIBS,
+         "-o", str(exe)],
         capture_output=True, text=True)
     assert build.returncode == 0, "gcc failed:\n" + build.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)

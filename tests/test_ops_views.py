@@ -63,6 +63,16 @@ VIEW_CASES = {
     "diagonal-3d": (lambda mk: [mk((3, 6, 6))], lambda g, x: g.op("diagonal", x, offset=1, dim1=1, dim2=2)),
     "diagonal-3d-rev": (lambda mk: [mk((5, 3, 4))], lambda g, x: g.op("diagonal", x, offset=-1, dim1=2, dim2=0)),
     "diagonal-of-T": (lambda mk: [mk((17, 17)).T], lambda g, x: g.op("diagonal", x, offset=3)),
+    # unfold (sliding windows; dim becomes the count, a window dim is appended)
+    "unfold-1d": (lambda mk: [mk((11,))], lambda g, x: g.op("unfold", x, dim=0, size=3, step=2)),
+    "unfold-whole": (lambda mk: [mk((4, 5))], lambda g, x: g.op("unfold", x, dim=1, size=5, step=7)),
+    "unfold-size1": (lambda mk: [mk((4, 5))], lambda g, x: g.op("unfold", x, dim=0, size=1)),
+    "unfold-dil": (lambda mk: [mk((3, 17, 2))], lambda g, x: g.op("unfold", x, dim=1, size=4, step=3, dilation=2)),
+    "unfold-of-T": (lambda mk: [mk((13, 6)).T], lambda g, x: g.op("unfold", x, dim=-1, size=2, step=2)),
+    "unfold-empty": (lambda mk: [mk((0, 7))], lambda g, x: g.op("unfold", x, dim=1, size=3)),
+    "unfold-2d-windows": (lambda mk: [mk((2, 3, 9, 8))],
+                          lambda g, x: g.op("unfold", g.op("unfold", x, dim=2, size=3, step=2), dim=3, size=2,
+                                            step=2)),
     # chains of views, then a pointwise op
     "chain-slice-permute-reshape": (
         lambda mk: [mk((6, 10, 4))],
@@ -86,7 +96,7 @@ VIEW_CASES = {
 # float32 runs every case; the other dtypes (element widths 2, 8 and 1) one
 # case per view op plus the chains (which use add/mul, valid for all four).
 OTHER_DTYPE_CASES = ["reshape-T-7x13", "reshape-perm-4d", "permute-4d", "expand-keep",
-                     "slice-step3-d1", "squeeze", "unsqueeze-neg", "diagonal-3d-rev"] + \
+                     "slice-step3-d1", "squeeze", "unsqueeze-neg", "diagonal-3d-rev", "unfold-dil"] + \
                     [c for c in VIEW_CASES if c.startswith("chain")]
 VIEW_PARAMS = [(name, F32) for name in VIEW_CASES] + \
               [(name, dt) for dt in VIEW_DTYPES[1:] for name in OTHER_DTYPE_CASES]

@@ -98,3 +98,37 @@ def test_step_profile():
     ms = [float(ln.split()[0]) for ln in lines]
     assert ms == sorted(ms, reverse=True) and ms[0] > 0
     assert f.profile().startswith("0 runs, ")
+
+
+def test_identical_kernels_share_code_across_compiles(gen):
+    """A second compile of the same graph generates no code (the process-wide
+    kernel registry), keep_code=True generates it again, and each plan keeps
+    working after the others are freed."""
+    import gc
+
+    import random
+    c = 0.25 + random.random()   # a constant no earlier compile (or the disk cache) has seen
+
+    def build():
+        g = C.Graph()
+        x = g.input(torch.float32, (37, 19))
+        g.output(g.op("exp", g.op("add", x, g.scalar(c))), g.op("amax", g.op("mul", x, g.scalar(c)), dims=[1]))
+        return g
+
+    x = torch.randn(37, 19, generator=gen)
+    ref = [torch.exp(x + c), (x * c).amax(1)]
+    f1 = build().compile()
+    f2 = build().compile()
+    f3 = build().compile(keep_code=True)
+    assert f1.num_kernels == 2 and f1.num_generated == 2
+    assert f2.num_generated == 0
+    assert f3.num_generated == 2 and "define" in f3.code("ir")
+    del f1
+    gc.collect()
+    for f in (f2, f3):
+        for o, r in zip(f(x), ref):
+            torch.testing.assert_close(o, r)
+    del f2
+    gc.collect()
+    for o, r in zip(f3(x), ref):
+        torch.testing.assert_close(o, r)

@@ -399,7 +399,7 @@ def python_loop_over_tensor(a):
     return [r * 2 for r in a]
 
 
-@pytest.mark.parametrize("fn", [data_dependent, uses_print, inplace_on_input, python_loop_over_tensor])
+@pytest.mark.parametrize("fn", [data_dependent, uses_print, python_loop_over_tensor])
 def test_unsupported_runs_eagerly(fn, capsys):
     x, x2 = rnd(3, 4), None
     x2 = x.clone()
@@ -409,8 +409,17 @@ def test_unsupported_runs_eagerly(fn, capsys):
     check(got, ref)
     st = cf._smelt.stats()
     assert st["eager_entries"] == 1 and st["last_break"], st
-    if fn is inplace_on_input:
-        assert torch.equal(x, x2)   # the caller's tensor was updated like eager
+
+
+def test_inplace_on_input_compiles_and_updates_the_caller():
+    x = rnd(3, 4)
+    x2 = x.clone()
+    ref = inplace_on_input(x2)
+    cf = smelt.compile(inplace_on_input)
+    check(cf(x), ref)
+    assert torch.equal(x, x2)   # the caller's tensor was updated like eager
+    st = cf._smelt.stats()
+    assert st["compiles"] == 1 and st["eager_entries"] == 0, st
 
 
 def test_fullgraph_raises_with_reason():

@@ -1882,15 +1882,12 @@ FALLBACKS = [
     ("random", random_op, lambda: (rnd(4, 5),), "randn"),
     ("setattr", setattr_side_effect, lambda: (rnd(4, 5),), "STORE_ATTR"),
     ("print", print_call, lambda: (rnd(4, 5),), "print"),
-    ("inplace_input_method", inplace_input_method, lambda: (rnd(4, 5),), "in-place"),
-    ("relu_inplace_input", relu_inplace_input, lambda: (rnd(4, 5),), "in-place"),
     ("enable_grad", enable_grad_block, lambda: (rnd(4, 5),), "enable_grad"),
     ("set_grad_enabled", set_grad_false, lambda: (rnd(4, 5),), "set_grad_enabled"),
     ("unknown_context", unknown_context, lambda: (rnd(4, 5),), "context manager"),
     ("generator_send", generator_send, lambda: (rnd(4, 5),), "send"),
     ("live_view_update", live_view_update, lambda: (rnd(4, 5),), "live view"),
     ("mutate_default_list", mutate_default, lambda: (rnd(4, 5),), "list passed in from outside"),
-    ("setitem_on_input", setitem_input, lambda: (rnd(4, 5),), "input"),
     ("layout_unknown", layout_unknown, lambda: (rnd(4, 5),), "layout"),
     ("lstm", LSTMModel, lambda: (rnd(2, 3, 4),), "weakref"),
     ("transformer_encoder_layer", EncoderLayer, lambda: (rnd(2, 5, 8),), "autocast"),
@@ -2017,3 +2014,17 @@ def test_unfold_compiles():
     x = rnd(2, 3, 5, 5)
     cf = smelt.compile(f, fullgraph=True)
     check(cf(x), f(x))
+
+
+@pytest.mark.parametrize("fn", [inplace_input_method, relu_inplace_input, setitem_input])
+def test_inplace_updates_of_inputs_compile(fn):
+    """In-place updates of an input compile; the caller's tensor ends up as
+    eager leaves it (tests/test_mutation.py has the rest)."""
+    a = rnd(4, 5)
+    ra = a.clone()
+    ref = fn(ra)
+    cf = smelt.compile(fn)
+    check(cf(a), ref)
+    check(a, ra)
+    st = cf._smelt.stats()
+    assert st["compiles"] == 1 and st["eager_entries"] == 0, st

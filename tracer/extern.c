@@ -6,7 +6,8 @@
  * learns the results' dtypes and shapes from torch's shape rules
  * (shapes.c) or, for ops those do not cover, a run on meta tensors, adds
  * the CALL nodes and appends (fn, args, kwargs) to the trace result's table
- * of calls, where the call's id is its index.
+ * of calls, where the call's id is its index. Convolutions, pooling and
+ * Tensor.unfold that native.c can express become graph ops instead.
  */
 #include "tstate.h"
 
@@ -350,16 +351,17 @@ static PyMethodDef probe_def = { "host_call_meta", (PyCFunction)(void (*)(void))
 
 /* The results of fn over the sources in s, and their Python type (*rtype,
  * new reference: a tensor type, tuple, a torch.return_types type, list):
- * from torch's shape rules where shapes.c knows the op, else from
- * pyext_hostcall_infer (a run on meta tensors). 0, 1 with msg (cannot be a
- * host call), or -1 with an error. */
+ * from torch's shape rules where shapes.c knows the op (*sa: what it read
+ * of the arguments), else from pyext_hostcall_infer (a run on meta
+ * tensors; sa->kind SK_NONE). 0, 1 with msg (cannot be a host call), or
+ * -1 with an error. */
 static int infer(tracer *T, PyObject *fn, const ext_srcs *s, PyObject *args, PyObject *kwargs,
-                 pyext_call_meta *m, char *msg, size_t msglen, PyObject **rtype)
+                 pyext_call_meta *m, char *msg, size_t msglen, PyObject **rtype, sh_args *sa)
 {
     const smelt_node *srcs[SMELT_MAX_SRC];
     for (int k = 0; k < s->n; k++)
         srcs[k] = &T->g->nodes[s->node[k]];
-    if (shape_infer(fn, args, kwargs, s->n, srcs, m, rtype))
+    if (shape_infer(fn, args, kwargs, s->n, srcs, m, rtype, sa))
         return 0;
     PyObject *box = PyList_New(2);
     PyObject *probe = NULL;
@@ -450,22 +452,32 @@ static int any_view(const pyext_call_meta *m)
 }
 
 /* Infers, adds the CALL nodes and records call a, whose templates are
- * args/kwargs over sources s. When a result views an input, the tensor
- * arguments are frozen too: an in-place update of one would have to reach
- * the view, which is a copy here. Value id, or -1 (break/error). */
+ * args/kwargs over sources s; or makes graph ops of it where native_call
+ * can (first: only the first result is wanted). When a result views an
+ * input, the tensor arguments are frozen too: an in-place update of one
+ * would have to reach the view, which is a copy here. Value id, or -1
+ * (break/error). */
 static int32_t add_call(tracer *T, PyObject *fn, PyObject *name, const call_args *a, const ext_srcs *s,
-                        PyObject *args, PyObject *kwargs)
+                        PyObject *args, PyObject *kwargs, int first)
 {
     pyext_call_meta m;
+    sh_args sa;
     char msg[400] = "";
     PyObject *rtype;
-    int rc = infer(T, fn, s, args, kwargs, &m, msg, sizeof msg, &rtype);
+    sa.kind = SK_NONE;
+    int rc = infer(T, fn, s, args, kwargs, &m, msg, sizeof msg, &rtype, &sa);
     if (rc) {   /* msg reads "<the probe's name>: <why>" */
         const char *why = strstr(msg, ": ");
         return rc < 0 ? -1 : tr_break(T, "host call of %U: %s", name, why ? why + 2 : msg);
     }
     uint64_t key;
-    int32_t id = T->r->calls ? (int32_t)PyList_GET_SIZE(T->r->calls) : 0, r = -1;
+    int32_t id = T->r->calls ? (int32_t)PyList_GET_SIZE(T->r->calls) : 0;
+    int32_t r = sa.kind == SK_NONE ? -2 : native_call(T, &sa, s->node, &m, first);
+    if (r != -2) {
+        Py_DECREF(rtype);
+        return r;
+    }
+    r = -1;
     if (pyext_hostcall_key(fn, args, kwargs, &key) == 0) {
         int32_t first = smelt_graph_call(T->g, id, key, s->n, s->node, m.nout, m.dtypes, m.ndims,
                                          (const int64_t(*)[SMELT_MAX_DIMS])m.shapes);
@@ -480,7 +492,8 @@ static int32_t add_call(tracer *T, PyObject *fn, PyObject *name, const call_args
     return r;
 }
 
-int32_t ext_call(tracer *T, PyObject *fn, const call_args *a)
+/* ext_call, or ext_call_first when first is set. */
+static int32_t call_impl(tracer *T, PyObject *fn, const call_args *a, int first)
 {
     if (T->broke)
         return -1;
@@ -492,11 +505,24 @@ int32_t ext_call(tracer *T, PyObject *fn, const call_args *a)
     ext_srcs s = { .n = 0 };
     int32_t r = -1;
     if (name && check_args(T, name, a) == 0 && call_tmpl(T, &s, a, &args, &kwargs) == 0)
-        r = add_call(T, fn, name, a, &s, args, kwargs);
+        r = add_call(T, fn, name, a, &s, args, kwargs, first);
     for (int k = 0; k < s.n; k++)
         Py_DECREF(s.slot[k]);
     Py_XDECREF(name);
     Py_XDECREF(args);
     Py_XDECREF(kwargs);
+    return r;
+}
+
+int32_t ext_call(tracer *T, PyObject *fn, const call_args *a)
+{
+    return call_impl(T, fn, a, 0);
+}
+
+int32_t ext_call_first(tracer *T, PyObject *fn, const call_args *a)
+{
+    int32_t r = call_impl(T, fn, a, 1);
+    if (r >= 0 && (T->vals[r].kind == V_TUPLE || T->vals[r].kind == V_LIST))
+        r = T->vals[r].n ? T->vals[r].items[0] : tr_break(T, "call returned no result");
     return r;
 }

@@ -943,6 +943,71 @@ static int mark_children(tracer *T, marker *m, int32_t v)
     return rc;
 }
 
+/* Value x (a graph input) is about to be updated in place: allowed unless
+ * its tensor requires grad while grad mode is on (eager raises for a leaf,
+ * and autograd is not modelled). Records x so that the update is written
+ * back after each run. 1 / 0 (a break) / -1. */
+int tr_mutate_input(tracer *T, int32_t x)
+{
+    const smelt_node *n = &T->g->nodes[T->vals[x].node];
+    int32_t src = T->r->input_src[n->a.input.index];
+    PyObject *t = NULL;
+    for (int32_t i = 0; i < T->r->nguards && !t; i++)
+        if (T->r->guards[i].kind == TG_TENSOR && T->r->guards[i].src == src)
+            t = T->r->guards[i].obj;
+    if (!t)
+        return tr_break(T, "in-place update of an input without its tensor"), 0;
+    PyObject *rg = PyObject_GetAttrString(t, "requires_grad");
+    if (!rg)
+        return -1;
+    int needs = rg == Py_True;
+    Py_DECREF(rg);
+    int grad = 0;
+    if (needs && T->no_grad <= 0) {   /* grad mode outside the trace (guarded) */
+        PyObject *torch = PyImport_AddModule("torch");
+        PyObject *on = torch ? PyObject_CallMethod(torch, "is_grad_enabled", NULL) : NULL;
+        if (!on)
+            return -1;
+        grad = on == Py_True;
+        Py_DECREF(on);
+    }
+    if (grad)
+        return tr_break(T, "in-place update of an input that requires grad"), 0;
+    if (T->vals[x].mut)
+        return 1;
+    int32_t *nm = grow(T->muts, &T->cmuts, T->nmuts + 1, sizeof(int32_t));
+    if (!nm)
+        return PyErr_NoMemory(), -1;
+    T->muts = nm;
+    T->muts[T->nmuts++] = x;
+    T->vals[x].mut = n->a.input.index + 1;
+    return 1;
+}
+
+/* After the return value's outputs: one more graph output per input
+ * updated in place (its final value), written back by the caller. A
+ * returned tensor that is such an input would have to be the caller's own
+ * object: not modelled. */
+static int mut_outputs(tracer *T)
+{
+    tr_result *r = T->r;
+    if (!T->nmuts)
+        return 0;
+    if (!(r->mut_in = PyMem_Calloc((size_t)T->nmuts, sizeof(int32_t))) ||
+        !(r->mut_out = PyMem_Calloc((size_t)T->nmuts, sizeof(int32_t))))
+        return PyErr_NoMemory(), -1;
+    for (int32_t i = 0; i < T->nmuts; i++) {
+        tv *x = &T->vals[T->muts[i]];
+        if (x->pos > 0)
+            return tr_break(T, "returning an input it updated in place");
+        r->mut_in[r->nmut] = x->mut - 1;
+        r->mut_out[r->nmut++] = T->g->nout;
+        if (smelt_graph_output(T->g, x->node))
+            return tr_break(T, "%s", T->g->err);
+    }
+    return 0;
+}
+
 /* Whether a value other than x that the running frames can still reach
  * views x's node (through a chain of view ops) or shares it: then an
  * in-place update of x would have to reach that value too, which is not
@@ -3088,6 +3153,7 @@ static void tracer_free(tracer *T)
     PyMem_Free(T->vals ? T->vals - 1 : NULL);
     PyMem_Free(T->contig);
     PyMem_Free(T->attrw);
+    PyMem_Free(T->muts);
     Py_CLEAR(T->exc);
     Py_XDECREF(T->tensor_of);
 }
@@ -3151,7 +3217,7 @@ int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_r
     if (ret < 0 || obj_finish(&T))
         goto done;
     int32_t root = out_new(&T, TO_CONST);
-    if (root < 0 || build_out(&T, ret, root))
+    if (root < 0 || build_out(&T, ret, root) || mut_outputs(&T))
         goto done;
     if (T.g->nout == 0) {
         tr_break(&T, "no tensor computed");
@@ -3192,6 +3258,8 @@ void tracer_result_clear(tr_result *r)
     for (int32_t i = 0; i < r->nouts; i++)
         Py_XDECREF(r->outs[i].obj);
     PyMem_Free(r->outs);
+    PyMem_Free(r->mut_in);
+    PyMem_Free(r->mut_out);
     Py_XDECREF(r->keep);
     memset(r, 0, sizeof *r);
 }

@@ -1117,24 +1117,103 @@ static int32_t sdpa_fused(tracer *T, int32_t q, int32_t k, int32_t v, int32_t ma
     return mk(T, &p);
 }
 
+static int32_t sdpa_core(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mask, double scale, int causal,
+                         smelt_op op);
+
+/* x [.., H, R, C] as [.., H/g, g, R, C] (g > 1), or with g == 0 as
+ * [.., H, 1, R, C]: views, no copies. */
+static int32_t split_heads(tracer *T, int32_t x, int64_t g)
+{
+    const smelt_node *n = node(T, x);
+    int nd = n->ndim;
+    int64_t shape[SMELT_MAX_DIMS];
+    if (nd + 1 > SMELT_MAX_DIMS)
+        return tr_break(T, "grouped-query attention of rank %d", nd);
+    for (int d = 0, o = 0; d < nd; d++) {
+        if (d == nd - 3) {
+            shape[o++] = g ? n->shape[d] / g : n->shape[d];
+            shape[o++] = g ? g : 1;
+        } else {
+            shape[o++] = n->shape[d];
+        }
+    }
+    return v_reshape(T, x, shape, nd + 1);
+}
+
+/* Grouped-query attention (enable_gqa with fewer key/value heads than
+ * query heads, torch's repeat_interleave rule): query heads split into
+ * [kv heads, group], keys and values broadcast over the group, so the
+ * attention runs on views; the result is merged back. -2: not this form. */
+static int32_t sdpa_gqa(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mask, double scale, int causal,
+                        smelt_op op)
+{
+    const smelt_node *qn = node(T, q), *kn = node(T, k), *vn = node(T, v);
+    int nd = qn->ndim;
+    if (nd < 3 || kn->ndim != nd || vn->ndim != nd)
+        return -2;
+    int64_t Hq = qn->shape[nd - 3], Hk = kn->shape[nd - 3];
+    if (Hk == Hq || Hk < 1 || vn->shape[nd - 3] != Hk || Hq % Hk)
+        return -2;
+    int64_t g = Hq / Hk, out[SMELT_MAX_DIMS];
+    int32_t m = -1;
+    if (!is_none(T, mask)) {   /* [.., Hq or 1, L, S] (left-padded to q's rank) */
+        const smelt_node *mn = node(T, mask);
+        if (T->vals[mask].kind != V_TENSOR || mn->ndim > nd)
+            return -2;
+        int64_t shape[SMELT_MAX_DIMS];
+        int pad = nd - mn->ndim;
+        for (int d = 0; d < nd; d++)
+            shape[d] = d < pad ? 1 : mn->shape[d - pad];
+        if (shape[nd - 3] != Hq && shape[nd - 3] != 1)
+            return -2;
+        m = pad ? v_reshape(T, mask, shape, nd) : mask;
+        m = m < 0 ? -1 : split_heads(T, m, shape[nd - 3] == 1 ? 0 : g);
+        if (m < 0)
+            return -1;
+    }
+    int32_t qs = split_heads(T, q, g), ks = qs < 0 ? -1 : split_heads(T, k, 0);
+    int32_t vs = ks < 0 ? -1 : split_heads(T, v, 0);
+    int32_t r = vs < 0 ? -1 : sdpa_core(T, qs, ks, vs, m >= 0 ? m : mask, scale, causal, op);
+    if (r < 0)
+        return -1;
+    memcpy(out, node(T, r)->shape, sizeof(int64_t) * (size_t)(nd - 3));
+    out[nd - 3] = Hq;
+    out[nd - 2] = qn->shape[nd - 2];
+    out[nd - 1] = vn->shape[nd - 1];
+    return v_reshape(T, r, out, nd);
+}
+
 static int32_t h_sdpa(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t q = arg(a, 0, "query"), k = arg(a, 1, "key"), v = arg(a, 2, "value");
     int32_t mask = arg(a, 3, "attn_mask");
-    int causal;
+    int causal, gqa;
     int err = 0;
     double dp = get_float(T, arg(a, 4, "dropout_p"), 0.0, &err);
-    (void)op;
-    if (err || get_bool(T, arg(a, 5, "is_causal"), 0, &causal))
+    if (err || get_bool(T, arg(a, 5, "is_causal"), 0, &causal) || get_bool(T, arg(a, -1, "enable_gqa"), 0, &gqa))
         return -1;
     if (dp > 0)
         return tr_break(T, "attention dropout is not supported yet");
-    if (!is_none(T, arg(a, -1, "enable_gqa")) || node(T, q)->ndim < 2)
+    if (T->vals[q].kind != V_TENSOR || T->vals[k].kind != V_TENSOR || T->vals[v].kind != V_TENSOR ||
+        node(T, q)->ndim < 2)
         return tr_break(T, "sdpa form not supported yet");
     int64_t E = node(T, q)->shape[node(T, q)->ndim - 1];
     double scale = get_float(T, arg(a, -1, "scale"), 1.0 / sqrt((double)E), &err);
     if (err)
         return -1;
+    if (gqa) {
+        int32_t r = sdpa_gqa(T, q, k, v, mask, scale, causal, op);
+        if (r != -2)
+            return r;
+    }
+    return sdpa_core(T, q, k, v, mask, scale, causal, op);
+}
+
+/* Attention over q, k, v as given: the SDPA op when it takes the form,
+ * else matmul + softmax + matmul. */
+static int32_t sdpa_core(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mask, double scale, int causal,
+                         smelt_op op)
+{
     int32_t fused = sdpa_fused(T, q, k, v, is_none(T, mask) ? -1 : mask, scale, causal);
     if (fused != -2)
         return fused;
@@ -1181,18 +1260,52 @@ static int can_cast(smelt_dtype from, smelt_dtype to)
     return !(from != SMELT_BOOL && to == SMELT_BOOL);
 }
 
-/* Value x may be updated in place: a tensor made in the graph, not a view,
- * that no live value views or shares, and that may not alias storage
- * smelt does not model. 1 / 0 (a break) / -1. */
+/* Whether tensor value x, a view, views a tensor nothing else reaches: no
+ * other tensor value's node, nor its chain of views, is a node below x's in
+ * x's chain of views, whose base is made in the graph (native.c's
+ * unbatched convolution: a squeeze of a CONV node nothing else holds). */
+static int private_view(tracer *T, int32_t x)
+{
+    int32_t below[16];
+    int nb = 0;
+    const smelt_node *n = &T->g->nodes[T->vals[x].node];
+    do {
+        if (nb == 16)
+            return 0;
+        below[nb++] = n->src[0];
+        n = &T->g->nodes[n->src[0]];
+    } while (smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW);
+    if (n->op == SMELT_OP_INPUT)
+        return 0;
+    for (int32_t v = 0; v < T->nvals; v++) {
+        if (v == x || T->vals[v].kind != V_TENSOR)
+            continue;
+        for (int32_t id = T->vals[v].node;; id = T->g->nodes[id].src[0]) {
+            for (int i = 0; i < nb; i++)
+                if (below[i] == id)
+                    return 0;
+            if (smelt_op_kind_of((smelt_op)T->g->nodes[id].op) != SMELT_KIND_VIEW)
+                break;
+        }
+    }
+    return 1;
+}
+
+/* Value x may be updated in place: a tensor made in the graph or a graph
+ * input (written back after each run), not a view (unless of a tensor
+ * nothing else reaches), that no live value views or shares, and that may
+ * not alias storage smelt does not model. 1 / 0 (a break) / -1. */
 static int mutable_value(tracer *T, int32_t x)
 {
     const smelt_node *n = node(T, x);
-    if (T->vals[x].frozen || n->op == SMELT_OP_INPUT || smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW)
-        return tr_break(T, "in-place update of an input, a view or a tensor that may alias one"), 0;
+    if (T->vals[x].frozen || (smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW && !private_view(T, x)))
+        return tr_break(T, "in-place update of a view or a tensor that may alias storage smelt does not see"), 0;
     int a = tr_aliased(T, x);
     if (a > 0)
         tr_break(T, "in-place update of a tensor that a live view shares (the view's update is not modelled)");
-    return a < 0 ? -1 : !a;
+    if (a || n->op != SMELT_OP_INPUT)
+        return a < 0 ? -1 : !a;
+    return tr_mutate_input(T, x);   /* written back after each run */
 }
 
 static int32_t cast_to(tracer *T, int32_t x, int dt);
@@ -1296,6 +1409,11 @@ static int view_strides(const smelt_graph *g, const smelt_node *n, const int64_t
                 out[k++] = s[d];
         out[n->ndim - 1] = s[n->a.diag.dim1] + s[n->a.diag.dim2];
         return 1;
+    case SMELT_OP_UNFOLD:
+        memcpy(out, s, sizeof(int64_t) * in->ndim);
+        out[n->a.unfold.dim] = s[n->a.unfold.dim] * n->a.unfold.step;
+        out[in->ndim] = s[n->a.unfold.dim] * n->a.unfold.dil;
+        return 1;
     default:
         return 0;
     }
@@ -1303,7 +1421,9 @@ static int view_strides(const smelt_graph *g, const smelt_node *n, const int64_t
 
 /* Eager strides of node i given those of earlier nodes (known[j]: 1 when
  * strides[j] is known). Fresh results of ops over contiguous operands are
- * contiguous; anything else eager lays out by rules smelt does not model. */
+ * contiguous, and so are matmul and host call results; anything else
+ * (a convolution of a channels-last input, ...) eager lays out by rules
+ * smelt does not model. */
 static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, const uint8_t *known,
                         int64_t (*st)[SMELT_MAX_DIMS])
 {
@@ -1324,16 +1444,15 @@ static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, 
     }
     if (k == SMELT_KIND_VIEW)
         return known[n->src[0]] && view_strides(g, n, st[n->src[0]], all, st[i]);
-    if (!all && !(k == SMELT_KIND_REDUCTION && n->ndim <= 1) && k != SMELT_KIND_EXTERN)
+    if (!all && !(k == SMELT_KIND_REDUCTION && n->ndim <= 1) && (k != SMELT_KIND_EXTERN || n->op == SMELT_OP_CONV))
         return 0;
     contiguous_strides(n, st[i]);
     return 1;
 }
 
-/* 1 / 0: tensor value x is / is not contiguous in eager; -1: unknown. */
-static int contiguity(tracer *T, int32_t x)
+int ops_eager_contiguous(tracer *T, int32_t id)
 {
-    int32_t id = T->vals[x].node, n = id + 1;
+    int32_t n = id + 1;
     uint8_t *known = PyMem_Calloc((size_t)n, 1);
     int64_t (*st)[SMELT_MAX_DIMS] = PyMem_Calloc((size_t)n, sizeof *st);
     int r = -1;
@@ -1345,6 +1464,12 @@ static int contiguity(tracer *T, int32_t x)
     PyMem_Free(known);
     PyMem_Free(st);
     return r;
+}
+
+/* 1 / 0: tensor value x is / is not contiguous in eager; -1: unknown. */
+static int contiguity(tracer *T, int32_t x)
+{
+    return ops_eager_contiguous(T, T->vals[x].node);
 }
 
 static int32_t h_is_contiguous(tracer *T, const call_args *a, smelt_op op)
@@ -1814,8 +1939,8 @@ static int32_t full_of(tracer *T, PyObject *o, int dt, const int64_t *shape, int
 {
     smelt_node p = { .op = SMELT_OP_FULL, .dtype = (uint8_t)dt, .ndim = (uint8_t)nd };
     memcpy(p.shape, shape, sizeof(int64_t) * (size_t)nd);
-    p.a.scalar.f = PyFloat_AsDouble(o);
-    p.a.scalar.i = PyLong_Check(o) ? PyLong_AsLongLong(o) : (int64_t)p.a.scalar.f;
+    double f = p.a.scalar.f = PyFloat_AsDouble(o);
+    p.a.scalar.i = PyLong_Check(o) ? PyLong_AsLongLong(o) : fabs(f) < 0x1p63 ? (int64_t)f : 0;   /* inf, NaN: 0 */
     return PyErr_Occurred() ? -1 : mk(T, &p);
 }
 
@@ -2119,20 +2244,63 @@ static int32_t h_group_norm(tracer *T, const call_args *a, smelt_op op)
     return y < 0 ? -1 : affine(T, y, channel_param(T, arg(a, 2, "weight"), nd), channel_param(T, arg(a, 3, "bias"), nd));
 }
 
-/* batch_norm with running statistics (eval); training mode updates them
- * in place, which is not modelled. */
+/* A running statistic updated in place as torch's batch_norm does:
+ * stat = (1 - m) * stat + m * batch (batch: [1, C, 1..] -> [C]). */
+static int32_t running_update(tracer *T, int32_t stat, int32_t batch, double m)
+{
+    int64_t c = node(T, stat)->shape[0];
+    int32_t b = v_reshape(T, batch, &c, 1);
+    int32_t u = b < 0 ? -1 : op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, stat, num(T, 1.0 - m)),
+                                 op2(T, SMELT_OP_MUL, b, num(T, m)));
+    return u < 0 ? -1 : ops_inplace(T, stat, u);
+}
+
+/* batch_norm in training mode: normalised by the batch's mean and biased
+ * variance over every dim but 1; running statistics, when given, updated
+ * in place with momentum m (the variance unbiased), written back to the
+ * module's buffers after each run. */
+static int32_t batch_norm_train(tracer *T, const call_args *a, int32_t x, int32_t rm, int32_t rv, double m,
+                                double eps)
+{
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim;
+    int stats = !is_none(T, rm) && !is_none(T, rv);
+    if (nd < 2 || xn->shape[1] < 1)
+        return tr_break(T, "batch_norm of a %d-d input", nd);
+    int64_t n = smelt_node_numel(xn) / xn->shape[1];
+    if (n <= 1)
+        return tr_break(T, "batch_norm in training mode with one value per channel (eager raises)");
+    if (stats && (T->vals[rm].kind != V_TENSOR || T->vals[rv].kind != V_TENSOR || node(T, rm)->ndim != 1 ||
+                  node(T, rv)->ndim != 1 || node(T, rm)->dtype != xn->dtype || node(T, rv)->dtype != xn->dtype))
+        return tr_break(T, "batch_norm running statistics of another dtype or shape than the input's channels");
+    uint32_t dims = ((1u << nd) - 1) & ~2u;
+    int32_t mean = red(T, SMELT_OP_MEAN, x, dims, 1, 0);
+    int32_t xc = mean < 0 ? -1 : op2(T, SMELT_OP_SUB, x, mean);
+    int32_t var = xc < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xc, xc), dims, 1, 0);
+    int32_t y = var < 0 ? -1 : op2(T, SMELT_OP_MUL, xc, op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, var, num(T, eps))));
+    y = y < 0 ? -1 : affine(T, y, channel_param(T, arg(a, 3, "weight"), nd), channel_param(T, arg(a, 4, "bias"), nd));
+    if (y < 0 || !stats)
+        return y;
+    int32_t unbiased = op2(T, SMELT_OP_MUL, var, num(T, (double)n / (double)(n - 1)));
+    if (unbiased < 0 || running_update(T, rm, mean, m) < 0 || running_update(T, rv, unbiased, m) < 0)
+        return -1;
+    return y;
+}
+
+/* batch_norm with running statistics (eval), or batch statistics
+ * (training; see batch_norm_train). */
 static int32_t h_batch_norm(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), rm = arg(a, 1, "running_mean"), rv = arg(a, 2, "running_var");
     int train, err = 0;
-    double eps = farg(T, a, 7, "eps", 1e-5, &err);
+    double eps = farg(T, a, 7, "eps", 1e-5, &err), mom = farg(T, a, 6, "momentum", 0.1, &err);
     (void)op;
     if (err || get_bool(T, arg(a, 5, "training"), 0, &train))
         return -1;
-    if (train || is_none(T, rm) || is_none(T, rv))
-        return tr_break(T, "batch_norm in training mode (batch statistics) is not supported yet");
     if (T->vals[x].kind != V_TENSOR)
         return tr_break(T, "batch_norm of a non-tensor");
+    if (train || is_none(T, rm) || is_none(T, rv))
+        return batch_norm_train(T, a, x, train ? rm : -1, train ? rv : -1, mom, eps);
     int nd = node(T, x)->ndim;
     int32_t inv = op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, channel_param(T, rv, nd), num(T, eps)));
     int32_t y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_SUB, x, channel_param(T, rm, nd)), inv);
@@ -2280,6 +2448,16 @@ static int32_t pad_dim(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, in
     return cat_nodes(T, parts, np, dim);
 }
 
+int32_t ops_pad_node(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, double value)
+{
+    PyObject *v = PyFloat_FromDouble(value);
+    int32_t r = v ? tv_tensor(T, x) : -1;
+    if (r >= 0)
+        r = pad_dim(T, r, dim, lo, hi, 0, v);
+    Py_XDECREF(v);
+    return r < 0 ? -1 : T->vals[r].node;
+}
+
 /* Whether torch accepts replicate (mode 1) / circular (mode 2) padding of
  * x by pads[0..n): k = n/2 padded dims in 1..3 of a (k+1)- or (k+2)-d
  * non-bool tensor, non-negative pads, circular ones at most the dim size.
@@ -2318,6 +2496,57 @@ static int32_t h_pad(tracer *T, const call_args *a, smelt_op op)
         x = pad_dim(T, x, node(T, x)->ndim - 1 - i, pads[2 * i], pads[2 * i + 1], mode, value ? value : zero);
     Py_XDECREF(zero);
     return x;
+}
+
+/* ---------- pooling ---------- */
+
+static PyObject *adaptive_max_fn[4];   /* [k]: torch's adaptive_max_pool{k}d builtin (values, indices) */
+
+/* output_size of an adaptive pooling of the nd-d tensor of sizes shape,
+ * None entries taking the input's sizes (F._list_with_default): the value
+ * to pass to torch's builtin; -2 for a form the Python function must
+ * decide (it raises for too many sizes), -1 on a break. */
+static int32_t adaptive_sizes(tracer *T, int32_t os, const int64_t *shape, int nd)
+{
+    if (T->vals[os].kind == V_OBJ)
+        return PyLong_Check(T->vals[os].obj) && !PyBool_Check(T->vals[os].obj) ? os : -2;
+    int n = T->vals[os].n;
+    if ((T->vals[os].kind != V_TUPLE && T->vals[os].kind != V_LIST) || n >= nd)
+        return -2;
+    int32_t items[SMELT_MAX_DIMS];
+    for (int i = 0; i < n; i++) {
+        int32_t it = T->vals[os].items[i];
+        PyObject *o = T->vals[it].kind == V_OBJ ? tr_const(T, it) : NULL;
+        if (!o)
+            return T->broke || PyErr_Occurred() ? -1 : -2;
+        if (o != Py_None && (!PyLong_Check(o) || PyBool_Check(o)))
+            return -2;
+        if ((items[i] = o == Py_None ? int_value(T, shape[nd - n + i]) : it) < 0)
+            return -1;
+    }
+    return tv_tuple(T, items, n);
+}
+
+/* F.adaptive_max_pool{1,2,3}d (op: the spatial dims) without
+ * return_indices: the values of torch's adaptive_max_pool{op}d (which
+ * computes indices too), as graph ops where native.c can make them. -2
+ * (the Python function runs) with indices or an unusual output_size. */
+static int32_t h_adaptive_max(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), os = arg(a, 1, "output_size");
+    int ri;
+    if (x < 0 || os < 0 || T->vals[x].kind != V_TENSOR || !adaptive_max_fn[op])
+        return -2;
+    if (get_bool(T, arg(a, 2, "return_indices"), 0, &ri))
+        return -1;
+    int64_t shape[SMELT_MAX_DIMS];
+    int nd = node(T, x)->ndim;
+    memcpy(shape, node(T, x)->shape, sizeof shape);
+    int32_t sizes = ri ? -2 : adaptive_sizes(T, os, shape, nd);
+    if (sizes < 0)
+        return sizes;
+    call_args b = { .pos = (int32_t[]){ x, sizes }, .npos = 2 };
+    return ext_call_first(T, adaptive_max_fn[op], &b);
 }
 
 /* ---------- the table ---------- */
@@ -2441,6 +2670,8 @@ static const op_entry table[] = {
     { "torch.split T.split", h_split, 0, IP_NO }, { "torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO },
     { "F.scaled_dot_product_attention", h_sdpa, 0, IP_NO },
     { "F.pad", h_pad, 0, IP_NO }, { "T.cpu", h_identity, 0, IP_NO },
+    { "F.adaptive_max_pool1d", h_adaptive_max, 1, IP_NO }, { "F.adaptive_max_pool2d", h_adaptive_max, 2, IP_NO },
+    { "F.adaptive_max_pool3d", h_adaptive_max, 3, IP_NO },
 };
 
 static PyObject *resolve(PyObject *torch, PyObject *F, const char *name)
@@ -2475,6 +2706,9 @@ int ops_init(void)
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     dropout_fn = resolve(torch, F, "torch.dropout");
+    adaptive_max_fn[1] = resolve(torch, F, "torch.adaptive_max_pool1d");
+    adaptive_max_fn[2] = resolve(torch, F, "torch._C._nn.adaptive_max_pool2d");
+    adaptive_max_fn[3] = resolve(torch, F, "torch._C._nn.adaptive_max_pool3d");
     if (!getitem_fn)
         goto fail;
     static const char *dtn[SMELT_NDTYPES] = { "bool", "uint8", "int8", "int16", "int32", "int64",

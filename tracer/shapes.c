@@ -44,6 +44,7 @@ typedef struct sh_call {
     const smelt_node *const *srcs;   /* Slot(k) stands for srcs[k] */
     uint32_t dts;                    /* dtypes (bit per smelt_dtype) the op takes for its data */
     pyext_call_meta *m;
+    sh_args *sa;                     /* what conv, pooling and unfold handlers read (never NULL) */
 } sh_call;
 
 /* A handler: 1 with c->m filled, 0 when it does not know the form or torch
@@ -61,16 +62,24 @@ static PyObject *given(PyObject *o)
     return o == Py_None ? NULL : o;
 }
 
-/* The node Slot o stands for; NULL when o is not a Slot of this call. */
-static const smelt_node *sh_src(const sh_call *c, PyObject *o)
+/* The number k of Slot o (standing for srcs[k]); -1 when o is not a Slot
+ * of this call. */
+static int sh_slot(const sh_call *c, PyObject *o)
 {
     if (!o || Py_TYPE(o) != slot_type)
-        return NULL;
+        return -1;
     PyObject *i = PyObject_GetAttr(o, slot_index);
     long k = i ? PyLong_AsLong(i) : -1;
     Py_XDECREF(i);
     PyErr_Clear();
-    return k >= 0 && k < c->nsrc ? c->srcs[k] : NULL;
+    return k >= 0 && k < c->nsrc ? (int)k : -1;
+}
+
+/* The node Slot o stands for; NULL when o is not a Slot of this call. */
+static const smelt_node *sh_src(const sh_call *c, PyObject *o)
+{
+    int k = sh_slot(c, o);
+    return k >= 0 ? c->srcs[k] : NULL;
 }
 
 /* Whether node x has one of the op's dtypes. */
@@ -234,6 +243,31 @@ static int conv_channels(int tr, const smelt_node *x, const smelt_node *w, const
     return !b || (b->ndim == 1 && b->shape[0] == *cout);
 }
 
+/* Records a convolution's arguments in c->sa: k spatial dims, stride s,
+ * padding p (or 'same': dil*(kernel-1) in all, the odd one after, as
+ * torch pads), dilation d, groups g. */
+static void conv_args(sh_call *c, int k, int tr, int same, const int64_t *s, const int64_t *p, const int64_t *d,
+                      int64_t g)
+{
+    const smelt_node *w = sh_src(c, c->p[1]);
+    sh_args *sa = c->sa;
+    sa->kind = SK_CONV;
+    sa->nsp = (uint8_t)k;
+    sa->transposed = (uint8_t)tr;
+    sa->x = (int8_t)sh_slot(c, c->p[0]);
+    sa->w = (int8_t)sh_slot(c, c->p[1]);
+    sa->b = (int8_t)sh_slot(c, given(c->p[2]));
+    sa->groups = g;
+    for (int i = 0; i < k; i++) {
+        int64_t total = d[i] * (w->shape[2 + i] - 1);
+        sa->kernel[i] = w->shape[2 + i];
+        sa->stride[i] = s[i];
+        sa->dil[i] = d[i];
+        sa->pad_lo[i] = same ? total / 2 : p[i];
+        sa->pad_hi[i] = same ? total - total / 2 : p[i];
+    }
+}
+
 /* torch.conv{1,2,3}d (arg k) and torch.conv_transpose{1,2,3}d (arg 10 + k):
  * batched or unbatched input; stride, padding (ints or 'valid'/'same'),
  * dilation, groups, output_padding (smaller than the stride everywhere or
@@ -265,6 +299,7 @@ static int sh_conv(sh_call *c, int arg)
     if (lead)
         shape[0] = x->shape[0];
     shape[lead] = cout;
+    conv_args(c, k, tr, same, s, p, d, g);
     return sh_out(c, x->dtype, x->ndim, shape);
 }
 
@@ -303,9 +338,15 @@ static int pool_input(const sh_call *c, const smelt_node *x, int k)
 }
 
 /* The results of a k-d pooling op over x with output sizes osz[0..k):
- * values, then int64 indices when idx. */
-static int pool_results(sh_call *c, const smelt_node *x, int k, const int64_t *osz, int idx)
+ * values, then int64 indices when idx; the op (kind) recorded in c->sa
+ * with the input's slot and the output sizes. */
+static int pool_results(sh_call *c, int kind, const smelt_node *x, int k, const int64_t *osz, int idx)
 {
+    c->sa->kind = (uint8_t)kind;
+    c->sa->nsp = (uint8_t)k;
+    c->sa->indices = idx != 0;
+    c->sa->x = (int8_t)sh_slot(c, c->p[0]);
+    memcpy(c->sa->out, osz, sizeof(int64_t) * (size_t)k);
     int64_t shape[SMELT_MAX_DIMS];
     for (int d = 0; d < x->ndim; d++)
         shape[d] = d < x->ndim - k ? x->shape[d] : osz[d - (x->ndim - k)];
@@ -318,9 +359,9 @@ static int pool_results(sh_call *c, const smelt_node *x, int k, const int64_t *o
  * Lists of one value stand for k copies (1-d: one value only). */
 static int sh_pool(sh_call *c, int arg)
 {
-    int k = arg & 15, mx = arg & P_MAX, ceil, cip;
+    int k = arg & 15, mx = arg & P_MAX, ceil = 0, cip = 1;
     const smelt_node *x = sh_src(c, c->p[0]);
-    int64_t ks[3], s[3], p[3], d[3], div, out[3];
+    int64_t ks[3], s[3], p[3], d[3], div = 0, out[3];
     PyObject *st = c->p[2];
     int empty_st = !given(st) || ((PyList_Check(st) || PyTuple_Check(st)) && PySequence_Fast_GET_SIZE(st) == 0);
     if (!pool_input(c, x, k) || !sh_ints(c->p[1], 0, 1, ks, k) || !sh_ints(c->p[3], 0, 1, p, k))
@@ -339,7 +380,18 @@ static int sh_pool(sh_call *c, int arg)
         if ((out[i] = pool_size(in, ks[i], s[i], p[i], mx ? d[i] : 1, ceil)) < 0 || ((arg & P_KIN) && in < ks[i]))
             return 0;
     }
-    return pool_results(c, x, k, out, arg & P_IDX);
+    sh_args *sa = c->sa;
+    for (int i = 0; i < k; i++) {
+        sa->kernel[i] = ks[i];
+        sa->stride[i] = s[i];
+        sa->pad_lo[i] = sa->pad_hi[i] = p[i];
+        sa->dil[i] = mx ? d[i] : 1;
+    }
+    sa->ceil = (uint8_t)ceil;
+    sa->count_pad = (uint8_t)(mx || cip);
+    sa->has_div = (arg & P_DIV) && given(c->p[6]);
+    sa->div = sa->has_div ? div : 0;
+    return pool_results(c, mx ? SK_MAX_POOL : SK_AVG_POOL, x, k, out, arg & P_IDX);
 }
 
 /* adaptive_{avg,max}_pool{1,2,3}d (arg: k | P_IDX for max): output_size an
@@ -354,7 +406,7 @@ static int sh_adaptive(sh_call *c, int arg)
     for (int i = 0; i < k; i++)
         if (out[i] < 1)
             return 0;
-    return pool_results(c, x, k, out, arg & P_IDX);
+    return pool_results(c, arg & P_IDX ? SK_ADAPTIVE_MAX : SK_ADAPTIVE_AVG, x, k, out, arg & P_IDX);
 }
 
 /* ---------- upsampling ---------- */
@@ -585,6 +637,11 @@ static int sh_unfold(sh_call *c, int arg)
     if (!sh_out(c, x->dtype, x->ndim + 1, shape))
         return 0;
     c->m->is_view[0] = 1;
+    c->sa->kind = SK_UNFOLD;
+    c->sa->x = (int8_t)sh_slot(c, c->p[0]);
+    c->sa->dim = d;
+    c->sa->size = size;
+    c->sa->step = step;
     return 1;
 }
 
@@ -994,7 +1051,7 @@ static int gi_place(const int64_t *dims, int nd, const int64_t *b, int nb, int64
             first = first < 0 ? d : first;
             last = d;
         }
-    for (int d = first; d <= last; d++)
+    for (int d = first; d >= 0 && d <= last; d++)   /* first < 0: no index tensor */
         adjacent &= dims[d] < 0;
     for (int d = 0; d < nd; d++) {
         if ((adjacent ? d == first : d == 0))
@@ -1276,16 +1333,21 @@ static const sh_op *find_op(PyObject *fn)
 }
 
 int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
-                struct pyext_call_meta *m, PyObject **rtype)
+                struct pyext_call_meta *m, PyObject **rtype, sh_args *sa)
 {
+    sh_args scratch;
     *rtype = NULL;
     memset(m, 0, sizeof *m);
+    if (!sa)
+        sa = &scratch;
+    memset(sa, 0, sizeof *sa);
+    sa->x = sa->w = sa->b = -1;
     if (sh_init()) {
         PyErr_Clear();
         return 0;
     }
     const sh_op *op = find_op(fn);
-    sh_call c = { .args = args, .nsrc = nsrc, .srcs = srcs, .m = m };
+    sh_call c = { .args = args, .nsrc = nsrc, .srcs = srcs, .m = m, .sa = sa };
     if (!op || !args || !PyTuple_Check(args) || (kwargs && kwargs != Py_None && !PyDict_Check(kwargs)))
         return 0;
     c.dts = op->dts;
@@ -1293,6 +1355,7 @@ int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const 
     PyErr_Clear();
     if (!ok) {
         memset(m, 0, sizeof *m);
+        sa->kind = SK_NONE;
         return 0;
     }
     *rtype = Py_NewRef(rtypes[op->rt]);

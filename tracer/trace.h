@@ -74,6 +74,10 @@ typedef struct tr_result {
     int32_t ninputs;
     tr_guard *guards; int32_t nguards;
     tr_out *outs; int32_t nouts;   /* outs[0] is the root */
+    int32_t *mut_in, *mut_out;     /* in-place updates of inputs: after each run, graph
+                                      input mut_in[i] takes the value of graph output
+                                      mut_out[i] (tensor.copy_) */
+    int32_t nmut;
     PyObject *keep;        /* list keeping keys and constants alive */
     PyObject *calls;       /* list of (fn, args, kwargs) by host call id, or NULL
                               (see pyext/hostcall.h); the reference is held in

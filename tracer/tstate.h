@@ -65,6 +65,7 @@ typedef struct tv {
     int32_t n, cap;
     int32_t self_, pos;
     int32_t sl[3];
+    int32_t mut;           /* V_TENSOR: 1 + the graph input it was before an in-place update */
 } tv;
 
 /* An attribute of an object from outside the trace that the traced code
@@ -80,7 +81,9 @@ typedef struct tracer {
     tr_result *r;
     int32_t csrcs, cguards, cinputs, couts;
     PyObject *tensor_of;   /* dict: id(tensor) -> value id of its graph input */
-    uint8_t *contig;       /* per graph node: 1 when made contiguous by x.contiguous() */
+    int32_t *muts; int32_t nmuts, cmuts;   /* values of inputs updated in place */
+    uint8_t *contig;       /* per graph node: 1 when eager's value is known contiguous (made by
+                              x.contiguous(), or pooling of a contiguous input: native.c) */
     int32_t ccontig;
     PyObject *globals, *builtins;   /* of the top frame */
     struct tframe *frame;  /* the innermost running frame */
@@ -137,7 +140,10 @@ int tr_is_module(PyObject *o);
 int32_t tr_dict_value(tracer *T, int32_t v);              /* a V_DICT for a dict value (guarded) */
 int tr_guard_absent(tracer *T, int32_t v);                /* attributes of object v stay as they are */
 int tr_gen_next(tracer *T, int32_t it, int32_t *out);     /* generator: 1 yielded, 0 done, -1 */
-int tr_aliased(tracer *T, int32_t x);   /* a live value other than x views or shares x's node */
+int tr_aliased(tracer *T, int32_t x);
+/* x, a graph input, will be updated in place (written back after each
+ * run): 1, 0 (a break: it requires grad under grad mode) or -1. */
+int tr_mutate_input(tracer *T, int32_t x);   /* a live value other than x views or shares x's node */
 
 /* builtins.c: Python builtins, operator/math/functools, container methods,
  * iteration */
@@ -168,6 +174,11 @@ int ops_is_tensor(PyObject *o);
 PyObject *ops_tensor_type(void);          /* torch.Tensor (borrowed) */
 PyObject *ops_size_type(void);            /* torch.Size (borrowed) */
 int ops_dtype_of(PyObject *torch_dtype);  /* smelt_dtype, or -1 (no error set) */
+/* Graph node x padded along dim with lo and hi (>= 0) elements of value
+ * before and after (F.pad's constant mode). Node id, or -1 (break/error). */
+int32_t ops_pad_node(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, double value);
+/* 1 / 0: eager lays graph node x out contiguously / does not; -1: unknown. */
+int ops_eager_contiguous(tracer *T, int32_t x);
 
 /* extern.c: host calls (CALL nodes running a torch op at run time; see
  * pyext/hostcall.h) */
@@ -188,12 +199,38 @@ int ext_eligible(PyObject *fn);
  * -2 when no argument is a tensor (nothing was recorded); -1 on a break
  * (the reason names fn) or an error. */
 int32_t ext_call(tracer *T, PyObject *fn, const call_args *a);
+/* ext_call for the first result alone: a tuple or list result gives its
+ * first item, and graph ops may compute just that one (native_call). */
+int32_t ext_call_first(tracer *T, PyObject *fn, const call_args *a);
 
 /* shapes.c: the results of common host calls (conv, pooling, upsampling,
  * embedding, cumsum, topk, sort, gather/scatter, einsum, advanced
  * indexing, ...) from torch's shape rules, without a meta-tensor run: the
  * first Python meta kernel a process runs costs 0.4-2.4 s of imports. */
 struct pyext_call_meta;
+
+/* What shape_infer read from the arguments of a convolution, pooling or
+ * Tensor.unfold call it accepted (native.c makes graph ops of them).
+ *   kind       SK_NONE for every other op
+ *   x, w, b    slots (source numbers) of input, weight, bias; -1: none
+ *   per spatial dim i < nsp: kernel (pooling; the weight's size for conv),
+ *   stride, pad_lo/pad_hi (zeros / pooling padding before and after; a
+ *   convolution's 'same' split as torch splits it), dil, out (pooling
+ *   output sizes, as torch's pooling_output_shape gives them)
+ *   conv: groups, transposed; pooling: indices (returned too), ceil,
+ *   count_pad (count_include_pad; 1 for max), has_div / div
+ *   (divisor_override); unfold: dim (normalised), size, step */
+typedef enum sh_kind { SK_NONE, SK_CONV, SK_MAX_POOL, SK_AVG_POOL, SK_ADAPTIVE_AVG, SK_ADAPTIVE_MAX, SK_UNFOLD } sh_kind;
+
+typedef struct sh_args {
+    uint8_t kind, nsp, transposed, indices, ceil, count_pad, has_div;
+    int8_t x, w, b;
+    int64_t kernel[3], stride[3], pad_lo[3], pad_hi[3], dil[3], out[3];
+    int64_t groups, div;
+    int dim;
+    int64_t size, step;
+} sh_args;
+
 /* fn(*args, **kwargs) over a host call's argument templates (Slot(k)
  * stands for srcs[k]; kwargs a dict, None or NULL): 1 with *m filled (nout,
  * dtypes, ndims, shapes; is_view for results that view an input) and
@@ -201,9 +238,20 @@ struct pyext_call_meta;
  * torch.return_types type; new reference), exactly as torch computes
  * them; 0 when fn or this argument form is not one it knows, or torch
  * would reject the arguments (the caller runs the meta call, which raises
- * torch's own message). Never sets a Python error. */
+ * torch's own message). *sa (when not NULL) is filled on 1 and has kind
+ * SK_NONE on 0. Never sets a Python error. */
 int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
-                struct pyext_call_meta *m, PyObject **rtype);
+                struct pyext_call_meta *m, PyObject **rtype, sh_args *sa);
+
+/* native.c: convolution, pooling and Tensor.unfold as graph ops instead
+ * of host calls. A call shape_infer accepted (sa; node[k] the graph node
+ * of slot k; m the results torch gives): CONV for float32 convolutions,
+ * constant padding + UNFOLD + amax/sum for pooling of floating tensors
+ * (adaptive pooling when every output size divides the input size),
+ * UNFOLD for Tensor.unfold. first: the caller wants the call's first
+ * result only (the values of an adaptive max pooling without indices).
+ * A tensor value; -2 when the call stays a host call; -1 (break/error). */
+int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const struct pyext_call_meta *m, int first);
 
 /* ---- objects.c and the interp.c/builtins.c entry points it uses:
  * instances of plain Python classes made in the traced code (V_INST),

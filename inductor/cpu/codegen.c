@@ -18,6 +18,10 @@
 #include "../plan.h"
 #include "../kix.h"
 #include "jit.h"
+#include "diskcache.h"
+#include "../../kernels/threadpool.h"
+
+#include <llvm/Config/llvm-config.h>
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Core.h>
@@ -29,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TILE_POINTWISE 2048
 #define MIN_CHUNK_ELEMS 16384
@@ -39,6 +44,8 @@ typedef struct cg {
     LLVMModuleRef M;
     LLVMBuilderRef B;
     smelt_plan *p;
+    kir_pool *P;                    /* expressions: this thread's copy of p->pool
+                                       (code generation interns new ones) */
     const kir_kernel *k;
     int L, vbits;
     LLVMValueRef fn, bufs_arg;
@@ -251,7 +258,7 @@ static LLVMValueRef conv(cg *g, LLVMValueRef v, smelt_dtype from, smelt_dtype to
 
 static LLVMValueRef ix_scalar(cg *g, int32_t e)
 {
-    const kix *k = &g->p->pool.ix[e];
+    const kix *k = &g->P->ix[e];
     switch (k->op) {
     case KIX_CONST: return LLVMConstInt(g->i64, (unsigned long long)k->c, 1);
     case KIX_VAR: return g->var[k->c];
@@ -266,7 +273,7 @@ static LLVMValueRef ix_scalar(cg *g, int32_t e)
 static void ix_lanes(cg *g, int32_t e, int w, LLVMValueRef *out)
 {
     int v = g->k->vvar;
-    int64_t c = w > 1 ? kix_coef(&g->p->pool, e, v) : 0;
+    int64_t c = w > 1 ? kix_coef(g->P, e, v) : 0;
     LLVMValueRef base = ix_scalar(g, e);
     if (c != KIX_NONAFFINE) {
         for (int i = 0; i < w; i++)
@@ -285,7 +292,7 @@ static LLVMValueRef ix_vector(cg *g, int32_t e, int w)
 {
     if (w == 1)
         return ix_scalar(g, e);
-    int64_t c = kix_coef(&g->p->pool, e, g->k->vvar);
+    int64_t c = kix_coef(g->P, e, g->k->vvar);
     if (c != KIX_NONAFFINE) {
         LLVMValueRef l = LLVMBuildMul(g->B, lanes(g, w), cint(g, g->i64, c, w), "");
         return LLVMBuildAdd(g->B, splat(g, ix_scalar(g, e), w), l, "");
@@ -317,7 +324,7 @@ static LLVMValueRef elem_ptr(cg *g, LLVMTypeRef st, int32_t b, LLVMValueRef i)
 
 static LLVMValueRef load_raw(cg *g, int32_t b, LLVMTypeRef st, int32_t ix, int w)
 {
-    int64_t c = w > 1 ? kix_coef(&g->p->pool, ix, g->k->vvar) : 0;
+    int64_t c = w > 1 ? kix_coef(g->P, ix, g->k->vvar) : 0;
     if (w == 1 || c == 0) {
         LLVMValueRef l = LLVMBuildLoad2(g->B, st, elem_ptr(g, st, b, ix_scalar(g, ix)), "");
         return splat(g, l, w);
@@ -358,7 +365,7 @@ static void store_val(cg *g, int32_t b, int32_t ix, LLVMValueRef v, int w)
         v = LLVMBuildFPTrunc(g->B, v, vec(g->f16, w), "");
     else if (dt == SMELT_BF16)
         v = f32_to_bf16(g, v, w);
-    int64_t c = w > 1 ? kix_coef(&g->p->pool, ix, g->k->vvar) : 0;
+    int64_t c = w > 1 ? kix_coef(g->P, ix, g->k->vvar) : 0;
     if (w == 1) {
         LLVMBuildStore(g->B, v, elem_ptr(g, st, b, ix_scalar(g, ix)));
         return;
@@ -661,7 +668,7 @@ static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
     smelt_dtype cd = x->cdtype;
     LLVMValueRef a[3] = { NULL, NULL, NULL };
     for (int k = 0; k < 3 && x->src[k] >= 0; k++) {
-        const kexpr *s = &g->p->pool.ex[x->src[k]];
+        const kexpr *s = &g->P->ex[x->src[k]];
         smelt_dtype to = (op == SMELT_OP_WHERE && k == 0) ? SMELT_BOOL : cd;
         a[k] = conv(g, emit(g, x->src[k], w), s->dtype, to, w);
     }
@@ -678,7 +685,7 @@ static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
     if (op == SMELT_OP_MAXIMUM || op == SMELT_OP_MINIMUM)
         return maxmin(g, op == SMELT_OP_MAXIMUM, cd, a[0], a[1]);
     LLVMValueRef r = NULL;
-    const kexpr *e = x->src[1] >= 0 ? &g->p->pool.ex[x->src[1]] : NULL;
+    const kexpr *e = x->src[1] >= 0 ? &g->P->ex[x->src[1]] : NULL;
     if (op == SMELT_OP_POW && is_fp(cd) && e && e->op == KE_CONST)
         r = pow_const(g, a[0], is_fp((smelt_dtype)e->dtype) ? e->f : (double)e->i, w);
     if (r)
@@ -700,7 +707,7 @@ static LLVMValueRef emit(cg *g, int32_t e, int w)
     int wi = w > 1;
     if (g->memo_ep[wi][e] == g->epoch)
         return g->memo[wi][e];
-    const kexpr *x = &g->p->pool.ex[e];
+    const kexpr *x = &g->P->ex[e];
     LLVMValueRef r;
     if (e == g->rc_expr) {
         LLVMTypeRef t = ctype(g, x->dtype);
@@ -846,7 +853,7 @@ static void arg_combine(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef *a, LLV
 /* Flat row-major index over the reduction vars at the current point. */
 static LLVMValueRef red_flat(cg *g, int w)
 {
-    kir_pool *P = &g->p->pool;
+    kir_pool *P = g->P;
     int32_t f = kix_const(P, 0);
     for (int v = 0; v < g->k->nvars; v++)
         if (g->k->rmask >> v & 1)
@@ -858,7 +865,7 @@ static void acc_init(cg *g, acc *a, const kitem *it, int w)
 {
     smelt_op op = (smelt_op)it->rop;
     a->w = w;
-    a->dt = is_arg(op) ? g->p->pool.ex[it->value].dtype : (smelt_dtype)it->acc_dtype;
+    a->dt = is_arg(op) ? g->P->ex[it->value].dtype : (smelt_dtype)it->acc_dtype;
     if (is_arg(op) && (a->dt == SMELT_F16 || a->dt == SMELT_BF16))
         a->dt = SMELT_F32;
     a->val = entry_alloca(g, vec(ctype(g, a->dt), w));
@@ -873,7 +880,7 @@ static void acc_init(cg *g, acc *a, const kitem *it, int w)
 static void acc_step(cg *g, acc *a, const kitem *it, int w)
 {
     smelt_op op = (smelt_op)it->rop;
-    const kexpr *x = &g->p->pool.ex[it->value];
+    const kexpr *x = &g->P->ex[it->value];
     LLVMValueRef v = conv(g, emit(g, it->value, w), x->dtype, a->dt, w);
     if (w != a->w)
         abort();
@@ -1000,7 +1007,7 @@ static int contains(const kir_pool *P, int32_t root, int32_t e)
 static void plan_row_cache(cg *g)
 {
     const kir_kernel *k = g->k;
-    kir_pool *P = &g->p->pool;
+    kir_pool *P = g->P;
     g->rc_expr = -1;
     if (k->vvar < 0 || !(k->rmask >> k->vvar & 1) || k->vvar != k->nvars - 1 || k->split > 1)
         return;
@@ -1087,6 +1094,35 @@ static int64_t outer_items(const kir_kernel *k, int64_t tile, int64_t *ntiles)
     return n;
 }
 
+/* Elements of the vectorised var per work item in outer-vector mode. */
+static int64_t kernel_tile(const kir_kernel *k, int L)
+{
+    return k->rmask ? (int64_t)L * 4 : TILE_POINTWISE;
+}
+
+/* The launch shape of kernel k compiled with L lanes: work items, the
+ * minimum chunk, and for split kernels the finish items and scratch. */
+static void kernel_launch(const kir_kernel *k, int L, plan_kernel_code *code)
+{
+    int outer_vec = k->vvar >= 0 && !(k->rmask >> k->vvar & 1);
+    int64_t tile = kernel_tile(k, L), ntiles;
+    int64_t nouter = outer_items(k, tile, &ntiles);
+    int64_t rn = 1;
+    for (int v = 0; v < k->nvars; v++)
+        if (k->rmask >> v & 1)
+            rn *= k->size[v];
+    int64_t per_item = (outer_vec ? tile : 1) * (rn > 0 ? rn : 1);
+    code->nitems = nouter;
+    code->grain = (MIN_CHUNK_ELEMS + per_item - 1) / per_item;
+    code->nfinish = code->scratch_bytes = 0;
+    if (k->split > 1) {
+        code->nitems = nouter * k->split;
+        code->grain = 1;
+        code->nfinish = nouter;
+        code->scratch_bytes = code->nitems * 8;
+    }
+}
+
 /* Sets outer var values from item number `item`. Returns the tile number
  * (outer-vector mode) or NULL. */
 static LLVMValueRef decode_item(cg *g, LLVMValueRef item, int64_t ntiles)
@@ -1121,6 +1157,7 @@ static void begin_fn(cg *g, const char *name)
 {
     LLVMTypeRef params[3] = { g->ptr, g->i64, g->i64 };
     g->fn = LLVMAddFunction(g->M, name, LLVMFunctionType(g->vd, params, 3, 0));
+    LLVMSetLinkage(g->fn, LLVMWeakODRLinkage);   /* other objects may define it too */
     char vb[16];
     snprintf(vb, sizeof vb, "%d", g->vbits);
     add_str_attr(g, "min-legal-vector-width", vb);
@@ -1210,22 +1247,10 @@ static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
     begin_fn(g, name);
     plan_row_cache(g);
     int outer_vec = k->vvar >= 0 && !(k->rmask >> k->vvar & 1);
-    int64_t tile = k->rmask ? (int64_t)g->L * 4 : TILE_POINTWISE;
+    int64_t tile = kernel_tile(k, g->L);
     int64_t ntiles;
-    int64_t nouter = outer_items(k, tile, &ntiles);
-    int64_t rn = 1;
-    for (int v = 0; v < k->nvars; v++)
-        if (k->rmask >> v & 1)
-            rn *= k->size[v];
-    int64_t per_item = (outer_vec ? tile : 1) * (rn > 0 ? rn : 1);
-    code->nitems = nouter;
-    code->grain = (MIN_CHUNK_ELEMS + per_item - 1) / per_item;
-    if (k->split > 1) {
-        code->nitems = nouter * k->split;
-        code->grain = 1;
-        code->nfinish = nouter;
-        code->scratch_bytes = code->nitems * 8;
-    }
+    outer_items(k, tile, &ntiles);
+    kernel_launch(k, g->L, code);
     loop items;
     LLVMValueRef item = loop_begin(g, &items, LLVMGetParam(g->fn, 1), LLVMGetParam(g->fn, 2), 1);
     if (k->split > 1)
@@ -1392,7 +1417,7 @@ static void cg_alloc_memo(cg *g)
         free(g->memo[i]);
         free(g->memo_ep[i]);
         /* room for expressions added while generating (red_flat) */
-        size_t n = (size_t)g->p->pool.nex + 1;
+        size_t n = (size_t)g->P->nex + 1;
         g->memo[i] = calloc(n, sizeof(LLVMValueRef));
         g->memo_ep[i] = calloc(n, sizeof(uint32_t));
         if (!g->memo[i] || !g->memo_ep[i])
@@ -1435,7 +1460,335 @@ static int optimise(LLVMModuleRef M, LLVMTargetMachineRef tm, int opt, char *err
     return 0;
 }
 
-static unsigned long long module_counter;
+/* ---------- compiling a plan ---------- */
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+#define KERNEL_CODE_VERSION 1   /* bump when the generated code changes */
+
+/* One batch of new kernels compiled to one object in its own LLVM context
+ * (batches run in parallel on the thread pool). */
+typedef struct cg_job {
+    smelt_plan *p;
+    int vbits, opt, keep_ir;
+    int32_t *kernels;          /* plan kernel numbers */
+    int nk;
+    const char (*names)[40];   /* per plan kernel: its function's name */
+    LLVMMemoryBufferRef obj;
+    char *ir, *asm_text;
+    int64_t cost;
+    int rc;
+    char err[256];
+} cg_job;
+
+/* What codegen keeps per plan (p->backend_state): the objects whose code
+ * the plan runs, one reference each. */
+typedef struct cg_state {
+    cpu_obj **objs;
+    int n, cap;
+} cg_state;
+
+static void state_hold(cg_state *st, cpu_obj *o)
+{
+    if (st->n == st->cap) {
+        st->cap = st->cap ? 2 * st->cap : 8;
+        st->objs = realloc(st->objs, sizeof(cpu_obj *) * (size_t)st->cap);
+        if (!st->objs)
+            abort();
+    }
+    st->objs[st->n++] = o;
+}
+
+/* Sets the module's target from tm. */
+static void module_target(LLVMModuleRef M, LLVMTargetMachineRef tm)
+{
+    LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+    char *dl = LLVMCopyStringRepOfTargetData(td);
+    LLVMSetDataLayout(M, dl);
+    LLVMDisposeMessage(dl);
+    LLVMDisposeTargetData(td);
+    char *triple = LLVMGetTargetMachineTriple(tm);
+    LLVMSetTarget(M, triple);
+    LLVMDisposeMessage(triple);
+}
+
+/* Generates, optimises and emits the job's kernels as one object. */
+static void run_job(cg_job *j)
+{
+    smelt_plan *p = j->p;
+    LLVMContextRef C = LLVMContextCreate();
+    LLVMTargetMachineRef tm = cpu_target_machine(j->opt);
+    kir_pool pool;
+    kir_pool_copy(&pool, &p->pool);
+    cg g;
+    cg_init(&g, p, C, j->vbits);
+    g.P = &pool;
+    g.M = LLVMModuleCreateWithNameInContext("smelt", C);
+    int32_t *slot_of = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
+    if (!slot_of)
+        abort();
+    j->rc = -1;
+    if (!tm) {
+        snprintf(j->err, sizeof j->err, "LLVM: no target machine for the host");
+        goto out;
+    }
+    module_target(g.M, tm);
+    for (int t = 0; t < j->nk; t++) {
+        int32_t i = j->kernels[t];
+        plan_kernel_code *c = &p->code[i];
+        for (int32_t b = 0; b < p->nbufs; b++)
+            slot_of[b] = -1;
+        for (int32_t s = 0; s < c->nslots; s++)
+            slot_of[c->slots[s]] = s;
+        char fname[64];
+        g.k = &p->kernels[i];
+        g.slot_of = slot_of;
+        g.nslots = c->nslots;
+        cg_alloc_memo(&g);
+        emit_kernel_fn(&g, j->names[i], c);
+        if (g.k->split > 1) {
+            snprintf(fname, sizeof fname, "%s_finish", j->names[i]);
+            emit_finish_fn(&g, fname);
+        }
+    }
+    char *verr = NULL;
+    if (LLVMVerifyModule(g.M, LLVMReturnStatusAction, &verr)) {
+        snprintf(j->err, sizeof j->err, "internal error: invalid LLVM IR: %.200s", verr);
+        LLVMDisposeMessage(verr);
+        goto out;
+    }
+    LLVMDisposeMessage(verr);
+    if (optimise(g.M, tm, j->opt, j->err, sizeof j->err))
+        goto out;
+    if (j->keep_ir) {
+        j->ir = LLVMPrintModuleToString(g.M);
+        j->asm_text = emit_asm(tm, g.M);
+    }
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, g.M, LLVMObjectFile, &verr, &j->obj)) {
+        snprintf(j->err, sizeof j->err, "LLVM object emission: %.200s", verr ? verr : "failed");
+        LLVMDisposeMessage(verr);
+        j->obj = NULL;
+        goto out;
+    }
+    j->rc = 0;
+out:
+    free(slot_of);
+    LLVMDisposeModule(g.M);
+    if (tm)
+        LLVMDisposeTargetMachine(tm);
+    LLVMDisposeBuilder(g.B);
+    for (int i = 0; i < 2; i++) {
+        free(g.memo[i]);
+        free(g.memo_ep[i]);
+    }
+    free(g.bufptr);
+    kir_pool_free(&pool);
+    LLVMContextDispose(C);
+}
+
+static void run_jobs(void *ctx, int64_t begin, int64_t end)
+{
+    cg_job *jobs = ctx;
+    for (int64_t t = begin; t < end; t++)
+        run_job(&jobs[t]);
+}
+
+/* A second, independent 64-bit hash (names are 128 bits of the key). */
+static uint64_t key_hash2(const uint8_t *b, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull + (h >> 29);
+    return h;
+}
+
+/* Canonical keys of every kernel (with the code options appended), their
+ * slot tables, names, and kernels identical to an earlier one. */
+static void plan_keys(smelt_plan *p, int vbits, int opt, uint8_t **keys, size_t *klen, uint64_t *khash,
+                      char (*names)[40])
+{
+    kkey kk = { 0 };
+    kk.slot_of = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
+    kk.ex_id = malloc(sizeof(int32_t) * (size_t)(p->pool.nex + 1));
+    kk.ix_id = malloc(sizeof(int32_t) * (size_t)(p->pool.nix + 1));
+    if (!kk.slot_of || !kk.ex_id || !kk.ix_id)
+        abort();
+    int64_t opts[3] = { KERNEL_CODE_VERSION, vbits, opt };
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        plan_kernel_code *c = &p->code[i];
+        if (!(c->slots = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1))))
+            abort();
+        kk.slots = c->slots;
+        kernel_key(&kk, p, &p->kernels[i]);
+        kk_put(&kk, opts, sizeof opts);
+        c->nslots = kk.nslots;
+        if (!(keys[i] = malloc(kk.n)))
+            abort();
+        memcpy(keys[i], kk.b, kk.n);
+        klen[i] = kk.n;
+        khash[i] = key_hash(kk.b, kk.n);
+        snprintf(names[i], sizeof names[i], "smelt_%016llx%016llx", (unsigned long long)khash[i],
+                 (unsigned long long)key_hash2(kk.b, kk.n));
+        c->same_as = -1;
+        for (int32_t j = 0; j < i && c->same_as < 0; j++)
+            if (p->code[j].same_as < 0 && khash[j] == khash[i] && klen[j] == klen[i] &&
+                !memcmp(keys[j], keys[i], klen[i]))
+                c->same_as = j;
+    }
+    free(kk.b);
+    free(kk.ex_id);
+    free(kk.ix_id);
+    free(kk.slot_of);
+}
+
+static void code_from(plan_kernel_code *c, const cpu_kcode *k)
+{
+    c->fn = (plan_kernel_fn)k->fn;
+    c->finish = (plan_kernel_fn)k->finish;
+    c->nitems = k->nitems, c->grain = k->grain;
+    c->nfinish = k->nfinish, c->scratch_bytes = k->scratch_bytes;
+}
+
+/* Splits the kernels still to compile (todo[0..n)) into at most nt jobs
+ * of similar size (key length as the cost), largest first. */
+static int make_jobs(cg_job *jobs, int nt, const int32_t *todo, int n, const size_t *klen)
+{
+    int nj = n < nt ? n : nt;
+    for (int a = 0; a < n; a++) {
+        int32_t i = todo[a];
+        int best = 0;
+        for (int t = 1; t < nj; t++)
+            if (jobs[t].cost < jobs[best].cost)
+                best = t;
+        jobs[best].kernels[jobs[best].nk++] = i;
+        jobs[best].cost += (int64_t)klen[i];
+    }
+    return nj;
+}
+
+/* Adds the jobs' objects, finds their functions, registers them; kernels
+ * registered meanwhile by another compile are taken from the registry.
+ * Runs under the JIT lock. */
+static int load_jobs_locked(smelt_plan *p, cg_state *st, cg_job *jobs, int nj, uint8_t **keys, size_t *klen,
+                            uint64_t *khash, char (*names)[40], char *err, size_t errlen)
+{
+    for (int t = 0; t < nj; t++) {
+        cpu_obj *o = cpu_jit_add_object_locked(jobs[t].obj, err, errlen);
+        jobs[t].obj = NULL;
+        if (!o)
+            return -1;
+        state_hold(st, o);
+        for (int a = 0; a < jobs[t].nk; a++) {
+            int32_t i = jobs[t].kernels[a];
+            cpu_kcode k;
+            cpu_obj *held;
+            if (cpu_kcache_find_locked(keys[i], klen[i], khash[i], &k, &held)) {
+                code_from(&p->code[i], &k);
+                state_hold(st, held);
+                continue;
+            }
+            char fname[64];
+            plan_kernel_code *c = &p->code[i];
+            if (!(c->fn = (plan_kernel_fn)cpu_jit_lookup_locked(names[i], err, errlen)))
+                return -1;
+            snprintf(fname, sizeof fname, "%s_finish", names[i]);
+            if (p->kernels[i].split > 1 && !(c->finish = (plan_kernel_fn)cpu_jit_lookup_locked(fname, err, errlen)))
+                return -1;
+            cpu_kcode kc = { (void *)c->fn, (void *)c->finish, c->nitems, c->grain, c->nfinish, c->scratch_bytes };
+            cpu_kcache_insert_locked(keys[i], klen[i], khash[i], &kc, o);
+        }
+    }
+    return 0;
+}
+
+/* Concatenates the jobs' texts (which = 0: IR, 1: assembly). */
+static char *join_texts(cg_job *jobs, int nj, int which)
+{
+    size_t n = 1;
+    for (int t = 0; t < nj; t++) {
+        const char *s = which ? jobs[t].asm_text : jobs[t].ir;
+        n += s ? strlen(s) : 0;
+    }
+    char *out = malloc(n);
+    if (!out)
+        return NULL;
+    out[0] = 0;
+    for (int t = 0, o = 0; t < nj; t++) {
+        const char *s = which ? jobs[t].asm_text : jobs[t].ir;
+        if (s) {
+            memcpy(out + o, s, strlen(s) + 1);
+            o += (int)strlen(s);
+        }
+    }
+    return out;
+}
+
+/* The disk cache key of the kernels todo[0..n): everything that changes
+ * their code (this file's build stamp stands for smelt's code generator),
+ * then their names. malloc'd, length in *len. */
+static uint8_t *dcache_key(int vbits, int opt, const int32_t *todo, int n, char (*names)[40], size_t *len)
+{
+    char head[512];
+    int h = snprintf(head, sizeof head, "smelt-kernels v%d %s %s llvm %s cpu %s vbits %d O%d|", KERNEL_CODE_VERSION,
+                     __DATE__, __TIME__, LLVM_VERSION_STRING, cpu_host_cpu(), vbits, opt);
+    const char *feat = cpu_host_features();
+    size_t fl = strlen(feat), total = (size_t)h + fl + 1 + (size_t)n * 40;
+    uint8_t *k = malloc(total);
+    if (!k)
+        abort();
+    memcpy(k, head, (size_t)h);
+    memcpy(k + h, feat, fl);
+    k[h + fl] = '|';
+    size_t o = (size_t)h + fl + 1;
+    for (int a = 0; a < n; a++) {
+        memcpy(k + o, names[todo[a]], 40);
+        o += 40;
+    }
+    *len = o;
+    return k;
+}
+
+/* Loads the todo kernels from a disk cache entry (blobs): launch shapes
+ * computed here, code from the objects. 0, or -1 (err) if the objects do
+ * not define them. */
+static int load_cached(smelt_plan *p, cg_state *st, int vbits, cpu_blob *blobs, int nblobs, const int32_t *todo,
+                       int ntodo, uint8_t **keys, size_t *klen, uint64_t *khash, char (*names)[40], char *err,
+                       size_t errlen)
+{
+    cg_job jobs[8] = { 0 };
+    int nj = nblobs < 8 ? nblobs : 8;
+    if (nblobs < 1 || nblobs > 8)
+        return snprintf(err, errlen, "disk cache entry with %d objects", nblobs), -1;
+    for (int t = 0; t < nj; t++)
+        jobs[t].obj = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)blobs[t].data, blobs[t].len, "smelt");
+    jobs[nj - 1].kernels = (int32_t *)todo;   /* looked up once every object is added */
+    jobs[nj - 1].nk = ntodo;
+    for (int a = 0; a < ntodo; a++)
+        kernel_launch(&p->kernels[todo[a]], vbits / 32, &p->code[todo[a]]);
+    cpu_jit_lock();
+    int rc = load_jobs_locked(p, st, jobs, nj, keys, klen, khash, names, err, errlen);
+    cpu_jit_unlock();
+    for (int t = 0; t < nj; t++)
+        if (jobs[t].obj)
+            LLVMDisposeMemoryBuffer(jobs[t].obj);
+    return rc;
+}
+
+/* Stores the jobs' objects under key. */
+static void store_cached(const uint8_t *key, size_t keylen, cg_job *jobs, int nj)
+{
+    cpu_blob blobs[8];
+    for (int t = 0; t < nj; t++) {
+        blobs[t].data = (uint8_t *)LLVMGetBufferStart(jobs[t].obj);
+        blobs[t].len = LLVMGetBufferSize(jobs[t].obj);
+    }
+    cpu_dcache_put(key, keylen, blobs, nj);
+}
 
 int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen)
 {
@@ -1445,138 +1798,110 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
     int vbits = o && o->vector_bits > 0 && o->vector_bits <= host ? o->vector_bits : host;
     if (vbits < 128)
         vbits = 128;
-    int opt = o ? o->opt_level : 2;
-    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-    LLVMContextRef C = LLVMOrcThreadSafeContextGetContext(tsc);
-    cg g;
-    cg_init(&g, p, C, vbits);
-    unsigned long long id = __atomic_add_fetch(&module_counter, 1, __ATOMIC_RELAXED);
-    char name[64];
-    snprintf(name, sizeof name, "smelt_g%llu", id);
-    g.M = LLVMModuleCreateWithNameInContext(name, C);
-    LLVMTargetMachineRef tm = cpu_target_machine(opt);
-    int rc = -1;
-    if (!tm) {
-        snprintf(err, errlen, "LLVM: no target machine for the host");
-        goto out;
-    }
-    LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
-    char *dl = LLVMCopyStringRepOfTargetData(td);
-    LLVMSetDataLayout(g.M, dl);
-    LLVMDisposeMessage(dl);
-    LLVMDisposeTargetData(td);
-    char *triple = LLVMGetTargetMachineTriple(tm);
-    LLVMSetTarget(g.M, triple);
-    LLVMDisposeMessage(triple);
-    p->code = calloc((size_t)p->nkernels + 1, sizeof(plan_kernel_code));
-    uint8_t **keys = calloc((size_t)p->nkernels + 1, sizeof(uint8_t *));
-    size_t *klen = calloc((size_t)p->nkernels + 1, sizeof(size_t));
-    uint64_t *khash = calloc((size_t)p->nkernels + 1, sizeof(uint64_t));
-    kkey kk = { 0 };
-    kk.slot_of = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
-    if (!p->code || !keys || !klen || !khash || !kk.slot_of)
+    int opt = o ? o->opt_level : 2, keep_ir = o && o->keep_ir, nk = p->nkernels;
+    p->code = calloc((size_t)nk + 1, sizeof(plan_kernel_code));
+    uint8_t **keys = calloc((size_t)nk + 1, sizeof(uint8_t *));
+    size_t *klen = calloc((size_t)nk + 1, sizeof(size_t));
+    uint64_t *khash = calloc((size_t)nk + 1, sizeof(uint64_t));
+    char (*names)[40] = calloc((size_t)nk + 1, sizeof *names);
+    int32_t *todo = calloc((size_t)nk + 1, sizeof(int32_t)), ntodo = 0;
+    cg_state *st = calloc(1, sizeof *st);
+    if (!p->code || !keys || !klen || !khash || !names || !todo || !st)
         abort();
-    for (int32_t i = 0; i < p->nkernels; i++) {
-        plan_kernel_code *c = &p->code[i];
-        kk.ex_id = realloc(kk.ex_id, sizeof(int32_t) * (size_t)(p->pool.nex + 1));
-        kk.ix_id = realloc(kk.ix_id, sizeof(int32_t) * (size_t)(p->pool.nix + 1));
-        c->slots = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
-        if (!kk.ex_id || !kk.ix_id || !c->slots)
-            abort();
-        kk.slots = c->slots;
-        kernel_key(&kk, p, &p->kernels[i]);
-        c->nslots = kk.nslots;
-        keys[i] = malloc(kk.n);
-        if (!keys[i])
-            abort();
-        memcpy(keys[i], kk.b, kk.n);
-        klen[i] = kk.n;
-        khash[i] = key_hash(kk.b, kk.n);
-        c->same_as = -1;
-        for (int32_t j = 0; j < i && c->same_as < 0; j++)
-            if (p->code[j].same_as < 0 && khash[j] == khash[i] && klen[j] == klen[i] && !memcmp(keys[j], keys[i], klen[i]))
-                c->same_as = j;
-        if (c->same_as >= 0)
+    p->backend_state = st;
+    plan_keys(p, vbits, opt, keys, klen, khash, names);
+    /* registry hits (never when the code text is wanted: it is generated) */
+    cpu_jit_lock();
+    for (int32_t i = 0; i < nk; i++) {
+        cpu_kcode k;
+        cpu_obj *held;
+        if (p->code[i].same_as >= 0)
             continue;
-        char fname[128];
-        snprintf(fname, sizeof fname, "%s_k%d", name, i);
-        g.k = &p->kernels[i];
-        g.slot_of = kk.slot_of;
-        g.nslots = kk.nslots;
-        cg_alloc_memo(&g);
-        emit_kernel_fn(&g, fname, c);
-        if (g.k->split > 1) {
-            snprintf(fname, sizeof fname, "%s_k%d_finish", name, i);
-            emit_finish_fn(&g, fname);
+        if (!keep_ir && cpu_kcache_find_locked(keys[i], klen[i], khash[i], &k, &held)) {
+            code_from(&p->code[i], &k);
+            state_hold(st, held);
+        } else {
+            todo[ntodo++] = i;
         }
     }
-    for (int32_t i = 0; i < p->nkernels; i++)
+    cpu_jit_unlock();
+    int nt = kern_get_num_threads(), nj = 0, rc = 0;
+    nt = keep_ir ? 1 : nt < 1 ? 1 : nt > 8 ? 8 : nt;
+    cg_job jobs[8];
+    memset(jobs, 0, sizeof jobs);
+    for (int t = 0; t < nt; t++) {
+        jobs[t] = (cg_job){ .p = p, .vbits = vbits, .opt = opt, .keep_ir = keep_ir, .names = (const char (*)[40])names };
+        if (!(jobs[t].kernels = calloc((size_t)ntodo + 1, sizeof(int32_t))))
+            abort();
+    }
+    size_t dklen = 0;
+    uint8_t *dkey = ntodo && !keep_ir ? dcache_key(vbits, opt, todo, ntodo, names, &dklen) : NULL;
+    cpu_blob *blobs = NULL;
+    int nblobs = 0;
+    double t0 = now_ms();
+    if (dkey && cpu_dcache_get(dkey, dklen, &blobs, &nblobs) == 0) {
+        char derr[256];
+        if (load_cached(p, st, vbits, blobs, nblobs, todo, ntodo, keys, klen, khash, names, derr, sizeof derr) == 0) {
+            p->times.from_disk = ntodo;
+            ntodo = 0;   /* every kernel came from the disk cache */
+        }
+        cpu_dcache_free(blobs, nblobs);
+    }
+    p->times.load_ms = now_ms() - t0;
+    p->ngenerated = p->times.generated = ntodo;
+    if (ntodo) {
+        t0 = now_ms();
+        nj = make_jobs(jobs, nt, todo, ntodo, klen);
+        kern_parallel_for(nj, 1, run_jobs, jobs);
+        for (int t = 0; t < nj && !rc; t++)
+            if (jobs[t].rc)
+                rc = -1, snprintf(err, errlen, "%s", jobs[t].err);
+        if (!rc && dkey)
+            store_cached(dkey, dklen, jobs, nj);
+        p->times.codegen_ms = now_ms() - t0;
+        t0 = now_ms();
+        if (!rc) {
+            cpu_jit_lock();
+            rc = load_jobs_locked(p, st, jobs, nj, keys, klen, khash, names, err, errlen);
+            cpu_jit_unlock();
+        }
+        p->times.load_ms += now_ms() - t0;
+        if (!rc && keep_ir) {
+            p->text_ir = join_texts(jobs, nj, 0);
+            p->text_asm = join_texts(jobs, nj, 1);
+        }
+    }
+    for (int32_t i = 0; i < nk && !rc; i++)
+        if (p->code[i].same_as >= 0) {   /* identical kernel: its code, this kernel's slots */
+            const plan_kernel_code *c = &p->code[p->code[i].same_as];
+            cpu_kcode k = { (void *)c->fn, (void *)c->finish, c->nitems, c->grain, c->nfinish, c->scratch_bytes };
+            code_from(&p->code[i], &k);
+        }
+    for (int t = 0; t < nt; t++) {
+        if (jobs[t].obj)
+            LLVMDisposeMemoryBuffer(jobs[t].obj);
+        LLVMDisposeMessage(jobs[t].ir);
+        free(jobs[t].asm_text);
+        free(jobs[t].kernels);
+    }
+    for (int32_t i = 0; i < nk; i++)
         free(keys[i]);
     free(keys);
     free(klen);
     free(khash);
-    free(kk.b);
-    free(kk.ex_id);
-    free(kk.ix_id);
-    free(kk.slot_of);
-    char *verr = NULL;
-    if (LLVMVerifyModule(g.M, LLVMReturnStatusAction, &verr)) {
-        snprintf(err, errlen, "internal error: invalid LLVM IR: %.400s", verr);
-        LLVMDisposeMessage(verr);
-        goto out;
-    }
-    LLVMDisposeMessage(verr);
-    if (optimise(g.M, tm, opt, err, errlen))
-        goto out;
-    if (o && o->keep_ir) {
-        p->text_ir = LLVMPrintModuleToString(g.M);
-        p->text_asm = emit_asm(tm, g.M);
-    }
-    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(g.M, tsc);
-    g.M = NULL;
-    if (cpu_jit_add(tsm, &p->backend_state, err, errlen))
-        goto out;
-    for (int32_t i = 0; i < p->nkernels; i++) {
-        char fname[128];
-        plan_kernel_code *c = &p->code[i];
-        if (c->same_as >= 0) {   /* identical kernel: its code, this kernel's slots */
-            const plan_kernel_code *o = &p->code[c->same_as];
-            c->fn = o->fn;
-            c->finish = o->finish;
-            c->nitems = o->nitems;
-            c->grain = o->grain;
-            c->nfinish = o->nfinish;
-            c->scratch_bytes = o->scratch_bytes;
-            continue;
-        }
-        snprintf(fname, sizeof fname, "%s_k%d", name, i);
-        p->code[i].fn = (plan_kernel_fn)cpu_jit_lookup(fname, err, errlen);
-        if (!p->code[i].fn)
-            goto out;
-        if (p->kernels[i].split > 1) {
-            snprintf(fname, sizeof fname, "%s_k%d_finish", name, i);
-            if (!(p->code[i].finish = (plan_kernel_fn)cpu_jit_lookup(fname, err, errlen)))
-                goto out;
-        }
-    }
-    rc = 0;
-out:
-    if (g.M)
-        LLVMDisposeModule(g.M);
-    if (tm)
-        LLVMDisposeTargetMachine(tm);
-    LLVMDisposeBuilder(g.B);
-    LLVMOrcDisposeThreadSafeContext(tsc);
-    for (int i = 0; i < 2; i++) {
-        free(g.memo[i]);
-        free(g.memo_ep[i]);
-    }
-    free(g.bufptr);
+    free(names);
+    free(todo);
+    free(dkey);
     return rc;
 }
 
 void cpu_release(smelt_plan *p)
 {
-    cpu_jit_remove(p->backend_state);
+    cg_state *st = p->backend_state;
+    for (int i = 0; st && i < st->n; i++)
+        cpu_obj_release(st->objs[i]);
+    if (st)
+        free(st->objs);
+    free(st);
     p->backend_state = NULL;
 }

@@ -107,47 +107,123 @@ LLVMTargetMachineRef cpu_target_machine(int opt_level)
 const char *cpu_host_cpu(void) { return host_cpu; }
 const char *cpu_host_features(void) { return host_features; }
 
-int cpu_jit_add(LLVMOrcThreadSafeModuleRef tsm, void **tracker, char *err, size_t errlen)
+/* ---------- objects and the kernel registry ---------- */
+
+struct cpu_obj {
+    LLVMOrcResourceTrackerRef rt;
+    int refs;
+};
+
+typedef struct kentry {
+    uint8_t *key;
+    size_t n;
+    uint64_t h;
+    cpu_kcode code;
+    cpu_obj *obj;
+    struct kentry *next;
+} kentry;
+
+enum { KC_BUCKETS = 4096 };
+static kentry *kc_table[KC_BUCKETS];
+
+void cpu_jit_lock(void) { pthread_mutex_lock(&jit_mu); }
+void cpu_jit_unlock(void) { pthread_mutex_unlock(&jit_mu); }
+
+static void set_err(char *err, size_t errlen, const char *what, LLVMErrorRef e)
 {
-    pthread_mutex_lock(&jit_mu);
-    LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
-    LLVMOrcResourceTrackerRef rt = LLVMOrcJITDylibCreateResourceTracker(jd);
-    LLVMErrorRef e = LLVMOrcLLJITAddLLVMIRModuleWithRT(jit, rt, tsm);
-    pthread_mutex_unlock(&jit_mu);
-    if (e) {
-        char *m = LLVMGetErrorMessage(e);
-        snprintf(err, errlen, "LLVM JIT: %s", m);
-        LLVMDisposeErrorMessage(m);
-        LLVMOrcReleaseResourceTracker(rt);
-        return -1;
-    }
-    *tracker = rt;
-    return 0;
+    char *m = LLVMGetErrorMessage(e);
+    snprintf(err, errlen, "LLVM JIT%s: %s", what, m);
+    LLVMDisposeErrorMessage(m);
 }
 
-void *cpu_jit_lookup(const char *name, char *err, size_t errlen)
+cpu_obj *cpu_jit_add_object_locked(LLVMMemoryBufferRef mb, char *err, size_t errlen)
+{
+    cpu_obj *o = calloc(1, sizeof *o);
+    if (!o) {
+        LLVMDisposeMemoryBuffer(mb);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
+    o->rt = LLVMOrcJITDylibCreateResourceTracker(jd);
+    LLVMErrorRef e = LLVMOrcLLJITAddObjectFileWithRT(jit, o->rt, mb);
+    if (e) {
+        set_err(err, errlen, "", e);
+        LLVMOrcReleaseResourceTracker(o->rt);
+        free(o);
+        return NULL;
+    }
+    o->refs = 1;
+    return o;
+}
+
+void *cpu_jit_lookup_locked(const char *name, char *err, size_t errlen)
 {
     LLVMOrcExecutorAddress addr = 0;
-    pthread_mutex_lock(&jit_mu);
     LLVMErrorRef e = LLVMOrcLLJITLookup(jit, &addr, name);
-    pthread_mutex_unlock(&jit_mu);
     if (e) {
-        char *m = LLVMGetErrorMessage(e);
-        snprintf(err, errlen, "LLVM JIT lookup of %s: %s", name, m);
-        LLVMDisposeErrorMessage(m);
+        char what[160];
+        snprintf(what, sizeof what, " lookup of %s", name);
+        set_err(err, errlen, what, e);
         return NULL;
     }
     return (void *)(uintptr_t)addr;
 }
 
-void cpu_jit_remove(void *tracker)
+int cpu_kcache_find_locked(const uint8_t *key, size_t n, uint64_t h, cpu_kcode *out, cpu_obj **obj)
 {
-    if (!tracker)
-        return;
-    pthread_mutex_lock(&jit_mu);
-    LLVMErrorRef e = LLVMOrcResourceTrackerRemove((LLVMOrcResourceTrackerRef)tracker);
+    for (kentry *e = kc_table[h % KC_BUCKETS]; e; e = e->next)
+        if (e->h == h && e->n == n && memcmp(e->key, key, n) == 0) {
+            *out = e->code;
+            *obj = e->obj;
+            e->obj->refs++;
+            return 1;
+        }
+    return 0;
+}
+
+void cpu_kcache_insert_locked(const uint8_t *key, size_t n, uint64_t h, const cpu_kcode *c, cpu_obj *obj)
+{
+    kentry *e = calloc(1, sizeof *e);
+    if (!e || !(e->key = malloc(n ? n : 1))) {
+        free(e);
+        return;   /* not shared: the plan still holds its object */
+    }
+    memcpy(e->key, key, n);
+    e->n = n, e->h = h, e->code = *c, e->obj = obj;
+    e->next = kc_table[h % KC_BUCKETS];
+    kc_table[h % KC_BUCKETS] = e;
+}
+
+void cpu_obj_retain_locked(cpu_obj *o) { o->refs++; }
+
+/* Drops the registry entries of o, then its code. */
+static void obj_free_locked(cpu_obj *o)
+{
+    for (int b = 0; b < KC_BUCKETS; b++)
+        for (kentry **pe = &kc_table[b]; *pe;) {
+            kentry *e = *pe;
+            if (e->obj == o) {
+                *pe = e->next;
+                free(e->key);
+                free(e);
+            } else {
+                pe = &e->next;
+            }
+        }
+    LLVMErrorRef e = LLVMOrcResourceTrackerRemove(o->rt);
     if (e)
         LLVMConsumeError(e);
-    LLVMOrcReleaseResourceTracker((LLVMOrcResourceTrackerRef)tracker);
+    LLVMOrcReleaseResourceTracker(o->rt);
+    free(o);
+}
+
+void cpu_obj_release(cpu_obj *o)
+{
+    if (!o)
+        return;
+    pthread_mutex_lock(&jit_mu);
+    if (--o->refs == 0)
+        obj_free_locked(o);
     pthread_mutex_unlock(&jit_mu);
 }

@@ -1,4 +1,5 @@
-"""smelt.compile / smelt.reset: the thin public layer over smelt._C.
+"""smelt.compile / smelt.reset / smelt.cache_info / smelt.clear_cache: the
+thin public layer over smelt._C.
 
 A compiled function is a smelt._C.CompiledFunction (tracing, guards and the
 cache of compiled entries are all in C). A compiled nn.Module is a wrapper
@@ -81,3 +82,17 @@ def reset():
     for cf in list(_live):
         cf.reset()
     _C.CompiledFunction._reset_hooked()
+
+
+def cache_info():
+    """The disk cache of compiled code: a dict with `hits`, `misses`, `writes`,
+    `evictions` and `corrupt` (damaged entries discarded) counted since this
+    process started, `entries` and `bytes` on disk now, `enabled` (False when
+    disabled or the directory is unsafe) and `dir`."""
+    return _C.cache_info()
+
+
+def clear_cache():
+    """Delete every entry of the disk cache of compiled code (all processes
+    share it). Compiled functions already loaded keep working."""
+    _C.cache_clear()

@@ -1,8 +1,10 @@
-/* Standalone tests for kernels/threadpool.c and kernels/matmul.c.
+/* Standalone tests for kernels/threadpool.c, kernels/primcache.c and
+ * kernels/matmul.c.
  *
  * Build (tests/test_kernels_c.py does this):
  *   gcc -std=c11 -Wall -Wextra -Werror -O1 -I. tests/c/test_kernels.c \
- *       kernels/threadpool.c kernels/matmul.c -ldnnl -lpthread -lm
+ *       kernels/threadpool.c kernels/onednn.c kernels/primcache.c kernels/matmul.c \
+ *       -ldnnl -lpthread -lm
  * Prints one line per failure, a timing line, and "N passed, M failed";
  * exits non-zero on any failure (or after a 300 s alarm if something hangs).
  */
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include "kernels/matmul.h"
+#include "kernels/primcache.h"
 #include "kernels/threadpool.h"
 
 static _Atomic int g_pass, g_fail;   /* CHECK is used from several threads */
@@ -749,6 +752,77 @@ static void test_mm_errors(void)
           "NULL err buffer is fine on success");
 }
 
+/* A primcache entry keyed by one integer; key 0 fails to be created. */
+typedef struct pc_entry {
+    kern_primcache_entry ce;
+    int64_t key;
+} pc_entry;
+
+static int g_pc_made, g_pc_live;
+
+static void *pc_create(const void *key)
+{
+    int64_t k = *(const int64_t *)key;
+    pc_entry *e = k ? calloc(1, sizeof *e) : NULL;
+    if (e) {
+        e->key = k;
+        g_pc_made++, g_pc_live++;
+    }
+    return e;
+}
+
+static void pc_destroy(void *e)
+{
+    g_pc_live--;
+    free(e);
+}
+
+static pc_entry *pc_get(kern_primcache *c, int64_t k)
+{
+    return kern_primcache_get(c, &k);
+}
+
+/* pc_get then release; the entry (or NULL). */
+static pc_entry *pc_touch(kern_primcache *c, int64_t k)
+{
+    pc_entry *e = pc_get(c, k);
+    if (e)
+        kern_primcache_release(c, e);
+    return e;
+}
+
+/* The shared primitive cache on its own (one set of two ways): hits, LRU
+ * eviction, references held across eviction and clear, failed creation. */
+static void test_primcache(void)
+{
+    static kern_primcache_entry *slots[2];
+    static kern_primcache c = KERN_PRIMCACHE_INIT(slots, 1, 2, pc_entry, key, pc_create,
+                                                  pc_destroy);
+    pc_entry *e1 = pc_touch(&c, 1);
+    CHECK(e1 && e1->key == 1 && pc_touch(&c, 1) == e1 && g_pc_made == 1, "primcache hit");
+    pc_touch(&c, 2);
+    pc_touch(&c, 1);
+    pc_touch(&c, 3);                         /* evicts 2, the least recently used */
+    CHECK(g_pc_made == 3 && g_pc_live == 2, "primcache eviction: made %d live %d", g_pc_made,
+          g_pc_live);
+    CHECK(pc_touch(&c, 1) == e1 && g_pc_made == 3, "primcache keeps the recent entry");
+    pc_touch(&c, 2);
+    CHECK(g_pc_made == 4 && g_pc_live == 2, "primcache re-creates the evicted entry");
+    pc_entry *held = pc_get(&c, 4);
+    pc_touch(&c, 5);
+    pc_touch(&c, 6);                         /* 4 is evicted while held */
+    CHECK(held && held->key == 4 && g_pc_live == 3, "primcache: held entry outlives eviction");
+    kern_primcache_release(&c, held);
+    CHECK(g_pc_live == 2, "primcache: last release destroys");
+    held = pc_get(&c, 7);
+    kern_primcache_clear(&c);
+    CHECK(g_pc_live == 1 && held && held->key == 7, "primcache clear keeps held entries");
+    kern_primcache_release(&c, held);
+    CHECK(g_pc_live == 0, "primcache clear: live %d", g_pc_live);
+    CHECK(pc_get(&c, 0) == NULL && g_pc_live == 0, "primcache: failed create gives NULL");
+    kern_primcache_clear(&c);
+}
+
 /* More distinct shapes than the cache holds, a clear, then reuse. */
 static void test_mm_cache(void)
 {
@@ -844,6 +918,7 @@ int main(void)
     test_mm_bf16_rounding();
     test_mm_nan();
     test_mm_errors();
+    test_primcache();
     test_mm_cache();
     test_mm_threads();
     time_matmul();

@@ -1,0 +1,66 @@
+/* diskcache.h — compiled kernel objects kept on disk across processes
+ * (diskcache.c).
+ *
+ * An entry is a list of blobs (relocatable object files) stored under a key
+ * (bytes chosen by the caller: codegen.c puts in everything that changes
+ * the code — smelt's kernel code version and build, LLVM's version, the
+ * host CPU and its features, vector width, optimisation level, and the
+ * names of the kernels, which are hashes of their canonical form).
+ *
+ * Location: $SMELT_CACHE_DIR, else $XDG_CACHE_HOME/smelt, else
+ * ~/.cache/smelt; created with mode 0700. Before reading or writing, the
+ * directory must be owned by the current user and not writable by group or
+ * others, and must not be a symlink; otherwise a warning is reported once
+ * (through the log hook) and the cache is off for the process. Files are
+ * opened without following symlinks. SMELT_CACHE_DIR set to an empty
+ * string, or SMELT_DISABLE_CACHE=1, turns the cache off.
+ *
+ * Entry file: header (magic, format version, total length, checksum of the
+ * payload, the full key for comparison), then the blobs. Writes go to a
+ * temporary file in the same directory, then rename: concurrent writers of
+ * one entry leave one whole entry. A truncated, corrupt or mismatched entry
+ * is treated as a miss and deleted. Size bound: SMELT_CACHE_MAX_MB (default
+ * 1024); after a write, least-recently-used entries (by access time, which
+ * a hit refreshes) are deleted until the total fits.
+ *
+ * All functions are thread-safe and never raise: failures are misses (and,
+ * for the unexpected ones, a log line).
+ */
+#ifndef SMELT_CPU_DISKCACHE_H
+#define SMELT_CPU_DISKCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cpu_blob {
+    uint8_t *data;
+    size_t len;
+} cpu_blob;
+
+/* 0 and *blobs (malloc'd; free with cpu_dcache_free) on a hit; 1 on a miss
+ * or when the cache is off. */
+int cpu_dcache_get(const uint8_t *key, size_t keylen, cpu_blob **blobs, int *nblobs);
+void cpu_dcache_free(cpu_blob *blobs, int nblobs);
+
+/* Stores blobs under key (replacing an entry with that key). */
+void cpu_dcache_put(const uint8_t *key, size_t keylen, const cpu_blob *blobs, int nblobs);
+
+/* Statistics since the process started, and the directory's contents. */
+typedef struct cpu_dcache_stats {
+    int64_t hits, misses, writes, evictions, corrupt;
+    int64_t entries, bytes;   /* on disk now */
+    int enabled;              /* 0 when off (unsafe directory, disabled) */
+    char dir[1024];
+} cpu_dcache_stats;
+void cpu_dcache_info(cpu_dcache_stats *out);
+
+/* Deletes every entry (files this cache wrote), resets nothing else. */
+void cpu_dcache_clear(void);
+
+/* Where log lines go (category "cache": hits and misses with their key
+ * hash; "warning": the directory is unsafe). NULL: nowhere. Set by the
+ * Python extension at import. */
+typedef void (*cpu_dcache_log_fn)(int warning, const char *line);
+void cpu_dcache_set_log(cpu_dcache_log_fn fn);
+
+#endif

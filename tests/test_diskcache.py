@@ -1,0 +1,293 @@
+"""The disk cache of compiled code (inductor/cpu/diskcache.c): hits across
+processes, damaged entries discarded and rebuilt, unsafe directories refused,
+concurrent writers, LRU eviction at the size bound, clearing.
+
+Most tests run small compiles in fresh processes (the cache reads its
+environment once per process), each with its own cache directory; the
+damaged-entry tests run in this process, on the session's private cache
+directory (tests/conftest.py).
+"""
+import gc
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import smelt
+import smelt._C as C
+from conftest import REPO
+
+SESSION_DIR = os.environ["SMELT_CACHE_DIR"]
+
+# A subprocess: compiles graph(c, multi) for each c in CS, runs it on fixed
+# random inputs, checks it against eager, and prints one JSON line.
+SCRIPT = textwrap.dedent('''
+    import json, os, sys, time, torch, smelt, smelt._C as C
+
+    def graph(c, multi):
+        """exp(x + c) (one kernel); multi: also a row amax and a column sum
+        (three kernels, compiled as several objects)."""
+        g = C.Graph()
+        x, y = g.input(torch.float32, (37, 19)), g.input(torch.float32, (19,))
+        a = g.op("exp", g.op("add", x, g.scalar(c)))
+        if multi:
+            g.output(a, g.op("amax", a, dims=[1]), g.op("sum", g.op("mul", x, y), dims=[0]))
+        else:
+            g.output(a)
+        return g
+
+    def eager(c, multi, x, y):
+        a = torch.exp(x + c)
+        return [a, a.amax(1), (x * y).sum(0)] if multi else [a]
+
+    gen = torch.Generator().manual_seed(7)
+    x, y = torch.randn(37, 19, generator=gen), torch.randn(19, generator=gen)
+    barrier = os.environ.get("BARRIER")
+    while barrier and not os.path.exists(barrier):
+        time.sleep(0.005)
+    gens, outs = [], []
+    for c in json.loads(os.environ["CS"]):
+        f = graph(c, os.environ.get("MULTI") == "1").compile()
+        o = f(x, y)
+        for got, ref in zip(o, eager(c, os.environ.get("MULTI") == "1", x, y)):
+            torch.testing.assert_close(got, ref)
+        gens.append(f.num_generated)
+        outs.append([t.tolist() for t in o])
+        del f
+    print(json.dumps({"gen": gens, "out": outs, "info": smelt.cache_info()}))
+''')
+
+
+def run(cache_dir, cs, multi=False, **env):
+    """Runs SCRIPT for the constants cs with SMELT_CACHE_DIR=cache_dir (None:
+    unset); returns (its JSON, its stderr)."""
+    e = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), CS=json.dumps(cs),
+             MULTI="1" if multi else "0", **env)
+    e.pop("SMELT_CACHE_DIR")
+    if cache_dir is not None:
+        e["SMELT_CACHE_DIR"] = str(cache_dir)
+    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=e, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def entries(d):
+    return sorted(n for n in os.listdir(d) if n.endswith(".entry"))
+
+
+def test_second_process_loads_instead_of_compiling(tmp_path):
+    d = tmp_path / "cache"
+    first, _ = run(d, [0.25], multi=True)
+    assert first["gen"][0] >= 1
+    assert first["info"]["misses"] == 1 and first["info"]["writes"] == 1 and first["info"]["hits"] == 0
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    (name,) = entries(d)
+    assert stat.S_IMODE(os.stat(d / name).st_mode) == 0o600
+    second, err = run(d, [0.25], multi=True, SMELT_LOGS="cache")
+    assert second["info"]["hits"] == 1 and second["info"]["writes"] == 0
+    assert second["gen"] == [0]                     # nothing generated: code loaded
+    assert second["out"] == first["out"]            # bit-identical results
+    assert "disk cache hit " + name[:32] in err
+    assert second["info"]["entries"] == 1 and second["info"]["enabled"] and second["info"]["dir"] == str(d)
+
+
+# ------------------------------------------------------------ damaged entries (in this process)
+
+def _graph(c):
+    g = C.Graph()
+    x = g.input(torch.float32, (23, 17))
+    g.output(g.op("tanh", g.op("mul", x, g.scalar(c))))
+    return g
+
+
+def _compile_new_entry(c):
+    """Compiles _graph(c) (a graph no other test compiles), frees it (so the
+    next compile must look on disk) and returns its new entry's path."""
+    before = set(entries(SESSION_DIR))
+    f = _graph(c).compile()
+    assert f.num_generated == 1
+    del f
+    gc.collect()
+    (new,) = set(entries(SESSION_DIR)) - before
+    return os.path.join(SESSION_DIR, new)
+
+
+def _damage(path, how):
+    data = bytearray(open(path, "rb").read())
+    if how == "flip":            # payload bytes
+        for i in range(len(data) // 2, len(data) // 2 + 8):
+            data[i] ^= 0x5A
+    elif how == "truncate":
+        data = data[:len(data) // 2]
+    elif how == "header":        # shorter than a header
+        data = data[:10]
+    elif how == "empty":
+        data = b""
+    elif how == "version":       # another format version
+        data[8] ^= 0x7F
+    elif how == "trailing":
+        data += b"\0" * 16
+    os.unlink(path)              # a new file, as a crashed or buggy writer would leave
+    with open(path, "wb") as fh:
+        fh.write(bytes(data))
+    os.chmod(path, 0o600)
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "header", "empty", "version", "trailing"])
+def test_damaged_entry_is_discarded_and_rebuilt(how):
+    c = 1.0 + ["flip", "truncate", "header", "empty", "version", "trailing"].index(how) / 8
+    path = _compile_new_entry(c)
+    good = open(path, "rb").read()
+    _damage(path, how)
+    x = torch.randn(23, 17)
+    before = smelt.cache_info()
+    f = _graph(c).compile()
+    after = smelt.cache_info()
+    assert f.num_generated == 1                         # rebuilt, not loaded
+    assert after["corrupt"] == before["corrupt"] + 1
+    assert after["hits"] == before["hits"] and after["writes"] == before["writes"] + 1
+    torch.testing.assert_close(f(x)[0], torch.tanh(x * c))
+    assert open(path, "rb").read() == good              # rewritten whole
+    del f
+    gc.collect()
+    f = _graph(c).compile()                             # and now loaded from disk
+    assert f.num_generated == 0 and smelt.cache_info()["hits"] == after["hits"] + 1
+    torch.testing.assert_close(f(x)[0], torch.tanh(x * c))
+
+
+def test_symlinked_entry_is_not_followed(tmp_path):
+    c = 2.5
+    path = _compile_new_entry(c)
+    outside = tmp_path / "valid-entry"
+    os.rename(path, outside)                 # a valid entry, reachable only through a link
+    os.symlink(outside, path)
+    before = smelt.cache_info()
+    f = _graph(c).compile()
+    after = smelt.cache_info()
+    assert f.num_generated == 1 and after["hits"] == before["hits"]
+    assert after["corrupt"] == before["corrupt"] + 1
+    assert not os.path.islink(path) and os.path.isfile(path)   # link replaced by a real entry
+    assert outside.exists()
+    x = torch.randn(23, 17)
+    torch.testing.assert_close(f(x)[0], torch.tanh(x * c))
+
+
+# ------------------------------------------------------------ unsafe directories
+
+@pytest.fixture(scope="module")
+def valid_entry(tmp_path_factory):
+    """(name, bytes) of a valid entry for SCRIPT's graph(0.75)."""
+    d = tmp_path_factory.mktemp("src") / "cache"
+    run(d, [0.75])
+    (name,) = entries(d)
+    return name, (d / name).read_bytes()
+
+
+def _plant(d, entry):
+    d.mkdir(exist_ok=True)
+    (d / entry[0]).write_bytes(entry[1])
+    os.chmod(d / entry[0], 0o600)
+
+
+@pytest.mark.parametrize("how", ["0777", "symlink", "other-owner"])
+def test_unsafe_directory_turns_the_cache_off(tmp_path, valid_entry, how):
+    """The directory holds a valid entry for the graph; an unsafe directory
+    must not be read from (no hit) nor written to, with one warning."""
+    real = tmp_path / "cache"
+    _plant(real, valid_entry)
+    d = real
+    if how == "0777":
+        os.chmod(real, int(how, 8))
+    elif how == "symlink":
+        os.chmod(real, 0o700)
+        d = tmp_path / "link"
+        os.symlink(real, d)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("needs root to give the directory to another user")
+        os.chmod(real, 0o700)
+        os.chown(real, 65534, 65534)
+    res, err = run(d, [0.75, 0.75])
+    info = res["info"]
+    assert not info["enabled"] and info["hits"] == 0 and info["writes"] == 0
+    assert res["gen"] == [1, 1]                     # compiled in memory, results checked in SCRIPT
+    assert err.count("smelt disk cache off") == 1 and "RuntimeWarning" in err
+    assert {"0777": "writable by group or others (mode 0777)",
+            "symlink": "symbolic link", "other-owner": "owned by uid 65534"}[how] in err
+    assert os.listdir(real) == [valid_entry[0]]
+
+
+# ------------------------------------------------------------ concurrency, size, clearing
+
+def test_concurrent_writers_leave_one_whole_entry(tmp_path):
+    d, barrier = tmp_path / "cache", tmp_path / "go"
+    e = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), CS="[0.125]", MULTI="1",
+             SMELT_CACHE_DIR=str(d), BARRIER=str(barrier))
+    procs = [subprocess.Popen([sys.executable, "-c", SCRIPT], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=e) for _ in range(2)]
+    barrier.touch()              # both start compiling at once
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert results[0]["out"] == results[1]["out"]
+    assert len(entries(d)) == 1 and not [n for n in os.listdir(d) if n.startswith("tmp-")]
+    third, _ = run(d, [0.125], multi=True)
+    assert third["gen"] == [0] and third["info"]["corrupt"] == 0 and third["out"] == results[0]["out"]
+
+
+def test_lru_eviction_at_the_size_bound(tmp_path):
+    """With room for a few entries, compiling many graphs evicts the least
+    recently used; graph 0, used again after every other compile, stays."""
+    d = tmp_path / "cache"
+    one, _ = run(d, [0.0])
+    size = one["info"]["bytes"]
+    bound_mb = 4.5 * size / 2 ** 20          # room for 4 entries
+    cs = [x for i in range(1, 10) for x in (float(i), 0.0)]
+    res, _ = run(d, cs, SMELT_CACHE_MAX_MB=repr(bound_mb))
+    info = res["info"]
+    assert info["bytes"] <= bound_mb * 2 ** 20 and info["entries"] <= 4
+    assert info["evictions"] >= 9 + 1 - 4
+    assert res["gen"][1::2] == [0] * 9       # graph 0 was always loaded
+    again, _ = run(d, [0.0, 9.0, 1.0], SMELT_CACHE_MAX_MB=repr(bound_mb))
+    assert again["gen"] == [0, 0, 1]         # recent ones kept, graph 1 evicted long ago
+
+
+def test_clear_cache(tmp_path):
+    d = tmp_path / "cache"
+    run(d, [0.5, 1.5])
+    assert len(entries(d)) == 2
+    (d / "notes.txt").write_text("not the cache's")
+    script = "import smelt; smelt.clear_cache(); print(smelt.cache_info()['entries'])"
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), SMELT_CACHE_DIR=str(d)))
+    assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
+    assert os.listdir(d) == ["notes.txt"]
+
+
+# ------------------------------------------------------------ location
+
+def test_default_location_and_disabling(tmp_path):
+    xdg = tmp_path / "xdg"
+    res, _ = run(None, [0.5], XDG_CACHE_HOME=str(xdg))
+    assert res["info"]["dir"] == str(xdg / "smelt") and res["info"]["writes"] == 1
+    assert stat.S_IMODE(os.stat(xdg / "smelt").st_mode) == 0o700
+    res, err = run("", [0.5], XDG_CACHE_HOME=str(xdg))
+    assert not res["info"]["enabled"] and res["info"]["hits"] == 0 and res["gen"] == [1]
+    assert "smelt disk cache off" not in err      # switched off on purpose: no warning
+    res, _ = run(None, [0.5], XDG_CACHE_HOME=str(xdg), SMELT_DISABLE_CACHE="1")
+    assert not res["info"]["enabled"] and res["info"]["hits"] == 0
+
+
+def test_cache_info_in_this_process():
+    info = smelt.cache_info()
+    assert info["enabled"] and info["dir"] == SESSION_DIR
+    assert set(info) == {"hits", "misses", "writes", "evictions", "corrupt", "entries", "bytes",
+                         "enabled", "dir"}
+    assert info["entries"] == len(entries(SESSION_DIR))
