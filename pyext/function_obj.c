@@ -20,6 +20,7 @@
 
 #include "module.h"
 #include "log.h"
+#include "debugdir.h"
 #include "../guards/guards.h"
 #include "../tracer/trace.h"
 #include "../tracer/eval_frame.h"
@@ -591,7 +592,8 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
         free(txt);
     }
     char err[512];
-    smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) };
+    smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) ||
+                                                       pyext_debug_dir_on() };
     t0 = now_ms();
     smelt_plan *plan = smelt_compile(e->r.graph, &o, err, sizeof err);
     self->compile_ms = now_ms() - t0;
@@ -614,6 +616,12 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
     }
     if (pyext_log_on(PYEXT_LOG_OUTPUT_CODE) && smelt_plan_code(plan, "kernels"))
         pyext_log_write(PYEXT_LOG_OUTPUT_CODE, smelt_plan_code(plan, "kernels"));
+    if (pyext_debug_dir_on()) {
+        char *guards = e->tree ? guard_tree_print(e->tree) : NULL;
+        pyext_debug_dump(PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
+                         e->r.graph, guards, plan, self->trace_ms, self->compile_ms);
+        free(guards);
+    }
     e->compiled = pyext_compiled_new(st, e->r.graph, plan, e->r.calls);
     if (!e->compiled)
         goto fail;
@@ -964,6 +972,53 @@ static PyObject *function_of(PyObject *unused, PyObject *fn)
 }
 
 /* profile(): the step profile of each compiled entry, newest first. */
+/* The callables of the host calls of trace r, in call order. */
+static PyObject *host_callables(const tr_result *r)
+{
+    Py_ssize_t n = r->calls ? PyList_GET_SIZE(r->calls) : 0;
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *call = PyList_GET_ITEM(r->calls, i);
+        PyList_SET_ITEM(out, i, Py_NewRef(PyTuple_Check(call) ? PyTuple_GET_ITEM(call, 0) : call));
+    }
+    return out;
+}
+
+/* _explain(*args, **kwargs): what compiling fn for this call would do,
+ * without running compiled code: the trace's graph (or why it stops, with
+ * file:line), its guards, its host calls. A dict. */
+static PyObject *function_explain(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwn)
+{
+    FunctionObject *self = (FunctionObject *)op;
+    PyObject *loc[MAX_LOCALS + MAX_CELLS], *res = NULL;
+    int nargs;
+    if (bind(self->fn, args, PyVectorcall_NARGS(nargsf), kwn, loc, &nargs))
+        return NULL;
+    int nloc = add_cells(self->fn, loc, nargs);
+    tr_result r;
+    int rc = tracer_trace(self->fn, loc, nargs, &r);
+    int *input_node = rc == 0 ? PyMem_Calloc((size_t)r.ninputs + 1, sizeof(int)) : NULL;
+    guard_tree *t = input_node ? build_tree(self->fn, nargs, &r, input_node) : NULL;
+    char *graph = rc == 0 ? smelt_graph_print(r.graph) : NULL, *guards = t ? guard_tree_print(t) : NULL;
+    PyObject *calls = rc == 0 ? host_callables(&r) : PyList_New(0);
+    if (rc >= 0 && calls && (rc != 0 || t))
+        res = Py_BuildValue("{s:O,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i}", "compiles", rc == 0 ? Py_True : Py_False,
+                            "reason", rc ? r.reason : NULL, "graph", graph, "guards", guards, "host_calls", calls,
+                            "nodes", rc == 0 ? (int)r.graph->n : 0, "inputs", rc == 0 ? (int)r.ninputs : 0,
+                            "num_guards", rc == 0 ? (int)r.nguards : 0,
+                            "inputs_updated_in_place", rc == 0 ? (int)r.nmut : 0);
+    Py_XDECREF(calls);
+    free(graph);
+    free(guards);
+    if (t)
+        guard_tree_free(t);
+    PyMem_Free(input_node);
+    tracer_result_clear(&r);
+    for (int i = 0; i < nloc; i++)
+        Py_XDECREF(loc[i]);
+    return res;
+}
+
 static PyObject *function_profile(PyObject *op, PyObject *unused)
 {
     (void)unused;
@@ -990,6 +1045,9 @@ static PyObject *function_profile(PyObject *op, PyObject *unused)
 }
 
 static PyMethodDef function_methods[] = {
+    { "_explain", (PyCFunction)(void (*)(void))function_explain, METH_FASTCALL | METH_KEYWORDS,
+      "_explain(*args, **kwargs): the trace this call would compile (graph, guards, host calls, or why it\n"
+      "would run eagerly), without running compiled code. See smelt.explain." },
     { "profile", function_profile, METH_NOARGS,
       "Step times of each compiled entry (with smelt._C.set_profiling(True))." },
     { "of", function_of, METH_O | METH_STATIC, "The CompiledFunction kept for fn's code, or None." },

@@ -96,3 +96,55 @@ def clear_cache():
     """Delete every entry of the disk cache of compiled code (all processes
     share it). Compiled functions already loaded keep working."""
     _C.cache_clear()
+
+
+class Explanation(dict):
+    """What compiling a call would do (smelt.explain): `compiles` (False: the
+    frame would run eagerly, `reason` says why and where), `graph` (the
+    traced graph, one node a line), `guards` (the checks that select the
+    compiled entry), `host_calls` (torch ops that run as extern calls inside
+    the graph), and counts (`nodes`, `inputs`, `num_guards`,
+    `inputs_updated_in_place`). str() gives a readable report."""
+
+    def __str__(self):
+        lines = [f"smelt.explain: {'compiles as one graph' if self['compiles'] else 'runs eagerly'}"]
+        if not self["compiles"]:
+            lines.append(f"  reason: {self['reason']}")
+            return "\n".join(lines)
+        lines.append(f"  {self['nodes']} nodes, {self['inputs']} inputs, {self['num_guards']} guards, "
+                     f"{len(self['host_calls'])} host calls, "
+                     f"{self['inputs_updated_in_place']} inputs updated in place")
+        if self["host_calls"]:
+            lines.append("  host calls: " + ", ".join(self["host_calls"]))
+        lines += ["graph:", self["graph"].rstrip(), "guards:", self["guards"].rstrip()]
+        return "\n".join(lines)
+
+
+def explain(obj, *args, **kwargs):
+    """Trace obj (a function, nn.Module, or what smelt.compile returned) for
+    this call and report what would be compiled, without running compiled
+    code or keeping anything: see Explanation. A call smelt cannot compile
+    gets the reason the frame would run eagerly, with file:line."""
+    if isinstance(obj, CompiledModule):
+        target, args = obj._smelt, (obj._orig_mod,) + args
+    elif isinstance(obj, torch.nn.Module):
+        target, args = _C.CompiledFunction(type(obj).forward, fullgraph=True), (obj,) + args
+    elif isinstance(obj, _C.CompiledFunction):
+        target = obj
+    elif callable(obj) and hasattr(obj, "__code__"):
+        target = _C.CompiledFunction(obj, fullgraph=True)
+    else:
+        raise TypeError(f"smelt.explain: expected a function or nn.Module, got {type(obj).__name__}")
+    info = target._explain(*args, **kwargs)
+    info["host_calls"] = [_call_name(fn) for fn in info["host_calls"]]
+    return Explanation(info)
+
+
+def _call_name(fn):
+    """torch.cumsum, Tensor.index_add_, torch._C._nn.pad, ..."""
+    name = getattr(fn, "__name__", None) or repr(fn)
+    owner = getattr(fn, "__objclass__", None)
+    if owner is not None:
+        return f"{owner.__name__}.{name}"
+    module = getattr(fn, "__module__", None) or "torch"
+    return f"{module}.{name}"
