@@ -31,7 +31,7 @@ G = torch.Generator().manual_seed(11)
 F32, F64, F16, BF16, I64 = torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64
 CL = torch.channels_last
 NN = torch._C._nn
-NATIVE_OPS = ("conv", "pool", "unfold")   # names of the torch ops that must not run as host calls
+NATIVE_OPS = ("conv", "pool", "unfold", "upsample")   # names of the torch ops that must not run as host calls
 
 
 def rnd(*shape, dtype=F32):
@@ -491,3 +491,39 @@ def test_graphs_hold_conv_and_unfold_nodes():
     assert "sum" in ops["avg_pool"] and "div" in ops["avg_pool"], g["avg_pool"]
     assert ops["unfold"] == ["input", "input", "unfold"], g["unfold"]
     assert "call" in ops["conv_double"] and "conv" not in ops["conv_double"], g["conv_double"]
+
+
+# ---------------------------------------------------------------- nearest upsampling
+
+NEAREST = [
+    ((2, 3, 5, 7), dict(scale_factor=2)),
+    ((2, 3, 5, 7), dict(scale_factor=3)),
+    ((2, 3, 5, 7), dict(size=(10, 21))),
+    ((2, 3, 8, 6), dict(scale_factor=0.5)),
+    ((2, 3, 9, 6), dict(size=(3, 2))),
+    ((2, 3, 5, 7), dict(scale_factor=2, mode="nearest-exact")),
+    ((2, 3, 9, 6), dict(size=(3, 2), mode="nearest-exact")),
+    ((2, 3, 13), dict(scale_factor=4)),
+    ((1, 2, 3, 4, 5), dict(scale_factor=2)),
+    ((2, 3, 7, 7), dict(scale_factor=7)),
+    ((2, 3, 6, 6), dict(scale_factor=1 / 3)),
+    ((1, 1, 1, 1), dict(size=(5, 2))),
+    ((0, 3, 4, 4), dict(scale_factor=2)),
+]
+
+
+@pytest.mark.parametrize("shape,kw", NEAREST, ids=ids(NEAREST))
+def test_nearest_interpolate_is_views(shape, kw):
+    """Integer up/downsampling by nearest(-exact) is views fused into the
+    consumer, index for index as torch's rule picks (float scale included)."""
+    x = rnd(*shape)
+    check(lambda t: F.interpolate(t, **kw) * 2 + 1, x)
+    if len(shape) == 4:
+        check(lambda t: F.interpolate(t, **kw) - 1, chlast(x))
+    check(lambda t: F.interpolate(t, **kw), (x * 10).to(torch.uint8))
+
+
+@pytest.mark.parametrize("shape,kw", [((2, 3, 5, 7), dict(scale_factor=1.5)), ((2, 3, 5, 7), dict(size=(7, 9))),
+                                      ((2, 3, 5, 7), dict(scale_factor=2, mode="bilinear"))])
+def test_uneven_interpolate_stays_a_host_call(shape, kw):
+    check(lambda t: F.interpolate(t, **kw) * 2, rnd(*shape), native=False)

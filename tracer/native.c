@@ -12,7 +12,11 @@
  *    window dims, or their sum divided as torch divides (the window's size
  *    within input + padding, its count of input elements when
  *    count_include_pad=False, or divisor_override);
- *  - Tensor.unfold: UNFOLD.
+ *  - Tensor.unfold: UNFOLD;
+ *  - nearest (and nearest-exact) interpolation whose every spatial dim is
+ *    an integer up- or downsampling that torch's index rule samples
+ *    evenly: views (strided slices, repeat by expand + reshape), fused
+ *    into whatever consumes them.
  * Everything else (other dtypes, transposed convolutions, pooling indices,
  * uneven adaptive windows) stays a host call. The graph ops must give the
  * shape torch gives; a mismatch is a bug here, and breaks the trace saying so.
@@ -263,6 +267,83 @@ static int32_t unfold(tracer *T, const sh_args *sa, const int32_t *node)
     return sa->size < 1 ? -2 : tr_node_add(T, &p);
 }
 
+/* ---------- nearest upsampling ---------- */
+
+/* torch's source index of output index o along a dim (UpSample.h's
+ * nearest_idx / nearest_neighbor_exact_idx, float scale). */
+static int64_t nearest_src(int64_t o, int64_t in, int64_t out, double scale, int exact)
+{
+    float s = scale > 0 ? (float)(1.0 / scale) : (float)in / (float)out;
+    if (!exact && out == in)
+        return o;
+    if (!exact && out == 2 * in)
+        return o >> 1;
+    int64_t i = exact ? (int64_t)floorf((float)(((double)o + 0.5) * s)) : (int64_t)floorf((float)o * s);
+    return i < in - 1 ? i : in - 1;
+}
+
+/* The view form of one dim: out = in * (*rep) (every source repeated) or
+ * out = (in - *start) / *step sampled (every step-th from start): 1 when
+ * torch's index rule gives exactly that for every output index, else 0. */
+static int nearest_form(int64_t in, int64_t out, double scale, int exact, int64_t *rep, int64_t *start,
+                        int64_t *step)
+{
+    *rep = out >= in && out % in == 0 ? out / in : 1;
+    *step = out < in && in % out == 0 ? in / out : 1;
+    *start = *step > 1 ? nearest_src(0, in, out, scale, exact) : 0;
+    if (out != in * *rep && in != out * *step)
+        return 0;
+    for (int64_t o = 0; o < out; o++)
+        if (nearest_src(o, in, out, scale, exact) != (*rep > 1 ? o / *rep : *start + o * *step))
+            return 0;
+    return 1;
+}
+
+/* Nearest upsampling (and integer downsampling) as views when every
+ * spatial dim is an integer ratio torch's rule samples evenly: a strided
+ * slice per downsampled dim, then each source element repeated (unsqueeze,
+ * expand, reshape) per upsampled dim; -2 otherwise (a host call). */
+static int32_t nearest(tracer *T, const sh_args *sa, const int32_t *node)
+{
+    int32_t x = node[sa->x];
+    int k = sa->nsp;
+    int64_t rep[3], start[3], step[3];
+    const smelt_node *xn = &T->g->nodes[x];
+    if (2 + 2 * k > SMELT_MAX_DIMS)
+        return -2;
+    for (int i = 0; i < k; i++)
+        if (!nearest_form(xn->shape[2 + i], sa->out[i], sa->scale[i], sa->exact, &rep[i], &start[i], &step[i]))
+            return -2;
+    for (int i = 0; i < k && x >= 0; i++)
+        if (step[i] > 1) {
+            smelt_node p = { .op = SMELT_OP_SLICE, .nsrc = 1, .src = { x } };
+            p.a.slice.dim = 2 + i;
+            p.a.slice.start = start[i];
+            p.a.slice.end = start[i] + (sa->out[i] - 1) * step[i] + 1;
+            p.a.slice.step = step[i];
+            x = tr_node_add(T, &p);
+        }
+    if (x < 0)
+        return -1;
+    xn = &T->g->nodes[x];
+    smelt_node r1 = { .op = SMELT_OP_RESHAPE, .nsrc = 1, .src = { x }, .ndim = (uint8_t)(2 + 2 * k) };
+    smelt_node ex = { .op = SMELT_OP_EXPAND, .nsrc = 1, .ndim = (uint8_t)(2 + 2 * k) };
+    smelt_node r2 = { .op = SMELT_OP_RESHAPE, .nsrc = 1, .ndim = xn->ndim };
+    for (int d = 0; d < 2; d++)
+        r1.shape[d] = ex.shape[d] = r2.shape[d] = xn->shape[d];
+    for (int i = 0; i < k; i++) {
+        r1.shape[2 + 2 * i] = ex.shape[2 + 2 * i] = xn->shape[2 + i];
+        r1.shape[3 + 2 * i] = 1;
+        ex.shape[3 + 2 * i] = rep[i];
+        r2.shape[2 + i] = xn->shape[2 + i] * rep[i];
+    }
+    int32_t y = tr_node_add(T, &r1);
+    ex.src[0] = y;
+    y = y < 0 ? -1 : tr_node_add(T, &ex);
+    r2.src[0] = y;
+    return y < 0 ? -1 : tr_node_add(T, &r2);
+}
+
 /* Whether node y has result 0's dtype and shape in m. */
 static int matches(const smelt_node *y, const pyext_call_meta *m)
 {
@@ -278,6 +359,7 @@ int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const pye
     switch ((sh_kind)sa->kind) {
     case SK_CONV: y = conv(T, sa, node); break;
     case SK_UNFOLD: y = unfold(T, sa, node); break;
+    case SK_NEAREST: y = nearest(T, sa, node); break;
     case SK_MAX_POOL: case SK_AVG_POOL: case SK_ADAPTIVE_AVG: case SK_ADAPTIVE_MAX:
         y = pool(T, sa, node, first);
         break;
@@ -290,6 +372,6 @@ int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const pye
                         smelt_op_name((smelt_op)T->g->nodes[y].op), smelt_dtype_name((smelt_dtype)T->g->nodes[y].dtype),
                         T->g->nodes[y].ndim, smelt_dtype_name((smelt_dtype)m->dtypes[0]), m->ndims[0]);
     if (sa->kind != SK_CONV && sa->kind != SK_UNFOLD && ops_eager_contiguous(T, node[sa->x]) == 1)
-        T->contig[y] = 1;   /* eager pools a contiguous input into a contiguous result */
+        T->contig[y] = 1;   /* eager pools (and upsamples) a contiguous input into a contiguous result */
     return tv_tensor(T, y);
 }

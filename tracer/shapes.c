@@ -411,8 +411,9 @@ static int sh_adaptive(sh_call *c, int arg)
 
 /* ---------- upsampling ---------- */
 
-/* Upsampling flag in a handler's arg: the op takes align_corners. */
-enum { U_ALIGN = 16 };
+/* Upsampling flags in a handler's arg: the op takes align_corners; nearest
+ * (recorded for native.c); nearest-exact. */
+enum { U_ALIGN = 16, U_NEAR = 32, U_EXACT = 64 };
 
 /* Output sizes out[0..k) of sizes in[0..k) scaled by the k numbers of
  * list or tuple sf: the double product, truncated (torch's
@@ -453,6 +454,19 @@ static int sh_upsample(sh_call *c, int arg)
             return 0;
     shape[0] = x->shape[0];
     shape[1] = x->shape[1];
+    if ((arg & U_NEAR) && c->sa && sh_slot(c, c->p[0]) >= 0) {
+        sh_args *sa = c->sa;
+        sa->kind = SK_NEAREST;
+        sa->nsp = (uint8_t)k;
+        sa->exact = (arg & U_EXACT) != 0;
+        sa->x = (int8_t)sh_slot(c, c->p[0]);
+        for (int i = 0; i < k; i++) {
+            sa->out[i] = shape[2 + i];
+            PyObject *f = sf ? PySequence_Fast_GET_ITEM(sf, i) : NULL;
+            sa->scale[i] = f ? PyFloat_AsDouble(f) : 0.0;
+        }
+        PyErr_Clear();
+    }
     return sh_out(c, x->dtype, x->ndim, shape);
 }
 
@@ -1132,12 +1146,12 @@ static const sh_op ops[] = {
     { "torch.adaptive_max_pool1d", "input output_size", sh_adaptive, 1 | P_IDX, M_FLOAT, RT_TUPLE },
     { NN "adaptive_max_pool2d", "input output_size", sh_adaptive, 2 | P_IDX, M_FLOAT, RT_TUPLE },
     { NN "adaptive_max_pool3d", "input output_size", sh_adaptive, 3 | P_IDX, M_FLOAT, RT_TUPLE },
-    { NN "upsample_nearest1d", NEAR_SIG, sh_upsample, 1, M_FLOAT | DT(U8), RT_TENSOR },
-    { NN "upsample_nearest2d", NEAR_SIG, sh_upsample, 2, M_FLOAT | DT(U8), RT_TENSOR },
-    { NN "upsample_nearest3d", NEAR_SIG, sh_upsample, 3, M_FLOAT | DT(U8), RT_TENSOR },
-    { NN "_upsample_nearest_exact1d", NEAR_SIG, sh_upsample, 1, M_FLOAT | DT(U8), RT_TENSOR },
-    { NN "_upsample_nearest_exact2d", NEAR_SIG, sh_upsample, 2, M_FLOAT | DT(U8), RT_TENSOR },
-    { NN "_upsample_nearest_exact3d", NEAR_SIG, sh_upsample, 3, M_FLOAT | DT(U8), RT_TENSOR },
+    { NN "upsample_nearest1d", NEAR_SIG, sh_upsample, 1 | U_NEAR, M_FLOAT | DT(U8), RT_TENSOR },
+    { NN "upsample_nearest2d", NEAR_SIG, sh_upsample, 2 | U_NEAR, M_FLOAT | DT(U8), RT_TENSOR },
+    { NN "upsample_nearest3d", NEAR_SIG, sh_upsample, 3 | U_NEAR, M_FLOAT | DT(U8), RT_TENSOR },
+    { NN "_upsample_nearest_exact1d", NEAR_SIG, sh_upsample, 1 | U_NEAR | U_EXACT, M_FLOAT | DT(U8), RT_TENSOR },
+    { NN "_upsample_nearest_exact2d", NEAR_SIG, sh_upsample, 2 | U_NEAR | U_EXACT, M_FLOAT | DT(U8), RT_TENSOR },
+    { NN "_upsample_nearest_exact3d", NEAR_SIG, sh_upsample, 3 | U_NEAR | U_EXACT, M_FLOAT | DT(U8), RT_TENSOR },
     { NN "upsample_linear1d", LIN_SIG, sh_upsample, 1 | U_ALIGN, M_FLOAT, RT_TENSOR },
     { NN "upsample_bilinear2d", LIN_SIG, sh_upsample, 2 | U_ALIGN, M_FLOAT | DT(U8), RT_TENSOR },
     { NN "upsample_bicubic2d", LIN_SIG, sh_upsample, 2 | U_ALIGN, M_FLOAT | DT(U8), RT_TENSOR },

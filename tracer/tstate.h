@@ -219,8 +219,11 @@ struct pyext_call_meta;
  *   output sizes, as torch's pooling_output_shape gives them)
  *   conv: groups, transposed; pooling: indices (returned too), ceil,
  *   count_pad (count_include_pad; 1 for max), has_div / div
- *   (divisor_override); unfold: dim (normalised), size, step */
-typedef enum sh_kind { SK_NONE, SK_CONV, SK_MAX_POOL, SK_AVG_POOL, SK_ADAPTIVE_AVG, SK_ADAPTIVE_MAX, SK_UNFOLD } sh_kind;
+ *   (divisor_override); unfold: dim (normalised), size, step;
+ *   nearest upsampling: out (output sizes), exact (nearest-exact), scale
+ *   (the scale factors given, 0 when output_size was) */
+typedef enum sh_kind { SK_NONE, SK_CONV, SK_MAX_POOL, SK_AVG_POOL, SK_ADAPTIVE_AVG, SK_ADAPTIVE_MAX, SK_UNFOLD,
+                       SK_NEAREST } sh_kind;
 
 typedef struct sh_args {
     uint8_t kind, nsp, transposed, indices, ceil, count_pad, has_div;
@@ -229,6 +232,8 @@ typedef struct sh_args {
     int64_t groups, div;
     int dim;
     int64_t size, step;
+    uint8_t exact;
+    double scale[3];
 } sh_args;
 
 /* fn(*args, **kwargs) over a host call's argument templates (Slot(k)
