@@ -1,6 +1,7 @@
 """The benchmark suite's machinery (python -m smelt.bench) on tiny shapes:
-the JSON fields of each compiler, finite numbers, the table, the chart, and
-honest reporting of a child that fails. No timing assertions."""
+the JSON fields of each compiler (cold and warm first calls), finite numbers,
+the tables, the first-call targets, the chart, and honest reporting of a
+child that fails. No timing assertions."""
 import argparse
 import contextlib
 import io
@@ -13,6 +14,7 @@ from smelt import bench
 
 RESULT_FIELDS = ("first_call_s", "median_s", "min_s", "iters", "process_wall_s", "peak_rss_mb")
 CHECK_FIELDS = ("ok", "max_abs_err", "max_rel_err", "calls_checked", "ref_max_abs")
+WARM_FIELDS = ("first_call_s", "process_wall_s", "peak_rss_mb")
 
 
 def finite(x):
@@ -52,6 +54,40 @@ def test_json_fields(tiny_run):
         assert finite(res["check"]["max_abs_err"]) and finite(res["check"]["max_rel_err"])
         assert res["check"]["calls_checked"] == 1 + res["warmup"] + res["iters"]
     assert finite(rec["smelt_over_eager"]) and "smelt_over_inductor" not in rec
+    assert "inductor_over_smelt_first" not in rec and "target_cold_met" not in rec
+
+
+def test_warm_fields(tiny_run):
+    """smelt (and inductor where it ran) also report a warm first call: a
+    second fresh process on the caches the cold one filled, first call only,
+    checked against eager. Eager has no warm run."""
+    data, _ = tiny_run
+    assert data["meta"]["warm_runs"] is True
+    assert data["meta"]["first_call_target"] == bench.FIRST_CALL_TARGET
+    (rec,) = data["models"]
+    assert "warm" not in rec["results"]["eager"]
+    for compiler in bench.WARM_COMPILERS:
+        res = rec["results"].get(compiler)
+        if res is None:
+            continue
+        warm = res["warm"]
+        assert warm["available"] and warm["fresh_process"], warm
+        for key in WARM_FIELDS:
+            assert finite(warm[key]) and warm[key] > 0, (compiler, key, warm[key])
+        assert res["warm_first_call_s"] == warm["first_call_s"] > 0
+        assert warm["check"]["ok"] and warm["check"]["calls_checked"] == 1, warm["check"]
+    assert "inductor_over_smelt_warm" not in rec and "target_warm_met" not in rec
+
+
+def test_warm_smelt_hits_its_cache(tiny_run):
+    """The cold smelt process writes its compiled kernels to the cache dir,
+    the warm one loads them: hits, no misses, same directory."""
+    data, _ = tiny_run
+    res = data["models"][0]["results"]["smelt"]
+    cold, warm = res["report"]["cache"], res["warm"]["report"]["cache"]
+    assert cold["enabled"] and cold["misses"] >= 1 and cold["writes"] >= 1, cold
+    assert warm["enabled"] and warm["hits"] >= 1 and warm["misses"] == 0, warm
+    assert warm["dir"] == cold["dir"]
 
 
 def test_smelt_report(tiny_run):
@@ -69,25 +105,46 @@ def test_smelt_report(tiny_run):
 def test_printed_table(tiny_run):
     _, stdout = tiny_run
     lines = stdout.splitlines()
-    header = next(ln for ln in lines if ln.startswith("model "))
-    for col in ("eager ms", "smelt ms", "ind ms", "s/eager", "smelt 1st", "smelt err"):
-        assert col in header
+    steady, first = [ln for ln in lines if ln.startswith("model ")]
+    for col in ("eager ms", "smelt ms", "ind ms", "s/eager", "smelt err"):
+        assert col in steady
+    for col in ("eager 1st", "smelt 1st", "smelt warm", "ind 1st", "ind warm", "ind/s 1st",
+                "ind/s warm", "30x cold", "30x warm"):
+        assert col in first
     row = next(ln for ln in lines if ln.startswith("mlp ") and "compiled" in ln)
     assert row.split()[3] == "-"          # inductor not run
+    row = lines[lines.index(first) + 2].split()
+    assert row[0] == "mlp" and float(row[2]) > 0 and float(row[3]) > 0 and row[4:] == ["-"] * 6
+    assert "first calls: inductor/smelt not measured (needs smelt and inductor)" in lines
+    assert any(ln.startswith("  mlp") and "smelt warm" in ln and "cache" in ln for ln in lines)
 
 
 def fake_records():
-    """Two records as run_all makes them: one complete, one where smelt
-    failed and inductor was not run."""
+    """Records as run_all makes them: one complete (smelt 40x faster cold,
+    10x warm), one where smelt failed and inductor was not run, and a
+    micro-kernel whose warm inductor run failed."""
     ok = {"available": True, "median_s": 0.01, "first_call_s": 0.5,
           "check": {"ok": True, "max_abs_err": 1e-6, "why": None}}
-    smelt = dict(ok, median_s=0.005, report={"status": "partial", "graphs": 3, "breaks": 2,
-                                             "break_reasons": ["call of foo is not supported"]})
+    warm_ok = {"available": True, "first_call_s": 0.01, "fresh_process": True, "check": ok["check"]}
+    smelt = dict(ok, median_s=0.005, first_call_s=0.25, warm_first_call_s=0.01,
+                 warm=dict(warm_ok, report={"cache": {"hits": 3, "misses": 0}}),
+                 report={"status": "partial", "graphs": 3, "breaks": 2,
+                         "break_reasons": ["call of foo is not supported"]})
+    ind = dict(ok, median_s=0.02, first_call_s=10.0, warm_first_call_s=0.1,
+               warm=dict(warm_ok, first_call_s=0.1, report={"cache": {
+                   "fxgraph_hit": 0, "fxgraph_miss": 1, "fxgraph_bypass": 0}}),
+               report={"break_reasons": []})
+    micro = dict(ok, fresh_process=False, warm_first_call_s=0.002,
+                 warm=dict(warm_ok, first_call_s=0.002, fresh_process=False),
+                 report={"status": "compiled", "graphs": 1, "breaks": 0, "break_reasons": []})
     recs = [{"name": "gpt2", "desc": "GPT-2 tiny",
-             "results": {"eager": ok, "smelt": smelt,
-                         "inductor": dict(ok, median_s=0.02, report={"break_reasons": []})}},
+             "results": {"eager": ok, "smelt": smelt, "inductor": ind}},
             {"name": "cnn", "desc": "CNN tiny",
-             "results": {"eager": ok, "smelt": {"available": False, "reason": "killed by signal 11"}}}]
+             "results": {"eager": ok, "smelt": {"available": False, "reason": "killed by signal 11"}}},
+            {"name": "softmax", "desc": "softmax tiny",
+             "results": {"smelt": micro, "inductor": dict(ok, first_call_s=1.5, warm_first_call_s=None,
+                                                          warm={"available": False,
+                                                                "reason": "exited with status 1"})}}]
     for r in recs:
         bench.add_ratios(r)
     return recs
@@ -101,12 +158,41 @@ def test_table_and_notes(capsys):
     assert bench.print_notes(recs) == 0
     out = capsys.readouterr().out
     gpt2 = next(ln for ln in out.splitlines() if ln.startswith("gpt2 "))
-    assert gpt2.split()[:6] == ["gpt2", "10.00", "5.00", "20.00", "0.50", "0.25"]
-    assert gpt2.endswith("partial 3g 2b")
-    cnn = next(ln for ln in out.splitlines() if ln.startswith("cnn "))
-    assert cnn.split()[2:4] == ["n/a", "-"] and cnn.endswith("n/a")
+    lines = out.splitlines()
+    gpt2, gpt2_first = [ln.split() for ln in lines if ln.startswith("gpt2 ")]
+    assert gpt2[:6] == ["gpt2", "10.00", "5.00", "20.00", "0.50", "0.25"]
+    assert gpt2[-3:] == ["partial", "3g", "2b"]
+    assert gpt2_first == ["gpt2", "0.5", "0.25", "0.01", "10", "0.1", "40.0", "10.0", "met", "MISSED"]
+    cnn, cnn_first = [ln.split() for ln in lines if ln.startswith("cnn ")]
+    assert cnn[2:4] == ["n/a", "-"] and cnn[-1] == "n/a"
+    assert cnn_first[1:] == ["0.5", "n/a", "n/a", "-", "-", "-", "-", "-", "-"]
+    _, softmax_first = [ln.split() for ln in lines if ln.startswith("softmax ")]
+    assert softmax_first[1:] == ["-", "0.5*", "0.002*", "1.5", "n/a", "3.0", "-", "MISSED", "-"]
+    assert "first calls, models: inductor/smelt geomean cold 40.0x, warm 10.0x" in lines
+    assert "  target cold >= 30x: met by 1 of 1 (gpt2)" in lines
+    assert "  target warm >= 30x: met by 0 of 1; MISSED by gpt2 (10.0x)" in lines
+    micro = "first calls, micro-kernels (* rows: compiler already started): inductor/smelt geomean"
+    assert f"{micro} cold 3.0x" in lines
+    assert "  target warm >= 30x: not measured" in lines
     assert "cnn: smelt did not run: killed by signal 11" in out
     assert "gpt2: smelt graph break: call of foo is not supported" in out
+    assert ("gpt2: inductor warm run did not hit its cache fully: FX graph cache 1 miss(es), "
+            "0 bypass(es), 0 hit(s)") in lines
+    assert "softmax: inductor warm run did not run: exited with status 1" in lines
+    assert not any("smelt warm run did not hit" in ln for ln in lines)
+
+
+def test_first_call_targets():
+    """A ratio just under the target prints below it and misses it."""
+    rec = {"name": "mlp", "results": {
+        "smelt": {"available": True, "median_s": 1.0, "first_call_s": 1.0, "warm_first_call_s": 1.0},
+        "inductor": {"available": True, "median_s": 1.0, "first_call_s": 29.97,
+                     "warm_first_call_s": 30.0}}}
+    bench.add_ratios(rec)
+    assert rec["target_cold_met"] is False and rec["target_warm_met"] is True
+    assert bench.ratio_text(rec["inductor_over_smelt_first"]) == "29.9"
+    assert bench.verdict(rec, "cold") == "MISSED" and bench.verdict(rec, "warm") == "met"
+    assert "  target cold >= 30x: met by 0 of 1; MISSED by mlp (29.9x)" in bench.first_call_summary([rec])
 
 
 def test_wrong_result_counted(capsys):
@@ -114,6 +200,13 @@ def test_wrong_result_counted(capsys):
     recs[0]["results"]["smelt"]["check"] = {"ok": False, "max_abs_err": 0.7, "why": "output 0: error"}
     assert bench.print_notes(recs) == 1
     assert "!!! gpt2: smelt result disagrees with eager" in capsys.readouterr().out
+    recs = fake_records()
+    recs[0]["results"]["smelt"]["warm"]["check"] = {"ok": False, "max_abs_err": 0.7, "why": "output 0"}
+    recs[0]["results"]["inductor"]["warm"]["check"] = {"ok": False, "max_abs_err": 0.7, "why": "x"}
+    assert bench.print_notes(recs) == 1
+    out = capsys.readouterr().out
+    assert "!!! gpt2: smelt warm result disagrees with eager: output 0" in out
+    assert "!!! gpt2: inductor warm result disagrees with eager" in out
 
 
 def test_png(tmp_path):
@@ -133,6 +226,17 @@ def test_failed_child_is_reported():
     assert "exited with status 1" in failed["reason"] and "KeyError" in failed["reason"]
 
 
+def test_child_env_uses_default_caches(monkeypatch, tmp_path):
+    """The children's caches live under the given folder, with the switches
+    that would turn a cache off removed from their environment."""
+    for name in bench.CACHE_SWITCHES:
+        monkeypatch.setenv(name, "0")
+    env = bench.child_env(str(tmp_path))
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor")
+    assert env["SMELT_CACHE_DIR"] == str(tmp_path / "smelt")
+    assert not set(bench.CACHE_SWITCHES) & set(env)
+
+
 def test_model_selection():
     assert bench.expand_models("mlp,micro") == ("mlp",) + bench.MICRO
     assert bench.expand_models("all") == bench.MODELS
@@ -142,7 +246,8 @@ def test_model_selection():
 
 def test_arguments():
     args = bench.parse_args([])
-    assert (args.size, args.threads, args.compilers) == ("default", 2, bench.COMPILERS)
+    assert (args.size, args.threads, args.compilers, args.warm) == ("default", 2, bench.COMPILERS, True)
+    assert bench.parse_args(["--no-warm"]).warm is False
     assert args.models == bench.MODELS and args.json == "bench_results.json"
     args = bench.parse_args(["--quick", "--compilers", "smelt,eager"])
     assert args.size == "quick" and args.compilers == ("eager", "smelt")

@@ -13,18 +13,25 @@ Workloads (eval mode, torch.no_grad(), float32):
 Every model runs under each compiler in a fresh child process with empty
 caches (a new TORCHINDUCTOR_CACHE_DIR and SMELT_CACHE_DIR each), so the first
 call is a cold start: it includes the compiler's one-time process start-up
-(LLVM JIT, inductor) but not imports or model construction. The micro-kernels
-share one child per compiler (the ones after the first are marked: compiler
-already started, caches still empty). Then warm-up calls and the median of
-timed calls (steady state). Every call's result is compared with eager outside
-the timed region: the reported error is the largest over all calls. For smelt
-the report says whether the model really ran compiled (one graph, several
-graphs around breaks, or eagerly) and why not. A child that fails, crashes or
-times out is reported as such and the suite goes on.
+(LLVM JIT, inductor) but not imports or model construction. Then warm-up calls
+and the median of timed calls (steady state). For smelt and inductor a second
+fresh process then reuses the cache directories the first one filled and
+times only the first call (and checks it): the warm first call. Inductor runs
+with its caches as torch enables them by default (FX graph cache, AOT autograd
+cache, local autotune cache), all under that TORCHINDUCTOR_CACHE_DIR; the
+variables that would switch a cache off are removed from the children's
+environment. The micro-kernels share one child per compiler, cold and warm
+(the ones after the first are marked: compiler already started). Every call's
+result is compared with eager outside the timed region: the reported error is
+the largest over all calls. For smelt the report says whether the model really
+ran compiled (one graph, several graphs around breaks, or eagerly) and why not.
+A child that fails, crashes or times out is reported as such and the suite
+goes on. After the tables: the geometric means of inductor/smelt first-call
+time, cold and warm, and issue 5's targets (>= 30x, cold and warm) per model.
 
 Usage: python -m smelt.bench [--quick] [--models mlp,gpt2,micro,...]
            [--compilers eager,smelt,inductor] [--threads 2]
-           [--json bench_results.json] [--png PATH] [--timeout S]
+           [--json bench_results.json] [--png PATH] [--timeout S] [--no-warm]
 Exit status 1 when a smelt result disagrees with eager, else 0. Running this
 file as a script (python python/smelt/bench.py) works without importing smelt
 in the parent, so eager and inductor still run when smelt._C cannot load.
@@ -33,6 +40,7 @@ import argparse
 import contextlib
 import gc
 import json
+import math
 import os
 import platform
 import statistics
@@ -47,6 +55,14 @@ REPO = HERE.parent.parent.parent          # python/smelt/bench.py -> checkout ro
 COMPILERS = ("eager", "smelt", "inductor")
 SIZES = ("default", "quick", "tiny")
 MODEL_TOL = (1e-3, 1e-4)                  # rtol, atol of model outputs vs eager
+WARM_COMPILERS = ("smelt", "inductor")    # the ones with a disk cache: a warm first call too
+FIRST_CALL_TARGET = 30.0                  # issue 5: inductor / smelt first call, cold and warm
+# Environment variables that switch a compiler cache off (or bound it): removed
+# from the children's environment so both compilers run with their defaults.
+CACHE_SWITCHES = ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_FX_GRAPH_CACHE_DEFAULT",
+                  "TORCHINDUCTOR_AUTOGRAD_CACHE", "TORCHINDUCTOR_AUTOTUNE_LOCAL_CACHE",
+                  "TORCHINDUCTOR_FORCE_DISABLE_CACHES", "TORCH_COMPILE_FORCE_DISABLE_CACHES",
+                  "SMELT_DISABLE_CACHE", "SMELT_CACHE_MAX_MB")
 
 # Timed calls per child: warm-up calls, then as many calls as fit budget_s,
 # clamped to [min_iters, max_iters].
@@ -264,11 +280,25 @@ def smelt_functions():
     return [o for o in gc.get_objects() if type(o) is cls]
 
 
-def smelt_report(top, before):
+SMELT_CACHE_COUNTS = ("hits", "misses", "writes", "evictions", "corrupt")
+
+
+def smelt_cache_delta(before):
+    """smelt's disk-cache counters since `before` (a cache_info() dict), with
+    the cache's directory and whether it is enabled."""
+    import smelt
+    now = smelt.cache_info()
+    delta = {k: now[k] - before[k] for k in SMELT_CACHE_COUNTS}
+    delta.update(enabled=now["enabled"], dir=now["dir"])
+    return delta
+
+
+def smelt_report(top, before, cache_before):
     """What smelt did for one workload: the CompiledFunctions made since
-    `before` (a list of those that existed) with their counters, and a status:
-    'compiled' (the whole call ran as compiled graphs), 'partial' (the top
-    level ran eagerly, parts of it compiled) or 'eager' (nothing compiled)."""
+    `before` (a list of those that existed) with their counters, its disk
+    cache's counters since `cache_before`, and a status: 'compiled' (the
+    whole call ran as compiled graphs), 'partial' (the top level ran eagerly,
+    parts of it compiled) or 'eager' (nothing compiled)."""
     old = {id(f) for f in before}
     rows = []
     for f in smelt_functions():
@@ -287,20 +317,39 @@ def smelt_report(top, before):
     reasons = sorted({r["last_break"] for r in rows if r["breaks"] and r["last_break"]})
     return {"status": status, "graphs": graphs, "breaks": sum(r["breaks"] for r in rows),
             "break_reasons": reasons, "top": top_st,
+            "cache": smelt_cache_delta(cache_before),
             "trace_ms": sum(r["trace_ms"] for r in rows),
             "compile_ms": sum(r["compile_ms"] for r in rows),
             "functions": sorted(rows, key=lambda r: (not r["top"], r["name"]))}
 
 
 def inductor_report():
-    """torch._dynamo's counters: graphs compiled and graph breaks with reasons."""
+    """torch._dynamo's counters: graphs compiled, graph breaks with reasons,
+    and the hits, misses and bypasses of inductor's FX graph cache and the
+    AOT autograd cache."""
     from torch._dynamo.utils import counters
     breaks = dict(counters["graph_break"])
+    fx, aot = counters["inductor"], counters["aot_autograd"]
+    cache = {f"fxgraph_{k}": int(fx[f"fxgraph_cache_{k}"]) for k in ("hit", "miss", "bypass")}
+    cache.update({f"autograd_{k}": int(aot[f"autograd_cache_{k}"]) for k in ("hit", "miss", "bypass")})
     return {"graphs": int(counters["stats"]["unique_graphs"]),
             "frames_ok": int(counters["frames"]["ok"]),
             "frames_total": int(counters["frames"]["total"]),
             "breaks": int(sum(breaks.values())),
-            "break_reasons": sorted(str(k) for k in breaks)}
+            "break_reasons": sorted(str(k) for k in breaks),
+            "cache": cache}
+
+
+def inductor_cache_config():
+    """Where inductor caches and which of its caches are on in this process."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    return {"dir": cache_dir(),
+            "fx_graph_cache": getattr(inductor_config, "fx_graph_cache", None),
+            "autograd_cache": getattr(functorch_config, "enable_autograd_cache", None),
+            "autotune_local_cache": getattr(inductor_config, "autotune_local_cache", None),
+            "force_disable_caches": getattr(inductor_config, "force_disable_caches", None)}
 
 
 def compile_for(compiler, fn):
@@ -309,9 +358,9 @@ def compile_for(compiler, fn):
     caches start empty for each workload."""
     if compiler == "smelt":
         import smelt
-        before = smelt_functions()
+        before, cache_before = smelt_functions(), smelt.cache_info()
         cf = smelt.compile(fn)
-        return cf, lambda: smelt_report(cf._smelt, before)
+        return cf, lambda: smelt_report(cf._smelt, before, cache_before)
     if compiler == "inductor":
         import torch
         from torch._dynamo.utils import counters
@@ -321,9 +370,10 @@ def compile_for(compiler, fn):
     return fn, lambda: {}
 
 
-def run_workload(name, compiler, size):
+def run_workload(name, compiler, size, warm=False):
     """Builds workload `name`, times its first call under `compiler`, takes
-    the eager reference, then the timed calls. Returns the result dict."""
+    the eager reference, then (unless `warm`: a warm-cache run times only the
+    first call) the timed calls. Returns the result dict."""
     import torch
     res = {"model": name, "compiler": compiler}
     torch.manual_seed(0)
@@ -337,17 +387,18 @@ def run_workload(name, compiler, size):
         check = Check(first if compiler == "eager" else wl.fn(*wl.inputs), wl.tol)
         check.add(first)
         del first
-        res.update(time_calls(lambda: fn(*wl.inputs), check, TIMING[size]))
+        if not warm:
+            res.update(time_calls(lambda: fn(*wl.inputs), check, TIMING[size]))
     res["check"] = check.result()
     res["report"] = report()
     return res
 
 
 def child_main(job):
-    """Runs job = {models, compiler, size, threads, out}: each workload in
-    turn, appending its result to job['out'] as one JSON line (so a crash
-    keeps the results before it). Only the first workload's first call is a
-    fresh-process cold start."""
+    """Runs job = {models, compiler, size, threads, warm, out}: each workload
+    in turn, appending its result to job['out'] as one JSON line (so a crash
+    keeps the results before it). Only the first workload's first call is in
+    a fresh process; with warm, only first calls are timed."""
     import torch
     torch.set_num_threads(job["threads"])
     extra = {"torch_threads": torch.get_num_threads()}
@@ -355,8 +406,10 @@ def child_main(job):
         import smelt
         smelt._C.set_num_threads(job["threads"])
         extra["smelt_threads"] = smelt._C.get_num_threads()
+    if job["compiler"] == "inductor":
+        extra["inductor_caches"] = inductor_cache_config()
     for i, name in enumerate(job["models"]):
-        res = run_workload(name, job["compiler"], job["size"])
+        res = run_workload(name, job["compiler"], job["size"], job.get("warm", False))
         res.update(extra, fresh_process=i == 0, peak_rss_mb=peak_rss_mb(),
                    loadavg=os.getloadavg())
         with open(job["out"], "a") as fh:
@@ -369,12 +422,14 @@ def peak_rss_mb():
 
 
 # --------------------------------------------------------------------------
-# parent: one child per model and compiler (micro-kernels: one per compiler)
+# parent: one child per model and compiler (micro-kernels: one per compiler),
+# and a warm one after it for smelt and inductor
 
 def child_env(tmp):
-    """The child's environment: fresh, empty compiler caches under tmp, no
-    Hugging Face network access, threads pinned by the job."""
-    env = dict(os.environ)
+    """The child's environment: the compiler caches under tmp (empty for a
+    cold run, as the cold run left them for a warm one) with the compilers'
+    default cache switches, no Hugging Face network access."""
+    env = {k: v for k, v in os.environ.items() if k not in CACHE_SWITCHES}
     env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
     env["SMELT_CACHE_DIR"] = os.path.join(tmp, "smelt")
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
@@ -392,20 +447,21 @@ def tail(path, n=15):
     return lines[-n:]
 
 
-def run_child(models, compiler, args):
+def run_child(models, compiler, args, caches=None, warm=False):
     """Runs the workloads `models` under `compiler` in one fresh process with
-    empty caches. Returns one result dict per model; a workload the child did
-    not finish (failure, crash, timeout) gets {'available': False, 'reason'}
-    with the end of the child's output."""
+    its compiler caches under `caches` (default: a new empty folder); `warm`
+    times first calls only. Returns one result dict per model; a workload the
+    child did not finish (failure, crash, timeout) gets {'available': False,
+    'reason'} with the end of the child's output."""
     with tempfile.TemporaryDirectory(prefix="smelt-bench-") as tmp:
         job = {"models": list(models), "compiler": compiler, "size": args.size,
-               "threads": args.threads, "out": os.path.join(tmp, "results.jsonl")}
+               "threads": args.threads, "warm": warm, "out": os.path.join(tmp, "results.jsonl")}
         log = os.path.join(tmp, "log.txt")
         cmd = [sys.executable, str(HERE), "--child", json.dumps(job)]
         t = time.perf_counter()
         with open(log, "w") as fh:
             try:
-                rc = subprocess.run(cmd, env=child_env(tmp), stdout=fh, stderr=subprocess.STDOUT,
+                rc = subprocess.run(cmd, env=child_env(caches or tmp), stdout=fh, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL,
                                     timeout=args.timeout * len(models)).returncode
             except subprocess.TimeoutExpired:
@@ -433,29 +489,69 @@ def child_failure(rc, timeout, log_tail):
     return f"{why}: {last}" if last else why
 
 
-def progress_line(res):
-    """One line per finished child."""
-    head = f"  {res['model']:<10} {res['compiler']:<9}"
+def cache_note(res):
+    """The cache counters of a result, short: 'cache 1 hit 0 miss'."""
+    c = (res.get("report") or {}).get("cache")
+    if not c:
+        return ""
+    if res["compiler"] == "smelt":
+        return f", cache {c['hits']} hit {c['misses']} miss"
+    return (f", fx cache {c['fxgraph_hit']} hit {c['fxgraph_miss']} miss "
+            f"{c['fxgraph_bypass']} bypass")
+
+
+def progress_line(res, warm=False):
+    """One line per finished child (warm: a warm-cache run, first call only)."""
+    head = f"  {res['model']:<10} {res['compiler'] + (' warm' if warm else ''):<14}"
     if not res.get("available"):
         return f"{head} FAILED ({res['process_wall_s']:.1f} s): {res['reason']}"
-    extra = ""
+    extra = cache_note(res)
     if res["compiler"] == "smelt":
         rep = res["report"]
-        extra = f"  [{rep['status']}, {rep['graphs']} graph(s)]"
-    return (f"{head} first {res['first_call_s']:8.3f} s  median {res['median_s'] * 1e3:9.2f} ms"
+        extra = f"{rep['status']}, {rep['graphs']} graph(s){extra}"
+    extra = f"  [{extra.lstrip(', ')}]" if extra else ""
+    median = "" if warm else f"  median {res['median_s'] * 1e3:9.2f} ms"
+    return (f"{head} first {res['first_call_s']:8.3f} s{median}"
             f"  err {res['check']['max_abs_err']:.1e}{'' if res['check']['ok'] else ' FAIL'}"
             f"{extra}  ({res['process_wall_s']:.1f} s)")
 
 
+WARM_KEYS = ("available", "reason", "first_call_s", "check", "report", "fresh_process",
+             "process_wall_s", "peak_rss_mb", "loadavg", "log_tail")
+
+
+def run_group(group, compiler, args):
+    """The cold child of `group` under `compiler` and, for a compiler with a
+    disk cache (unless --no-warm), the warm child on the caches the cold one
+    filled, for the workloads the cold one finished. Returns the cold
+    results, each with 'warm' (the warm run's first call, check, report) and
+    'warm_first_call_s' (None when the warm run failed) where one ran."""
+    with tempfile.TemporaryDirectory(prefix="smelt-bench-caches-") as caches:
+        cold = run_child(group, compiler, args, caches)
+        for res in cold:
+            print(progress_line(res), flush=True)
+        again = [r["model"] for r in cold if r.get("available")]
+        if compiler not in WARM_COMPILERS or not again or not getattr(args, "warm", True):
+            return cold
+        warm = {r["model"]: r for r in run_child(again, compiler, args, caches, warm=True)}
+    for res in cold:
+        w = warm.get(res["model"])
+        if w is not None:
+            print(progress_line(w, warm=True), flush=True)
+            res["warm"] = {k: w[k] for k in WARM_KEYS if k in w}
+            res["warm_first_call_s"] = w["first_call_s"] if w.get("available") else None
+    return cold
+
+
 def run_all(models, compilers, args):
     """All jobs; returns one record per model. Each model runs in its own
-    fresh process per compiler; the micro-kernels share one per compiler."""
+    fresh process per compiler (smelt and inductor: then a warm one); the
+    micro-kernels share one per compiler."""
     records = {m: {"name": m, "results": {}} for m in models}
     groups = [[m] for m in models if m not in MICRO] + [[m for m in models if m in MICRO]]
     for group in filter(None, groups):
         for compiler in compilers:
-            for res in run_child(group, compiler, args):
-                print(progress_line(res), flush=True)
+            for res in run_group(group, compiler, args):
                 rec = records[res["model"]]
                 rec["results"][compiler] = res
                 if res.get("desc"):
@@ -466,13 +562,22 @@ def run_all(models, compilers, args):
 
 
 def add_ratios(rec):
-    """smelt/eager and smelt/inductor of the steady-state medians (< 1: smelt faster)."""
+    """smelt/eager and smelt/inductor of the steady-state medians (< 1: smelt
+    faster); inductor/smelt of the cold and of the warm first calls (> 1:
+    smelt faster) and whether each reaches FIRST_CALL_TARGET."""
     r = rec["results"]
     s = r.get("smelt") or {}
     for other in ("eager", "inductor"):
         o = r.get(other) or {}
         if s.get("available") and o.get("available"):
             rec[f"smelt_over_{other}"] = s["median_s"] / o["median_s"]
+    i = r.get("inductor") or {}
+    if s.get("available") and i.get("available"):
+        rec["inductor_over_smelt_first"] = i["first_call_s"] / s["first_call_s"]
+        rec["target_cold_met"] = rec["inductor_over_smelt_first"] >= FIRST_CALL_TARGET
+    if s.get("warm_first_call_s") and i.get("warm_first_call_s"):
+        rec["inductor_over_smelt_warm"] = i["warm_first_call_s"] / s["warm_first_call_s"]
+        rec["target_warm_met"] = rec["inductor_over_smelt_warm"] >= FIRST_CALL_TARGET
 
 
 # --------------------------------------------------------------------------
@@ -490,12 +595,18 @@ def field(rec, compiler, key, scale=1.0, spec=".2f"):
     return fmt(res[key] * scale if res.get("available") else None, spec)
 
 
-def first_field(rec, compiler):
-    """Cold first-call seconds; '*' marks a call in a process that had run
-    another workload before (the micro-kernels after the first)."""
-    text = field(rec, compiler, "first_call_s", spec=".3g")
-    res = rec["results"].get(compiler) or {}
-    return text + ("*" if res.get("available") and not res.get("fresh_process", True) else "")
+def first_field(rec, compiler, warm=False):
+    """First-call seconds, cold or (warm) with the caches the cold run
+    filled; '*' marks a call in a process that had run another workload
+    before (the micro-kernels after the first); '-' not run, 'n/a' failed."""
+    res = rec["results"].get(compiler)
+    if res is not None and res.get("available") and warm:
+        res = res.get("warm")
+    if res is None:
+        return "-"
+    if not res.get("available"):
+        return "n/a"
+    return format(res["first_call_s"], ".3g") + ("" if res.get("fresh_process", True) else "*")
 
 
 def err_field(rec, compiler):
@@ -524,29 +635,99 @@ def smelt_status(rec):
 
 
 def print_table(records):
-    """The results table: steady-state ms, ratios, cold first calls, errors, smelt status."""
+    """The results tables: steady state (ms, ratios, errors, smelt status),
+    then first calls (cold and warm, inductor/smelt, issue 5's targets)."""
     print()
-    print("steady state: median ms per call; ratios < 1 mean smelt is faster; 1st: cold first "
-          "call in a fresh process (s;\n* = the process ran other micro-kernels first, caches "
-          "still empty); err: max abs error vs eager over all calls\n(! = above tolerance); "
-          "smelt: compiled Ng = N graphs, partial = eager top level with N graphs and B breaks "
-          "(Nb),\nEAGER = nothing compiled")
+    print("steady state: median ms per call; ratios < 1 mean smelt is faster; err: max abs "
+          "error vs eager over all calls\n(! = above tolerance); smelt: compiled Ng = N graphs, "
+          "partial = eager top level with N graphs and B breaks (Nb),\nEAGER = nothing compiled")
     h = (f"{'model':<10} {'eager ms':>9} {'smelt ms':>9} {'ind ms':>9} {'s/eager':>8} {'s/ind':>6} "
-         f"{'eager 1st':>9} {'smelt 1st':>9} {'ind 1st':>8} {'smelt err':>10} {'ind err':>9}  smelt")
+         f"{'smelt err':>10} {'ind err':>9}  smelt")
     print(h)
     print("-" * len(h))
     for rec in records:
         print(f"{rec['name']:<10} {field(rec, 'eager', 'median_s', 1e3):>9} "
               f"{field(rec, 'smelt', 'median_s', 1e3):>9} {field(rec, 'inductor', 'median_s', 1e3):>9} "
               f"{fmt(rec.get('smelt_over_eager'), '.2f'):>8} {fmt(rec.get('smelt_over_inductor'), '.2f'):>6} "
-              f"{first_field(rec, 'eager'):>9} {first_field(rec, 'smelt'):>9} "
-              f"{first_field(rec, 'inductor'):>8} {err_field(rec, 'smelt'):>10} "
-              f"{err_field(rec, 'inductor'):>9}  {smelt_status(rec)}")
+              f"{err_field(rec, 'smelt'):>10} {err_field(rec, 'inductor'):>9}  {smelt_status(rec)}")
+    print_first_calls(records)
+
+
+def ratio_text(value, missing="-"):
+    """A first-call ratio rounded down to 0.1 (so 29.97, a missed 30x target,
+    does not print as 30.0); `missing` for None."""
+    return missing if value is None else f"{math.floor(value * 10) / 10:.1f}"
+
+
+def verdict(rec, kind):
+    """'met', 'MISSED' or '-' (not measured) for target `kind` (cold|warm)."""
+    met = rec.get(f"target_{kind}_met")
+    return "-" if met is None else "met" if met else "MISSED"
+
+
+def print_first_calls(records):
+    """The first-call table: seconds cold and warm, inductor/smelt, targets."""
+    print()
+    print("first call, s: 1st = cold (fresh process, empty caches); warm = a second fresh process "
+          "on the caches\nthe first filled (eager has none); * = the process ran other micro-kernels "
+          "first (compiler started);\nind/s = inductor / smelt (> 1: smelt faster; rounded down); "
+          f"target (issue 5): ind/s >= {FIRST_CALL_TARGET:g}")
+    h = (f"{'model':<10} {'eager 1st':>9} {'smelt 1st':>9} {'smelt warm':>10} {'ind 1st':>8} "
+         f"{'ind warm':>8} {'ind/s 1st':>9} {'ind/s warm':>10} {'30x cold':>8} {'30x warm':>8}")
+    print(h)
+    print("-" * len(h))
+    for rec in records:
+        print(f"{rec['name']:<10} {first_field(rec, 'eager'):>9} {first_field(rec, 'smelt'):>9} "
+              f"{first_field(rec, 'smelt', True):>10} {first_field(rec, 'inductor'):>8} "
+              f"{first_field(rec, 'inductor', True):>8} "
+              f"{ratio_text(rec.get('inductor_over_smelt_first')):>9} "
+              f"{ratio_text(rec.get('inductor_over_smelt_warm')):>10} "
+              f"{verdict(rec, 'cold'):>8} {verdict(rec, 'warm'):>8}")
+    print()
+    print("\n".join(first_call_summary(records)))
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def first_call_summary(records):
+    """Lines after the tables, per group (the models, the micro-kernels): the
+    geometric means of inductor/smelt first-call time, cold and warm, and
+    which rows meet issue 5's targets."""
+    lines = []
+    for label, names in (("models", GROUPS["models"]),
+                         ("micro-kernels (* rows: compiler already started)", MICRO)):
+        rows = [r for r in records if r["name"] in names]
+        parts = [f"{word} {ratio_text(geomean(vals))}x" for word, vals in
+                 (("cold", [r["inductor_over_smelt_first"] for r in rows
+                            if "inductor_over_smelt_first" in r]),
+                  ("warm", [r["inductor_over_smelt_warm"] for r in rows
+                            if "inductor_over_smelt_warm" in r])) if vals]
+        if not parts:
+            continue
+        lines.append(f"first calls, {label}: inductor/smelt geomean {', '.join(parts)}")
+        lines += [target_line(rows, kind) for kind in ("cold", "warm")]
+    return lines or ["first calls: inductor/smelt not measured (needs smelt and inductor)"]
+
+
+def target_line(rows, kind):
+    """'  target cold >= 30x: met by 3 of 4 (mlp, ...); MISSED by gpt2 (21.0x)'."""
+    ratio = f"inductor_over_smelt_{'first' if kind == 'cold' else 'warm'}"
+    done = [r for r in rows if f"target_{kind}_met" in r]
+    head = f"  target {kind} >= {FIRST_CALL_TARGET:g}x: "
+    if not done:
+        return head + "not measured"
+    met = [r["name"] for r in done if r[f"target_{kind}_met"]]
+    missed = [f"{r['name']} ({ratio_text(r[ratio])}x)" for r in done if not r[f"target_{kind}_met"]]
+    return (head + f"met by {len(met)} of {len(done)}" + (f" ({', '.join(met)})" if met else "")
+            + (f"; MISSED by {', '.join(missed)}" if missed else ""))
 
 
 def print_notes(records):
-    """Workload descriptions, failures, graph-break reasons and wrong results.
-    Returns the number of smelt results that disagree with eager."""
+    """Workload descriptions, failures, graph-break reasons, wrong results
+    (cold or warm) and warm runs that missed their caches. Returns the number
+    of smelt results that disagree with eager."""
     print()
     for rec in records:
         print(f"  {rec['name']:<10} {rec.get('desc') or ''}")
@@ -556,13 +737,45 @@ def print_notes(records):
             if not res.get("available"):
                 print(f"{rec['name']}: {compiler} did not run: {res['reason']}")
                 continue
-            if not res["check"]["ok"]:
-                wrong += compiler == "smelt"
-                print(f"!!! {rec['name']}: {compiler} result disagrees with eager: "
-                      f"{res['check']['why']} (max abs err {res['check']['max_abs_err']:.3e})")
+            wrong += check_note(rec["name"], compiler, res)
             for why in res.get("report", {}).get("break_reasons", []):
                 print(f"{rec['name']}: {compiler} graph break: {short_path(why)}")
+            warm = res.get("warm")
+            if warm is None:
+                continue
+            if not warm.get("available"):
+                print(f"{rec['name']}: {compiler} warm run did not run: {warm['reason']}")
+                continue
+            wrong += check_note(rec["name"], compiler + " warm", warm)
+            miss = warm_cache_miss(compiler, warm)
+            if miss:
+                print(f"{rec['name']}: {compiler} warm run did not hit its cache fully: {miss}")
     return wrong
+
+
+def check_note(name, what, res):
+    """Prints a '!!!' line when res's results disagree with eager; returns 1
+    for a wrong smelt result, else 0."""
+    if res["check"]["ok"]:
+        return 0
+    print(f"!!! {name}: {what} result disagrees with eager: "
+          f"{res['check']['why']} (max abs err {res['check']['max_abs_err']:.3e})")
+    return int(what.split()[0] == "smelt")
+
+
+def warm_cache_miss(compiler, warm):
+    """Why a warm run compiled instead of loading from its cache ('' when it
+    only hit): smelt's disk-cache misses, inductor's FX graph cache misses
+    or bypasses."""
+    c = (warm.get("report") or {}).get("cache")
+    if not c:
+        return ""
+    if compiler == "smelt":
+        return "" if not c["misses"] else f"{c['misses']} miss(es), {c['hits']} hit(s)"
+    if not c["fxgraph_miss"] and not c["fxgraph_bypass"]:
+        return ""
+    return (f"FX graph cache {c['fxgraph_miss']} miss(es), {c['fxgraph_bypass']} bypass(es), "
+            f"{c['fxgraph_hit']} hit(s)")
 
 
 def short_path(text):
@@ -578,9 +791,10 @@ def short_path(text):
 # chart
 
 def write_png(records, path, subtitle=""):
-    """Bar chart: steady-state time relative to eager, and cold first calls,
-    both on log scales; smelt bars that did not run fully compiled are
-    labelled. Returns None, or why no chart was written (no matplotlib)."""
+    """Bar chart: steady-state time relative to eager, and first calls (cold;
+    smelt and inductor also warm, hatched), both on log scales; smelt bars
+    that did not run fully compiled are labelled. Returns None, or why no
+    chart was written (no matplotlib)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -591,21 +805,27 @@ def write_png(records, path, subtitle=""):
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(8, 1.1 * len(names)), 8))
     width = 0.27
     for k, compiler in enumerate(COMPILERS):
-        rel, first = chart_series(records, compiler)
+        rel = chart_series(records, compiler)
         xs = [i + (k - 1) * width for i in range(len(names))]
-        ax1.bar(xs, rel, width, label=compiler)
-        ax2.bar(xs, first, width, label=compiler)
+        ax1.bar(xs, rel, width, label=compiler, color=f"C{k}")
         if compiler == "smelt":
             label_smelt_bars(ax1, records, xs, rel)
+    series = [(c, False) for c in COMPILERS] + [(c, True) for c in WARM_COMPILERS]
+    series.sort(key=lambda cw: COMPILERS.index(cw[0]))
+    width = 0.8 / len(series)
+    for k, (compiler, warm) in enumerate(series):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(names))]
+        ax2.bar(xs, first_series(records, compiler, warm), width, color=f"C{COMPILERS.index(compiler)}",
+                hatch="//" if warm else None, label=f"{compiler} {'warm' if warm else 'cold'}")
     ax1.axhline(1.0, color="grey", linewidth=0.8)
     ax1.set_ylabel("steady-state time / eager (log)")
-    ax2.set_ylabel("cold first call, s (log)")
+    ax2.set_ylabel("first call, s (log)")
     for ax in (ax1, ax2):
         ax.set_yscale("log")
         ax.set_xticks(range(len(names)), names)
         ax.legend(fontsize=8)
-    warm = any(not res.get("fresh_process", True) for r in records for res in r["results"].values())
-    note = "; first calls after a micro-kernel's: compiler already started" if warm else ""
+    started = any(not res.get("fresh_process", True) for r in records for res in r["results"].values())
+    note = "; first calls after a micro-kernel's: compiler already started" if started else ""
     fig.suptitle(f"smelt vs eager vs torch.compile (inductor), CPU; no bar = did not run{note}\n"
                  + subtitle, fontsize=10)
     fig.tight_layout()
@@ -615,15 +835,25 @@ def write_png(records, path, subtitle=""):
 
 
 def chart_series(records, compiler):
-    """([time / eager time], [first-call s]) of compiler per record; NaN
-    (no bar) where it or eager did not run."""
-    nan, rel, first = float("nan"), [], []
+    """[time / eager time] of compiler per record; NaN (no bar) where it or
+    eager did not run."""
+    rel = []
     for r in records:
         res, eager = r["results"].get(compiler) or {}, r["results"].get("eager") or {}
         ok = res.get("available") and eager.get("available")
-        rel.append(res["median_s"] / eager["median_s"] if ok else nan)
-        first.append(res["first_call_s"] if res.get("available") else nan)
-    return rel, first
+        rel.append(res["median_s"] / eager["median_s"] if ok else float("nan"))
+    return rel
+
+
+def first_series(records, compiler, warm):
+    """[first-call s] of compiler per record, cold or warm; NaN where it did not run."""
+    out = []
+    for r in records:
+        res = r["results"].get(compiler) or {}
+        if warm:
+            res = (res.get("warm") or {}) if res.get("available") else {}
+        out.append(res["first_call_s"] if res.get("available") else float("nan"))
+    return out
 
 
 def label_smelt_bars(ax, records, xs, heights):
@@ -652,7 +882,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m smelt.bench",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_const", const="quick", dest="size", default="default",
-                   help="smaller shapes and fewer calls (a couple of minutes)")
+                   help="smaller shapes and fewer calls (about 4 minutes)")
     p.add_argument("--size", choices=SIZES, default="default",
                    help="shape preset; tiny is for the test suite")
     p.add_argument("--models", default="all",
@@ -662,6 +892,8 @@ def parse_args(argv):
     p.add_argument("--json", default="bench_results.json", metavar="PATH")
     p.add_argument("--png", metavar="PATH", help="bar chart (default: the JSON path with .png)")
     p.add_argument("--no-png", action="store_true", help="write no chart")
+    p.add_argument("--no-warm", action="store_false", dest="warm",
+                   help="skip the warm-cache first-call runs of smelt and inductor")
     p.add_argument("--timeout", type=float, default=900.0,
                    help="seconds per workload (a child running several gets the sum)")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -690,6 +922,7 @@ def meta_info(args):
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": tf, "threads": args.threads,
             "size": args.size, "models": list(args.models), "compilers": list(args.compilers),
+            "warm_runs": bool(args.warm), "first_call_target": FIRST_CALL_TARGET,
             "commit": git_commit(), "loadavg_start": load, "model_tolerance": MODEL_TOL,
             "timing": TIMING[args.size]}
 
@@ -716,7 +949,11 @@ def print_header(meta, args):
     print(f"smelt benchmark suite ({args.size}); cpu: {meta['cpu']} ({meta['cores']} cores); "
           f"python {meta['python']}, torch {meta['torch']}, transformers {meta['transformers']}; "
           f"{args.threads} threads; load average {load:.2f}")
-    print(f"one fresh process per model and compiler ({', '.join(args.compilers)}), empty caches")
+    print(f"one fresh process per model and compiler ({', '.join(args.compilers)}), empty caches", end="")
+    warm = [c for c in args.compilers if c in WARM_COMPILERS] if args.warm else []
+    print(f"; then for {' and '.join(warm)} a second fresh process per model on the caches the "
+          "first filled\n(warm first call only; the micro-kernels share one cold and one warm "
+          "process per compiler)" if warm else "; no warm-cache runs")
     if load >= 0.5:
         print(f"note: the machine is busy (load {load:.2f} before the run): other processes take "
               "cores from the timed ones,\n      so timings are noisy (multi-threaded eager ops "
