@@ -32,6 +32,32 @@ static smelt_graph *graph_copy(const smelt_graph *g)
     return c;
 }
 
+/* A pack (kernels/matmul.h) for every matmul step whose B is a weight
+ * input, and the list of those inputs. -1 if out of memory. */
+static int make_packs(smelt_plan *p)
+{
+    int32_t ninputs = p->graph->ninputs;
+    uint8_t *seen = calloc((size_t)ninputs + 1, 1);
+    p->packed_inputs = malloc(sizeof(int32_t) * ((size_t)ninputs + 1));
+    if (!seen || !p->packed_inputs) {
+        free(seen);
+        return -1;
+    }
+    for (int32_t k = 0; k < p->nsteps; k++) {
+        plan_step *s = &p->steps[k];
+        if (s->kind != PS_MATMUL || s->b_input < 0)
+            continue;
+        if (!(s->pack = kern_matmul_pack_new())) {
+            free(seen);
+            return -1;
+        }
+        if (!seen[s->b_input]++)
+            p->packed_inputs[p->npacked++] = s->b_input;
+    }
+    free(seen);
+    return 0;
+}
+
 smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
                           char *err, size_t errlen)
 {
@@ -48,6 +74,11 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
     p->times.lower_ms = now_ms() - t0;
     if (rc || cpu_codegen(p, opts, err, errlen)) {
         smelt_plan_free(p);
+        return NULL;
+    }
+    if (make_packs(p)) {
+        smelt_plan_free(p);
+        snprintf(err, errlen, "out of memory");
         return NULL;
     }
     plan_assign_arena(p);
@@ -76,7 +107,10 @@ void smelt_plan_free(smelt_plan *p)
         free(p->steps[k].call);
         free(p->steps[k].attn);
         free(p->steps[k].conv);
+        if (p->steps[k].kind == PS_MATMUL)
+            kern_matmul_pack_free(p->steps[k].pack);
     }
+    free(p->packed_inputs);
     free(p->steps);
     for (int32_t k = 0; p->code && k < p->nkernels; k++)
         free(p->code[k].slots);

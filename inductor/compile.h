@@ -57,6 +57,29 @@ typedef int (*smelt_host_call_fn)(void *ctx, int32_t id, int nin, const smelt_te
 int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *outputs,
                         smelt_host_call_fn call, void *ctx, char *err, size_t errlen);
 
+/* What a graph input's data is, for inputs the plan keeps packed copies
+ * of (smelt_plan_packed_inputs): the caller guarantees that one (owner,
+ * data pointer, version) always names the same contents (e.g. owner: a
+ * serial number for the tensor object, held alive while current; version:
+ * torch's version counter, bumped by every in-place write). owner 0:
+ * unknown, the input is read directly. */
+typedef struct smelt_input_stamp {
+    uint64_t owner;
+    int64_t version;
+} smelt_input_stamp;
+
+/* smelt_plan_run_host with stamps[k] for graph input k (only those of
+ * smelt_plan_packed_inputs are read); stamps NULL: all unknown. A matmul
+ * whose B is a packed input reuses its packed copy while the stamp and
+ * pointer match, else packs it again. */
+int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const *outputs,
+                           const smelt_input_stamp *stamps, smelt_host_call_fn call, void *ctx,
+                           char *err, size_t errlen);
+
+/* The graph inputs some matmul reads as a packed copy (weights): their
+ * count, and in *which their input numbers (valid as long as the plan). */
+int smelt_plan_packed_inputs(const smelt_plan *p, const int32_t **which);
+
 void smelt_plan_free(smelt_plan *p);
 
 /* Step profiling, process-wide switch (off by default): while on, every

@@ -939,6 +939,19 @@ static int emit_store_kernel(lowering *L, int32_t node, int compute_root, int32_
     }
 }
 
+/* The graph input whose view B is, when it is one and the same for every
+ * batch entry of an fp32 matmul m (B's dims and strides filled):
+ * the plan may keep it packed (plan_step.b_input). Else -1. */
+static int32_t weight_input(const smelt_plan *p, int32_t buf, const kern_matmul_desc *m)
+{
+    if (p->bufs[buf].kind != PB_INPUT || m->dtype != SMELT_F32)
+        return -1;
+    for (int d = 0; d < m->ndim - 2; d++)
+        if (m->b_dims[d] != 1 && m->b_strides[d] != 0)
+            return -1;
+    return p->bufs[buf].index;
+}
+
 static int emit_matmul(lowering *L, int32_t node)
 {
     const smelt_node *n = &L->g->nodes[node];
@@ -968,6 +981,7 @@ static int emit_matmul(lowering *L, int32_t node)
         if (k) {
             s.b_buf = buf;
             s.b_off = off;
+            s.b_input = weight_input(L->p, buf, m);
         } else {
             s.a_buf = buf;
             s.a_off = off;

@@ -136,12 +136,17 @@ static void run_range(void *ctx, int64_t begin, int64_t end)
     r->fn(r->bufs, begin, end);
 }
 
-static int run_matmul(const smelt_plan *p, const plan_step *s, void **bufs, char *err, size_t errlen)
+/* A matmul step; B from the step's pack when its input's stamp is known. */
+static int run_matmul(const plan_step *s, void **bufs, const smelt_input_stamp *stamps,
+                      char *err, size_t errlen)
 {
     size_t es = smelt_dtype_size(s->mm.dtype);
     const char *a = (const char *)bufs[s->a_buf] + s->a_off * (int64_t)es;
     const char *b = (const char *)bufs[s->b_buf] + s->b_off * (int64_t)es;
-    (void)p;
+    if (s->pack && stamps && stamps[s->b_input].owner) {
+        kern_matmul_stamp st = { stamps[s->b_input].owner, stamps[s->b_input].version };
+        return kern_matmul_packed(&s->mm, a, b, bufs[s->c_buf], s->pack, &st, err, errlen);
+    }
     return kern_matmul(&s->mm, a, b, bufs[s->c_buf], err, errlen);
 }
 
@@ -288,6 +293,19 @@ int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *output
 int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *outputs,
                         smelt_host_call_fn host, void *ctx, char *err, size_t errlen)
 {
+    return smelt_plan_run_stamped(p, inputs, outputs, NULL, host, ctx, err, errlen);
+}
+
+int smelt_plan_packed_inputs(const smelt_plan *p, const int32_t **which)
+{
+    *which = p->packed_inputs;
+    return p->npacked;
+}
+
+int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const *outputs,
+                           const smelt_input_stamp *stamps, smelt_host_call_fn host, void *ctx,
+                           char *err, size_t errlen)
+{
     void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
     int32_t flag = 0;
     int rc = 0;
@@ -323,7 +341,7 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
         }
         const plan_step *st = &p->steps[s];
         if (st->kind == PS_MATMUL) {
-            rc = run_matmul(p, st, bufs, err, errlen);
+            rc = run_matmul(st, bufs, stamps, err, errlen);
             continue;
         }
         if (st->kind == PS_CALL) {

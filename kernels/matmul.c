@@ -14,7 +14,10 @@
 #endif
 #include "matmul.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -611,6 +614,252 @@ static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, vo
         return -1;
     }
     return m.declined ? MM_DECLINED : 0;
+}
+
+/* ------------------------------------------------------------ packed B */
+
+/* MKL's packed sgemm, as the torch library in this process exports it
+ * (cblas_sgemm_pack / cblas_sgemm_compute, LP64); absent without torch. */
+typedef struct mm_mkl {
+    size_t (*get_size)(int id, int m, int n, int k);
+    void (*pack)(int layout, int id, int trans, int m, int n, int k, float alpha, const float *src,
+                 int ld, float *dest);
+    void (*compute)(int layout, int transa, int transb, int m, int n, int k, const float *a, int lda,
+                    const float *b, int ldb, float beta, float *c, int ldc);
+    int (*set_local)(int nt);        /* MKL threads of this thread; returns the previous */
+} mm_mkl;
+
+enum { MKL_ROW_MAJOR = 101, MKL_NO_TRANS = 111, MKL_TRANS = 112, MKL_PACKED = 151, MKL_B = 162 };
+
+static mm_mkl g_mkl;
+static pthread_once_t g_mkl_once = PTHREAD_ONCE_INIT;
+
+static void mm_mkl_init(void)
+{
+    void *h = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+    mm_mkl m;
+    if (!h)
+        return;
+    *(void **)&m.get_size = dlsym(h, "cblas_sgemm_pack_get_size");
+    *(void **)&m.pack = dlsym(h, "cblas_sgemm_pack");
+    *(void **)&m.compute = dlsym(h, "cblas_sgemm_compute");
+    *(void **)&m.set_local = dlsym(h, "MKL_Set_Num_Threads_Local");
+    if (m.get_size && m.pack && m.compute && m.set_local)
+        g_mkl = m;
+}
+
+/* MKL's packed sgemm, or NULL where this process has none. */
+static const mm_mkl *mm_mkl_api(void)
+{
+    pthread_once(&g_mkl_once, mm_mkl_init);
+    return g_mkl.compute ? &g_mkl : NULL;
+}
+
+/* One packed copy of B for pieces of m rows, and what it was packed from
+ * (src pointer, stamp, B's K, N and strides). Immutable once made; refs
+ * counts the slot's reference and one per run using it. */
+typedef struct mm_packed {
+    int refs;
+    const void *src;
+    kern_matmul_stamp stamp;
+    int64_t m, kn[4];
+    float *data;
+} mm_packed;
+
+struct kern_matmul_pack {
+    pthread_mutex_t mu;            /* guards cur and every refs */
+    mm_packed *cur;                /* the latest copy, or NULL */
+};
+
+kern_matmul_pack *kern_matmul_pack_new(void)
+{
+    kern_matmul_pack *pk = calloc(1, sizeof *pk);
+    if (pk && pthread_mutex_init(&pk->mu, NULL) != 0) {
+        free(pk);
+        pk = NULL;
+    }
+    return pk;
+}
+
+static void mm_packed_drop(mm_packed *q)
+{
+    if (q && --q->refs == 0) {
+        free(q->data);
+        free(q);
+    }
+}
+
+void kern_matmul_pack_free(kern_matmul_pack *pk)
+{
+    if (!pk)
+        return;
+    mm_packed_drop(pk->cur);
+    pthread_mutex_destroy(&pk->mu);
+    free(pk);
+}
+
+/* MKL's operand: 1 if a row-major r x c matrix with strides (rs, cs) is
+ * one (transposed or not) with its leading dimension in *ld, else 0. */
+static int mm_mkl_operand(int64_t r, int64_t c, int64_t rs, int64_t cs, int *trans, int *ld)
+{
+    if (r > INT32_MAX / 2 || c > INT32_MAX / 2)
+        return 0;
+    if (cs == 1 && rs >= (c > 1 ? c : 1) && rs <= INT32_MAX)
+        return *trans = MKL_NO_TRANS, *ld = (int)rs, 1;
+    if (rs == 1 && cs >= (r > 1 ? r : 1) && cs <= INT32_MAX)
+        return *trans = MKL_TRANS, *ld = (int)cs, 1;
+    return 0;
+}
+
+/* A new copy of B (K x N at b, strides kn[2..3]) packed for pieces of m
+ * rows, or NULL (out of memory, a layout MKL does not take). */
+static mm_packed *mm_packed_make(const mm_mkl *mk, const void *b, const int64_t kn[4], int64_t m)
+{
+    int trans, ld;
+    if (!mm_mkl_operand(kn[0], kn[1], kn[2], kn[3], &trans, &ld))
+        return NULL;
+    size_t bytes = mk->get_size(MKL_B, (int)m, (int)kn[1], (int)kn[0]);
+    mm_packed *q = calloc(1, sizeof *q);
+    if (!q || !(q->data = aligned_alloc(64, (bytes + 63) / 64 * 64))) {
+        free(q);
+        return NULL;
+    }
+    int saved = mk->set_local(1);
+    mk->pack(MKL_ROW_MAJOR, MKL_B, trans, (int)m, (int)kn[1], (int)kn[0], 1.0f, b, ld, q->data);
+    mk->set_local(saved);
+    q->m = m;
+    memcpy(q->kn, kn, sizeof q->kn);
+    return q;
+}
+
+static int mm_packed_matches(const mm_packed *q, const void *b, const int64_t kn[4],
+                             const kern_matmul_stamp *stamp, int64_t m)
+{
+    return q && q->src == b && q->stamp.owner == stamp->owner && q->m == m &&
+           q->stamp.version == stamp->version && !memcmp(q->kn, kn, sizeof q->kn);
+}
+
+/* pk's copy of b for pieces of m rows, packed now unless the current one
+ * matches (b, stamp, m); a reference for the caller, or NULL (fall back). */
+static mm_packed *mm_pack_get(kern_matmul_pack *pk, const mm_mkl *mk, const void *b, const int64_t kn[4],
+                              const kern_matmul_stamp *stamp, int64_t m)
+{
+    pthread_mutex_lock(&pk->mu);
+    mm_packed *q = pk->cur;
+    if (!mm_packed_matches(q, b, kn, stamp, m) && (q = mm_packed_make(mk, b, kn, m))) {
+        q->src = b, q->stamp = *stamp, q->refs = 1;
+        mm_packed_drop(pk->cur);     /* freed now unless a run still reads it */
+        pk->cur = q;
+    }
+    if (q)
+        q->refs++;
+    pthread_mutex_unlock(&pk->mu);
+    return q;
+}
+
+static void mm_pack_put(kern_matmul_pack *pk, mm_packed *q)
+{
+    pthread_mutex_lock(&pk->mu);
+    mm_packed_drop(q);
+    pthread_mutex_unlock(&pk->mu);
+}
+
+/* d as one 2-d matmul [R, K] @ [K, N] -> [R, N] in f: B the same for
+ * every batch entry, A's and C's batch dims folding into their rows.
+ * 0, or -1 where d does not fold. */
+static int mm_fold(const kern_matmul_desc *d, kern_matmul_desc *f)
+{
+    int nd = d->ndim;
+    int64_t rows = d->c_dims[nd - 2];
+    for (int i = nd - 3; i >= 0; i--) {
+        if (d->b_dims[i] != 1 && d->b_strides[i] != 0)
+            return -1;
+        if (d->c_dims[i] == 1)
+            continue;
+        if (d->a_dims[i] != d->c_dims[i] || d->a_strides[i] != rows * d->a_strides[nd - 2] ||
+            d->c_strides[i] != rows * d->c_strides[nd - 2])
+            return -1;
+        rows *= d->c_dims[i];
+    }
+    memset(f, 0, sizeof *f);
+    f->dtype = d->dtype, f->ndim = 2;
+    f->a_dims[0] = f->c_dims[0] = rows;
+    f->a_dims[1] = f->b_dims[0] = d->a_dims[nd - 1];
+    f->b_dims[1] = f->c_dims[1] = d->c_dims[nd - 1];
+    f->a_strides[0] = d->a_strides[nd - 2], f->a_strides[1] = d->a_strides[nd - 1];
+    f->b_strides[0] = d->b_strides[nd - 2], f->b_strides[1] = d->b_strides[nd - 1];
+    f->c_strides[0] = d->c_strides[nd - 2], f->c_strides[1] = d->c_strides[nd - 1];
+    return 0;
+}
+
+
+/* A row split of a folded matmul on a packed B (see kern_matmul_packed):
+ * pieces of q->m rows on MKL, then the leftover rows as a plain matmul. */
+typedef struct mm_psplit {
+    const kern_matmul_desc *f;
+    const mm_mkl *mk;
+    const char *a, *b;
+    char *c;
+    const mm_packed *q;
+    int64_t npieces;
+    int transa, lda;
+    _Atomic int rc;
+    char err[256];
+} mm_psplit;
+
+static void mm_psplit_range(void *ctx, int64_t begin, int64_t end)
+{
+    mm_psplit *m = ctx;
+    const kern_matmul_desc *f = m->f;
+    int64_t M = m->q->m, N = f->c_dims[1], K = f->a_dims[1];
+    for (int64_t i = begin; i < end; i++) {
+        int64_t r0 = i * M;
+        const float *a = (const float *)m->a + r0 * f->a_strides[0];
+        float *c = (float *)m->c + r0 * f->c_strides[0];
+        if (i < m->npieces) {
+            int saved = m->mk->set_local(1);
+            m->mk->compute(MKL_ROW_MAJOR, m->transa, MKL_PACKED, (int)M, (int)N, (int)K, a, m->lda,
+                           m->q->data, (int)N, 0.0f, c, (int)f->c_strides[0]);
+            m->mk->set_local(saved);
+            continue;
+        }
+        kern_matmul_desc p = *f;     /* the rows left over */
+        char err[256];
+        p.a_dims[0] = p.c_dims[0] = f->c_dims[0] - r0;
+        int zero = 0;
+        if (kern_matmul(&p, a, m->b, c, err, sizeof err) &&
+            atomic_compare_exchange_strong(&m->rc, &zero, -1))
+            snprintf(m->err, sizeof m->err, "%s", err);
+    }
+}
+
+int kern_matmul_packed(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                       kern_matmul_pack *pk, const kern_matmul_stamp *stamp, char *err, size_t errlen)
+{
+    kern_matmul_desc f;
+    const mm_mkl *mk = NULL;
+    int ta, lda, tc, ldc;
+    if (!pk || !stamp || !stamp->owner || d->dtype != SMELT_F32 || check_desc(d, err, errlen) != 0 ||
+        mm_fold(d, &f) != 0 || f.c_dims[0] == 0 || f.c_dims[1] == 0 || f.a_dims[1] == 0 ||
+        !(mk = mm_mkl_api()) ||
+        !mm_mkl_operand(f.a_dims[0], f.a_dims[1], f.a_strides[0], f.a_strides[1], &ta, &lda) ||
+        !mm_mkl_operand(f.c_dims[0], f.c_dims[1], f.c_strides[0], f.c_strides[1], &tc, &ldc) ||
+        tc != MKL_NO_TRANS)
+        return kern_matmul(d, a, b, c, err, errlen);
+    int64_t R = f.c_dims[0], nt = kern_get_num_threads();
+    double flops = 2.0 * (double)R * (double)f.c_dims[1] * (double)f.a_dims[1];
+    int64_t pieces = (nt <= 1 || flops < 2e5) ? 1 : nt < R ? nt : R;
+    int64_t kn[4] = {f.b_dims[0], f.b_dims[1], f.b_strides[0], f.b_strides[1]};
+    mm_psplit m = { .f = &f, .mk = mk, .a = a, .b = b, .c = c, .npieces = pieces,
+                    .transa = ta, .lda = lda };
+    if (!(m.q = mm_pack_get(pk, mk, b, kn, stamp, R / pieces)))
+        return kern_matmul(d, a, b, c, err, errlen);
+    atomic_init(&m.rc, 0);
+    kern_parallel_for(pieces + (R % pieces != 0), 1, mm_psplit_range, &m);
+    mm_pack_put(pk, (mm_packed *)m.q);
+    if (atomic_load(&m.rc) && err && errlen)
+        snprintf(err, errlen, "%s", m.err);
+    return atomic_load(&m.rc) ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- entries */

@@ -31,6 +31,36 @@ typedef struct kern_matmul_desc {
 int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                 char *err, size_t errlen);
 
+/* A packed copy of one matmul's B operand in MKL's packed sgemm format
+ * (cblas_sgemm_pack, from the torch library loaded in this process; about
+ * 1.7x the size of B), reused by later calls while B is unchanged. The
+ * caller owns one per matmul whose B is a weight (a plan: one per such
+ * step); it holds at most one copy until freed. Thread-safe: runs sharing
+ * a pack read the same copy; a run that needs a new one replaces it, and
+ * the old one is freed when the last run reading it is done. */
+typedef struct kern_matmul_pack kern_matmul_pack;
+
+/* What B's data is: the caller guarantees that one (owner, B pointer,
+ * version) names the same contents for as long as the owner is current.
+ * owner 0: unknown (nothing is packed). */
+typedef struct kern_matmul_stamp {
+    uint64_t owner;
+    int64_t version;
+} kern_matmul_stamp;
+
+/* A new, empty pack; NULL if out of memory. */
+kern_matmul_pack *kern_matmul_pack_new(void);
+void kern_matmul_pack_free(kern_matmul_pack *pk);
+
+/* kern_matmul with B read from pk's copy, packed first unless pk holds
+ * one of (b, stamp, rows per piece). Used for fp32 matmuls whose B is the
+ * same for every batch entry, whose A and C batch dims fold into their
+ * rows and whose A, B rows or columns are contiguous (C's rows), when MKL
+ * is present; everything else, and stamp NULL or unknown, runs as
+ * kern_matmul (same results up to rounding order). */
+int kern_matmul_packed(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                       kern_matmul_pack *pk, const kern_matmul_stamp *stamp, char *err, size_t errlen);
+
 /* Drops cached primitives (smelt.reset / teardown). */
 void kern_matmul_cache_clear(void);
 

@@ -11,6 +11,7 @@
 #include <Python.h>
 #include <structmember.h>
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -35,7 +36,18 @@ typedef struct CompiledObject {
     PyObject *calls;         /* table of host calls (list), NULL if the plan has none */
     int nhost;               /* smelt_plan_num_host_calls */
     int64_t ncalls;          /* calls started (outputs get huge pages from KERN_HUGE_AFTER on) */
+    /* Inputs the plan keeps packed copies of (weights): for each, the
+     * tensor last passed (held so that its identity stays unique) and the
+     * owner serial naming it in the stamps (see smelt_input_stamp). */
+    int npacked;
+    const int32_t *packed;
+    PyObject **held;
+    uint64_t *owner;
+    PyObject *s_version;     /* "_version" */
 } CompiledObject;
+
+/* Owner serials: a new one for every tensor object a packed input takes. */
+static _Atomic uint64_t g_owner_serial;
 
 /* ------------------------------------------------------------------ */
 /* input checks                                                       */
@@ -184,7 +196,7 @@ static int set_grad_mode(pyext_state *st, int on)
 /* Runs a plan with host calls on ptrs (inputs, then outputs) with the GIL
  * released and grad mode off (once for all its calls); a call's exception
  * is raised again as it was. 0, or -1 with an exception. */
-static int run_host(CompiledObject *self, void **ptrs)
+static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *stamps)
 {
     pyext_state *st = pyext_state_of((PyObject *)self);
     char err[512];
@@ -194,8 +206,8 @@ static int run_host(CompiledObject *self, void **ptrs)
     PyObject *calls = Py_NewRef(self->calls);   /* kept alive whatever the calls do */
     pyext_hostcall_ctx ctx = {calls, NULL, NULL};
     Py_BEGIN_ALLOW_THREADS
-    rc = smelt_plan_run_host(self->plan, ptrs, ptrs + self->nin, pyext_hostcall_run, &ctx,
-                             err, sizeof err);
+    rc = smelt_plan_run_stamped(self->plan, ptrs, ptrs + self->nin, stamps, pyext_hostcall_run,
+                                &ctx, err, sizeof err);
     Py_END_ALLOW_THREADS
     Py_DECREF(calls);
     Py_XDECREF(ctx.keep);   /* results whose memory the plan used */
@@ -212,6 +224,58 @@ static int run_host(CompiledObject *self, void **ptrs)
     return rc;
 }
 
+/* The stamp of packed input j (self->packed[j]), tensor t: a version
+ * counter that cannot be read (inference tensors) gives owner 0 (not
+ * packed). Under the GIL; clears any exception it causes. */
+static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
+{
+    smelt_input_stamp s = {0, 0};
+    PyObject *v = PyObject_GetAttr(t, self->s_version);
+    s.version = v && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
+    Py_XDECREF(v);
+    if (s.version == -1) {
+        PyErr_Clear();
+        Py_CLEAR(self->held[j]);
+        return s;
+    }
+    if (self->held[j] != t) {
+        Py_XSETREF(self->held[j], Py_NewRef(t));
+        self->owner[j] = atomic_fetch_add(&g_owner_serial, 1) + 1;
+    }
+    s.owner = self->owner[j];
+    return s;
+}
+
+/* Runs the plan on ptrs (inputs, then outputs) with the GIL released,
+ * stamping the packed inputs of args; with host calls (`host`), grad mode
+ * is off (once for all its calls) and a call's exception is raised again
+ * as it was. 0, or -1 with an exception. */
+static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, int host)
+{
+    smelt_input_stamp small[16], *stamps = NULL;
+    if (self->npacked) {
+        stamps = self->nin <= 16 ? small : PyMem_Calloc((size_t)self->nin, sizeof *stamps);
+        if (!stamps)
+            return PyErr_NoMemory(), -1;
+        for (int j = 0; j < self->npacked; j++)
+            stamps[self->packed[j]] = stamp_of(self, j, args[self->packed[j]]);
+    }
+    int rc;
+    if (host) {
+        rc = run_host(self, ptrs, stamps);
+    } else {
+        char err[512];
+        Py_BEGIN_ALLOW_THREADS
+        rc = smelt_plan_run_stamped(self->plan, ptrs, ptrs + self->nin, stamps, NULL, NULL, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        if (rc)
+            PyErr_Format(PyExc_RuntimeError, "%s", err);
+    }
+    if (stamps != small)
+        PyMem_Free(stamps);
+    return rc;
+}
+
 /* Validates the inputs (unless `trusted`: the caller's guards already
  * checked every input's type, dtype, shape, strides and device),
  * allocates the outputs into list `outs` and runs the plan with the GIL
@@ -219,7 +283,6 @@ static int run_host(CompiledObject *self, void **ptrs)
 static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void **ptrs, int trusted)
 {
     pyext_state *st = pyext_state_of((PyObject *)self);
-    char err[512];
     int bad = 0;
     for (Py_ssize_t k = 0; k < self->nin; k++) {
         if (!trusted && (check_kind(st, &self->ins[k], k, args[k]) ||
@@ -236,15 +299,7 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
             return -1;
         PyList_SET_ITEM(outs, k, t);
     }
-    if (self->nhost)
-        return run_host(self, ptrs);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = smelt_plan_run(self->plan, ptrs, ptrs + self->nin, err, sizeof err);
-    Py_END_ALLOW_THREADS
-    if (rc)
-        PyErr_Format(PyExc_RuntimeError, "%s", err);
-    return rc;
+    return run_plan(self, args, ptrs, self->nhost != 0);
 }
 
 static PyObject *call(CompiledObject *self, PyObject *const *args, int trusted)
@@ -336,6 +391,8 @@ static int compiled_traverse(CompiledObject *self, visitproc visit, void *arg)
     for (Py_ssize_t k = 0; self->out_shapes && k < self->nout; k++)
         Py_VISIT(self->out_shapes[k]);
     Py_VISIT(self->calls);
+    for (int j = 0; self->held && j < self->npacked; j++)
+        Py_VISIT(self->held[j]);
     return 0;
 }
 
@@ -344,6 +401,8 @@ static int compiled_clear(CompiledObject *self)
     for (Py_ssize_t k = 0; self->out_shapes && k < self->nout; k++)
         Py_CLEAR(self->out_shapes[k]);
     Py_CLEAR(self->calls);
+    for (int j = 0; self->held && j < self->npacked; j++)
+        Py_CLEAR(self->held[j]);
     return 0;
 }
 
@@ -357,6 +416,9 @@ static void compiled_dealloc(CompiledObject *self)
     PyMem_Free(self->out_dtypes);
     PyMem_Free(self->out_shapes);
     PyMem_Free(self->out_nbytes);
+    PyMem_Free(self->held);
+    PyMem_Free(self->owner);
+    Py_XDECREF(self->s_version);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -417,6 +479,20 @@ static int take_calls(CompiledObject *self, const smelt_graph *g, PyObject *call
     return 0;
 }
 
+/* The plan's packed inputs and the state stamping them (see run_plan). */
+static int take_packed(CompiledObject *self)
+{
+    self->npacked = smelt_plan_packed_inputs(self->plan, &self->packed);
+    if (!self->npacked)
+        return 0;
+    self->held = PyMem_Calloc((size_t)self->npacked, sizeof *self->held);
+    self->owner = PyMem_Calloc((size_t)self->npacked, sizeof *self->owner);
+    if (!self->held || !self->owner)
+        return PyErr_NoMemory(), -1;
+    self->s_version = PyUnicode_InternFromString("_version");
+    return self->s_version ? 0 : -1;
+}
+
 PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan,
                              PyObject *calls)
 {
@@ -428,7 +504,7 @@ PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *
     }
     self->vectorcall = compiled_vectorcall;
     self->plan = plan;
-    if (fill_specs(self, g) || take_calls(self, g, calls)) {
+    if (fill_specs(self, g) || take_calls(self, g, calls) || take_packed(self)) {
         Py_DECREF(self);
         return NULL;
     }
