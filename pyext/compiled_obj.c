@@ -247,13 +247,14 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
 }
 
 /* Runs the plan on ptrs (inputs, then outputs) with the GIL released,
- * stamping the packed inputs of args; with host calls (`host`), grad mode
+ * stamping the packed inputs of args from the second call on (packing a
+ * weight costs more than one unpacked matmul); with host calls (`host`), grad mode
  * is off (once for all its calls) and a call's exception is raised again
  * as it was. 0, or -1 with an exception. */
 static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, int host)
 {
     smelt_input_stamp small[16], *stamps = NULL;
-    if (self->npacked) {
+    if (self->npacked && self->ncalls > 1) {   /* a first call does not pay for packing */
         stamps = self->nin <= 16 ? small : PyMem_Calloc((size_t)self->nin, sizeof *stamps);
         if (!stamps)
             return PyErr_NoMemory(), -1;
