@@ -25,6 +25,7 @@
 
 #include "kernels/conv.h"
 #include "kernels/threadpool.h"
+#include "tests/c/testutil.h"
 
 #if defined(KERN_CONV_FORCE_PORTABLE) && KERN_CONV_FORCE_PORTABLE
 #define PORTABLE 1
@@ -32,40 +33,9 @@
 #define PORTABLE 0
 #endif
 
-static _Atomic int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (cond) {                                                            \
-            g_pass++;                                                          \
-        } else {                                                               \
-            g_fail++;                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                        \
-            printf(__VA_ARGS__);                                               \
-            printf("\n");                                                      \
-        }                                                                      \
-    } while (0)
-
-static _Thread_local uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rnd(void)
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
-}
-
 static float rnd_f(void)
 {
     return (float)((double)(int64_t)(rnd() % 4096 - 2048) / 2048.0);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Activation layouts (x and y): the order of dims in memory. */
