@@ -1,5 +1,6 @@
-/* compile.c — the compile pipeline: copy the graph, verify, lower (fusion
- * into loop-level kernels), generate and load code. Each stage is one call. */
+/* compile.c — the compile pipeline: copy the graph, verify, fold
+ * eval-BatchNorm-like epilogues into convolutions, lower (fusion into loop-level kernels), generate
+ * and load code. Each stage is one call. */
 #include "plan.h"
 #include "kix.h"
 
@@ -70,6 +71,15 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
         return NULL;
     }
     double t0 = now_ms();
+    smelt_graph *folded = ind_fold(p->graph, err, errlen);
+    if (!folded) {
+        smelt_plan_free(p);
+        return NULL;
+    }
+    if (folded != p->graph) {
+        smelt_graph_free(p->graph);
+        p->graph = folded;
+    }
     int rc = ind_lower(p, err, errlen);
     p->times.lower_ms = now_ms() - t0;
     if (rc || cpu_codegen(p, opts, err, errlen)) {

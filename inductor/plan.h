@@ -123,6 +123,11 @@ struct smelt_plan {
     char *text_kernels, *text_ir, *text_asm;
 };
 
+/* fold.c: g with each convolution's per-channel affine epilogue (eval
+ * BatchNorm) folded into its weights and bias (a new graph; g itself when
+ * there is nothing to fold; NULL with err). */
+smelt_graph *ind_fold(smelt_graph *g, char *err, size_t errlen);
+
 /* lower.c: fills pool, kernels, bufs and steps from p->graph.
  * 0, or -1 with err (unsupported op/dtype combination). */
 int ind_lower(smelt_plan *p, char *err, size_t errlen);

@@ -198,3 +198,75 @@ def test_channels_last_layouts_between_layers(gen):
         torch.testing.assert_close(o.double(), r, rtol=1e-4, atol=1e-4)
     text = f.code("kernels")
     assert "channels-last" in text        # the second conv writes channels-last
+
+
+# ---------------------------------------------------------------- epilogue folding (inductor/fold.c)
+
+def _bn_chain(g, c, rm, rv, bw, bb, relu=True):
+    """eval BatchNorm as the tracer writes it, then ReLU."""
+    sh = [-1, 1, 1]
+    inv = g.op("rsqrt", g.op("add", g.op("reshape", rv, shape=sh), g.scalar(1e-5)))
+    y = g.op("mul", g.op("sub", c, g.op("reshape", rm, shape=sh)), inv)
+    y = g.op("add", g.op("mul", y, g.op("reshape", bw, shape=sh)), g.op("reshape", bb, shape=sh))
+    return g.op("relu", y) if relu else y
+
+
+def _bn_ref(c, rm, rv, bw, bb, relu=True):
+    y = (c - rm[:, None, None]) * torch.rsqrt(rv[:, None, None] + 1e-5) * bw[:, None, None] + bb[:, None, None]
+    return torch.relu(y) if relu else y
+
+
+@pytest.mark.parametrize("bias,groups", [(True, 1), (False, 1), (True, 2)])
+def test_batchnorm_and_relu_fold_into_the_conv(bias, groups, gen):
+    """conv -> eval BN -> ReLU: the BN is folded into the convolution's
+    weights and bias (scaled per channel in the graph), so the ReLU reads
+    the conv's result directly; values match the unfolded computation."""
+    x, w = mk((2, 4, 9, 7), gen), mk((6, 4 // groups, 3, 3), gen)
+    b = mk((6,), gen) if bias else None
+    rm, bw, bb = mk((6,), gen), mk((6,), gen), mk((6,), gen)
+    rv = mk((6,), gen).abs() + 0.5
+    srcs = [x, w] + ([b] if bias else []) + [rm, rv, bw, bb]
+
+    def build(g, *s):
+        c = g.op("conv", *s[:3 if bias else 2], padding=1, groups=groups)
+        return _bn_chain(g, c, *s[-4:])
+
+    out, f = run_compiled(build, *srcs, keep_code=True)
+    ref = _bn_ref(torch_conv(x, w, b, padding=1, groups=groups), *(t.double() for t in (rm, rv, bw, bb)))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-4)
+    after = f.code("kernels").split("conv x")[1]       # what runs after the convolution
+    assert "relu(" in after and "rsqrt" not in after and "sub(" not in after
+
+
+def test_fold_keeps_values_used_elsewhere(gen):
+    """The conv's result is also an output (and the chain reads a statistic
+    of the conv itself): nothing is folded; values as computed."""
+    x, w = mk((2, 3, 8, 8), gen), mk((5, 3, 3, 3), gen)
+
+    def build(g, x, w):
+        c = g.op("conv", x, w, padding=1)
+        m = g.op("mean", c, dims=[0, 2, 3], keepdim=True)     # depends on the conv
+        return [c, g.op("relu", g.op("sub", c, m))]
+
+    outs, f = run_compiled(build, x, w)
+    c = torch_conv(x, w, None, padding=1)
+    torch.testing.assert_close(outs[0].double(), c, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(outs[1].double(), torch.relu(c - c.mean((0, 2, 3), keepdim=True)), rtol=1e-4, atol=1e-4)
+
+
+def test_fold_reverse_sub_div_and_scalars_and_nan(gen):
+    """t - x, x / s, scalar operands fold; a NaN input stays NaN through the
+    ReLU, as torch.relu keeps it."""
+    x, w, b, t, s = mk((1, 3, 6, 5), gen), mk((4, 3, 3, 3), gen), mk((4,), gen), mk((4, 1, 1), gen), mk((4, 1, 1), gen)
+    x[0, 1, 2, 2] = float("nan")
+
+    def build(g, x, w, b, t, s):
+        c = g.op("conv", x, w, b)
+        y = g.op("div", g.op("sub", t, g.op("mul", c, g.scalar(2.5))), g.op("add", s, g.scalar(3.0)))
+        return g.op("relu", g.op("add", y, g.scalar(0.5)))
+
+    out, f = run_compiled(build, x, w, b, t, s)
+    c = torch_conv(x, w, b)
+    ref = torch.relu((t.double() - c * 2.5) / (s.double() + 3.0) + 0.5)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert out.isnan().any()
