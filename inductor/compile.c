@@ -6,14 +6,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
+static double now_ms(void) { return (double)plan_now_ns() / 1e6; }
 
 static smelt_graph *graph_copy(const smelt_graph *g)
 {

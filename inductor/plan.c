@@ -205,7 +205,7 @@ static _Atomic int g_profiling;
 void smelt_plan_set_profiling(int on) { atomic_store(&g_profiling, on != 0); }
 int smelt_plan_profiling(void) { return atomic_load(&g_profiling); }
 
-static int64_t now_ns(void)
+int64_t plan_now_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -330,12 +330,12 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
                   : b->kind == PB_TEMP ? arena + b->offset : NULL;
     }
     int prof = atomic_load(&g_profiling) && p->step_ns;
-    int64_t t_prev = prof ? now_ns() : 0;
+    int64_t t_prev = prof ? plan_now_ns() : 0;
     if (prof)
         atomic_fetch_add((_Atomic(int64_t) *)&p->prof_runs, 1);
     for (int32_t s = 0; s < p->nsteps && !rc; s++) {
         if (prof && s) {
-            int64_t t = now_ns();
+            int64_t t = plan_now_ns();
             atomic_fetch_add(&p->step_ns[s - 1], t - t_prev);
             t_prev = t;
         }
@@ -387,7 +387,7 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
         }
     }
     if (prof && p->nsteps)
-        atomic_fetch_add(&p->step_ns[p->nsteps - 1], now_ns() - t_prev);
+        atomic_fetch_add(&p->step_ns[p->nsteps - 1], plan_now_ns() - t_prev);
     void *none = NULL;
     if (arena && !atomic_compare_exchange_strong((_Atomic(void *) *)&p->arena_cache, &none, arena))
         free(arena);   /* another run's arena is cached already */

@@ -137,6 +137,9 @@ char *ind_kernels_print(const smelt_plan *p);
 /* plan.c: packs the temporaries into the arena (after codegen: uses the
  * kernels' slot tables). */
 void plan_assign_arena(smelt_plan *p);
+/* plan.c: CLOCK_MONOTONIC in nanoseconds (profiles, compile timings). */
+int64_t plan_now_ns(void);
+
 /* plan.c: frees the cached arena. */
 void plan_release_arena(smelt_plan *p);
 

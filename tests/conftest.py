@@ -428,3 +428,25 @@ def threads():
     old = C.get_num_threads()
     yield C.set_num_threads
     C.set_num_threads(old)
+
+
+def in_threads(work, arg_tuples, reps=1):
+    """Runs work(*args) reps times in one thread per args tuple, all at once;
+    raises the first exception any thread raised (assertions included)."""
+    import threading
+    errors = []
+
+    def run(args):
+        try:
+            for _ in range(reps):
+                work(*args)
+        except Exception as e:   # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(a,)) for a in arg_tuples]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]

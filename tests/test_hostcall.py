@@ -11,7 +11,6 @@ itself must match exactly, the fused smelt ops around it within tolerance.
 import gc
 import subprocess
 import sys
-import threading
 import weakref
 
 import pytest
@@ -19,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import (BF16, BOOL, F32, F64, I32, I64, C, TorchGraph, _call_checked,
-                      assert_close, build, dname, rand)
+                      assert_close, build, dname, in_threads, rand)
 
 S = C.Slot
 
@@ -342,20 +341,7 @@ def test_threads_share_a_plan(gen):
     g.output(g.op("tanh", c))
     f = g.compile()
     xs = [rand((7, 9), F32, gen=gen) for _ in range(4)]
-    errors = []
-
-    def work(t):
-        try:
-            for _ in range(50):
-                assert_close(f(t)[0], t.cumsum(1).tanh())
-        except Exception as e:   # noqa: BLE001 - reported below
-            errors.append(e)
-    ts = [threading.Thread(target=work, args=(t,)) for t in xs]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors[0]
+    in_threads(lambda t: assert_close(f(t)[0], t.cumsum(1).tanh()), [(t,) for t in xs], reps=50)
 
 
 def test_graph_and_compiled_are_collected():

@@ -1,13 +1,12 @@
 """Matmuls whose B is a weight input run on a packed copy reused across
 calls (kernels/matmul.c kern_matmul_packed): results must follow every
 change of the weight (in-place updates, new tensors, threads)."""
-import threading
-
 import pytest
 import torch
 
 import smelt
 import smelt._C as C
+from conftest import in_threads
 
 
 def linear_graph(M, K, N, transposed=True):
@@ -125,38 +124,12 @@ def test_threads_share_a_plan(threads):
     f = linear_graph(64, 96, 80)
     w = torch.randn(80, 96)
     xs = [torch.randn(64, 96) for _ in range(4)]
-    errs = []
-
-    def work(x):
-        try:
-            for _ in range(10):
-                torch.testing.assert_close(f(x, w)[0], x @ w.T, rtol=1e-4, atol=1e-3)
-        except Exception as e:   # reported below
-            errs.append(e)
-
-    ts = [threading.Thread(target=work, args=(x,)) for x in xs]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errs
+    in_threads(lambda x: torch.testing.assert_close(f(x, w)[0], x @ w.T, rtol=1e-4, atol=1e-3),
+               [(x,) for x in xs], reps=10)
 
 
 def test_threads_with_different_weights(threads):
     f = linear_graph(45, 33, 27)
     pairs = [(torch.randn(45, 33), torch.randn(27, 33)) for _ in range(3)]
-    errs = []
-
-    def work(x, w):
-        try:
-            for _ in range(10):
-                torch.testing.assert_close(f(x, w)[0], x @ w.T, rtol=1e-4, atol=1e-3)
-        except Exception as e:   # reported below
-            errs.append(e)
-
-    ts = [threading.Thread(target=work, args=p) for p in pairs]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errs
+    in_threads(lambda x, w: torch.testing.assert_close(f(x, w)[0], x @ w.T, rtol=1e-4, atol=1e-3),
+               pairs, reps=10)

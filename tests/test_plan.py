@@ -2,11 +2,10 @@
 that later runs reuse. Runs of one plan at the same time (the GIL is
 released while a plan runs) each get their own arena, and chains whose
 temporaries share bytes still compute torch's values."""
-import threading
-
 import torch
 
 import smelt._C as C
+from conftest import in_threads
 
 
 def chain_graph(shape, n):
@@ -41,21 +40,8 @@ def test_concurrent_runs_of_one_plan():
     f = chain_graph((129, 64), 5).compile()
     inputs = [(torch.randn(129, 64), torch.randn(64, 64) / 8) for _ in range(4)]
     want = [chain_ref(x, w, 5) for x, w in inputs]
-    errors = []
-
-    def worker(k):
-        try:
-            for _ in range(20):
-                torch.testing.assert_close(f(*inputs[k])[0], want[k], rtol=1e-4, atol=1e-5)
-        except Exception as e:   # collected: asserted below
-            errors.append(e)
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[0]
+    in_threads(lambda k: torch.testing.assert_close(f(*inputs[k])[0], want[k], rtol=1e-4, atol=1e-5),
+               [(k,) for k in range(4)], reps=20)
 
 
 def test_host_results_that_view_their_inputs_are_copied():

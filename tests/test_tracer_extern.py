@@ -275,11 +275,6 @@ def inplace_base_of_host_view(a):
     return v
 
 
-def inplace_host_method_on_input(a):
-    a.cumsum_(0)
-    return a * 2
-
-
 def out_argument(a):
     o = torch.empty(7, 5)
     torch.cumsum(a, 0, out=o)
@@ -351,16 +346,6 @@ def test_batch_norm_training_is_not_a_host_call():
     check(m.running_mean, ref.running_mean)   # updated once, like eager
     check(m.running_var, ref.running_var)
     assert stats(cm)["eager_entries"] == 0 and stats(cm)["compiles"] == 1
-
-
-def test_inplace_host_method_on_input_compiles():
-    a = rnd(4, 5)
-    ra = a.clone()
-    ref = inplace_host_method_on_input(ra)
-    cf = smelt.compile(inplace_host_method_on_input)
-    check(cf(a), ref)
-    check(a, ra)
-    assert stats(cf)["eager_entries"] == 0
 
 
 def test_runtime_error_propagates_like_eager():

@@ -195,8 +195,6 @@ void cpu_kcache_insert_locked(const uint8_t *key, size_t n, uint64_t h, const cp
     kc_table[h % KC_BUCKETS] = e;
 }
 
-void cpu_obj_retain_locked(cpu_obj *o) { o->refs++; }
-
 /* Drops the registry entries of o, then its code. */
 static void obj_free_locked(cpu_obj *o)
 {

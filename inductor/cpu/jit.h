@@ -40,7 +40,6 @@ int cpu_kcache_find_locked(const uint8_t *key, size_t n, uint64_t h, cpu_kcode *
 /* Registers key -> c held by obj (no reference taken: the entry goes when
  * obj does). */
 void cpu_kcache_insert_locked(const uint8_t *key, size_t n, uint64_t h, const cpu_kcode *c, cpu_obj *obj);
-void cpu_obj_retain_locked(cpu_obj *o);
 /* Drops one reference (takes the lock); the last frees the code. */
 void cpu_obj_release(cpu_obj *o);
 
