@@ -9,7 +9,7 @@
 
 static double now_ms(void) { return (double)plan_now_ns() / 1e6; }
 
-static smelt_graph *graph_copy(const smelt_graph *g)
+smelt_graph *ind_graph_copy(const smelt_graph *g)
 {
     smelt_graph *c = smelt_graph_new();
     if (!c)
@@ -53,13 +53,24 @@ static int make_packs(smelt_plan *p)
     return 0;
 }
 
-smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
-                          char *err, size_t errlen)
+/* Packs, profile counters and the arena of a lowered or loaded plan;
+ * frees p and returns NULL (err) if out of memory. */
+static smelt_plan *finish(smelt_plan *p, char *err, size_t errlen)
 {
-    if (smelt_graph_verify(g, err, errlen))
+    if (make_packs(p) || !(p->step_ns = calloc((size_t)p->nsteps + 1, sizeof *p->step_ns))) {
+        smelt_plan_free(p);
+        snprintf(err, errlen, "out of memory");
         return NULL;
+    }
+    plan_assign_arena(p);
+    return p;
+}
+
+/* Fold, lower, generate code: a new plan, or NULL with err. */
+static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, char *err, size_t errlen)
+{
     smelt_plan *p = calloc(1, sizeof *p);
-    if (!p || !(p->graph = graph_copy(g))) {
+    if (!p || !(p->graph = ind_graph_copy(g))) {
         free(p);
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -80,20 +91,28 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
         smelt_plan_free(p);
         return NULL;
     }
-    if (make_packs(p)) {
-        smelt_plan_free(p);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    plan_assign_arena(p);
-    if (!(p->step_ns = calloc((size_t)p->nsteps + 1, sizeof *p->step_ns))) {
-        smelt_plan_free(p);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
     if (opts && opts->keep_ir)
         p->text_kernels = ind_kernels_print(p);
     return p;
+}
+
+smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
+                          char *err, size_t errlen)
+{
+    if (smelt_graph_verify(g, err, errlen))
+        return NULL;
+    size_t klen = 0;
+    uint8_t *key = opts && opts->keep_ir ? NULL : ind_plan_cache_key(g, opts, &klen);
+    double t0 = now_ms();
+    char lerr[256];
+    smelt_plan *p = key ? ind_plan_cache_load(g, key, klen, lerr, sizeof lerr) : NULL;
+    if (p) {
+        p->times.load_ms = now_ms() - t0;
+    } else if ((p = build(g, opts, err, errlen)) && key) {
+        ind_plan_cache_store(p, key, klen);
+    }
+    free(key);
+    return p ? finish(p, err, errlen) : NULL;
 }
 
 void smelt_plan_free(smelt_plan *p)

@@ -20,7 +20,10 @@ typedef struct smelt_compile_opts {
 
 /* Returns NULL with a message in err on user-caused failure (unsupported
  * dtype for an op, ...). The graph must verify. opts may be NULL (defaults:
- * host vector width, -O2, keep_ir off). */
+ * host vector width, -O2, keep_ir off). Unless keep_ir is on, the plan
+ * (launch steps and machine code) is looked up in, and else stored to,
+ * the disk cache (cpu/diskcache.h) under the graph's canonical
+ * serialisation and everything that changes the code. */
 smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
                           char *err, size_t errlen);
 
@@ -105,6 +108,7 @@ int smelt_plan_num_host_calls(const smelt_plan *p); /* CALL steps (host calls) *
 typedef struct smelt_compile_times {
     double lower_ms, codegen_ms, load_ms;
     int generated, from_disk;   /* kernel functions generated / loaded from the disk cache */
+    int plan_cached;            /* 1: the whole plan came from the disk cache (no lowering) */
 } smelt_compile_times;
 void smelt_plan_compile_times(const smelt_plan *p, smelt_compile_times *out);
 /* Text of the generated code: which = "ir" (LLVM IR, optimised), "asm"

@@ -143,8 +143,37 @@ int64_t plan_now_ns(void);
 /* plan.c: frees the cached arena. */
 void plan_release_arena(smelt_plan *p);
 
+/* compile.c: a private copy of g (NULL if out of memory). */
+smelt_graph *ind_graph_copy(const smelt_graph *g);
+
+/* plancache.c: compiled plans in the disk cache (format in plancache.c).
+ * The key of g's plan compiled with o (malloc'd, length in *len; NULL if
+ * the backend is unavailable). */
+uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, size_t *len);
+/* The plan stored under key, ready but for packs, profile counters and
+ * arena (compile.c finishes it); NULL on a miss or an entry that does not
+ * load (err says why when there was an entry). */
+smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t keylen, char *err, size_t errlen);
+/* Stores p (compiled from the graph key names) under key. */
+void ind_plan_cache_store(const smelt_plan *p, const uint8_t *key, size_t keylen);
+
 /* cpu/codegen.c: generates and loads code for every kernel, fills p->code. */
 int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen);
 void cpu_release(smelt_plan *p);
+/* cpu/codegen.c, for the plan cache: the text naming everything that
+ * changes the generated code under opts o (code generator version,
+ * smelt's build, LLVM, host CPU and features, vector width, optimisation
+ * level); malloc'd, NULL with err if the JIT is unavailable. */
+char *cpu_code_key(const smelt_compile_opts *o, char *err, size_t errlen);
+/* The code p runs, as blobs: [0] its kernels' function names (40 bytes
+ * each), then the object files of the units it holds. *blobs is malloc'd
+ * (the array; the bytes belong to p). Count, or -1 if out of memory. */
+struct cpu_blob;
+int cpu_code_export(const smelt_plan *p, struct cpu_blob **blobs);
+/* Fills p->code's entry points (slots, same_as and launch fields already
+ * set) from the names blob and objs: registered kernels are shared, else
+ * objs are added as one unit. 0, or -1 with err. */
+int cpu_code_import(smelt_plan *p, const struct cpu_blob *names, const struct cpu_blob *objs, int nobjs,
+                    char *err, size_t errlen);
 
 #endif

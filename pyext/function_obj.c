@@ -24,6 +24,7 @@
 #include "../guards/guards.h"
 #include "../tracer/trace.h"
 #include "../tracer/eval_frame.h"
+#include "../inductor/cpu/jit.h"
 
 #define MAX_ENTRIES 8
 #define MAX_LOCALS 64
@@ -47,6 +48,7 @@ typedef struct FunctionObject {
     entry *entries;
     int nentries, fullgraph, warned;
     long ncompiles, nbreaks, nhits;
+    long ngenerated, nplans_cached;   /* functions LLVM generated; plans read from the disk cache */
     double trace_ms, compile_ms;   /* of the last new entry */
     PyObject *last_reason;
     PyObject *weakrefs;
@@ -597,16 +599,23 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
     t0 = now_ms();
     smelt_plan *plan = smelt_compile(e->r.graph, &o, err, sizeof err);
     self->compile_ms = now_ms() - t0;
+    smelt_compile_times ct = { 0 };
+    if (plan)
+        smelt_plan_compile_times(plan, &ct);
+    self->ngenerated += ct.generated;
+    self->nplans_cached += ct.plan_cached;
     if (plan && pyext_log_on(PYEXT_LOG_PERF)) {
         char line[512];
-        smelt_compile_times ct;
-        smelt_plan_compile_times(plan, &ct);
-        snprintf(line, sizeof line,
-                 "%s: trace %.1f ms (%d nodes, %d guards), compile %.1f ms (%d kernels, %d externs): lower %.1f ms, "
-                 "codegen %.1f ms (%d functions generated, %d from the disk cache), load %.1f ms",
-                 PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname), self->trace_ms,
-                 e->r.graph->n, e->r.nguards, self->compile_ms, smelt_plan_num_kernels(plan), smelt_plan_num_externs(plan),
-                 ct.lower_ms, ct.codegen_ms, ct.generated, ct.from_disk, ct.load_ms);
+        int n = snprintf(line, sizeof line, "%s: trace %.1f ms (%d nodes, %d guards), compile %.1f ms (%d kernels, %d externs): ",
+                         PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
+                         self->trace_ms, e->r.graph->n, e->r.nguards, self->compile_ms,
+                         smelt_plan_num_kernels(plan), smelt_plan_num_externs(plan));
+        if (ct.plan_cached)
+            snprintf(line + n, sizeof line - (size_t)n, "plan and code from the disk cache, load %.1f ms", ct.load_ms);
+        else
+            snprintf(line + n, sizeof line - (size_t)n,
+                     "lower %.1f ms, codegen %.1f ms (%d functions generated), load %.1f ms", ct.lower_ms,
+                     ct.codegen_ms, ct.generated, ct.load_ms);
         pyext_log_write(PYEXT_LOG_PERF, line);
     }
     if (!plan) {
@@ -850,6 +859,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         Py_XDECREF(torch);
         if (!grad_enabled_fn || !autocast_fn || !autocast_dev || !hook_made || tracer_init())
             return NULL;
+        cpu_jit_start();   /* ready by the time the first trace is done */
     }
     FunctionObject *self = (FunctionObject *)tp->tp_alloc(tp, 0);
     if (!self)
@@ -926,10 +936,11 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
     int eager = 0;
     for (entry *e = self->entries; e; e = e->next)
         eager += !e->compiled;
-    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d}", "entries", self->nentries, "eager_entries", eager,
+    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l}", "entries", self->nentries, "eager_entries", eager,
                          "compiles", self->ncompiles, "breaks", self->nbreaks, "hits", self->nhits,
                          "last_break", self->last_reason ? self->last_reason : Py_None,
-                         "trace_ms", self->trace_ms, "compile_ms", self->compile_ms);
+                         "trace_ms", self->trace_ms, "compile_ms", self->compile_ms,
+                         "generated", self->ngenerated, "plans_from_disk", self->nplans_cached);
 }
 
 static PyObject *function_get_fn(PyObject *op, void *unused)
@@ -1054,7 +1065,7 @@ static PyMethodDef function_methods[] = {
     { "reset", function_reset, METH_NOARGS, "Drop every compiled entry." },
     { "_reset_hooked", function_reset_hooked, METH_NOARGS | METH_STATIC,
       "Drop the entries of every CompiledFunction the frame hook made." },
-    { "stats", function_stats, METH_NOARGS, "Counters: entries, compiles, breaks, hits, last_break." },
+    { "stats", function_stats, METH_NOARGS, "Counters: entries, eager_entries, compiles, breaks, hits, last_break, trace_ms and compile_ms (last compile), generated (kernel functions LLVM generated), plans_from_disk (compiles read from the disk cache)." },
     { NULL, NULL, 0, NULL },
 };
 

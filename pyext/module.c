@@ -7,6 +7,7 @@
 #include "../kernels/conv.h"
 #include "../kernels/matmul.h"
 #include "../inductor/cpu/diskcache.h"
+#include "../inductor/cpu/jit.h"
 #include "hostcall.h"
 #include "log.h"
 #include "module.h"
@@ -175,6 +176,7 @@ static void module_free(void *m)
 {
     module_clear((PyObject *)m);
     cpu_dcache_set_log(NULL);
+    cpu_jit_join();
     pyext_hostcall_fini();
     pyext_log_fini();
     kern_matmul_cache_clear();

@@ -96,6 +96,122 @@ def test_second_process_loads_instead_of_compiling(tmp_path):
     assert second["info"]["entries"] == 1 and second["info"]["enabled"] and second["info"]["dir"] == str(d)
 
 
+# ------------------------------------------------------------ whole plans of a model
+
+# A subprocess: smelt.compile(fullgraph=True) of a function whose plan has
+# every kind of step (a convolution with eval BatchNorm folded into it,
+# pooling, attention, a linear layer with a packed weight, a host call,
+# a split reduction, two kernels with identical code, an in-place update
+# of an input), run three times (the packed weight is used from the second
+# call), checked against eager; prints outputs and smelt's counters.
+MODEL_SCRIPT = textwrap.dedent('''
+    import json, torch, smelt
+    import torch.nn as nn, torch.nn.functional as F
+    torch.manual_seed(3)
+    conv, bn, lin = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Linear(31, 29)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1); bn.running_var.uniform_(0.5, 2); bn.weight.uniform_(0.5, 2)
+    bn.eval()
+
+    def f(img, q, k, v, x, y, buf):
+        p = F.max_pool2d(torch.relu(bn(conv(img))), 2)
+        s = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        h = lin(x)
+        c = torch.cumsum(x, dim=1)
+        t = (y * y).sum()
+        buf.add_(0.5)
+        return p, s, h, c, t, x.exp() + 1, (x + y[:13, :31]).exp() + 1
+
+    gen = torch.Generator().manual_seed(11)
+    def r(*shape):
+        return torch.randn(*shape, generator=gen)
+    args = [r(2, 3, 17, 19), r(2, 4, 13, 8), r(2, 4, 13, 8), r(2, 4, 13, 8), r(13, 31), r(257, 263), r(5)]
+    cf = smelt.compile(f, fullgraph=True)
+    outs = []
+    with torch.no_grad():
+        buf_ref = args[6].clone()
+        for _ in range(3):
+            got = cf(*args)
+            ref = f(*args[:6], buf_ref)
+            for g_, r_ in zip(got, ref):
+                torch.testing.assert_close(g_, r_, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(args[6], buf_ref)
+            outs.append([t.flatten().tolist() for t in got])
+    st = cf._smelt.stats()
+    print(json.dumps({"out": outs, "stats": {k: st[k] for k in ("compiles", "breaks", "generated",
+                      "plans_from_disk")}, "info": smelt.cache_info()}))
+''')
+
+
+def run_model(cache_dir, **env):
+    e = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), SMELT_CACHE_DIR=str(cache_dir), **env)
+    r = subprocess.run([sys.executable, "-c", MODEL_SCRIPT], capture_output=True, text=True, env=e, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+
+
+def test_second_process_loads_the_whole_plan(tmp_path):
+    """The second process reads the launch plan and the machine code of
+    the model's graph: no lowering, no LLVM, the same results bit for bit."""
+    d = tmp_path / "cache"
+    first, err1 = run_model(d, SMELT_LOGS="perf")
+    assert first["stats"]["compiles"] == 1 and first["stats"]["breaks"] == 0
+    assert first["stats"]["generated"] >= 5 and first["stats"]["plans_from_disk"] == 0
+    assert "codegen" in err1 and "from the disk cache" not in err1
+    assert len(entries(d)) == 1
+    second, err2 = run_model(d, SMELT_LOGS="perf")
+    assert second["stats"] == dict(first["stats"], generated=0, plans_from_disk=1)
+    assert "plan and code from the disk cache" in err2 and "codegen" not in err2
+    assert second["info"]["hits"] == 1 and second["info"]["writes"] == 0
+    assert second["out"] == first["out"]
+
+
+def test_plan_cache_shares_code_with_live_plans():
+    """Plans read from disk share kernels with plans alive in the process
+    (and the other way round); freeing either side leaves the other's code
+    in place."""
+    def graphs(c):
+        g1, g2 = C.Graph(), C.Graph()
+        x1, x2 = g1.input(torch.float32, (29, 31)), g2.input(torch.float32, (29, 31))
+        shared1 = g1.op("exp", g1.op("mul", x1, g1.scalar(c)))
+        shared2 = g2.op("exp", g2.op("mul", x2, g2.scalar(c)))
+        g1.output(shared1, g1.op("sum", shared1, dims=[1]))          # the same first kernel,
+        g2.output(shared2, g2.op("neg", g2.op("sum", shared2, dims=[0])))   # its own second one
+        return g1, g2
+
+    def check(f, red):
+        e = torch.exp(x * 1.375)
+        got = f(x)
+        torch.testing.assert_close(got[0], e)
+        torch.testing.assert_close(got[1], red(e))
+
+    x = torch.randn(29, 31)
+    ref1, ref2 = lambda e: e.sum(1), lambda e: -e.sum(0)
+    g1, g2 = graphs(1.375)
+    a = g1.compile()                      # new: code generated, plan stored
+    assert a.num_generated == a.num_kernels == 2
+    b = g2.compile()
+    assert b.num_generated == 1           # the first kernel is a's
+    del a
+    gc.collect()                          # b keeps the code it shares with a
+    check(b, ref2)
+    a = g1.compile()                      # from disk, next to b's live code
+    assert a.num_generated == 0
+    check(a, ref1)
+    del b
+    gc.collect()
+    check(a, ref1)
+    b = g2.compile()                      # from disk again: its own kernel's object added anew
+    assert b.num_generated == 0
+    del a
+    gc.collect()
+    check(b, ref2)
+    a = g1.compile()
+    del b
+    gc.collect()
+    check(a, ref1)
+
+
 # ------------------------------------------------------------ damaged entries (in this process)
 
 def _graph(c):

@@ -18,7 +18,6 @@
 #include "../plan.h"
 #include "../kix.h"
 #include "jit.h"
-#include "diskcache.h"
 #include "../../kernels/threadpool.h"
 
 #include <llvm/Config/llvm-config.h>
@@ -1240,7 +1239,7 @@ static void emit_finish_fn(cg *g, const char *name)
     LLVMBuildRetVoid(g->B);
 }
 
-static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
+static void emit_kernel_fn(cg *g, const char *name)
 {
     const kir_kernel *k = g->k;
     begin_fn(g, name);
@@ -1249,7 +1248,6 @@ static void emit_kernel_fn(cg *g, const char *name, plan_kernel_code *code)
     int64_t tile = kernel_tile(k, g->L);
     int64_t ntiles;
     outer_items(k, tile, &ntiles);
-    kernel_launch(k, g->L, code);
     loop items;
     LLVMValueRef item = loop_begin(g, &items, LLVMGetParam(g->fn, 1), LLVMGetParam(g->fn, 2), 1);
     if (k->split > 1)
@@ -1480,11 +1478,13 @@ typedef struct cg_job {
     char err[256];
 } cg_job;
 
-/* What codegen keeps per plan (p->backend_state): the objects whose code
- * the plan runs, one reference each. */
+/* What codegen keeps per plan (p->backend_state): the units whose code
+ * the plan runs, one reference each, and each kernel's function name. */
 typedef struct cg_state {
     cpu_obj **objs;
     int n, cap;
+    char (*names)[40];
+    int32_t nnames;
 } cg_state;
 
 static void state_hold(cg_state *st, cpu_obj *o)
@@ -1544,7 +1544,7 @@ static void run_job(cg_job *j)
         g.slot_of = slot_of;
         g.nslots = c->nslots;
         cg_alloc_memo(&g);
-        emit_kernel_fn(&g, j->names[i], c);
+        emit_kernel_fn(&g, j->names[i]);
         if (g.k->split > 1) {
             snprintf(fname, sizeof fname, "%s_finish", j->names[i]);
             emit_finish_fn(&g, fname);
@@ -1640,12 +1640,18 @@ static void plan_keys(smelt_plan *p, int vbits, int opt, uint8_t **keys, size_t 
     free(kk.slot_of);
 }
 
-static void code_from(plan_kernel_code *c, const cpu_kcode *k)
+/* Kernel i's entry points from the registry (its unit held by the plan):
+ * 1, or 0 if its name is not registered. Runs under the JIT lock. */
+static int take_code_locked(smelt_plan *p, cg_state *st, int32_t i)
 {
-    c->fn = (plan_kernel_fn)k->fn;
-    c->finish = (plan_kernel_fn)k->finish;
-    c->nitems = k->nitems, c->grain = k->grain;
-    c->nfinish = k->nfinish, c->scratch_bytes = k->scratch_bytes;
+    void *fn, *finish;
+    cpu_obj *held;
+    if (!cpu_kcache_find_locked(st->names[i], &fn, &finish, &held))
+        return 0;
+    p->code[i].fn = (plan_kernel_fn)fn;
+    p->code[i].finish = (plan_kernel_fn)finish;
+    state_hold(st, held);
+    return 1;
 }
 
 /* Splits the kernels still to compile (todo[0..n)) into at most nt jobs
@@ -1665,37 +1671,21 @@ static int make_jobs(cg_job *jobs, int nt, const int32_t *todo, int n, const siz
     return nj;
 }
 
-/* Adds the jobs' objects, finds their functions, registers them; kernels
- * registered meanwhile by another compile are taken from the registry.
- * Runs under the JIT lock. */
-static int load_jobs_locked(smelt_plan *p, cg_state *st, cg_job *jobs, int nj, uint8_t **keys, size_t *klen,
-                            uint64_t *khash, char (*names)[40], char *err, size_t errlen)
+/* Adds each job's object as a unit and takes its kernels' code (from the
+ * registry: a kernel another compile registered meanwhile keeps that
+ * definition). Runs under the JIT lock. */
+static int load_jobs_locked(smelt_plan *p, cg_state *st, cg_job *jobs, int nj, char *err, size_t errlen)
 {
     for (int t = 0; t < nj; t++) {
-        cpu_obj *o = cpu_jit_add_object_locked(jobs[t].obj, err, errlen);
-        jobs[t].obj = NULL;
+        cpu_blob b = { (uint8_t *)LLVMGetBufferStart(jobs[t].obj), LLVMGetBufferSize(jobs[t].obj) };
+        cpu_obj *o = cpu_jit_add_objects_locked(&b, 1, err, errlen);
         if (!o)
             return -1;
         state_hold(st, o);
-        for (int a = 0; a < jobs[t].nk; a++) {
-            int32_t i = jobs[t].kernels[a];
-            cpu_kcode k;
-            cpu_obj *held;
-            if (cpu_kcache_find_locked(keys[i], klen[i], khash[i], &k, &held)) {
-                code_from(&p->code[i], &k);
-                state_hold(st, held);
-                continue;
-            }
-            char fname[64];
-            plan_kernel_code *c = &p->code[i];
-            if (!(c->fn = (plan_kernel_fn)cpu_jit_lookup_locked(names[i], err, errlen)))
-                return -1;
-            snprintf(fname, sizeof fname, "%s_finish", names[i]);
-            if (p->kernels[i].split > 1 && !(c->finish = (plan_kernel_fn)cpu_jit_lookup_locked(fname, err, errlen)))
-                return -1;
-            cpu_kcode kc = { (void *)c->fn, (void *)c->finish, c->nitems, c->grain, c->nfinish, c->scratch_bytes };
-            cpu_kcache_insert_locked(keys[i], klen[i], khash[i], &kc, o);
-        }
+        for (int a = 0; a < jobs[t].nk; a++)
+            if (!take_code_locked(p, st, jobs[t].kernels[a]))
+                return snprintf(err, errlen, "internal error: %s missing from its object",
+                                st->names[jobs[t].kernels[a]]), -1;
     }
     return 0;
 }
@@ -1722,155 +1712,64 @@ static char *join_texts(cg_job *jobs, int nj, int which)
     return out;
 }
 
-/* The disk cache key of the kernels todo[0..n): everything that changes
- * their code (this file's build stamp stands for smelt's code generator),
- * then their names. malloc'd, length in *len. */
-static uint8_t *dcache_key(int vbits, int opt, const int32_t *todo, int n, char (*names)[40], size_t *len)
+/* Vector width and optimisation level for opts o (JIT ready). */
+static void code_opts(const smelt_compile_opts *o, int *vbits, int *opt)
 {
-    char head[512];
-    int h = snprintf(head, sizeof head, "smelt-kernels v%d %s %s llvm %s cpu %s vbits %d O%d|", KERNEL_CODE_VERSION,
-                     __DATE__, __TIME__, LLVM_VERSION_STRING, cpu_host_cpu(), vbits, opt);
-    const char *feat = cpu_host_features();
-    size_t fl = strlen(feat), total = (size_t)h + fl + 1 + (size_t)n * 40;
-    uint8_t *k = malloc(total);
+    int host = cpu_host_vector_bits();
+    *vbits = o && o->vector_bits > 0 && o->vector_bits <= host ? o->vector_bits : host;
+    if (*vbits < 128)
+        *vbits = 128;
+    *opt = o ? o->opt_level : 2;
+}
+
+char *cpu_code_key(const smelt_compile_opts *o, char *err, size_t errlen)
+{
+    int vbits, opt;
+    if (cpu_jit_ready(err, errlen))
+        return NULL;
+    code_opts(o, &vbits, &opt);
+    const char *feat = cpu_host_features(), *build = cpu_build_id();
+    size_t n = strlen(feat) + strlen(build) + 256;
+    char *k = malloc(n);
     if (!k)
         abort();
-    memcpy(k, head, (size_t)h);
-    memcpy(k + h, feat, fl);
-    k[h + fl] = '|';
-    size_t o = (size_t)h + fl + 1;
-    for (int a = 0; a < n; a++) {
-        memcpy(k + o, names[todo[a]], 40);
-        o += 40;
-    }
-    *len = o;
+    snprintf(k, n, "smelt-code v%d %s llvm %s cpu %s vbits %d O%d %s", KERNEL_CODE_VERSION, build,
+             LLVM_VERSION_STRING, cpu_host_cpu(), vbits, opt, feat);
     return k;
 }
 
-/* Loads the todo kernels from a disk cache entry (blobs): launch shapes
- * computed here, code from the objects. 0, or -1 (err) if the objects do
- * not define them. */
-static int load_cached(smelt_plan *p, cg_state *st, int vbits, cpu_blob *blobs, int nblobs, const int32_t *todo,
-                       int ntodo, uint8_t **keys, size_t *klen, uint64_t *khash, char (*names)[40], char *err,
-                       size_t errlen)
+/* Generates the todo kernels with LLVM (jobs in parallel) and loads them. */
+static int generate(smelt_plan *p, cg_state *st, int vbits, int opt, int keep_ir, const int32_t *todo, int ntodo,
+                    const size_t *klen, char *err, size_t errlen)
 {
-    cg_job jobs[8] = { 0 };
-    int nj = nblobs < 8 ? nblobs : 8;
-    if (nblobs < 1 || nblobs > 8)
-        return snprintf(err, errlen, "disk cache entry with %d objects", nblobs), -1;
-    for (int t = 0; t < nj; t++)
-        jobs[t].obj = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)blobs[t].data, blobs[t].len, "smelt");
-    jobs[nj - 1].kernels = (int32_t *)todo;   /* looked up once every object is added */
-    jobs[nj - 1].nk = ntodo;
-    for (int a = 0; a < ntodo; a++)
-        kernel_launch(&p->kernels[todo[a]], vbits / 32, &p->code[todo[a]]);
-    cpu_jit_lock();
-    int rc = load_jobs_locked(p, st, jobs, nj, keys, klen, khash, names, err, errlen);
-    cpu_jit_unlock();
-    for (int t = 0; t < nj; t++)
-        if (jobs[t].obj)
-            LLVMDisposeMemoryBuffer(jobs[t].obj);
-    return rc;
-}
-
-/* Stores the jobs' objects under key. */
-static void store_cached(const uint8_t *key, size_t keylen, cg_job *jobs, int nj)
-{
-    cpu_blob blobs[8];
-    for (int t = 0; t < nj; t++) {
-        blobs[t].data = (uint8_t *)LLVMGetBufferStart(jobs[t].obj);
-        blobs[t].len = LLVMGetBufferSize(jobs[t].obj);
-    }
-    cpu_dcache_put(key, keylen, blobs, nj);
-}
-
-int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen)
-{
-    if (cpu_jit_ready(err, errlen))
-        return -1;
-    int host = cpu_host_vector_bits();
-    int vbits = o && o->vector_bits > 0 && o->vector_bits <= host ? o->vector_bits : host;
-    if (vbits < 128)
-        vbits = 128;
-    int opt = o ? o->opt_level : 2, keep_ir = o && o->keep_ir, nk = p->nkernels;
-    p->code = calloc((size_t)nk + 1, sizeof(plan_kernel_code));
-    uint8_t **keys = calloc((size_t)nk + 1, sizeof(uint8_t *));
-    size_t *klen = calloc((size_t)nk + 1, sizeof(size_t));
-    uint64_t *khash = calloc((size_t)nk + 1, sizeof(uint64_t));
-    char (*names)[40] = calloc((size_t)nk + 1, sizeof *names);
-    int32_t *todo = calloc((size_t)nk + 1, sizeof(int32_t)), ntodo = 0;
-    cg_state *st = calloc(1, sizeof *st);
-    if (!p->code || !keys || !klen || !khash || !names || !todo || !st)
-        abort();
-    p->backend_state = st;
-    plan_keys(p, vbits, opt, keys, klen, khash, names);
-    /* registry hits (never when the code text is wanted: it is generated) */
-    cpu_jit_lock();
-    for (int32_t i = 0; i < nk; i++) {
-        cpu_kcode k;
-        cpu_obj *held;
-        if (p->code[i].same_as >= 0)
-            continue;
-        if (!keep_ir && cpu_kcache_find_locked(keys[i], klen[i], khash[i], &k, &held)) {
-            code_from(&p->code[i], &k);
-            state_hold(st, held);
-        } else {
-            todo[ntodo++] = i;
-        }
-    }
-    cpu_jit_unlock();
-    int nt = kern_get_num_threads(), nj = 0, rc = 0;
+    int nt = kern_get_num_threads(), nj, rc = 0;
     nt = keep_ir ? 1 : nt < 1 ? 1 : nt > 8 ? 8 : nt;
     cg_job jobs[8];
     memset(jobs, 0, sizeof jobs);
     for (int t = 0; t < nt; t++) {
-        jobs[t] = (cg_job){ .p = p, .vbits = vbits, .opt = opt, .keep_ir = keep_ir, .names = (const char (*)[40])names };
+        jobs[t] = (cg_job){ .p = p, .vbits = vbits, .opt = opt, .keep_ir = keep_ir,
+                            .names = (const char (*)[40])st->names };
         if (!(jobs[t].kernels = calloc((size_t)ntodo + 1, sizeof(int32_t))))
             abort();
     }
-    size_t dklen = 0;
-    uint8_t *dkey = ntodo && !keep_ir ? dcache_key(vbits, opt, todo, ntodo, names, &dklen) : NULL;
-    cpu_blob *blobs = NULL;
-    int nblobs = 0;
     double t0 = now_ms();
-    if (dkey && cpu_dcache_get(dkey, dklen, &blobs, &nblobs) == 0) {
-        char derr[256];
-        if (load_cached(p, st, vbits, blobs, nblobs, todo, ntodo, keys, klen, khash, names, derr, sizeof derr) == 0) {
-            p->times.from_disk = ntodo;
-            ntodo = 0;   /* every kernel came from the disk cache */
-        }
-        cpu_dcache_free(blobs, nblobs);
+    nj = make_jobs(jobs, nt, todo, ntodo, klen);
+    kern_parallel_for(nj, 1, run_jobs, jobs);
+    for (int t = 0; t < nj && !rc; t++)
+        if (jobs[t].rc)
+            rc = -1, snprintf(err, errlen, "%s", jobs[t].err);
+    p->times.codegen_ms = now_ms() - t0;
+    t0 = now_ms();
+    if (!rc) {
+        cpu_jit_lock();
+        rc = load_jobs_locked(p, st, jobs, nj, err, errlen);
+        cpu_jit_unlock();
     }
-    p->times.load_ms = now_ms() - t0;
-    p->ngenerated = p->times.generated = ntodo;
-    if (ntodo) {
-        t0 = now_ms();
-        nj = make_jobs(jobs, nt, todo, ntodo, klen);
-        kern_parallel_for(nj, 1, run_jobs, jobs);
-        for (int t = 0; t < nj && !rc; t++)
-            if (jobs[t].rc)
-                rc = -1, snprintf(err, errlen, "%s", jobs[t].err);
-        if (!rc && dkey)
-            store_cached(dkey, dklen, jobs, nj);
-        p->times.codegen_ms = now_ms() - t0;
-        t0 = now_ms();
-        if (!rc) {
-            cpu_jit_lock();
-            rc = load_jobs_locked(p, st, jobs, nj, keys, klen, khash, names, err, errlen);
-            cpu_jit_unlock();
-        }
-        p->times.load_ms += now_ms() - t0;
-        if (!rc && keep_ir) {
-            p->text_ir = join_texts(jobs, nj, 0);
-            p->text_asm = join_texts(jobs, nj, 1);
-        }
+    p->times.load_ms += now_ms() - t0;
+    if (!rc && keep_ir) {
+        p->text_ir = join_texts(jobs, nj, 0);
+        p->text_asm = join_texts(jobs, nj, 1);
     }
-    for (int32_t i = 0; i < nk && !rc; i++)
-        if (p->code[i].same_as >= 0) {   /* identical kernel: its code, this kernel's slots */
-            const plan_kernel_code *c = &p->code[p->code[i].same_as];
-            cpu_kcode k = { (void *)c->fn, (void *)c->finish, c->nitems, c->grain, c->nfinish, c->scratch_bytes };
-            code_from(&p->code[i], &k);
-        }
     for (int t = 0; t < nt; t++) {
         if (jobs[t].obj)
             LLVMDisposeMemoryBuffer(jobs[t].obj);
@@ -1878,14 +1777,131 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
         free(jobs[t].asm_text);
         free(jobs[t].kernels);
     }
+    return rc;
+}
+
+/* Kernels identical to an earlier one run its code with their own slots. */
+static void copy_same(smelt_plan *p)
+{
+    for (int32_t i = 0; i < p->nkernels; i++)
+        if (p->code[i].same_as >= 0) {
+            p->code[i].fn = p->code[p->code[i].same_as].fn;
+            p->code[i].finish = p->code[p->code[i].same_as].finish;
+        }
+}
+
+/* A new cg_state for p with room for its kernels' names. */
+static cg_state *state_new(smelt_plan *p)
+{
+    cg_state *st = calloc(1, sizeof *st);
+    if (!st || !(st->names = calloc((size_t)p->nkernels + 1, sizeof *st->names)))
+        abort();
+    st->nnames = p->nkernels;
+    p->backend_state = st;
+    return st;
+}
+
+int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen)
+{
+    if (cpu_jit_ready(err, errlen))
+        return -1;
+    int vbits, opt, keep_ir = o && o->keep_ir, nk = p->nkernels;
+    code_opts(o, &vbits, &opt);
+    p->code = calloc((size_t)nk + 1, sizeof(plan_kernel_code));
+    uint8_t **keys = calloc((size_t)nk + 1, sizeof(uint8_t *));
+    size_t *klen = calloc((size_t)nk + 1, sizeof(size_t));
+    uint64_t *khash = calloc((size_t)nk + 1, sizeof(uint64_t));
+    int32_t *todo = calloc((size_t)nk + 1, sizeof(int32_t)), ntodo = 0;
+    if (!p->code || !keys || !klen || !khash || !todo)
+        abort();
+    cg_state *st = state_new(p);
+    plan_keys(p, vbits, opt, keys, klen, khash, st->names);
+    for (int32_t i = 0; i < nk; i++)
+        kernel_launch(&p->kernels[i], vbits / 32, &p->code[i]);
+    /* registry hits (never when the code text is wanted: it is generated) */
+    double t0 = now_ms();
+    cpu_jit_lock();
+    for (int32_t i = 0; i < nk; i++)
+        if (p->code[i].same_as < 0 && (keep_ir || !take_code_locked(p, st, i)))
+            todo[ntodo++] = i;
+    cpu_jit_unlock();
+    p->times.load_ms = now_ms() - t0;
+    p->ngenerated = p->times.generated = ntodo;
+    int rc = ntodo ? generate(p, st, vbits, opt, keep_ir, todo, ntodo, klen, err, errlen) : 0;
+    copy_same(p);
     for (int32_t i = 0; i < nk; i++)
         free(keys[i]);
     free(keys);
     free(klen);
     free(khash);
-    free(names);
     free(todo);
-    free(dkey);
+    return rc;
+}
+
+int cpu_code_export(const smelt_plan *p, cpu_blob **out)
+{
+    const cg_state *st = p->backend_state;
+    int n = 1;
+    for (int i = 0; i < st->n; i++) {
+        const cpu_blob *b;
+        n += cpu_obj_blobs(st->objs[i], &b);
+    }
+    cpu_blob *v = calloc((size_t)n, sizeof *v);
+    if (!v)
+        return -1;
+    v[0].data = (uint8_t *)st->names;
+    v[0].len = sizeof *st->names * (size_t)st->nnames;
+    n = 1;
+    for (int i = 0; i < st->n; i++) {
+        int dup = 0;
+        for (int j = 0; j < i; j++)
+            dup |= st->objs[j] == st->objs[i];
+        const cpu_blob *b;
+        int m = dup ? 0 : cpu_obj_blobs(st->objs[i], &b);
+        for (int k = 0; k < m; k++)
+            v[n++] = b[k];
+    }
+    *out = v;
+    return n;
+}
+
+/* Reads the kernel names of blob `names` into st; -1 if malformed. */
+static int read_names(cg_state *st, const cpu_blob *names)
+{
+    if (names->len != sizeof *st->names * (size_t)st->nnames)
+        return -1;
+    memcpy(st->names, names->data, names->len);
+    for (int32_t i = 0; i < st->nnames; i++)
+        if (st->names[i][39] != 0)
+            return -1;
+    return 0;
+}
+
+int cpu_code_import(smelt_plan *p, const cpu_blob *names, const cpu_blob *objs, int nobjs, char *err, size_t errlen)
+{
+    if (cpu_jit_ready(err, errlen))
+        return -1;
+    cg_state *st = state_new(p);
+    if (read_names(st, names))
+        return snprintf(err, errlen, "malformed kernel names"), -1;
+    int rc = 0, added = 0;
+    cpu_jit_lock();
+    for (int32_t i = 0; i < p->nkernels && !rc; i++) {
+        if (p->code[i].same_as >= 0 || take_code_locked(p, st, i))
+            continue;
+        cpu_obj *o = added++ ? NULL : cpu_jit_add_objects_locked(objs, nobjs, err, errlen);
+        if (added == 1 && !o)
+            rc = -1;
+        else if (o)
+            state_hold(st, o);
+        if (!rc && !take_code_locked(p, st, i)) {
+            snprintf(err, errlen, "%s is not in the cached objects", st->names[i]);
+            rc = -1;
+        }
+    }
+    cpu_jit_unlock();
+    copy_same(p);
+    p->times.from_disk = p->nkernels;
     return rc;
 }
 
@@ -1894,8 +1910,10 @@ void cpu_release(smelt_plan *p)
     cg_state *st = p->backend_state;
     for (int i = 0; st && i < st->n; i++)
         cpu_obj_release(st->objs[i]);
-    if (st)
+    if (st) {
         free(st->objs);
+        free(st->names);
+    }
     free(st);
     p->backend_state = NULL;
 }

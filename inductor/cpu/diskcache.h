@@ -1,11 +1,10 @@
-/* diskcache.h — compiled kernel objects kept on disk across processes
- * (diskcache.c).
+/* diskcache.h — compiled code kept on disk across processes (diskcache.c).
  *
- * An entry is a list of blobs (relocatable object files) stored under a key
- * (bytes chosen by the caller: codegen.c puts in everything that changes
- * the code — smelt's kernel code version and build, LLVM's version, the
- * host CPU and its features, vector width, optimisation level, and the
- * names of the kernels, which are hashes of their canonical form).
+ * An entry is a list of blobs stored under a key (bytes chosen by the
+ * caller: inductor/plancache.c stores a compiled plan — its record, kernel
+ * names and object files — under the graph's canonical serialisation and
+ * everything that changes the code: smelt's code version and build, LLVM's
+ * version, the host CPU and its features, vector width, optimisation level).
  *
  * Location: $SMELT_CACHE_DIR, else $XDG_CACHE_HOME/smelt, else
  * ~/.cache/smelt; created with mode 0700. Before reading or writing, the

@@ -5,11 +5,18 @@
  * process. Each compiled plan adds one module under its own resource
  * tracker, so freeing the plan frees its machine code.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE   /* dladdr */
+#endif
 #include "jit.h"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
+#include <llvm-c/Object.h>
 #include <llvm-c/Orc.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
@@ -87,6 +94,35 @@ int cpu_jit_ready(char *err, size_t errlen)
     return jit ? 0 : -1;
 }
 
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t start_thread;
+static int start_state;   /* 0 never started, 1 running or done, 2 joined */
+
+static void *start_main(void *arg)
+{
+    (void)arg;
+    pthread_once(&jit_once, jit_init);
+    return NULL;
+}
+
+void cpu_jit_start(void)
+{
+    pthread_mutex_lock(&start_mu);
+    if (start_state == 0 && pthread_create(&start_thread, NULL, start_main, NULL) == 0)
+        start_state = 1;
+    pthread_mutex_unlock(&start_mu);
+}
+
+void cpu_jit_join(void)
+{
+    pthread_mutex_lock(&start_mu);
+    if (start_state == 1) {
+        pthread_join(start_thread, NULL);
+        start_state = 2;
+    }
+    pthread_mutex_unlock(&start_mu);
+}
+
 int cpu_host_vector_bits(void) { return host_vbits; }
 
 LLVMTargetMachineRef cpu_target_machine(int opt_level)
@@ -107,18 +143,20 @@ LLVMTargetMachineRef cpu_target_machine(int opt_level)
 const char *cpu_host_cpu(void) { return host_cpu; }
 const char *cpu_host_features(void) { return host_features; }
 
-/* ---------- objects and the kernel registry ---------- */
+/* ---------- units and the kernel registry ---------- */
 
 struct cpu_obj {
     LLVMOrcResourceTrackerRef rt;
+    cpu_blob *blobs;
+    int nblobs;
     int refs;
 };
 
+enum { KNAME_LEN = 6 + 32 };   /* "smelt_" + 32 hex digits */
+
 typedef struct kentry {
-    uint8_t *key;
-    size_t n;
-    uint64_t h;
-    cpu_kcode code;
+    char name[KNAME_LEN + 1];
+    void *fn, *finish;
     cpu_obj *obj;
     struct kentry *next;
 } kentry;
@@ -136,28 +174,36 @@ static void set_err(char *err, size_t errlen, const char *what, LLVMErrorRef e)
     LLVMDisposeErrorMessage(m);
 }
 
-cpu_obj *cpu_jit_add_object_locked(LLVMMemoryBufferRef mb, char *err, size_t errlen)
+/* Kernel names start with a hash: its low bits pick the bucket. */
+static unsigned name_bucket(const char *name)
 {
-    cpu_obj *o = calloc(1, sizeof *o);
-    if (!o) {
-        LLVMDisposeMemoryBuffer(mb);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
-    }
-    LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
-    o->rt = LLVMOrcJITDylibCreateResourceTracker(jd);
-    LLVMErrorRef e = LLVMOrcLLJITAddObjectFileWithRT(jit, o->rt, mb);
-    if (e) {
-        set_err(err, errlen, "", e);
-        LLVMOrcReleaseResourceTracker(o->rt);
-        free(o);
-        return NULL;
-    }
-    o->refs = 1;
-    return o;
+    unsigned h = 0;
+    for (int i = 6; i < 6 + 8 && name[i]; i++)
+        h = h * 16 + (unsigned)(name[i] <= '9' ? name[i] - '0' : (name[i] | 32) - 'a' + 10);
+    return h % KC_BUCKETS;
 }
 
-void *cpu_jit_lookup_locked(const char *name, char *err, size_t errlen)
+static kentry *find_entry(const char *name)
+{
+    for (kentry *e = kc_table[name_bucket(name)]; e; e = e->next)
+        if (strcmp(e->name, name) == 0)
+            return e;
+    return NULL;
+}
+
+/* 1 if s is a kernel name, "smelt_" and 32 lowercase hex digits. */
+static int is_kernel_name(const char *s, size_t n)
+{
+    if (n != KNAME_LEN || strncmp(s, "smelt_", 6))
+        return 0;
+    for (size_t i = 6; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* The address of symbol name in the main dylib, NULL with err. */
+static void *lookup_locked(const char *name, char *err, size_t errlen)
 {
     LLVMOrcExecutorAddress addr = 0;
     LLVMErrorRef e = LLVMOrcLLJITLookup(jit, &addr, name);
@@ -170,29 +216,127 @@ void *cpu_jit_lookup_locked(const char *name, char *err, size_t errlen)
     return (void *)(uintptr_t)addr;
 }
 
-int cpu_kcache_find_locked(const uint8_t *key, size_t n, uint64_t h, cpu_kcode *out, cpu_obj **obj)
+/* 1 if object bin defines symbol `want`. */
+static int defines(LLVMBinaryRef bin, const char *want)
 {
-    for (kentry *e = kc_table[h % KC_BUCKETS]; e; e = e->next)
-        if (e->h == h && e->n == n && memcmp(e->key, key, n) == 0) {
-            *out = e->code;
-            *obj = e->obj;
-            e->obj->refs++;
-            return 1;
-        }
+    int found = 0;
+    LLVMSymbolIteratorRef it = LLVMObjectFileCopySymbolIterator(bin);
+    for (; !found && !LLVMObjectFileIsSymbolIteratorAtEnd(bin, it); LLVMMoveToNextSymbol(it)) {
+        const char *name = LLVMGetSymbolName(it);
+        found = name && strcmp(name, want) == 0;
+    }
+    LLVMDisposeSymbolIterator(it);
+    return found;
+}
+
+/* Registers kernel `name` of unit o (defined in bin) unless a live unit
+ * provides it. */
+static int register_kernel(cpu_obj *o, LLVMBinaryRef bin, const char *name, char *err, size_t errlen)
+{
+    if (find_entry(name))
+        return 0;
+    kentry *e = calloc(1, sizeof *e);
+    if (!e)
+        return snprintf(err, errlen, "out of memory"), -1;
+    char fin[KNAME_LEN + 16];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    snprintf(fin, sizeof fin, "%s_finish", name);
+    e->obj = o;
+    if (!(e->fn = lookup_locked(name, err, errlen)) ||
+        (defines(bin, fin) && !(e->finish = lookup_locked(fin, err, errlen)))) {
+        free(e);
+        return -1;
+    }
+    unsigned bk = name_bucket(name);
+    e->next = kc_table[bk];
+    kc_table[bk] = e;
     return 0;
 }
 
-void cpu_kcache_insert_locked(const uint8_t *key, size_t n, uint64_t h, const cpu_kcode *c, cpu_obj *obj)
+/* Registers the kernels of object b that no live unit provides to o. */
+static int register_kernels(cpu_obj *o, const cpu_blob *b, char *err, size_t errlen)
 {
-    kentry *e = calloc(1, sizeof *e);
-    if (!e || !(e->key = malloc(n ? n : 1))) {
-        free(e);
-        return;   /* not shared: the plan still holds its object */
+    char *msg = NULL;
+    LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRange((const char *)b->data, b->len, "smelt", 0);
+    LLVMBinaryRef bin = LLVMCreateBinary(mb, NULL, &msg);
+    if (!bin) {
+        snprintf(err, errlen, "not an object file: %s", msg ? msg : "?");
+        LLVMDisposeMessage(msg);
+        LLVMDisposeMemoryBuffer(mb);
+        return -1;
     }
-    memcpy(e->key, key, n);
-    e->n = n, e->h = h, e->code = *c, e->obj = obj;
-    e->next = kc_table[h % KC_BUCKETS];
-    kc_table[h % KC_BUCKETS] = e;
+    int rc = 0;
+    LLVMSymbolIteratorRef it = LLVMObjectFileCopySymbolIterator(bin);
+    for (; !rc && !LLVMObjectFileIsSymbolIteratorAtEnd(bin, it); LLVMMoveToNextSymbol(it)) {
+        const char *name = LLVMGetSymbolName(it);
+        if (name && is_kernel_name(name, strlen(name)))
+            rc = register_kernel(o, bin, name, err, errlen);
+    }
+    LLVMDisposeSymbolIterator(it);
+    LLVMDisposeBinary(bin);
+    LLVMDisposeMemoryBuffer(mb);
+    return rc;
+}
+
+static void obj_free_locked(cpu_obj *o);
+
+/* Keeps copies of objs in o. -1 if out of memory. */
+static int keep_blobs(cpu_obj *o, const cpu_blob *objs, int n)
+{
+    if (!(o->blobs = calloc((size_t)n + 1, sizeof *o->blobs)))
+        return -1;
+    for (int i = 0; i < n; i++, o->nblobs++)
+        if (!(o->blobs[i].data = malloc(objs[i].len ? objs[i].len : 1)))
+            return -1;
+        else
+            memcpy(o->blobs[i].data, objs[i].data, o->blobs[i].len = objs[i].len);
+    return 0;
+}
+
+cpu_obj *cpu_jit_add_objects_locked(const cpu_blob *objs, int n, char *err, size_t errlen)
+{
+    cpu_obj *o = calloc(1, sizeof *o);
+    if (!o || keep_blobs(o, objs, n)) {
+        snprintf(err, errlen, "out of memory");
+        if (o)
+            obj_free_locked(o);
+        return NULL;
+    }
+    LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(jit);
+    o->rt = LLVMOrcJITDylibCreateResourceTracker(jd);
+    o->refs = 1;
+    for (int i = 0; i < n; i++) {
+        LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)objs[i].data,
+                                                                          objs[i].len, "smelt");
+        LLVMErrorRef e = LLVMOrcLLJITAddObjectFileWithRT(jit, o->rt, mb);
+        if (e) {
+            set_err(err, errlen, "", e);
+            obj_free_locked(o);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (register_kernels(o, &objs[i], err, errlen)) {
+            obj_free_locked(o);
+            return NULL;
+        }
+    return o;
+}
+
+int cpu_kcache_find_locked(const char *name, void **fn, void **finish, cpu_obj **obj)
+{
+    kentry *e = find_entry(name);
+    if (!e)
+        return 0;
+    *fn = e->fn, *finish = e->finish, *obj = e->obj;
+    e->obj->refs++;
+    return 1;
+}
+
+int cpu_obj_blobs(const cpu_obj *o, const cpu_blob **blobs)
+{
+    *blobs = o->blobs;
+    return o->nblobs;
 }
 
 /* Drops the registry entries of o, then its code. */
@@ -203,16 +347,20 @@ static void obj_free_locked(cpu_obj *o)
             kentry *e = *pe;
             if (e->obj == o) {
                 *pe = e->next;
-                free(e->key);
                 free(e);
             } else {
                 pe = &e->next;
             }
         }
-    LLVMErrorRef e = LLVMOrcResourceTrackerRemove(o->rt);
-    if (e)
-        LLVMConsumeError(e);
-    LLVMOrcReleaseResourceTracker(o->rt);
+    if (o->rt) {
+        LLVMErrorRef e = LLVMOrcResourceTrackerRemove(o->rt);
+        if (e)
+            LLVMConsumeError(e);
+        LLVMOrcReleaseResourceTracker(o->rt);
+    }
+    for (int i = 0; i < o->nblobs; i++)
+        free(o->blobs[i].data);
+    free(o->blobs);
     free(o);
 }
 
@@ -224,4 +372,25 @@ void cpu_obj_release(cpu_obj *o)
     if (--o->refs == 0)
         obj_free_locked(o);
     pthread_mutex_unlock(&jit_mu);
+}
+
+/* ---------- build identity ---------- */
+
+static pthread_once_t build_once = PTHREAD_ONCE_INIT;
+static char build_id[160];
+
+static void build_id_init(void)
+{
+    Dl_info info;
+    struct stat st;
+    int n = snprintf(build_id, sizeof build_id, "built %s %s", __DATE__, __TIME__);
+    if (dladdr((void *)cpu_build_id, &info) && info.dli_fname && stat(info.dli_fname, &st) == 0)
+        snprintf(build_id + n, sizeof build_id - (size_t)n, " so %lld %lld.%09ld %llu", (long long)st.st_size,
+                 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long)st.st_ino);
+}
+
+const char *cpu_build_id(void)
+{
+    pthread_once(&build_once, build_id_init);
+    return build_id;
 }
