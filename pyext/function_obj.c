@@ -511,6 +511,33 @@ static int inputs_require_grad(const tr_result *r)
     return any;
 }
 
+/* 0 if a traced call can compile in the current global state; 1 if it
+ * runs eagerly (autocast on, or inputs requiring grad in grad mode; the
+ * reason in r), -1 with an exception. The entry's guards on autocast and
+ * grad mode keep the decision to this state. */
+static int eager_state(tr_result *r)
+{
+    PyObject *on = autocast_fn ? PyObject_CallOneArg(autocast_fn, autocast_dev) : Py_NewRef(Py_False);
+    if (!on)
+        return -1;
+    int rc = on == Py_True;
+    Py_DECREF(on);
+    if (rc) {
+        snprintf(r->reason, sizeof r->reason, "autocast is on: compiled autocast regions are not built yet");
+        return 1;
+    }
+    if (!inputs_require_grad(r))
+        return 0;
+    PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
+    if (!g)
+        return -1;
+    rc = g == Py_True;
+    Py_DECREF(g);
+    if (rc)
+        snprintf(r->reason, sizeof r->reason, "inputs require grad: autograd through compiled code is not built yet");
+    return rc;
+}
+
 /* Guard tree of e, built from its trace; on failure the entry becomes an
  * eager one that never matches again. -1 only for errors that must
  * propagate (a BaseException that is no Exception, MemoryError). */
@@ -559,26 +586,8 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
     self->trace_ms = now_ms() - t0;
     if (rc < 0)
         goto fail;
-    if (rc == 0 && autocast_fn) {   /* the tree's autocast guard keeps it to this state */
-        PyObject *on = PyObject_CallOneArg(autocast_fn, autocast_dev);
-        if (!on)
-            goto fail;
-        if (on == Py_True) {
-            rc = 1;
-            snprintf(e->r.reason, sizeof e->r.reason, "autocast is on: compiled autocast regions are not built yet");
-        }
-        Py_DECREF(on);
-    }
-    if (rc == 0 && inputs_require_grad(&e->r)) {
-        PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
-        if (!g)
-            goto fail;
-        if (g == Py_True) {   /* the tree's grad-mode guard keeps it to this mode */
-            rc = 1;
-            snprintf(e->r.reason, sizeof e->r.reason, "inputs require grad: autograd through compiled code is not built yet");
-        }
-        Py_DECREF(g);
-    }
+    if (rc == 0 && (rc = eager_state(&e->r)) < 0)
+        goto fail;
     if (entry_guards(self, e, nargs, &rc))
         goto fail;
     if (rc == 1) {
@@ -995,38 +1004,174 @@ static PyObject *host_callables(const tr_result *r)
     return out;
 }
 
-/* _explain(*args, **kwargs): what compiling fn for this call would do,
- * without running compiled code: the trace's graph (or why it stops, with
- * file:line), its guards, its host calls. A dict. */
-static PyObject *function_explain(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwn)
+/* The report of trace r of fn for nargs bound parameters (rc: what
+ * tracer_trace returned): whether it compiles, the reason (file:line) if
+ * not, graph, guards, host calls, counts. Clears r. A dict, or NULL with
+ * an exception. */
+static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
 {
-    FunctionObject *self = (FunctionObject *)op;
-    PyObject *loc[MAX_LOCALS + MAX_CELLS], *res = NULL;
-    int nargs;
-    if (bind(self->fn, args, PyVectorcall_NARGS(nargsf), kwn, loc, &nargs))
+    PyObject *res = NULL;
+    if (rc == 0 && (rc = eager_state(r)) < 0) {
+        tracer_result_clear(r);
         return NULL;
-    int nloc = add_cells(self->fn, loc, nargs);
-    tr_result r;
-    int rc = tracer_trace(self->fn, loc, nargs, &r);
-    int *input_node = rc == 0 ? PyMem_Calloc((size_t)r.ninputs + 1, sizeof(int)) : NULL;
-    guard_tree *t = input_node ? build_tree(self->fn, nargs, &r, input_node) : NULL;
-    char *graph = rc == 0 ? smelt_graph_print(r.graph) : NULL, *guards = t ? guard_tree_print(t) : NULL;
-    PyObject *calls = rc == 0 ? host_callables(&r) : PyList_New(0);
+    }
+    int *input_node = rc == 0 ? PyMem_Calloc((size_t)r->ninputs + 1, sizeof(int)) : NULL;
+    guard_tree *t = input_node ? build_tree(fn, nargs, r, input_node) : NULL;
+    char *graph = rc == 0 ? smelt_graph_print(r->graph) : NULL, *guards = t ? guard_tree_print(t) : NULL;
+    PyObject *calls = rc == 0 ? host_callables(r) : PyList_New(0);
     if (rc >= 0 && calls && (rc != 0 || t))
         res = Py_BuildValue("{s:O,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i}", "compiles", rc == 0 ? Py_True : Py_False,
-                            "reason", rc ? r.reason : NULL, "graph", graph, "guards", guards, "host_calls", calls,
-                            "nodes", rc == 0 ? (int)r.graph->n : 0, "inputs", rc == 0 ? (int)r.ninputs : 0,
-                            "num_guards", rc == 0 ? (int)r.nguards : 0,
-                            "inputs_updated_in_place", rc == 0 ? (int)r.nmut : 0);
+                            "reason", rc ? r->reason : NULL, "graph", graph, "guards", guards, "host_calls", calls,
+                            "nodes", rc == 0 ? (int)r->graph->n : 0, "inputs", rc == 0 ? (int)r->ninputs : 0,
+                            "num_guards", rc == 0 ? (int)r->nguards : 0,
+                            "inputs_updated_in_place", rc == 0 ? (int)r->nmut : 0);
     Py_XDECREF(calls);
     free(graph);
     free(guards);
     if (t)
         guard_tree_free(t);
     PyMem_Free(input_node);
-    tracer_result_clear(&r);
+    tracer_result_clear(r);
+    return res;
+}
+
+/* _explain(*args, **kwargs): what compiling fn for this call would do,
+ * without running compiled code: the trace's graph (or why it stops, with
+ * file:line), its guards, its host calls. A dict. */
+static PyObject *function_explain(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwn)
+{
+    FunctionObject *self = (FunctionObject *)op;
+    PyObject *loc[MAX_LOCALS + MAX_CELLS];
+    int nargs;
+    if (bind(self->fn, args, PyVectorcall_NARGS(nargsf), kwn, loc, &nargs))
+        return NULL;
+    int nloc = add_cells(self->fn, loc, nargs);
+    tr_result r;
+    int rc = tracer_trace(self->fn, loc, nargs, &r);
+    PyObject *res = explain_dict(self->fn, nargs, rc, &r);
     for (int i = 0; i < nloc; i++)
         Py_XDECREF(loc[i]);
+    return res;
+}
+
+/* ---------- explain: the callees of a frame that runs eagerly ---------- */
+
+/* One _explain_callees run: a report per distinct (code, compiles) of the
+ * frames the hook offers, and the code objects whose frames would compile
+ * (their callees would be part of that graph, so they are not offered). */
+typedef struct explain_run {
+    PyObject *frames;     /* list of report dicts */
+    PyObject *seen;       /* (code, compiles) -> report */
+    PyObject *compiled;   /* set of code objects */
+    PyObject *skip;       /* the top function's code: its own frame runs as is */
+} explain_run;
+
+/* 1 if a frame on the current stack runs code that would compile. */
+static int inside_compiled(const explain_run *x)
+{
+    PyFrameObject *f = PyEval_GetFrame();
+    int found = 0;
+    Py_XINCREF(f);
+    while (f && !found) {
+        PyCodeObject *co = PyFrame_GetCode(f);
+        found = PySet_Contains(x->compiled, (PyObject *)co) == 1;
+        Py_DECREF(co);
+        PyFrameObject *back = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = back;
+    }
+    Py_XDECREF(f);
+    return found;
+}
+
+/* The report for frame v as the hook would handle it. NULL with an
+ * exception on error. */
+static PyObject *explain_frame(const tracer_frame_view *v)
+{
+    PyCodeObject *co = v->code;
+    int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+                !!(co->co_flags & CO_VARKEYWORDS);
+    if (co->co_nfreevars || nargs > MAX_LOCALS || nargs > v->nlocalsplus)
+        return Py_BuildValue("{s:O,s:s,s:s,s:s,s:[],s:i,s:i,s:i,s:i}", "compiles", Py_False, "reason",
+                             co->co_nfreevars ? "a closure: the frame hook runs it as it is (its callees are offered)"
+                                              : "too many arguments for the frame hook",
+                             "graph", NULL, "guards", NULL, "host_calls", "nodes", 0, "inputs", 0, "num_guards", 0,
+                             "inputs_updated_in_place", 0);
+    PyObject *loc[MAX_LOCALS + MAX_CELLS] = { NULL };
+    for (int i = 0; i < nargs; i++)
+        loc[i] = Py_XNewRef(v->localsplus[i]);
+    tr_result r;
+    int rc = tracer_trace(v->func, loc, nargs, &r);
+    PyObject *d = explain_dict(v->func, nargs, rc, &r);
+    for (int i = 0; i < nargs; i++)
+        Py_XDECREF(loc[i]);
+    return d;
+}
+
+/* Adds report d of a frame of code co to the run (or counts one more call
+ * of a report already there). 0, or -1 with an exception. */
+static int explain_add(explain_run *x, PyCodeObject *co, PyObject *d)
+{
+    PyObject *compiles = PyDict_GetItemString(d, "compiles");
+    PyObject *key = Py_BuildValue("(OO)", co, compiles), *old = key ? PyDict_GetItemWithError(x->seen, key) : NULL;
+    int rc = -1;
+    if (old) {
+        PyObject *n = PyLong_FromLong(PyLong_AsLong(PyDict_GetItemString(old, "calls")) + 1);
+        rc = n ? PyDict_SetItemString(old, "calls", n) : -1;
+        Py_XDECREF(n);
+    } else if (key && !PyErr_Occurred()) {
+        PyObject *info = Py_BuildValue("{s:O,s:O,s:i,s:i}", "function", co->co_qualname, "file", co->co_filename,
+                                       "line", co->co_firstlineno, "calls", 1);
+        rc = info && PyDict_Update(d, info) == 0 && PyDict_SetItem(x->seen, key, d) == 0 &&
+             PyList_Append(x->frames, d) == 0 && (compiles != Py_True || PySet_Add(x->compiled, (PyObject *)co) == 0)
+             ? 0 : -1;
+        Py_XDECREF(info);
+    }
+    Py_XDECREF(key);
+    return rc;
+}
+
+/* Hook callback of _explain_callees: reports the frame, then lets it run. */
+static PyObject *explain_on_frame(void *ctx, const tracer_frame_view *v)
+{
+    explain_run *x = ctx;
+    if ((PyObject *)v->code == x->skip) {
+        x->skip = NULL;
+        return NULL;
+    }
+    if (inside_compiled(x))
+        return NULL;
+    PyObject *d = explain_frame(v);
+    if (!d || explain_add(x, v->code, d)) {
+        Py_XDECREF(d);
+        return NULL;   /* the call raises the exception */
+    }
+    Py_DECREF(d);
+    return NULL;
+}
+
+/* _explain_callees(*args, **kwargs): runs fn eagerly under the frame hook
+ * (as a call whose frame would run eagerly does) and reports, per function
+ * it calls, what smelt would do with its frames: a list of _explain dicts
+ * with function, file, line and calls added. Frames of functions that
+ * would compile run eagerly too (no compiled code runs); their callees are
+ * part of that graph and not reported. */
+static PyObject *function_explain_callees(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwn)
+{
+    FunctionObject *self = (FunctionObject *)op;
+    explain_run x = { PyList_New(0), PyDict_New(), PySet_New(NULL), PyFunction_GET_CODE(self->fn) };
+    PyObject *res = NULL;
+    if (x.frames && x.seen && x.compiled) {
+        tracer_callback cb = { explain_on_frame, &x };
+        const tracer_callback *prev = tracer_hook_enter(&cb);
+        PyObject *r = PyObject_Vectorcall(self->fn, args, nargsf, kwn);
+        tracer_hook_exit(prev);
+        res = r ? Py_NewRef(x.frames) : NULL;
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(x.frames);
+    Py_XDECREF(x.seen);
+    Py_XDECREF(x.compiled);
     return res;
 }
 
@@ -1059,6 +1204,9 @@ static PyMethodDef function_methods[] = {
     { "_explain", (PyCFunction)(void (*)(void))function_explain, METH_FASTCALL | METH_KEYWORDS,
       "_explain(*args, **kwargs): the trace this call would compile (graph, guards, host calls, or why it\n"
       "would run eagerly), without running compiled code. See smelt.explain." },
+    { "_explain_callees", (PyCFunction)(void (*)(void))function_explain_callees, METH_FASTCALL | METH_KEYWORDS,
+      "_explain_callees(*args, **kwargs): runs the function eagerly under the frame hook and reports what smelt "
+      "would do with each function it calls (used by smelt.explain)." },
     { "profile", function_profile, METH_NOARGS,
       "Step times of each compiled entry (with smelt._C.set_profiling(True))." },
     { "of", function_of, METH_O | METH_STATIC, "The CompiledFunction kept for fn's code, or None." },

@@ -15,8 +15,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_explain_a_module_that_compiles():
     m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5)).eval()
-    e = smelt.explain(m, torch.randn(2, 3, 8, 8))
-    assert e["compiles"] and e["reason"] is None
+    x = torch.randn(2, 3, 8, 8)
+    e = smelt.explain(m, x)               # grad mode, parameters requiring grad: as smelt runs it
+    assert not e["compiles"] and "inputs require grad" in e["reason"]
+    with torch.no_grad():
+        e = smelt.explain(m, x)
+    assert e["compiles"] and e["reason"] is None and e["graphs"] == 1 and e["frames"] == []
     assert "conv(" in e["graph"] and "matmul(" in e["graph"]
     assert "L['self']._modules['0']" in e["guards"]
     assert e["inputs"] == 5 and e["nodes"] > 5 and e["num_guards"] > 10
@@ -35,7 +39,8 @@ def test_explain_reports_breaks_with_location_and_runs_nothing_compiled():
     e = smelt.explain(f, torch.randn(3))
     assert not e["compiles"] and "test_introspection.py" in e["reason"]
     assert "runs eagerly" in str(e)
-    assert calls == []    # explaining does not run the function
+    assert calls == [1]   # run once, eagerly, to see what its callees would do
+    assert e["frames"] == [] and e["graphs"] == 0
 
     def g(x):
         if x.sum() > 0:
@@ -44,6 +49,77 @@ def test_explain_reports_breaks_with_location_and_runs_nothing_compiled():
 
     e = smelt.explain(g, torch.randn(3))
     assert not e["compiles"] and "tensor data" in e["reason"] and ":" in e["reason"]
+
+
+def _scale(x):
+    return x.sin() * 2           # inlined into the graph of whoever calls it
+
+
+def _branchy(x):
+    if x.sum() > 0:              # depends on tensor data: this frame runs eagerly
+        return _scale(x)
+    return _scale(-x)
+
+
+class _Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x)) + _scale(x)
+
+
+class _Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.b1, self.b2 = _Block(), _Block()
+
+    def forward(self, x):
+        y = self.b1(x)
+        self.log.append(float(y.detach().sum()))   # reads tensor data: runs eagerly
+        return self.b2(y) + _branchy(y)
+
+
+def test_explain_follows_the_callees_of_a_frame_that_runs_eagerly():
+    m = _Outer()
+    m.log = []
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        e = smelt.explain(m, x)
+    assert not e["compiles"] and "test_introspection.py" in e["reason"]
+    by_name = {f["function"]: f for f in e["frames"]}
+    assert list(by_name) == ["_Block.forward", "_branchy", "_scale"]
+    blk, br, sc = by_name["_Block.forward"], by_name["_branchy"], by_name["_scale"]
+    assert blk["compiles"] and blk["calls"] == 2 and "matmul(" in blk["graph"] and "sin(" in blk["graph"]
+    assert blk["file"] == __file__ and blk["line"] == _Block.forward.__code__.co_firstlineno
+    assert not br["compiles"] and "tensor data" in br["reason"] and br["calls"] == 1
+    assert sc["compiles"] and sc["calls"] == 1      # called from the eager _branchy only
+    assert e["graphs"] == 2
+    assert len(m.log) == 1                           # the call ran once, eagerly
+    assert smelt._C.CompiledFunction.of(_Block.forward) is None   # nothing compiled or kept
+    text = str(e)
+    assert "the functions it calls (2 would compile)" in text
+    assert f"compiles: _Block.forward ({__file__}:{blk['line']}, 2 calls)" in text
+    assert "eager:    _branchy (" in text
+    e = smelt.explain(m, x)                          # in grad mode, with parameters requiring grad
+    blk = next(f for f in e["frames"] if f["function"] == "_Block.forward")
+    assert not blk["compiles"] and "inputs require grad" in blk["reason"]
+
+
+def test_explain_reports_closures_the_hook_runs_as_they_are():
+    k = torch.randn(4)
+
+    def inner(x):
+        return x * k                 # a closure over k
+
+    def outer(x):
+        print("", end="")            # not traced: outer runs eagerly
+        return inner(x) + 1
+
+    e = smelt.explain(outer, torch.randn(4))
+    (fr,) = e["frames"]
+    assert fr["function"].endswith("inner") and not fr["compiles"] and "closure" in fr["reason"]
 
 
 def test_explain_lists_host_calls_and_updates():

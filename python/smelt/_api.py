@@ -103,28 +103,47 @@ class Explanation(dict):
     frame would run eagerly, `reason` says why and where), `graph` (the
     traced graph, one node a line), `guards` (the checks that select the
     compiled entry), `host_calls` (torch ops that run as extern calls inside
-    the graph), and counts (`nodes`, `inputs`, `num_guards`,
-    `inputs_updated_in_place`). str() gives a readable report."""
+    the graph), counts (`nodes`, `inputs`, `num_guards`,
+    `inputs_updated_in_place`), `graphs` (how many graphs the call would
+    compile) and `frames`: when the frame would run eagerly, what smelt
+    would do with each function it calls (the same keys, plus `function`,
+    `file`, `line` and `calls`), in the order they are first called.
+    str() gives a readable report."""
 
     def __str__(self):
         lines = [f"smelt.explain: {'compiles as one graph' if self['compiles'] else 'runs eagerly'}"]
         if not self["compiles"]:
             lines.append(f"  reason: {self['reason']}")
+            if self["frames"]:
+                lines.append(f"  the functions it calls ({self['graphs']} would compile):")
+                lines += ["    " + _frame_line(f) for f in self["frames"]]
             return "\n".join(lines)
-        lines.append(f"  {self['nodes']} nodes, {self['inputs']} inputs, {self['num_guards']} guards, "
-                     f"{len(self['host_calls'])} host calls, "
-                     f"{self['inputs_updated_in_place']} inputs updated in place")
+        lines.append("  " + _counts(self))
         if self["host_calls"]:
             lines.append("  host calls: " + ", ".join(self["host_calls"]))
         lines += ["graph:", self["graph"].rstrip(), "guards:", self["guards"].rstrip()]
         return "\n".join(lines)
 
 
+def _counts(r):
+    return (f"{r['nodes']} nodes, {r['inputs']} inputs, {r['num_guards']} guards, "
+            f"{len(r['host_calls'])} host calls, {r['inputs_updated_in_place']} inputs updated in place")
+
+
+def _frame_line(f):
+    where = f"{f['function']} ({f['file']}:{f['line']}, {f['calls']} call{'s' if f['calls'] > 1 else ''})"
+    if f["compiles"]:
+        return f"compiles: {where}: {_counts(f)}"
+    return f"eager:    {where}: {f['reason']}"
+
+
 def explain(obj, *args, **kwargs):
     """Trace obj (a function, nn.Module, or what smelt.compile returned) for
     this call and report what would be compiled, without running compiled
     code or keeping anything: see Explanation. A call smelt cannot compile
-    gets the reason the frame would run eagerly, with file:line."""
+    gets the reason the frame would run eagerly, with file:line; the call
+    is then run once eagerly (as smelt would run it) to see what smelt would
+    do with the functions it calls."""
     if isinstance(obj, CompiledModule):
         target, args = obj._smelt, (obj._orig_mod,) + args
     elif isinstance(obj, torch.nn.Module):
@@ -136,7 +155,10 @@ def explain(obj, *args, **kwargs):
     else:
         raise TypeError(f"smelt.explain: expected a function or nn.Module, got {type(obj).__name__}")
     info = target._explain(*args, **kwargs)
-    info["host_calls"] = [_call_name(fn) for fn in info["host_calls"]]
+    info["frames"] = [] if info["compiles"] else target._explain_callees(*args, **kwargs)
+    for rep in [info] + info["frames"]:
+        rep["host_calls"] = [_call_name(fn) for fn in rep["host_calls"]]
+    info["graphs"] = 1 if info["compiles"] else sum(f["compiles"] for f in info["frames"])
     return Explanation(info)
 
 
