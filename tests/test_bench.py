@@ -110,12 +110,13 @@ def test_printed_table(tiny_run):
     for col in ("eager ms", "smelt ms", "ind ms", "s/eager", "smelt err"):
         assert col in steady
     for col in ("eager 1st", "smelt 1st", "smelt warm", "ind 1st", "ind warm", "ind/s 1st",
-                "ind/s warm", "30x cold", "30x warm"):
+                "ind/s warm", "30x cold", "30x warm", "s warm-steady", "ind warm-steady"):
         assert col in first
     row = next(ln for ln in lines if ln.startswith("mlp ") and "compiled" in ln)
     assert row.split()[3] == "-"          # inductor not run
     row = lines[lines.index(first) + 2].split()
-    assert row[0] == "mlp" and float(row[2]) > 0 and float(row[3]) > 0 and row[4:] == ["-"] * 6
+    assert row[0] == "mlp" and float(row[2]) > 0 and float(row[3]) > 0 and row[4:10] == ["-"] * 6
+    assert float(row[10]) < float(row[3]) * 1e3 and row[11:] == ["ms", "-"]   # smelt warm - steady
     assert "first calls: inductor/smelt not measured (needs smelt and inductor)" in lines
     assert any(ln.startswith("  mlp") and "smelt warm" in ln and "cache" in ln for ln in lines)
 
@@ -163,12 +164,14 @@ def test_table_and_notes(capsys):
     gpt2, gpt2_first = [ln.split() for ln in lines if ln.startswith("gpt2 ")]
     assert gpt2[:6] == ["gpt2", "10.00", "5.00", "20.00", "0.50", "0.25"]
     assert gpt2[-3:] == ["partial", "3g", "2b"]
-    assert gpt2_first == ["gpt2", "0.5", "0.25", "0.01", "10", "0.1", "40.0", "10.0", "met", "MISSED"]
+    assert gpt2_first == ["gpt2", "0.5", "0.25", "0.01", "10", "0.1", "40.0", "10.0", "met", "MISSED",
+                          "5.0", "ms", "80", "ms"]    # warm first call minus a steady call
     cnn, cnn_first = [ln.split() for ln in lines if ln.startswith("cnn ")]
     assert cnn[2:4] == ["n/a", "-"] and cnn[-1] == "n/a"
-    assert cnn_first[1:] == ["0.5", "n/a", "n/a", "-", "-", "-", "-", "-", "-"]
+    assert cnn_first[1:] == ["0.5", "n/a", "n/a", "-", "-", "-", "-", "-", "-", "-", "-"]
     _, softmax_first = [ln.split() for ln in lines if ln.startswith("softmax ")]
-    assert softmax_first[1:] == ["-", "0.5*", "0.002*", "1.5", "n/a", "3.0", "-", "MISSED", "-"]
+    assert softmax_first[1:] == ["-", "0.5*", "0.002*", "1.5", "n/a", "3.0", "-", "MISSED", "-", "-8.0", "ms",
+                                 "-"]
     assert "first calls, models: inductor/smelt geomean cold 40.0x, warm 10.0x" in lines
     assert "  target cold >= 30x: met by 1 of 1 (gpt2)" in lines
     assert "  target warm >= 30x: met by 0 of 1; MISSED by gpt2 (10.0x)" in lines

@@ -578,6 +578,9 @@ def add_ratios(rec):
     if s.get("warm_first_call_s") and i.get("warm_first_call_s"):
         rec["inductor_over_smelt_warm"] = i["warm_first_call_s"] / s["warm_first_call_s"]
         rec["target_warm_met"] = rec["inductor_over_smelt_warm"] >= FIRST_CALL_TARGET
+    for name, res in (("smelt", s), ("inductor", i)):
+        if res.get("warm_first_call_s") and res.get("median_s"):
+            rec[f"{name}_warm_over_steady_s"] = res["warm_first_call_s"] - res["median_s"]
 
 
 # --------------------------------------------------------------------------
@@ -653,6 +656,11 @@ def print_table(records):
     print_first_calls(records)
 
 
+def ms_text(seconds, spec):
+    """'12.3 ms' ('-' for None)."""
+    return "-" if seconds is None else f"{seconds * 1e3:{spec}} ms"
+
+
 def ratio_text(value, missing="-"):
     """A first-call ratio rounded down to 0.1 (so 29.97, a missed 30x target,
     does not print as 30.0); `missing` for None."""
@@ -672,8 +680,11 @@ def print_first_calls(records):
           "on the caches\nthe first filled (eager has none); * = the process ran other micro-kernels "
           "first (compiler started);\nind/s = inductor / smelt (> 1: smelt faster; rounded down); "
           f"target (issue 5): ind/s >= {FIRST_CALL_TARGET:g}")
+    print("warm-steady = warm first call minus one steady-state call (median): what the warm start "
+          "adds to\nrunning the model (trace, cache load, first-run costs; noise can make it negative)")
     h = (f"{'model':<10} {'eager 1st':>9} {'smelt 1st':>9} {'smelt warm':>10} {'ind 1st':>8} "
-         f"{'ind warm':>8} {'ind/s 1st':>9} {'ind/s warm':>10} {'30x cold':>8} {'30x warm':>8}")
+         f"{'ind warm':>8} {'ind/s 1st':>9} {'ind/s warm':>10} {'30x cold':>8} {'30x warm':>8} "
+         f"{'s warm-steady':>13} {'ind warm-steady':>15}")
     print(h)
     print("-" * len(h))
     for rec in records:
@@ -682,7 +693,9 @@ def print_first_calls(records):
               f"{first_field(rec, 'inductor', True):>8} "
               f"{ratio_text(rec.get('inductor_over_smelt_first')):>9} "
               f"{ratio_text(rec.get('inductor_over_smelt_warm')):>10} "
-              f"{verdict(rec, 'cold'):>8} {verdict(rec, 'warm'):>8}")
+              f"{verdict(rec, 'cold'):>8} {verdict(rec, 'warm'):>8} "
+              f"{ms_text(rec.get('smelt_warm_over_steady_s'), '.1f'):>13} "
+              f"{ms_text(rec.get('inductor_warm_over_steady_s'), '.0f'):>15}")
     print()
     print("\n".join(first_call_summary(records)))
 
