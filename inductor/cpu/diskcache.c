@@ -1,4 +1,4 @@
-/* diskcache.c — compiled kernel objects on disk across processes (see
+/* diskcache.c — compiled plans and their code on disk across processes (see
  * diskcache.h for the contract).
  *
  * The directory is opened once (O_DIRECTORY | O_NOFOLLOW) and checked, and
@@ -454,7 +454,7 @@ int cpu_dcache_get(const uint8_t *key, size_t keylen, cpu_blob **blobs, int *nbl
     if (why)
         dc_log(0, "disk cache miss %.32s", name);
     else
-        dc_log(0, "disk cache hit %.32s (%d objects, %zu bytes)", name, *nblobs, n);
+        dc_log(0, "disk cache hit %.32s (%d blobs, %zu bytes)", name, *nblobs, n);
     return why != NULL;
 }
 
@@ -522,7 +522,7 @@ void cpu_dcache_put(const uint8_t *key, size_t keylen, const cpu_blob *blobs, in
         return;
     }
     atomic_fetch_add(&dc.writes, 1);
-    dc_log(0, "disk cache write %.32s (%d objects, %zu bytes)", name, nblobs, n);
+    dc_log(0, "disk cache write %.32s (%d blobs, %zu bytes)", name, nblobs, n);
     dc_evict(dfd);
 }
 
