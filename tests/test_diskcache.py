@@ -212,6 +212,28 @@ def test_plan_cache_shares_code_with_live_plans():
     check(a, ref1)
 
 
+def test_fork_right_after_the_first_compile():
+    """The JIT is created on a background thread at the first
+    smelt.compile; a fork at that moment waits for it, and the child
+    compiles and runs."""
+    script = textwrap.dedent('''
+        import os, sys, torch, smelt
+        f = smelt.compile(lambda x: torch.tanh(x) * 3)
+        pid = os.fork()
+        if pid == 0:
+            x = torch.randn(37)
+            ok = torch.allclose(f(x), torch.tanh(x) * 3, rtol=1e-5, atol=1e-6)
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        x = torch.randn(11)
+        assert torch.allclose(f(x), torch.tanh(x) * 3, rtol=1e-5, atol=1e-6)
+        print(os.waitstatus_to_exitcode(status))
+    ''')
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")))
+    assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
+
+
 # ------------------------------------------------------------ damaged entries (in this process)
 
 def _graph(c):

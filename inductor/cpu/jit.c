@@ -105,11 +105,15 @@ static void *start_main(void *arg)
     return NULL;
 }
 
+static void fork_prepare(void) { cpu_jit_join(); }   /* no fork halfway through creating the JIT */
+
 void cpu_jit_start(void)
 {
     pthread_mutex_lock(&start_mu);
-    if (start_state == 0 && pthread_create(&start_thread, NULL, start_main, NULL) == 0)
+    if (start_state == 0 && pthread_create(&start_thread, NULL, start_main, NULL) == 0) {
         start_state = 1;
+        pthread_atfork(fork_prepare, NULL, NULL);
+    }
     pthread_mutex_unlock(&start_mu);
 }
 
