@@ -606,7 +606,10 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) ||
                                                        pyext_debug_dir_on() };
     t0 = now_ms();
-    smelt_plan *plan = smelt_compile(e->r.graph, &o, err, sizeof err);
+    smelt_plan *plan;
+    Py_BEGIN_ALLOW_THREADS   /* pure C (the cache's log hook takes the GIL); e is not shared yet */
+    plan = smelt_compile(e->r.graph, &o, err, sizeof err);
+    Py_END_ALLOW_THREADS
     self->compile_ms = now_ms() - t0;
     smelt_compile_times ct = { 0 };
     if (plan)

@@ -234,6 +234,25 @@ def test_fork_right_after_the_first_compile():
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
 
 
+def test_compiles_in_threads_at_once():
+    """Compiling releases the GIL: threads compiling at once (new code, code
+    shared through the registry, plans read from disk by later rounds) all
+    get torch's values."""
+    from conftest import in_threads
+
+    def work(k):
+        c = 0.375 + k / 16                   # each thread its own constant: its own kernels
+        f = smelt.compile(lambda x: torch.tanh(x * c).sum(1) + torch.sin(x).amax(1) * k)
+        x = torch.randn(29, 301)
+        torch.testing.assert_close(f(x), torch.tanh(x * c).sum(1) + torch.sin(x).amax(1) * k,
+                                   rtol=1e-5, atol=1e-5)
+
+    before = smelt.cache_info()
+    in_threads(work, [(k,) for k in range(4)], reps=3)
+    after = smelt.cache_info()
+    assert after["writes"] - before["writes"] >= 4 and after["hits"] - before["hits"] >= 4
+
+
 # ------------------------------------------------------------ damaged entries (in this process)
 
 def _graph(c):
