@@ -128,26 +128,31 @@ static void *get_copy(rbuf *r, size_t n)
 
 static int buf_ok(const smelt_plan *p, int32_t b) { return b >= 0 && b < p->nbufs; }
 
-/* 1 if every buffer index of extern step st is in range. */
+static int ref_ok(const smelt_tensor_ref *r) { return r->dtype < SMELT_NDTYPES && r->ndim <= SMELT_MAX_DIMS; }
+
+/* 1 if every buffer index and rank of extern step st is in range. */
 static int extern_ok(const smelt_plan *p, const plan_step *st)
 {
     int ok = 1;
     if (st->kind == PS_MATMUL)
         ok = buf_ok(p, st->a_buf) && buf_ok(p, st->b_buf) && buf_ok(p, st->c_buf) &&
-             st->b_input >= -1 && st->b_input < p->graph->ninputs;
+             st->b_input >= -1 && st->b_input < p->graph->ninputs && st->mm.ndim >= 2 &&
+             st->mm.ndim <= SMELT_MAX_DIMS;
     else if (st->kind == PS_CALL) {
         ok = st->call->nin >= 0 && st->call->nin <= SMELT_MAX_SRC && st->call->nout >= 0 &&
              st->call->nout <= SMELT_MAX_SRC;
         for (int k = 0; ok && k < st->call->nin; k++)
-            ok = buf_ok(p, st->call->in_buf[k]);
+            ok = buf_ok(p, st->call->in_buf[k]) && ref_ok(&st->call->in[k]);
         for (int k = 0; ok && k < st->call->nout; k++)
-            ok = buf_ok(p, st->call->out_buf[k]);
+            ok = buf_ok(p, st->call->out_buf[k]) && ref_ok(&st->call->out[k]);
     } else if (st->kind == PS_SDPA) {
-        ok = st->attn->nin >= 3 && st->attn->nin <= 4 && buf_ok(p, st->attn->buf[4]);
+        ok = st->attn->nin >= 3 && st->attn->nin <= 4 && buf_ok(p, st->attn->buf[4]) &&
+             st->attn->d.nb >= 0 && st->attn->d.nb <= KERN_SDPA_MAX_BATCH;
         for (int k = 0; ok && k < st->attn->nin; k++)
             ok = buf_ok(p, st->attn->buf[k]);
     } else if (st->kind == PS_CONV) {
-        ok = st->conv->nin >= 2 && st->conv->nin <= 3 && buf_ok(p, st->conv->buf[3]);
+        ok = st->conv->nin >= 2 && st->conv->nin <= 3 && buf_ok(p, st->conv->buf[3]) &&
+             st->conv->d.nsp >= 1 && st->conv->d.nsp <= 3;
         for (int k = 0; ok && k < st->conv->nin; k++)
             ok = buf_ok(p, st->conv->buf[k]);
     }

@@ -317,6 +317,105 @@ def test_damaged_entry_is_discarded_and_rebuilt(how):
     torch.testing.assert_close(f(x)[0], torch.tanh(x * c))
 
 
+M64 = (1 << 64) - 1
+P1, P2, P3 = 0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
+
+
+def _rotl(x, r):
+    return ((x << r) | (x >> (64 - r))) & M64
+
+
+def _mix(acc, v):
+    return _rotl((acc + v * P2) & M64, 31) * P1 & M64
+
+
+def _dc_hash(b, seed=0):
+    """diskcache.c's dc_hash, to write entries whose checksum is right."""
+    a = [(seed + P1 + P2) & M64, (seed + P2) & M64, seed, (seed - P1) & M64]
+    u64 = lambda i: int.from_bytes(b[i:i + 8], "little")
+    i = 0
+    while i + 32 <= len(b):
+        a = [_mix(a[k], u64(i + 8 * k)) for k in range(4)]
+        i += 32
+    h = (_rotl(a[0], 1) + _rotl(a[1], 7) + _rotl(a[2], 12) + _rotl(a[3], 18) + len(b)) & M64
+    while i + 8 <= len(b):
+        h = (_rotl(h ^ _mix(0, u64(i)), 27) * P1 + P3) & M64
+        i += 8
+    while i < len(b):
+        h = _rotl(h ^ (b[i] * P3 & M64), 11) * P1 & M64
+        i += 1
+    h ^= h >> 33
+    h = h * P2 & M64
+    h ^= h >> 29
+    h = h * P3 & M64
+    return h ^ (h >> 32)
+
+
+def _read_entry(path):
+    data = open(path, "rb").read()
+    nblobs, keylen = int.from_bytes(data[12:16], "little"), int.from_bytes(data[24:32], "little")
+    at = 40 + keylen
+    lens = [int.from_bytes(data[at + 8 * i:at + 8 * i + 8], "little") for i in range(nblobs)]
+    at += 8 * nblobs
+    blobs = []
+    for n in lens:
+        blobs.append(data[at:at + n])
+        at += n
+    return data[:40], data[40:40 + keylen], blobs
+
+
+def _write_entry(path, head, key, blobs):
+    body = key + b"".join(len(b).to_bytes(8, "little") for b in blobs) + b"".join(blobs)
+    head = bytearray(head)
+    head[12:16] = len(blobs).to_bytes(4, "little")
+    head[16:24] = (40 + len(body)).to_bytes(8, "little")
+    head[32:40] = _dc_hash(body).to_bytes(8, "little")
+    os.unlink(path)
+    with open(path, "wb") as fh:
+        fh.write(bytes(head) + body)
+    os.chmod(path, 0o600)
+
+
+def test_entry_checksum_matches_dc_hash():
+    head, key, blobs = _read_entry(_compile_new_entry(3.25))
+    body = key + b"".join(len(b).to_bytes(8, "little") for b in blobs) + b"".join(blobs)
+    assert int.from_bytes(head[32:40], "little") == _dc_hash(body)
+
+
+@pytest.mark.parametrize("how", ["counts", "short-record", "extra-name", "names", "no-objects", "junk-object"])
+def test_plan_that_does_not_load_falls_back_to_compiling(how):
+    """An entry whose checksum is right but whose plan record, kernel names
+    or objects are wrong is not used: the graph compiles anew (LLVM runs),
+    computes the right values, and the entry is rewritten whole."""
+    c = 4.0 + ["counts", "short-record", "extra-name", "names", "no-objects", "junk-object"].index(how) / 8
+    path = _compile_new_entry(c)
+    good = open(path, "rb").read()
+    head, key, blobs = _read_entry(path)
+    rec = bytearray(blobs[0])
+    if how == "counts":                  # nbufs far beyond the record
+        rec[8:12] = (1 << 20).to_bytes(4, "little")
+    elif how == "short-record":
+        rec = rec[:-4]
+    elif how == "extra-name":            # a name for a kernel the plan does not have
+        blobs[1] = blobs[1] + bytes(40)
+    elif how == "names":
+        blobs[1] = blobs[1][:-1] + b"x"  # a name without its terminating zero
+    blobs[0] = bytes(rec)
+    if how == "no-objects":
+        blobs = blobs[:2]
+    elif how == "junk-object":
+        blobs = blobs[:2] + [b"\x7fELF" + bytes(200)]
+    _write_entry(path, head, key, blobs)
+    before = smelt.cache_info()
+    f = _graph(c).compile()
+    after = smelt.cache_info()
+    assert after["hits"] == before["hits"] + 1           # the entry was read ...
+    assert f.num_generated == 1                          # ... and not used
+    x = torch.randn(23, 17)
+    torch.testing.assert_close(f(x)[0], torch.tanh(x * c))
+    assert open(path, "rb").read() == good               # rewritten whole
+
+
 def test_symlinked_entry_is_not_followed(tmp_path):
     c = 2.5
     path = _compile_new_entry(c)
