@@ -402,7 +402,10 @@ static int32_t h_softmax(tracer *T, const call_args *a, smelt_op op)
         return -1;
     if (op == SMELT_OP_LOG)   /* log_softmax */
         return op2(T, SMELT_OP_SUB, sh, op1(T, SMELT_OP_LOG, s));
-    return op2(T, SMELT_OP_DIV, e, s);
+    if (node(T, x)->dtype != SMELT_F32 && node(T, x)->dtype != SMELT_F64)
+        return op2(T, SMELT_OP_DIV, e, s);   /* one rounding of the quotient in f16/bf16 */
+    int32_t r = op1(T, SMELT_OP_RECIPROCAL, s);   /* as ATen's softmax: times 1/sum, no divide per element */
+    return r < 0 ? -1 : op2(T, SMELT_OP_MUL, e, r);
 }
 
 static int norm_shape_dims(tracer *T, const call_args *a, int32_t x, uint32_t *mask)
