@@ -77,6 +77,45 @@ def test_log_softmax_last_dim(shape, dtype, gen):
     assert f.num_kernels == 1
 
 
+def vector_exp_calls(f):
+    """Calls of SLEEF's vector exp in f's LLVM IR (keep_code=True,
+    opt_level=0: loops not unrolled)."""
+    import re
+    return len(re.findall(r"call [^\n]*@Sleef_expf(?:4|8|16)_u10\(", f.code("ir")))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dname)
+@pytest.mark.parametrize("cols", [20011, 65536 + 5])
+def test_softmax_long_rows_keep_exp_in_the_output(cols, dtype, gen):
+    """Rows too long for the stack row cache (> 64 KB): exp(x - max) is
+    kept in the softmax's own output between the sum and the scaling (as
+    ATen's softmax does), so the kernel calls the vector exp once, not
+    twice; values as torch's, also through smelt.compile, and with a
+    second output that the cache must not disturb."""
+    x = rand((5, cols), dtype, gen=gen, low=-8, high=8)
+    y = rand((5, cols), dtype, gen=gen)
+    outs, f = run_compiled(lambda g, a, b: [softmax(g, a, -1), g.op("mul", softmax(g, a, -1), b)], x, y,
+                           keep_code=True)
+    compare(outs[0], torch.softmax(x, -1), dtype)
+    compare(outs[1], torch.softmax(x, -1) * y, dtype)
+    if dtype == F32:
+        g = run_compiled(lambda g, a: softmax(g, a, -1), x, keep_code=True, opt_level=0)[1]
+        assert vector_exp_calls(g) == 1
+    import smelt
+    sm = smelt.compile(lambda t: torch.softmax(t, dim=-1))
+    compare(sm(x), torch.softmax(x, -1), dtype)
+
+
+def test_softmax_into_low_precision_output_recomputes_exp(gen):
+    """A long-row softmax stored as bfloat16 cannot keep float32 exp values
+    in its output: exp is computed again for the scaling (two calls)."""
+    x = rand((3, 20011), F32, gen=gen, low=-8, high=8)
+    out, f = run_compiled(lambda g, a: g.op("cast", softmax(g, a, -1), dtype=BF16), x, keep_code=True,
+                          opt_level=0)
+    assert_close(out, torch.softmax(x, -1).to(BF16), rtol=1.6e-2, atol=1e-3)
+    assert vector_exp_calls(f) == 2
+
+
 @pytest.mark.parametrize("shape", [(67, 7), (16, 5, 4), (1031, 3)], ids=str)
 def test_softmax_dim0(shape, gen):
     x = rand(shape, F32, gen=gen, low=-5, high=5)

@@ -63,6 +63,7 @@ typedef struct cg {
     LLVMValueRef scratch, slot;       /* split kernels: partials, this item's slot */
     int32_t rc_expr, rc_flat;         /* row cache: expression, flat index (kix) */
     LLVMValueRef rc_buf;              /* its stack row */
+    int32_t rc_obuf, rc_oix;          /* or, rows too long for the stack: the output store's buffer and index */
     int rc_ready;                     /* filled for the current row */
 } cg;
 
@@ -709,7 +710,8 @@ static LLVMValueRef emit(cg *g, int32_t e, int w)
     LLVMValueRef r;
     if (e == g->rc_expr) {
         LLVMTypeRef t = ctype(g, x->dtype);
-        LLVMValueRef at = LLVMBuildGEP2(g->B, t, g->rc_buf, (LLVMValueRef[]){ ix_scalar(g, g->rc_flat) }, 1, "");
+        LLVMValueRef at = g->rc_obuf >= 0 ? elem_ptr(g, t, g->rc_obuf, ix_scalar(g, g->rc_oix))
+                                          : LLVMBuildGEP2(g->B, t, g->rc_buf, (LLVMValueRef[]){ ix_scalar(g, g->rc_flat) }, 1, "");
         if (g->rc_ready) {
             r = LLVMBuildLoad2(g->B, vec(t, w), at, "");
             LLVMSetAlignment(r, 4);
@@ -893,7 +895,18 @@ static void acc_step(cg *g, acc *a, const kitem *it, int w)
     LLVMBuildStore(g->B, cur, a->val);
 }
 
-/* Folds a vector accumulator into the scalar one, lane by lane. */
+/* v's lanes [from, from + n) as an n-lane vector. */
+static LLVMValueRef lanes_of(cg *g, LLVMValueRef v, int from, int n)
+{
+    LLVMValueRef mask[64];
+    for (int i = 0; i < n; i++)
+        mask[i] = LLVMConstInt(g->i32, (unsigned long long)(from + i), 0);
+    return LLVMBuildShuffleVector(g->B, v, LLVMGetUndef(LLVMTypeOf(v)), LLVMConstVector(mask, (unsigned)n), "");
+}
+
+/* Folds a vector accumulator into the scalar one: halves combined
+ * pairwise (log2(w) steps) for value reductions; lane by lane, in lane
+ * order, for argmax/argmin (first index on ties). */
 static void acc_fold(cg *g, const kitem *it, acc *vec_acc, acc *s)
 {
     smelt_op op = (smelt_op)it->rop;
@@ -902,6 +915,13 @@ static void acc_fold(cg *g, const kitem *it, acc *vec_acc, acc *s)
     LLVMValueRef vi = vec_acc->idx ? LLVMBuildLoad2(g->B, vec(g->i64, vec_acc->w), vec_acc->idx, "") : NULL;
     LLVMValueRef cur = LLVMBuildLoad2(g->B, t, s->val, "");
     LLVMValueRef ci = s->idx ? LLVMBuildLoad2(g->B, g->i64, s->idx, "") : NULL;
+    if (!is_arg(op) && vec_acc->w > 1 && (vec_acc->w & (vec_acc->w - 1)) == 0) {
+        for (int w = vec_acc->w / 2; w >= 1; w /= 2)
+            vv = red_combine(g, op, s->dt, lanes_of(g, vv, 0, w), lanes_of(g, vv, w, w));
+        cur = red_combine(g, op, s->dt, cur, LLVMBuildExtractElement(g->B, vv, LLVMConstInt(g->i32, 0, 0), ""));
+        LLVMBuildStore(g->B, cur, s->val);
+        return;
+    }
     for (int i = 0; i < vec_acc->w; i++) {
         LLVMValueRef lane = LLVMConstInt(g->i32, (unsigned long long)i, 0);
         LLVMValueRef v = LLVMBuildExtractElement(g->B, vv, lane, "");
@@ -1067,12 +1087,45 @@ static int contains(const kir_pool *P, int32_t root, int32_t e)
     return 0;
 }
 
+/* 1 if expression root loads from plan buffer b. */
+static int reads_buf(const kir_pool *P, int32_t root, int32_t b)
+{
+    const kexpr *x = &P->ex[root];
+    if (x->op == KE_LOAD)
+        return x->buf == b;
+    for (int k = 0; k < 3; k++)
+        if (x->src[k] >= 0 && reads_buf(P, x->src[k], b))
+            return 1;
+    return 0;
+}
+
+/* 1 if item j of k, a later user of expression e, can hold e's row in
+ * its own output (as ATen's softmax keeps exp in its result): a STORE of
+ * of e's dtype (float32/64) into a buffer of that dtype, contiguous along
+ * the only reduction var (the vectorised one), that no item reads and no
+ * other item writes. */
+static int output_can_cache(const smelt_plan *p, const kir_kernel *k, const kir_pool *P, int32_t e, int j)
+{
+    const kitem *it = &k->items[j];
+    smelt_dtype dt = (smelt_dtype)P->ex[e].dtype;
+    if (it->kind != KI_STORE || k->rmask != 1u << k->vvar || kix_coef(P, it->ix, k->vvar) != 1 ||
+        (dt != SMELT_F32 && dt != SMELT_F64) || p->bufs[it->buf].dtype != dt)
+        return 0;
+    for (int i = 0; i < k->nitems; i++)
+        if (reads_buf(P, k->items[i].value, it->buf) || (i != j && k->items[i].kind != KI_REDUCE &&
+                                                          k->items[i].buf == it->buf))
+            return 0;
+    return P->ex[e].dtype == P->ex[it->value].dtype;
+}
+
 #define ROW_CACHE_BYTES 65536
 
 /* Row cache (inner mode, vectorised var last): the value of a REDUCE item
  * that calls transcendentals and reappears in a later item (softmax's
  * exp(x - max)) is kept per reduction index in a stack row while its loop
- * runs, and read back by the later loops instead of recomputed. */
+ * runs, and read back by the later loops instead of recomputed. A row
+ * longer than ROW_CACHE_BYTES is kept in the later item's own output
+ * instead when output_can_cache allows it. */
 static void plan_row_cache(cg *g)
 {
     const kir_kernel *k = g->k;
@@ -1084,16 +1137,20 @@ static void plan_row_cache(cg *g)
     for (int v = 0; v < k->nvars; v++)
         if (k->rmask >> v & 1)
             rn *= k->size[v];
+    g->rc_obuf = -1;
     for (int i = 0; i < k->nitems && g->rc_expr < 0; i++) {
         int32_t e = k->items[i].value;
-        if (k->items[i].kind != KI_REDUCE || !is_costly(P, e) ||
-            rn * (int64_t)smelt_dtype_size((smelt_dtype)P->ex[e].dtype) > ROW_CACHE_BYTES)
+        if (k->items[i].kind != KI_REDUCE || !is_costly(P, e))
             continue;
+        int fits = rn * (int64_t)smelt_dtype_size((smelt_dtype)P->ex[e].dtype) <= ROW_CACHE_BYTES;
         for (int j = i + 1; j < k->nitems && g->rc_expr < 0; j++)
-            if (contains(P, k->items[j].value, e))
+            if (contains(P, k->items[j].value, e) && (fits || output_can_cache(g->p, k, P, e, j))) {
                 g->rc_expr = e;
+                if (!fits)
+                    g->rc_obuf = k->items[j].buf, g->rc_oix = k->items[j].ix;
+            }
     }
-    if (g->rc_expr < 0)
+    if (g->rc_expr < 0 || g->rc_obuf >= 0)
         return;
     int32_t f = kix_const(P, 0);
     for (int v = 0; v < k->nvars; v++)
@@ -1532,7 +1589,7 @@ static int optimise(LLVMModuleRef M, LLVMTargetMachineRef tm, int opt, char *err
 
 static double now_ms(void) { return (double)plan_now_ns() / 1e6; }
 
-#define KERNEL_CODE_VERSION 2   /* bump when the generated code changes */
+#define KERNEL_CODE_VERSION 4   /* bump when the generated code changes */
 
 /* One batch of new kernels compiled to one object in its own LLVM context
  * (batches run in parallel on the thread pool). */
