@@ -2017,15 +2017,19 @@ int cpu_code_import(smelt_plan *p, const cpu_blob *names, const cpu_blob *objs, 
     for (int32_t i = 0; i < p->nkernels && !rc; i++) {
         if (p->code[i].same_as >= 0 || take_code_locked(p, st, i))
             continue;
-        cpu_obj *o = added++ ? NULL : cpu_jit_add_objects_locked(objs, nobjs, err, errlen);
-        if (added == 1 && !o)
-            rc = -1;
-        else if (o)
+        if (!added) {   /* the first kernel no live unit provides: add the entry's objects */
+            cpu_obj *o = cpu_jit_add_objects_locked(objs, nobjs, err, errlen);
+            added = 1;
+            if (!o) {
+                rc = -1;
+                break;
+            }
             state_hold(st, o);
-        if (!rc && !take_code_locked(p, st, i)) {
-            snprintf(err, errlen, "%s is not in the cached objects", st->names[i]);
-            rc = -1;
+            if (take_code_locked(p, st, i))
+                continue;
         }
+        snprintf(err, errlen, "%s is not in the cached objects", st->names[i]);
+        rc = -1;
     }
     cpu_jit_unlock();
     copy_same(p);
