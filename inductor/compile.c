@@ -104,8 +104,7 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
     size_t klen = 0;
     uint8_t *key = opts && opts->keep_ir ? NULL : ind_plan_cache_key(g, opts, &klen);
     double t0 = now_ms();
-    char lerr[256];
-    smelt_plan *p = key ? ind_plan_cache_load(g, key, klen, lerr, sizeof lerr) : NULL;
+    smelt_plan *p = key ? ind_plan_cache_load(g, key, klen) : NULL;
     if (p) {
         p->times.load_ms = now_ms() - t0;
     } else if ((p = build(g, opts, err, errlen)) && key) {

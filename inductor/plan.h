@@ -152,8 +152,8 @@ smelt_graph *ind_graph_copy(const smelt_graph *g);
 uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, size_t *len);
 /* The plan stored under key, ready but for packs, profile counters and
  * arena (compile.c finishes it); NULL on a miss or an entry that does not
- * load (err says why when there was an entry). */
-smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t keylen, char *err, size_t errlen);
+ * load (logged on the cache channel). */
+smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t keylen);
 /* Stores p (compiled from the graph key names) under key. */
 void ind_plan_cache_store(const smelt_plan *p, const uint8_t *key, size_t keylen);
 

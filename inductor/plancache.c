@@ -277,8 +277,9 @@ uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, s
     return w.b;
 }
 
-smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t keylen, char *err, size_t errlen)
+smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t keylen)
 {
+    char err[256], line[320];
     cpu_blob *blobs;
     int nblobs;
     if (cpu_dcache_get(key, keylen, &blobs, &nblobs))
@@ -289,11 +290,13 @@ smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t
     rbuf r = { blobs[0].data, blobs[0].len, 0, 0 };
     int rc = nblobs < 2 ? -1 : decode(&r, p);
     if (rc)
-        snprintf(err, errlen, "cached plan record does not decode");
+        snprintf(err, sizeof err, "its plan record does not decode");
     else
-        rc = cpu_code_import(p, &blobs[1], blobs + 2, nblobs - 2, err, errlen);
+        rc = cpu_code_import(p, &blobs[1], blobs + 2, nblobs - 2, err, sizeof err);
     cpu_dcache_free(blobs, nblobs);
     if (rc) {
+        snprintf(line, sizeof line, "disk cache entry not used (%s): compiling anew", err);
+        cpu_dcache_note(line);
         smelt_plan_free(p);
         return NULL;
     }

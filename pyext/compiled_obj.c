@@ -43,7 +43,6 @@ typedef struct CompiledObject {
     const int32_t *packed;
     PyObject **held;
     uint64_t *owner;
-    PyObject *s_version;     /* "_version" */
 } CompiledObject;
 
 /* Owner serials: a new one for every tensor object a packed input takes. */
@@ -230,7 +229,7 @@ static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *
 static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
 {
     smelt_input_stamp s = {0, 0};
-    PyObject *v = PyObject_GetAttr(t, self->s_version);
+    PyObject *v = PyObject_GetAttr(t, pyext_state_of((PyObject *)self)->s_version);
     s.version = v && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
     Py_XDECREF(v);
     if (s.version == -1) {
@@ -277,11 +276,38 @@ static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, in
     return rc;
 }
 
+/* The bytes [*lo, *hi) an input with spec sp spans from ptr. */
+static void input_span(const input_spec *sp, void *ptr, uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t end = 1;   /* elements up to the last one, 0 when empty */
+    for (int d = 0; d < sp->ndim && end; d++)
+        end = sp->shape[d] ? end + (sp->shape[d] - 1) * sp->stride[d] : 0;
+    *lo = (uintptr_t)ptr;
+    *hi = *lo + (uintptr_t)end * smelt_dtype_size((smelt_dtype)sp->dtype);
+}
+
+/* 1 if some input apart[i] shares memory with another input. */
+static int apart_overlaps(const CompiledObject *self, void **ptrs, const int32_t *apart, int32_t napart)
+{
+    for (int32_t i = 0; i < napart; i++) {
+        uintptr_t alo, ahi, lo, hi;
+        input_span(&self->ins[apart[i]], ptrs[apart[i]], &alo, &ahi);
+        for (Py_ssize_t k = 0; k < self->nin; k++) {
+            input_span(&self->ins[k], ptrs[k], &lo, &hi);
+            if (k != apart[i] && alo < hi && lo < ahi)
+                return 1;
+        }
+    }
+    return 0;
+}
+
 /* Validates the inputs (unless `trusted`: the caller's guards already
  * checked every input's type, dtype, shape, strides and device),
  * allocates the outputs into list `outs` and runs the plan with the GIL
- * released. */
-static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void **ptrs, int trusted)
+ * released. 0, -1 with an exception, or 1 without running when an input
+ * of apart (see pyext_compiled_call_trusted) overlaps another. */
+static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void **ptrs, int trusted,
+               const int32_t *apart, int32_t napart)
 {
     pyext_state *st = pyext_state_of((PyObject *)self);
     int bad = 0;
@@ -293,6 +319,8 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
         if (bad)
             return -1;
     }
+    if (napart && apart_overlaps(self, ptrs, apart, napart))
+        return 1;
     self->ncalls++;   /* under the GIL */
     for (Py_ssize_t k = 0; k < self->nout; k++) {
         PyObject *t = new_output(st, self, k, &ptrs[self->nin + k]);
@@ -303,15 +331,19 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
     return run_plan(self, args, ptrs, self->nhost != 0);
 }
 
-static PyObject *call(CompiledObject *self, PyObject *const *args, int trusted)
+static PyObject *call(CompiledObject *self, PyObject *const *args, int trusted, const int32_t *apart,
+                      int32_t napart)
 {
     void *stack[16], **ptrs = stack;
     if (self->nin + self->nout > 16 &&
         !(ptrs = PyMem_Malloc(sizeof *ptrs * (size_t)(self->nin + self->nout))))
         return PyErr_NoMemory();
     PyObject *outs = PyList_New(self->nout);
-    if (outs && run(self, args, outs, ptrs, trusted))
+    int rc = outs ? run(self, args, outs, ptrs, trusted, apart, napart) : -1;
+    if (rc)
         Py_CLEAR(outs);
+    if (rc == 1)
+        outs = Py_NewRef(Py_NotImplemented);
     if (ptrs != stack)
         PyMem_Free(ptrs);
     return outs;
@@ -326,12 +358,13 @@ static PyObject *compiled_vectorcall(PyObject *obj, PyObject *const *args, size_
         return PyErr_Format(PyExc_TypeError, "Compiled takes no keyword arguments");
     if (nargs != self->nin)
         return PyErr_Format(PyExc_TypeError, "expected %zd inputs, got %zd", self->nin, nargs);
-    return call(self, args, 0);
+    return call(self, args, 0, NULL, 0);
 }
 
-PyObject *pyext_compiled_call_trusted(PyObject *compiled, PyObject *const *args)
+PyObject *pyext_compiled_call_trusted(PyObject *compiled, PyObject *const *args, const int32_t *apart,
+                                      int32_t napart)
 {
-    return call((CompiledObject *)compiled, args, 1);
+    return call((CompiledObject *)compiled, args, 1, apart, napart);
 }
 
 /* ------------------------------------------------------------------ */
@@ -419,7 +452,6 @@ static void compiled_dealloc(CompiledObject *self)
     PyMem_Free(self->out_nbytes);
     PyMem_Free(self->held);
     PyMem_Free(self->owner);
-    Py_XDECREF(self->s_version);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -490,8 +522,7 @@ static int take_packed(CompiledObject *self)
     self->owner = PyMem_Calloc((size_t)self->npacked, sizeof *self->owner);
     if (!self->held || !self->owner)
         return PyErr_NoMemory(), -1;
-    self->s_version = PyUnicode_InternFromString("_version");
-    return self->s_version ? 0 : -1;
+    return 0;
 }
 
 PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan,

@@ -340,48 +340,6 @@ static PyObject *build_result(const tr_result *r, int32_t o, PyObject *outs)
     return c;
 }
 
-/* Runs compiled entry e on vals, the values its guard check just fetched
- * (by node id); releases the inputs' values. The inputs passed their
- * TENSOR_MATCH checks, so the plan runs without re-validating them. */
-/* Whether an input entry e updates in place shares memory with another of
- * its inputs (ins): eager would see the update through the other one, the
- * plan would not. Spans come from the graph's input nodes (their guarded
- * shapes and strides). 1, 0, -1 on error. */
-static int mutated_inputs_overlap(const entry *e, PyObject *const *ins)
-{
-    const smelt_graph *g = e->r.graph;
-    int32_t n = e->r.ninputs;
-    uintptr_t *lo = PyMem_Calloc((size_t)n + 1, 2 * sizeof(uintptr_t)), *hi = lo ? lo + n : NULL;
-    if (!lo)
-        return PyErr_NoMemory(), -1;
-    int rc = 0;
-    for (int32_t i = 0; i < g->n && !rc; i++) {
-        const smelt_node *x = &g->nodes[i];
-        if (x->op != SMELT_OP_INPUT)
-            continue;
-        int32_t k = x->a.input.index;
-        PyObject *p = PyObject_CallMethodNoArgs(ins[k], pyext_state_of(e->compiled)->s_data_ptr);
-        uintptr_t base = p ? (uintptr_t)PyLong_AsVoidPtr(p) : 0;
-        Py_XDECREF(p);
-        if (!p || PyErr_Occurred()) {
-            rc = -1;
-            break;
-        }
-        int64_t end = smelt_node_numel(x) ? 1 : 0;
-        for (int d = 0; d < x->ndim && end; d++)
-            end += (x->shape[d] - 1) * x->stride[d];
-        lo[k] = base;
-        hi[k] = base + (uintptr_t)end * smelt_dtype_size((smelt_dtype)x->dtype);
-    }
-    for (int32_t m = 0; m < e->r.nmut && !rc; m++) {
-        int32_t a = e->r.mut_in[m];
-        for (int32_t k = 0; k < n && !rc; k++)
-            rc = k != a && lo[a] < hi[k] && lo[k] < hi[a];
-    }
-    PyMem_Free(lo);
-    return rc;
-}
-
 /* Writes the entry's in-place updates of its inputs back: ins[mut_in[i]]
  * takes outs[mut_out[i]]. 0, or -1 with an error. */
 static int write_back(const entry *e, PyObject *const *ins, PyObject *outs)
@@ -395,6 +353,12 @@ static int write_back(const entry *e, PyObject *const *ins, PyObject *outs)
     return 0;
 }
 
+/* Runs compiled entry e on vals, the values its guard check just fetched
+ * (by node id); releases the inputs' values. The inputs passed their
+ * TENSOR_MATCH checks, so the plan runs without re-validating them.
+ * Py_NotImplemented when an input it updates in place shares memory with
+ * another input (eager would see the update through the other one, the
+ * plan would not): the caller runs the frame eagerly. */
 static PyObject *run_compiled(entry *e, PyObject **vals)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
@@ -405,12 +369,11 @@ static PyObject *run_compiled(entry *e, PyObject **vals)
         k++;
     if (ins && k < n)
         PyErr_SetString(PyExc_SystemError, "smelt: a graph input was not fetched by its guards");
-    int overlap = ins && k == n && e->r.nmut ? mutated_inputs_overlap(e, ins) : 0;
-    PyObject *outs = ins && k == n && !overlap ? pyext_compiled_call_trusted(e->compiled, ins) : NULL;
-    if (outs && !write_back(e, ins, outs))
+    PyObject *outs = ins && k == n ? pyext_compiled_call_trusted(e->compiled, ins, e->r.mut_in, e->r.nmut) : NULL;
+    if (outs == Py_NotImplemented)
+        res = Py_NewRef(outs);
+    else if (outs && !write_back(e, ins, outs))
         res = build_result(&e->r, 0, outs);
-    if (overlap > 0)
-        res = Py_NewRef(Py_NotImplemented);   /* the caller runs the frame eagerly */
     Py_XDECREF(outs);
     for (k = 0; k < n; k++)
         Py_CLEAR(vals[e->input_node[k]]);
@@ -822,6 +785,20 @@ static FunctionObject *frame_function(const tracer_frame_view *v)
     return self;
 }
 
+/* Frame v's bound parameters as new references in loc[0..n): n, or -1
+ * (nothing taken) when there are more than MAX_LOCALS. */
+static int frame_params(const tracer_frame_view *v, PyObject **loc)
+{
+    PyCodeObject *co = v->code;
+    int n = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+            !!(co->co_flags & CO_VARKEYWORDS);
+    if (n > MAX_LOCALS || n > v->nlocalsplus)
+        return -1;
+    for (int i = 0; i < n; i++)
+        loc[i] = Py_XNewRef(v->localsplus[i]);
+    return n;
+}
+
 /* Hook callback: a user frame about to run under a function smelt runs
  * eagerly. Compiled entry: its result; anything else: run the frame. */
 static PyObject *on_frame(void *ctx, const tracer_frame_view *v)
@@ -832,14 +809,10 @@ static PyObject *on_frame(void *ctx, const tracer_frame_view *v)
         return NULL;
     }
     FunctionObject *self = frame_function(v);
-    PyCodeObject *co = v->code;
-    int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
-                !!(co->co_flags & CO_VARKEYWORDS);
-    if (!self || nargs > MAX_LOCALS || nargs > v->nlocalsplus)
-        return NULL;
     PyObject *loc[MAX_LOCALS + MAX_CELLS];
-    for (int i = 0; i < nargs; i++)
-        loc[i] = Py_XNewRef(v->localsplus[i]);
+    int nargs = self ? frame_params(v, loc) : -1;
+    if (nargs < 0)
+        return NULL;
     call_frame f = { .loc = loc, .nloc = nargs, .globals = v->globals, .builtins = v->builtins, .from_hook = 1 };
     Py_INCREF(self);
     PyObject *res = dispatch(self, &f, nargs);
@@ -1092,17 +1065,14 @@ static int inside_compiled(const explain_run *x)
 static PyObject *explain_frame(const tracer_frame_view *v)
 {
     PyCodeObject *co = v->code;
-    int nargs = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
-                !!(co->co_flags & CO_VARKEYWORDS);
-    if (co->co_nfreevars || nargs > MAX_LOCALS || nargs > v->nlocalsplus)
+    PyObject *loc[MAX_LOCALS + MAX_CELLS] = { NULL };
+    int nargs = co->co_nfreevars ? -1 : frame_params(v, loc);
+    if (nargs < 0)
         return Py_BuildValue("{s:O,s:s,s:s,s:s,s:[],s:i,s:i,s:i,s:i}", "compiles", Py_False, "reason",
                              co->co_nfreevars ? "a closure: the frame hook runs it as it is (its callees are offered)"
                                               : "too many arguments for the frame hook",
                              "graph", NULL, "guards", NULL, "host_calls", "nodes", 0, "inputs", 0, "num_guards", 0,
                              "inputs_updated_in_place", 0);
-    PyObject *loc[MAX_LOCALS + MAX_CELLS] = { NULL };
-    for (int i = 0; i < nargs; i++)
-        loc[i] = Py_XNewRef(v->localsplus[i]);
     tr_result r;
     int rc = tracer_trace(v->func, loc, nargs, &r);
     PyObject *d = explain_dict(v->func, nargs, rc, &r);

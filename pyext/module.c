@@ -144,7 +144,7 @@ static PyMethodDef module_methods[] = {
 #define STATE_OBJECTS(X)                                                        \
     X(tensor_type) X(empty) X(strided) X(graph_type) X(compiled_type) X(kw_dtype) \
     X(is_grad) X(set_grad)                                                    \
-    X(s_data_ptr) X(s_shape) X(s_stride) X(s_dtype) X(s_is_cpu) X(s_layout) X(s_device)
+    X(s_data_ptr) X(s_shape) X(s_stride) X(s_dtype) X(s_is_cpu) X(s_layout) X(s_device) X(s_version)
 
 static int module_traverse(PyObject *m, visitproc visit, void *arg)
 {
@@ -218,6 +218,7 @@ static int state_init_names(pyext_state *st)
     INTERN(s_is_cpu, "is_cpu")
     INTERN(s_layout, "layout")
     INTERN(s_device, "device")
+    INTERN(s_version, "_version")
 #undef INTERN
     return 0;
 }

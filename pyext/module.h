@@ -18,7 +18,7 @@ typedef struct pyext_state {
     PyObject *kw_dtype;                /* ("dtype",): kwnames for torch.empty */
     PyObject *is_grad, *set_grad;      /* torch._C.is_grad_enabled, _set_grad_enabled */
     /* interned attribute names */
-    PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cpu, *s_layout, *s_device;
+    PyObject *s_data_ptr, *s_shape, *s_stride, *s_dtype, *s_is_cpu, *s_layout, *s_device, *s_version;
 } pyext_state;
 
 /* State of the module that defined obj's type (Graph or Compiled). */
@@ -52,9 +52,13 @@ void pyext_hostcall_fini(void);
 
 /* Runs Compiled `compiled` on exactly its number of inputs without
  * re-validating them: for callers whose guards already checked each input
- * is a CPU tensor with the declared dtype, shape and strides. Returns the
- * list of outputs, or NULL with an exception. */
-PyObject *pyext_compiled_call_trusted(PyObject *compiled, PyObject *const *args);
+ * is a CPU tensor with the declared dtype, shape and strides. Inputs
+ * apart[0..napart) (ones the plan updates in place) must not share memory
+ * with any other input: if one does, nothing runs and the result is
+ * Py_NotImplemented. Returns the list of outputs, or NULL with an
+ * exception. */
+PyObject *pyext_compiled_call_trusted(PyObject *compiled, PyObject *const *args, const int32_t *apart,
+                                      int32_t napart);
 
 /* Compiled.profile() of a Compiled object (a new str, or NULL). */
 PyObject *pyext_compiled_profile(PyObject *compiled);

@@ -2033,7 +2033,6 @@ int cpu_code_import(smelt_plan *p, const cpu_blob *names, const cpu_blob *objs, 
     }
     cpu_jit_unlock();
     copy_same(p);
-    p->times.from_disk = p->nkernels;
     return rc;
 }
 

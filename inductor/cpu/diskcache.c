@@ -83,6 +83,8 @@ static void dc_log(int warning, const char *fmt, ...)
     fn(warning, line);
 }
 
+void cpu_dcache_note(const char *line) { dc_log(0, "%s", line); }
+
 /* Turns the cache off for the process, warning (once) why. */
 static void dc_off(const char *what)
 {

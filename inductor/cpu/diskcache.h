@@ -61,5 +61,7 @@ void cpu_dcache_clear(void);
  * Python extension at import. */
 typedef void (*cpu_dcache_log_fn)(int warning, const char *line);
 void cpu_dcache_set_log(cpu_dcache_log_fn fn);
+/* Hands a "cache" line (not a warning) to the log hook. */
+void cpu_dcache_note(const char *line);
 
 #endif
