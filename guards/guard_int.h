@@ -18,7 +18,10 @@ typedef struct guard_buf {
 
 /* Leaf kinds; which guard_leaf fields each uses:
  *   TYPE_IS     obj: the type                 ID_IS / ID_NOT  obj: the object
+ *   ID_WEAK     obj: a weak reference to the object (it must be alive and be v)
  *   EQUALS      obj: the constant             LEN_EQ          n: the length
+ *   VALUE_EQ    obj: a value object (torch.device): same exact type and ==
+ *   HAS_KEY     obj: a key, n: 1 if `key in v` must hold, 0 if it must not
  *   DICT_KEYS   obj: tuple of keys            EMPTY_DICT_OR_NONE  -
  *   TENSOR      ts: the spec                  CALL_IS  obj: callable (no
  *               arguments), aux: expected result (identity), text: call text
@@ -29,7 +32,10 @@ typedef enum guard_leaf_kind {
     LEAF_TYPE_IS,
     LEAF_ID_IS,
     LEAF_ID_NOT,
+    LEAF_ID_WEAK,
     LEAF_EQUALS,
+    LEAF_VALUE_EQ,
+    LEAF_HAS_KEY,
     LEAF_LEN_EQ,
     LEAF_DICT_KEYS,
     LEAF_EMPTY_DICT_OR_NONE,

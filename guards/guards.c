@@ -212,13 +212,27 @@ guard_node *guard_item(guard_tree *t, guard_node *parent, Py_ssize_t index)
     return child(t, parent, GUARD_ITEM, index, PyLong_FromSsize_t(index), NULL);
 }
 
+/* An exact str, int or bytes, or a tuple of those: a key whose equality
+ * implies its type. */
+static bool dict_key_ok(PyObject *key, int depth)
+{
+    if (PyUnicode_CheckExact(key) || PyLong_CheckExact(key) || PyBytes_CheckExact(key))
+        return true;
+    if (!PyTuple_CheckExact(key) || depth > 4)
+        return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key); i++)
+        if (!dict_key_ok(PyTuple_GET_ITEM(key, i), depth + 1))
+            return false;
+    return true;
+}
+
 guard_node *guard_dict_item(guard_tree *t, guard_node *parent, PyObject *key)
 {
     if (check_parent(t, parent))
         return NULL;
-    if (!key || !(PyUnicode_CheckExact(key) || PyLong_CheckExact(key)))
-        return PyErr_Format(PyExc_TypeError, "guard_dict_item: key must be an exact str or "
-                            "int, got %s", key ? Py_TYPE(key)->tp_name : "NULL"), NULL;
+    if (!key || !dict_key_ok(key, 0))
+        return PyErr_Format(PyExc_TypeError, "guard_dict_item: key must be an exact str, int or bytes, or a "
+                            "tuple of those, got %s", key ? Py_TYPE(key)->tp_name : "NULL"), NULL;
     return child(t, parent, GUARD_DICT_ITEM, 0, Py_NewRef(key), NULL);
 }
 

@@ -110,7 +110,8 @@ guard_node *guard_attr(guard_tree *t, guard_node *parent, const char *name);
 /* parent[index]; any index (negative counts from the end of a tuple/list). */
 guard_node *guard_item(guard_tree *t, guard_node *parent, Py_ssize_t index);
 
-/* parent[key]; key must be an exact str or int (TypeError otherwise). */
+/* parent[key]; key must be an exact str, int or bytes, or a tuple of
+ * those (TypeError otherwise). */
 guard_node *guard_dict_item(guard_tree *t, guard_node *parent, PyObject *key);
 
 /* Contents of closure cell `index` (>= 0) of the function parent. */
@@ -129,14 +130,26 @@ guard_node *guard_type(guard_tree *t, guard_node *parent);
 /* type(v) is type (exact; a subclass fails). */
 int guard_add_type_is(guard_node *n, PyTypeObject *type);
 
-/* v is obj (identity). */
+/* v is obj (identity). An object that supports weak references is held
+ * weakly: the check fails once it is gone (an address reused by a new
+ * object never matches), and the tree does not keep it alive. */
 int guard_add_id_is(guard_node *n, PyObject *obj);
 
 /* v == value with the same type all the way down: value is None, a bool,
- * an exact int, float or str, or a tuple of those (TypeError otherwise).
- * 1, True and 1.0 are three different values; floats compare by value
- * except that NaN equals NaN and -0.0 differs from 0.0. */
+ * an exact int, float, str or bytes, or a tuple, set or frozenset of those
+ * (TypeError otherwise). 1, True and 1.0 are three different values; floats
+ * compare by value except that NaN equals NaN and -0.0 differs from 0.0.
+ * A set is compared by its contents: pass a copy, not the live set. */
 int guard_add_equals(guard_node *n, PyObject *value);
+
+/* type(v) is type(value) and v == value: for immutable value objects whose
+ * == is C code without side effects (torch.device). */
+int guard_add_value_eq(guard_node *n, PyObject *value);
+
+/* (key in v) is present: a dict's keys (dict subclasses and other
+ * mappings through `in`). key: a constant guard_add_equals accepts,
+ * hashable. */
+int guard_add_has_key(guard_node *n, PyObject *key, int present);
 
 /* v is None (is_none != 0) or v is not None (is_none == 0). */
 int guard_add_none(guard_node *n, int is_none);

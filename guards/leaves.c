@@ -13,9 +13,20 @@
 static bool is_const(PyObject *v, int depth)
 {
     if (v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
-        PyUnicode_CheckExact(v))
+        PyUnicode_CheckExact(v) || PyBytes_CheckExact(v))
         return true;
-    if (!PyTuple_CheckExact(v) || depth >= CONST_MAX_DEPTH)
+    if (depth >= CONST_MAX_DEPTH)
+        return false;
+    if (PyAnySet_CheckExact(v)) {
+        Py_ssize_t pos = 0;
+        PyObject *k;
+        Py_hash_t h;
+        while (_PySet_NextEntry(v, &pos, &k, &h))
+            if (!is_const(k, depth + 1))
+                return false;
+        return true;
+    }
+    if (!PyTuple_CheckExact(v))
         return false;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++)
         if (!is_const(PyTuple_GET_ITEM(v, i), depth + 1))
@@ -33,6 +44,37 @@ static bool float_equal(double x, double y)
     return x == y && signbit(x) == signbit(y);
 }
 
+/* Sets of constants a and b (same exact type): each element of a has an
+ * equal element of the same type in b. An element whose equality implies
+ * its type (str, bytes, None, tuples of those) is looked up by hash; a
+ * number is compared with b's elements one by one (1, True and 1.0 are
+ * one set element). */
+static bool set_equal(PyObject *a, PyObject *b)
+{
+    if (PySet_GET_SIZE(a) != PySet_GET_SIZE(b))
+        return false;
+    Py_ssize_t pa = 0;
+    PyObject *x;
+    Py_hash_t h;
+    while (_PySet_NextEntry(a, &pa, &x, &h)) {
+        int in = PySet_Contains(b, x);
+        if (in != 1) {
+            PyErr_Clear();
+            return false;
+        }
+        if (PyUnicode_CheckExact(x) || PyBytes_CheckExact(x) || x == Py_None)
+            continue;
+        Py_ssize_t pb = 0;
+        PyObject *y;
+        bool found = false;
+        while (!found && _PySet_NextEntry(b, &pb, &y, &h))
+            found = guard_const_equal(x, y);
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
 bool guard_const_equal(PyObject *a, PyObject *b)
 {
     if (Py_TYPE(a) != Py_TYPE(b))
@@ -45,6 +87,10 @@ bool guard_const_equal(PyObject *a, PyObject *b)
         return float_equal(PyFloat_AS_DOUBLE(a), PyFloat_AS_DOUBLE(b));
     if (PyUnicode_CheckExact(a))
         return PyUnicode_Compare(a, b) == 0;
+    if (PyBytes_CheckExact(a))
+        return PyObject_RichCompareBool(a, b, Py_EQ) == 1;
+    if (PyAnySet_CheckExact(a))
+        return set_equal(a, b);
     if (!PyTuple_CheckExact(a) || PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(b))
         return false;   /* None and bools are singletons: equal only if identical */
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a); i++)
@@ -85,16 +131,39 @@ int guard_add_id_is(guard_node *n, PyObject *obj)
 {
     if (!obj)
         return PyErr_SetString(PyExc_TypeError, "guard_add_id_is: NULL object"), -1;
-    return push_obj(n, LEAF_ID_IS, obj, "guard_add_id_is");
+    if (!PyType_SUPPORTS_WEAKREFS(Py_TYPE(obj)))
+        return push_obj(n, LEAF_ID_IS, obj, "guard_add_id_is");
+    if (value_node(n, "guard_add_id_is"))
+        return -1;
+    PyObject *ref = PyWeakref_NewRef(obj, NULL);
+    return ref ? guard_leaf_push(n, (guard_leaf){.kind = LEAF_ID_WEAK, .obj = ref}) : -1;
 }
 
 int guard_add_equals(guard_node *n, PyObject *value)
 {
     if (!value || !guard_is_const(value))
         return PyErr_Format(PyExc_TypeError, "guard_add_equals: expected None, bool, int, "
-                            "float, str or a tuple of those, got %s",
+                            "float, str, bytes or a tuple or set of those, got %s",
                             value ? Py_TYPE(value)->tp_name : "NULL"), -1;
     return push_obj(n, LEAF_EQUALS, value, "guard_add_equals");
+}
+
+int guard_add_value_eq(guard_node *n, PyObject *value)
+{
+    if (!value)
+        return PyErr_SetString(PyExc_TypeError, "guard_add_value_eq: NULL value"), -1;
+    return push_obj(n, LEAF_VALUE_EQ, value, "guard_add_value_eq");
+}
+
+int guard_add_has_key(guard_node *n, PyObject *key, int present)
+{
+    if (!key || !guard_is_const(key) || PyObject_Hash(key) == -1) {
+        PyErr_Clear();
+        return PyErr_SetString(PyExc_TypeError, "guard_add_has_key: expected a hashable constant"), -1;
+    }
+    if (value_node(n, "guard_add_has_key"))
+        return -1;
+    return guard_leaf_push(n, (guard_leaf){.kind = LEAF_HAS_KEY, .obj = Py_NewRef(key), .n = !!present});
 }
 
 int guard_add_none(guard_node *n, int is_none)
@@ -272,6 +341,43 @@ static int check_dict_keys(guard_ctx *c, const guard_node *n, const guard_leaf *
     return r;
 }
 
+/* VALUE_EQ: same exact type and ==. */
+static int check_value_eq(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
+{
+    if (Py_TYPE(v) != Py_TYPE(l->obj))
+        return failed_obj(c, n, l, v);
+    int eq = PyObject_RichCompareBool(v, l->obj, Py_EQ);
+    if (eq < 0)
+        return guard_fail_exc(c, n->source);
+    return eq ? 1 : failed_obj(c, n, l, v);
+}
+
+/* HAS_KEY: (key in v) == n. */
+static int check_has_key(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
+{
+    int in = PyDict_CheckExact(v) ? PyDict_Contains(v, l->obj) : PySequence_Contains(v, l->obj);
+    if (in < 0)
+        return guard_fail_exc(c, n->source);
+    if (in == (int)l->n)
+        return 1;
+    guard_buf b = {0};
+    guard_leaf_text(&b, n, l);
+    guard_fail(c, "%s failed", b.s && !b.oom ? b.s : "key guard");
+    free(b.s);
+    return 0;
+}
+
+/* ID_WEAK: the referent is alive and is v. */
+static int check_id_weak(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
+{
+    PyObject *target = PyWeakref_GET_OBJECT(l->obj);
+    if (target != Py_None && target == v)
+        return 1;
+    if (target == Py_None)
+        return guard_fail(c, "%s is <an object that no longer exists> failed", n->source);
+    return failed_obj(c, n, l, v);
+}
+
 /* CALL_IS (the call's result) and TRUTH_IS (the held object's truth). */
 static int check_call(guard_ctx *c, const guard_leaf *l)
 {
@@ -298,7 +404,10 @@ int guard_leaf_check(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyO
         return (PyObject *)Py_TYPE(v) == l->obj ? 1 : failed_obj(c, n, l, (PyObject *)Py_TYPE(v));
     case LEAF_ID_IS: return v == l->obj ? 1 : failed_obj(c, n, l, v);
     case LEAF_ID_NOT: return v != l->obj ? 1 : failed_obj(c, n, l, v);
+    case LEAF_ID_WEAK: return check_id_weak(c, n, l, v);
     case LEAF_EQUALS: return guard_const_equal(v, l->obj) ? 1 : failed_obj(c, n, l, v);
+    case LEAF_VALUE_EQ: return check_value_eq(c, n, l, v);
+    case LEAF_HAS_KEY: return check_has_key(c, n, l, v);
     case LEAF_LEN_EQ: return check_len(c, n, l, v);
     case LEAF_DICT_KEYS:
         return PyDict_Check(v) ? check_dict_keys(c, n, l, v) : failed_obj(c, n, l, v);

@@ -131,7 +131,15 @@ void guard_leaf_text(guard_buf *b, const guard_node *n, const guard_leaf *l)
     case LEAF_TYPE_IS: guard_buf_printf(b, "type(%s) is ", s); break;
     case LEAF_ID_IS: guard_buf_printf(b, "%s is ", s); break;
     case LEAF_ID_NOT: guard_buf_printf(b, "%s is not ", s); break;
-    case LEAF_EQUALS: guard_buf_printf(b, "%s == ", s); break;
+    case LEAF_ID_WEAK:
+        guard_buf_printf(b, "%s is ", s);
+        guard_obj_text(b, PyWeakref_GET_OBJECT(l->obj));
+        return;
+    case LEAF_EQUALS: case LEAF_VALUE_EQ: guard_buf_printf(b, "%s == ", s); break;
+    case LEAF_HAS_KEY:
+        guard_obj_text(b, l->obj);
+        guard_buf_printf(b, " %s %s", l->n ? "in" : "not in", s);
+        return;
     case LEAF_LEN_EQ: guard_buf_printf(b, "len(%s) == %zd", s, l->n); return;
     case LEAF_DICT_KEYS: guard_buf_printf(b, "tuple(%s.keys()) == ", s); break;
     case LEAF_EMPTY_DICT_OR_NONE: guard_buf_printf(b, "%s in (None, {})", s); return;

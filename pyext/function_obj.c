@@ -251,6 +251,8 @@ static int add_leaf(guard_node *n, const tr_guard *gd)
     case TG_TENSOR: return guard_add_tensor_match(n, gd->obj, NULL);
     case TG_LEN: return guard_add_len_eq(n, gd->n);
     case TG_EMPTY: return guard_add_empty_dict_or_none(n);
+    case TG_VALUE: return guard_add_value_eq(n, gd->obj);
+    case TG_HAS_KEY: return guard_add_has_key(n, gd->obj, (int)gd->n);
     }
     PyErr_SetString(PyExc_SystemError, "smelt: unknown guard kind");
     return -1;
@@ -551,7 +553,7 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
         goto fail;
     if (rc == 0 && (rc = eager_state(&e->r)) < 0)
         goto fail;
-    if (entry_guards(self, e, nargs, &rc))
+    if (entry_guards(self, e, nargs, &rc) || tracer_result_trim(&e->r))
         goto fail;
     if (rc == 1) {
         self->nbreaks++;

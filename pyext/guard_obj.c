@@ -138,6 +138,26 @@ static PyObject *gt_equals(GuardTreeObject *self, PyObject *args)
     return n ? status(guard_add_equals(n, o)) : NULL;
 }
 
+static PyObject *gt_value_eq(GuardTreeObject *self, PyObject *args)
+{
+    PyObject *o;
+    guard_node *n = node_obj(self, args, "OO:value_eq", &o);
+    return n ? status(guard_add_value_eq(n, o)) : NULL;
+}
+
+static PyObject *gt_has_key(GuardTreeObject *self, PyObject *args)
+{
+    PyObject *nd, *key;
+    int present;
+    if (!PyArg_ParseTuple(args, "OOp:has_key", &nd, &key, &present))
+        return NULL;
+    PyObject *a = Py_BuildValue("(OO)", nd, key);
+    PyObject *k;
+    guard_node *n = a ? node_obj(self, a, "OO:has_key", &k) : NULL;
+    Py_XDECREF(a);
+    return n ? status(guard_add_has_key(n, key, present)) : NULL;
+}
+
 static PyObject *gt_bool_is(GuardTreeObject *self, PyObject *args)
 {
     PyObject *o;
@@ -361,6 +381,8 @@ static PyMethodDef gt_methods[] = {
     {"type_is", VARARGS(gt_type_is), METH_VARARGS, "type_is(node, type)"},
     {"id_is", VARARGS(gt_id_is), METH_VARARGS, "id_is(node, obj)"},
     {"equals", VARARGS(gt_equals), METH_VARARGS, "equals(node, constant)"},
+    {"value_eq", VARARGS(gt_value_eq), METH_VARARGS, "value_eq(node, value)"},
+    {"has_key", VARARGS(gt_has_key), METH_VARARGS, "has_key(node, key, present)"},
     {"bool_is", VARARGS(gt_bool_is), METH_VARARGS, "bool_is(node, value)"},
     {"len_eq", VARARGS(gt_len_eq), METH_VARARGS, "len_eq(node, n)"},
     {"dict_keys", VARARGS(gt_dict_keys), METH_VARARGS, "dict_keys(node, keys_tuple)"},

@@ -198,9 +198,54 @@ def test_equals_exact_types(want, good, bad):
 def test_equals_rejects_non_constants():
     t = tree()
     v = t.local(0, "v")
-    for bad in ([1], {1: 2}, object(), (1, [2]), b"x"):
+    for bad in ([1], {1: 2}, object(), (1, [2]), {1, object()}):
         with pytest.raises(TypeError):
             t.equals(v, bad)
+
+
+def test_equals_sets_and_bytes():
+    # sets compare by contents, element types included (1, True and 1.0 are
+    # one set element but three constants)
+    t = tree()
+    t.equals(t.local(0, "s"), {1, "a", 2.5})
+    t.equals(t.local(1, "b"), b"xy")
+    ok(t, [{2.5, "a", 1}, b"xy"])
+    for s in ({1, "a"}, {1, "a", 2.5, 3}, {True, "a", 2.5}, {1.0, "a", 2.5}, frozenset({1, "a", 2.5})):
+        assert fails(t, [s, b"xy"]).startswith("L['s'] == "), s
+    assert fails(t, [{1, "a", 2.5}, b"xz"]).startswith("L['b'] == b'xy' failed")
+
+
+def test_id_is_holds_objects_weakly():
+    # an object that supports weak references is not kept alive by the
+    # tree, and a new object at a reused address never matches
+    import gc
+    import weakref
+
+    class Obj:
+        pass
+
+    t = tree()
+    o = Obj()
+    ref = weakref.ref(o)
+    t.id_is(t.local(0, "x"), o)
+    ok(t, [o])
+    assert fails(t, [Obj()]).startswith("L['x'] is <")
+    del o
+    gc.collect()
+    assert ref() is None
+    assert fails(t, [Obj()]) == "L['x'] is <an object that no longer exists> failed"
+
+
+def test_value_eq_and_has_key():
+    t = tree()
+    t.value_eq(t.local(0, "dev"), torch.device("cpu"))
+    t.has_key(t.local(1, "d"), "FLAG", False)
+    t.has_key(t.local(1, "d"), b"K", True)
+    ok(t, [torch.device("cpu"), {b"K": 1}])
+    assert fails(t, [torch.device("meta"), {b"K": 1}]).startswith("L['dev'] == cpu failed: got meta")
+    assert fails(t, ["cpu", {b"K": 1}]).startswith("L['dev'] == cpu failed")
+    assert fails(t, [torch.device("cpu"), {b"K": 1, "FLAG": 0}]) == "'FLAG' not in L['d'] failed"
+    assert fails(t, [torch.device("cpu"), {}]) == "b'K' in L['d'] failed"
 
 
 def test_none_and_bool():
@@ -473,20 +518,19 @@ def test_odd_inputs_raise_cleanly():
 
 # ---------------------------------------------------------------- lifetime
 
-def test_tree_holds_its_objects():
-    class Local:
-        pass
-    obj = Local()
-    ref = weakref.ref(obj)
+def test_tree_holds_types_and_constants():
+    # types and constants a leaf compares with are held by the tree; objects
+    # compared by identity are held weakly (test_id_is_holds_objects_weakly)
+    Local = type("Local", (), {})
+    ref = weakref.ref(Local)
     t = tree()
-    t.id_is(t.local(0, "x"), obj)
-    t.type_is(t.local(1, "y"), Local)
-    t.equals(t.local(2, "s"), "a string " * 3)
-    del obj
+    t.type_is(t.local(0, "y"), Local)
+    t.equals(t.local(1, "s"), "a string " * 3)
+    del Local
     gc.collect()
     assert ref() is not None                   # still referenced by the tree
-    ok(t, [ref(), ref(), "a string " * 3])
-    assert "is <" in fails(t, [Local(), ref(), "a string " * 3])
+    ok(t, [ref()(), "a string " * 3])
+    assert "type(L['y']) is Local failed" in fails(t, [object(), "a string " * 3])
 
 
 def test_tree_in_a_cycle_is_collected():

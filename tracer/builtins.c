@@ -160,7 +160,7 @@ static int module_items(tracer *T, int32_t v, int32_t l)
  * range, ...), each a constant. */
 static int const_items(tracer *T, int32_t v, int32_t l)
 {
-    PyObject *o = tr_const(T, v);
+    PyObject *o = tr_value(T, v);
     if (!o)
         return -1;
     PyObject *seq = PySequence_Fast(o, "not iterable");
@@ -200,6 +200,11 @@ int bi_items(tracer *T, int32_t v, int32_t **items, int *n)
     }
     if (x->kind != V_DICT && x->kind != V_ITER && x->kind != V_OBJ)
         return tr_break(T, "iteration over a %s", x->kind == V_FUNC ? "function" : "non-iterable value");
+    if (x->kind == V_OBJ) {
+        int32_t it = tr_user_special(T, v, "__iter__", NULL, 0);
+        if (it != -2)
+            return it < 0 ? -1 : bi_items(T, it, items, n);
+    }
     int32_t d = x->kind == V_OBJ && PyDict_CheckExact(x->obj) ? tr_dict_value(T, v) : v;
     int32_t l = d < 0 ? -1 : tv_new(T, V_LIST);
     int rc = l < 0 ? -1 : 0;
@@ -404,9 +409,13 @@ static int32_t b_len(tracer *T, const call_args *a, PyObject *fn)
     }
     if (x->kind != V_OBJ)
         return tr_break(T, "len() of a non-sized value");
+    int32_t r = tr_user_special(T, a->pos[0], "__len__", NULL, 0);
+    if (r != -2)
+        return r;
+    x = &T->vals[a->pos[0]];
     PyObject *o = x->obj;
     int by_len = tr_is_module(o) || PyDict_CheckExact(o);   /* structure, not identity */
-    if (by_len ? tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(o), 0) : !tr_const(T, a->pos[0]))
+    if (by_len ? tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(o), 0) : !tr_value(T, a->pos[0]))
         return -1;
     if ((n = PyObject_Length(o)) < 0) {
         PyErr_Clear();
@@ -688,7 +697,7 @@ static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
         return tr_module_attr(T, v, name, 1);
     if (x->kind == V_OBJ && !PyModule_Check(x->obj) && !PyType_Check(x->obj)) {
         int has = PyObject_HasAttr(x->obj, name);
-        if (!has && (tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) || tr_guard_absent(T, v)))
+        if (!has && (tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) || tr_guard_absent(T, v, name)))
             return -1;
         if (!has)
             return -2;
@@ -697,7 +706,7 @@ static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
         if (!t)
             return -1;
         if (!PyObject_HasAttr(t, name))
-            return -2;
+            return x->kind == V_TENSOR ? tr_tensor_inst_attr(T, v, name, 1) : -2;
     }
     return tr_load_attr(T, v, name);
 }

@@ -116,6 +116,10 @@ static char intrinsic_all[MAX_INTRINSIC][40];        /* every intrinsic's name, 
  * managers `with` may enter (classes whose construction has no effect). */
 static PyObject *s_forward, *s_globals, *s_modules, *s_params, *s_buffers, *s_dict, *s_self, *s_call, *s_func;
 static PyObject *ctx_classes[2];                 /* torch.no_grad, torch.inference_mode */
+static PyObject *device_type, *param_type, *strided;   /* torch.device, nn.Parameter, torch.strided */
+/* Types whose instances never change (value_stable): torch.layout,
+ * torch.memory_format, torch.finfo, torch.iinfo; and enum.Enum. */
+static PyObject *value_types[4], *enum_type;
 static PyObject *ctx_grad_off, *ctx_exit;        /* markers: a grad-off manager, its __exit__ */
 
 static int init_names(void)
@@ -136,9 +140,24 @@ static int init_names(void)
         return -1;
     ctx_classes[0] = PyObject_GetAttrString(torch, "no_grad");
     ctx_classes[1] = PyObject_GetAttrString(torch, "inference_mode");
+    device_type = PyObject_GetAttrString(torch, "device");
+    strided = PyObject_GetAttrString(torch, "strided");
+    PyObject *cf = PyObject_GetAttrString(torch, "contiguous_format");
+    value_types[0] = strided ? Py_NewRef((PyObject *)Py_TYPE(strided)) : NULL;
+    value_types[1] = cf ? Py_NewRef((PyObject *)Py_TYPE(cf)) : NULL;
+    value_types[2] = PyObject_GetAttrString(torch, "finfo");
+    value_types[3] = PyObject_GetAttrString(torch, "iinfo");
+    Py_XDECREF(cf);
+    PyObject *en = PyImport_ImportModule("enum");
+    enum_type = en ? PyObject_GetAttrString(en, "Enum") : NULL;
+    Py_XDECREF(en);
+    PyObject *nn = PyImport_ImportModule("torch.nn");
+    param_type = nn ? PyObject_GetAttrString(nn, "Parameter") : NULL;
+    Py_XDECREF(nn);
     Py_DECREF(torch);
     return s_forward && s_globals && s_modules && s_params && s_buffers && s_dict && s_self && s_call && s_func &&
-           ctx_grad_off && ctx_exit && ctx_classes[0] && ctx_classes[1] ? 0 : -1;
+           ctx_grad_off && ctx_exit && ctx_classes[0] && ctx_classes[1] && device_type && strided && param_type &&
+           value_types[0] && value_types[1] && value_types[2] && value_types[3] && enum_type ? 0 : -1;
 }
 
 /* The name of each entry of sequence seq (opcode.opname, the intrinsics'
@@ -395,7 +414,8 @@ int tr_add_guard(tracer *T, tr_guard_kind k, int32_t src, PyObject *obj, Py_ssiz
     if (src < 0)
         return 0;
     for (int32_t i = 0; i < r->nguards; i++)
-        if (r->guards[i].kind == k && r->guards[i].src == src)
+        if (r->guards[i].kind == k && r->guards[i].src == src &&
+            (k != TG_HAS_KEY || PyObject_RichCompareBool(r->guards[i].obj, obj, Py_EQ) == 1))
             return 0;
     tr_guard *ng = grow(r->guards, &T->cguards, r->nguards + 1, sizeof(tr_guard));
     if (!ng)
@@ -421,6 +441,36 @@ static int is_trusted_module(PyObject *o)
            !strcmp(n, "builtins") || !strcmp(n, "functools");
 }
 
+/* 1 if tensor t can be a graph input: a strided (dense) torch.Tensor or
+ * nn.Parameter. A subclass would make eager's results instances of it
+ * (and may override __torch_function__); sparse, quantized and other
+ * layouts have no strides. 0 with a break, -1 on error. */
+static int tensor_plain(tracer *T, PyObject *t)
+{
+    PyTypeObject *tp = Py_TYPE(t);
+    if ((PyObject *)tp != ops_tensor_type() && (PyObject *)tp != param_type)
+        return tr_break(T, "tensor subclass %s (its __torch_function__ and result type are eager's)", tp->tp_name), 0;
+    PyObject *layout = PyObject_GetAttrString(t, "layout");
+    if (!layout)
+        return -1;
+    int ok = layout == strided;
+    if (!ok)
+        tr_break(T, "tensor with layout %R", layout);
+    Py_DECREF(layout);
+    return ok;
+}
+
+/* The Python tensor graph-input value v was made from (borrowed), or NULL
+ * for a tensor made in the trace. */
+PyObject *tr_tensor_obj(tracer *T, int32_t v)
+{
+    int32_t src = T->vals[v].src;
+    for (int32_t i = 0; src >= 0 && i < T->r->nguards; i++)
+        if (T->r->guards[i].kind == TG_TENSOR && T->r->guards[i].src == src)
+            return T->r->guards[i].obj;
+    return NULL;
+}
+
 static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
 {
     PyObject *key = PyLong_FromVoidPtr(t);
@@ -436,9 +486,13 @@ static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
         return tr_break(T, "a tensor without a source (created outside the traced code)");
     }
     int32_t v = -1;
-    PyObject *dt = PyObject_GetAttrString(t, "dtype"), *shape = PyObject_GetAttrString(t, "shape");
-    PyObject *stride = PyObject_CallMethod(t, "stride", NULL);
-    PyObject *dev = PyObject_GetAttrString(t, "is_cpu");
+    PyObject *dt = NULL, *shape = NULL, *stride = NULL, *dev = NULL;
+    if (tensor_plain(T, t) != 1)
+        goto out;
+    dt = PyObject_GetAttrString(t, "dtype");
+    shape = PyObject_GetAttrString(t, "shape");
+    stride = PyObject_CallMethod(t, "stride", NULL);
+    dev = PyObject_GetAttrString(t, "is_cpu");
     smelt_node p = { 0 };
     if (!dt || !shape || !stride || !dev)
         goto out;
@@ -477,8 +531,10 @@ static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
     T->r->input_src = ni;
     T->r->input_src[T->r->ninputs++] = src;
     v = tv_tensor(T, node);
-    if (v >= 0)
+    if (v >= 0) {
         T->vals[v].obj = (PyObject *)Py_TYPE(t);   /* its exact type (guarded with it) */
+        T->vals[v].src = src;
+    }
     PyObject *vid = PyLong_FromLong(v);
     if (v < 0 || !vid || PyDict_SetItem(T->tensor_of, key, vid) || tr_keep(T, t) ||
         tr_add_guard(T, TG_TENSOR, src, t, 0))
@@ -554,6 +610,42 @@ const char *tr_kind_name(tracer *T, int32_t v)
 /* The concrete object of V_OBJ v; records the guard that makes using its
  * value sound: equality for plain constants, identity otherwise (unless it
  * came from a trusted module such as torch). */
+/* A set or frozenset of at most 256 plain constants (or tuples of them):
+ * guarded by its contents. */
+static int const_set(PyObject *o)
+{
+    if (!PyAnySet_CheckExact(o) || PySet_GET_SIZE(o) > 256)
+        return 0;
+    Py_ssize_t pos = 0;
+    PyObject *k;
+    Py_hash_t h;
+    while (_PySet_NextEntry(o, &pos, &k, &h))
+        if (!is_plain_const(k) && !PyBytes_CheckExact(k) && !PyTuple_CheckExact(k))
+            return 0;
+    return 1;
+}
+
+/* The guard that makes using object o (fetched from src) as a constant
+ * sound: equality for plain constants and sets of them (a copy of a set:
+ * its contents may change), value equality for torch.device (made anew
+ * by many calls), identity otherwise. */
+static int const_guard(tracer *T, int32_t src, PyObject *o)
+{
+    if (src < 0)
+        return 0;
+    if (is_plain_const(o) || PyBytes_CheckExact(o))
+        return tr_add_guard(T, TG_EQ, src, o, 0);
+    if (Py_IS_TYPE(o, (PyTypeObject *)device_type))
+        return tr_add_guard(T, TG_VALUE, src, o, 0);
+    if (const_set(o)) {
+        PyObject *copy = PySet_CheckExact(o) ? PySet_New(o) : Py_NewRef(o);
+        int rc = copy ? tr_add_guard(T, TG_EQ, src, copy, 0) : -1;
+        Py_XDECREF(copy);
+        return rc;
+    }
+    return tr_add_guard(T, TG_ID, src, o, 0);
+}
+
 PyObject *tr_const(tracer *T, int32_t v)
 {
     tv *x = &T->vals[v];
@@ -561,9 +653,40 @@ PyObject *tr_const(tracer *T, int32_t v)
         tr_break(T, "expected a constant, got a %s", kind_name(T, v));
         return NULL;
     }
-    if (x->src >= 0 && tr_add_guard(T, is_plain_const(x->obj) ? TG_EQ : TG_ID, x->src, x->obj, 0))
+    if (const_guard(T, x->src, x->obj))
         return NULL;
     return x->obj;
+}
+
+/* 1 if object o's value cannot change while o stays the same object, or
+ * is guarded by its contents (const_guard): what trace-time evaluation
+ * of o (len, `in`, items, a call on it) may rely on. */
+static int value_stable(PyObject *o)
+{
+    if (is_plain_const(o) || PyBytes_CheckExact(o) || PyComplex_CheckExact(o) || const_set(o) ||
+        PyFrozenSet_CheckExact(o) || PyTuple_CheckExact(o) || PyRange_Check(o) || PySlice_Check(o))
+        return 1;
+    if (PyType_Check(o) || PyModule_Check(o) || PyFunction_Check(o) || PyCFunction_Check(o) || PyCode_Check(o) ||
+        PyMethod_Check(o) || Py_IS_TYPE(o, (PyTypeObject *)device_type) || ops_dtype_of(o) >= 0)
+        return 1;
+    PyErr_Clear();
+    for (size_t i = 0; i < sizeof value_types / sizeof value_types[0]; i++)
+        if (Py_IS_TYPE(o, (PyTypeObject *)value_types[i]))
+            return 1;
+    int e = PyObject_IsInstance(o, enum_type);
+    PyErr_Clear();
+    return e == 1;
+}
+
+PyObject *tr_value(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    PyObject *o = tr_const(T, v);
+    if (o && x->src >= 0 && !value_stable(o)) {
+        tr_break(T, "a %s read at trace time could change between calls", Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return o;
 }
 
 /* A new Python object equal to value v: a constant (guarded as tr_const
@@ -579,7 +702,7 @@ PyObject *tr_pyobj(tracer *T, int32_t v)
 {
     tv *x = &T->vals[v];
     if (x->kind == V_OBJ) {
-        PyObject *o = tr_const(T, v);
+        PyObject *o = tr_value(T, v);
         return Py_XNewRef(o);
     }
     if (x->kind == V_SLICE) {
@@ -1185,6 +1308,29 @@ static int32_t class_attr_src(tracer *T, int32_t v, PyObject *name)
     return t < 0 ? -1 : tr_src_new(T, SRC_ATTR, t, 0, name);
 }
 
+/* Calls special method `name` of V_OBJ v when v's class defines it as a
+ * Python function outside torch (a user class's own __getitem__, __len__,
+ * __iter__, __contains__, ...: the method is inlined, v's type guarded).
+ * -2 when its class has no such method. */
+int32_t tr_user_special(tracer *T, int32_t v, const char *name, const int32_t *args, int n)
+{
+    PyObject *o = T->vals[v].obj;
+    PyObject *nm = PyUnicode_InternFromString(name);
+    PyObject *fn = nm ? _PyType_Lookup(Py_TYPE(o), nm) : NULL;
+    if (!fn || !PyFunction_Check(fn) || code_trusted(PyFunction_GET_CODE(fn)) || n > 8) {
+        Py_XDECREF(nm);
+        return nm ? -2 : -1;
+    }
+    int32_t pos[9] = { v };
+    memcpy(pos + 1, args, sizeof(int32_t) * (size_t)n);
+    call_args a = { .pos = pos, .npos = n + 1 };
+    int32_t fs = class_attr_src(T, v, nm);
+    Py_DECREF(nm);
+    if (tr_add_guard(T, TG_TYPE, T->vals[v].src, (PyObject *)Py_TYPE(o), 0) || tr_keep(T, fn))
+        return -1;
+    return inline_call(T, fn, fs, &a);
+}
+
 /* Prepends value self to a call's positional arguments (pos: room for 64). */
 static int with_self(tracer *T, int32_t self, const call_args *a, call_args *b, int32_t *pos)
 {
@@ -1357,9 +1503,10 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
 
 /* ---------- attributes ---------- */
 
-/* Absence of an attribute of object value v, guarded by the lengths of
- * the dicts an attribute could be added to. */
-int tr_guard_absent(tracer *T, int32_t v)
+/* Absence of attribute `name` of object value v, guarded as the absence
+ * of that key in each dict the attribute could be added to (the
+ * instance's __dict__; a module's parameters, buffers and children). */
+int tr_guard_absent(tracer *T, int32_t v, PyObject *name)
 {
     PyObject *o = T->vals[v].obj;
     int32_t src = T->vals[v].src;
@@ -1370,12 +1517,38 @@ int tr_guard_absent(tracer *T, int32_t v)
             PyErr_Clear();
             continue;
         }
-        Py_ssize_t n = PyDict_Check(d) ? PyDict_GET_SIZE(d) : -1;
+        int isd = PyDict_Check(d);
         Py_DECREF(d);
-        if (n >= 0 && tr_add_guard(T, TG_LEN, tr_src_new(T, SRC_ATTR, src, 0, names[i]), NULL, n))
+        if (isd && tr_add_guard(T, TG_HAS_KEY, tr_src_new(T, SRC_ATTR, src, 0, names[i]), name, 0))
             return -1;
     }
     return 0;
+}
+
+/* An attribute set on the tensor object of graph input v (`x.tag = 1`):
+ * its value, fetched from its own source. -2 when the tensor has no such
+ * instance attribute (a tensor made in the trace never has one); with
+ * guard_absent, that absence is guarded by the length of its __dict__. */
+int32_t tr_tensor_inst_attr(tracer *T, int32_t v, PyObject *name, int guard_absent)
+{
+    PyObject *t = tr_tensor_obj(T, v);
+    if (!t)
+        return -2;
+    PyObject *d = PyObject_GenericGetDict(t, NULL);
+    if (!d) {
+        PyErr_Clear();
+        return -2;
+    }
+    PyObject *a = PyDict_Check(d) ? PyDict_GetItemWithError(d, name) : NULL;
+    int32_t src = T->vals[v].src, r = -2;
+    if (a)
+        r = tv_obj(T, a, tr_src_new(T, SRC_ATTR, src, 0, name));
+    else if (PyErr_Occurred())
+        r = -1;
+    else if (guard_absent && tr_add_guard(T, TG_HAS_KEY, tr_src_new(T, SRC_ATTR, src, 0, s_dict), name, 0))
+        r = -1;
+    Py_DECREF(d);
+    return r;
 }
 
 /* Attribute found on the class: property getters are traced, staticmethod
@@ -1453,7 +1626,7 @@ int32_t tr_module_attr(tracer *T, int32_t mv, PyObject *name, int missing_ok)
     if (ca)
         return tr_break(T, "attribute %U of module %s (a descriptor)", name, Py_TYPE(o)->tp_name);
     if (missing_ok)
-        return tr_guard_absent(T, mv) ? -1 : -2;
+        return tr_guard_absent(T, mv, name) ? -1 : -2;
     return tr_break(T, "module %s has no attribute %U", Py_TYPE(o)->tp_name, name);
 }
 
@@ -1484,7 +1657,7 @@ static int32_t object_attr(tracer *T, int32_t v, PyObject *name)
     }
     PyObject *a = PyObject_GetAttr(o, name);
     if (!a && !PyModule_Check(o) && !PyType_Check(o) && PyErr_ExceptionMatches(PyExc_AttributeError))
-        return tr_guard_absent(T, v) ? -1 : tr_raise_error(T);   /* the attribute stays missing */
+        return tr_guard_absent(T, v, name) ? -1 : tr_raise_error(T);   /* the attribute stays missing */
     if (!a) {
         PyErr_Clear();
         return tr_break(T, "attribute %U of %s raised", name, Py_TYPE(o)->tp_name);
@@ -1555,6 +1728,8 @@ int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name)
     switch (x->kind) {
     case V_TENSOR: {
         int32_t r = ops_tensor_attr(T, v, name);
+        if (r == -2)
+            r = tr_tensor_inst_attr(T, v, name, 0);
         return r != -2 ? r : tv_bound(T, name, v, -1);   /* a method: resolved at the call */
     }
     case V_LIST: case V_DICT:
@@ -1635,6 +1810,16 @@ int tr_truth(tracer *T, int32_t v, int *out)
     case V_FUNC: case V_BOUND: case V_ITER: case V_SLICE: *out = 1; return 0;
     case V_INST: return obj_truth(T, v, out);
     case V_OBJ: {
+        int32_t r = tr_user_special(T, v, "__bool__", NULL, 0);
+        if (r == -2 && (r = tr_user_special(T, v, "__len__", NULL, 0)) >= 0) {
+            int64_t n;
+            if (tr_int(T, r, &n))
+                return -1;
+            *out = n != 0;
+            return 0;
+        }
+        if (r != -2)
+            return r < 0 ? -1 : tr_truth(T, r, out);
         if (tr_is_module(x->obj)) {   /* a container module is true when not empty */
             Py_ssize_t n = PyObject_HasAttrString((PyObject *)Py_TYPE(x->obj), "__len__") ? PyObject_Length(x->obj) : 1;
             if (n < 0)
@@ -1648,13 +1833,19 @@ int tr_truth(tracer *T, int32_t v, int *out)
             return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)&PyDict_Type, 0) ||
                    tr_add_guard(T, TG_LEN, x->src, NULL, PyDict_GET_SIZE(x->obj));
         }
-        PyObject *o = tr_const(T, v);
+        PyTypeObject *tp = Py_TYPE(x->obj);
+        if (!(tp->tp_as_number && tp->tp_as_number->nb_bool) && !(tp->tp_as_mapping && tp->tp_as_mapping->mp_length) &&
+            !(tp->tp_as_sequence && tp->tp_as_sequence->sq_length)) {
+            *out = 1;   /* an object without __bool__ or __len__ is true */
+            return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)tp, 0);
+        }
+        PyObject *o = tr_value(T, v);
         if (!o)
             return -1;
-        int r = PyObject_IsTrue(o);
-        if (r < 0)
+        int t = PyObject_IsTrue(o);
+        if (t < 0)
             return -1;
-        *out = r;
+        *out = t;
         return 0;
     }
     default: return tr_break(T, "truth value of a %s", kind_name(T, v));
@@ -1837,6 +2028,25 @@ static int32_t module_subscr(tracer *T, int32_t c, int32_t k)
     return seq_subscr(T, l, k);
 }
 
+/* d[key] for dict value c (a V_OBJ with a source): the item with its
+ * own source, or KeyError raised in the trace with the key's absence
+ * guarded. A key that cannot be guarded breaks. */
+static int32_t dict_item(tracer *T, int32_t c, PyObject *key)
+{
+    PyObject *o = T->vals[c].obj;
+    int32_t src = T->vals[c].src;
+    if (!(PyUnicode_CheckExact(key) || PyLong_CheckExact(key) || PyBytes_CheckExact(key)))
+        return tr_break(T, "dict key of type %s", Py_TYPE(key)->tp_name);
+    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0))
+        return -1;
+    PyObject *r = PyDict_GetItemWithError(o, key);
+    if (r)
+        return tv_obj(T, r, tr_src_new(T, SRC_DICT, src, 0, key));
+    if (PyErr_Occurred() || tr_add_guard(T, TG_HAS_KEY, src, key, 0))
+        return -1;
+    return tr_raise(T, PyObject_CallOneArg(PyExc_KeyError, key));
+}
+
 int32_t tr_subscr(tracer *T, int32_t c, int32_t k)
 {
     tv *x = &T->vals[c];
@@ -1862,23 +2072,21 @@ int32_t tr_subscr(tracer *T, int32_t c, int32_t k)
     }
     if (x->kind != V_OBJ)
         return tr_break(T, "subscript of a %s", kind_name(T, c));
+    int32_t v = tr_user_special(T, c, "__getitem__", &k, 1);
+    if (v != -2)
+        return v;
     if (tr_is_module(x->obj))
         return module_subscr(T, c, k);
     PyObject *key = tr_pyobj(T, k);
     if (!key)
         return -1;
     PyObject *o = x->obj;
-    int32_t src = x->src, v = -1;
-    if (PyDict_CheckExact(o) && src >= 0 && is_plain_const(key)) {   /* d[k] from its own source */
-        PyObject *r = PyDict_GetItemWithError(o, key);
-        if (r && !tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0))
-            v = tv_obj(T, r, tr_src_new(T, SRC_DICT, src, 0, key));
-        else if (!r && !PyErr_Occurred())
-            tr_break(T, "key %R not in the dict", key);
+    if (PyDict_CheckExact(o) && x->src >= 0) {   /* d[k] from its own source */
+        v = dict_item(T, c, key);
         Py_DECREF(key);
         return v;
     }
-    PyObject *r = tr_const(T, c) ? PyObject_GetItem(o, key) : NULL;
+    PyObject *r = tr_value(T, c) ? PyObject_GetItem(o, key) : NULL;
     Py_DECREF(key);
     if (!r)
         return tr_raise_error(T);
@@ -1968,8 +2176,14 @@ static int32_t contains(tracer *T, int32_t k, int32_t c)
             return tr_break(T, "`in` on an instance without __contains__");
         return r < 0 || tr_truth(T, r, &t) ? -1 : tv_bool(T, t);
     }
+    if (x->kind == V_OBJ) {
+        int32_t r = tr_user_special(T, c, "__contains__", &k, 1);
+        int t;
+        if (r != -2)
+            return r < 0 || tr_truth(T, r, &t) ? -1 : tv_bool(T, t);
+    }
     if (x->kind == V_OBJ && !tr_is_module(x->obj) && !PyDict_CheckExact(x->obj)) {
-        PyObject *key = tr_pyobj(T, k), *o = key ? tr_const(T, c) : NULL;
+        PyObject *key = tr_pyobj(T, k), *o = key ? tr_value(T, c) : NULL;
         int r = o ? PySequence_Contains(o, key) : -1;
         Py_XDECREF(key);
         return r < 0 ? tr_raise_error(T) : tv_bool(T, r);
@@ -3244,6 +3458,24 @@ done:
     if (rc && !PyErr_Occurred())
         rc = 1;
     tracer_free(&T);
+    return rc;
+}
+
+int tracer_result_trim(tr_result *r)
+{
+    for (int32_t i = 0; i < r->nguards; i++)
+        Py_CLEAR(r->guards[i].obj);
+    PyObject *keep = PyList_New(0);
+    int rc = keep ? 0 : -1;
+    for (int32_t i = 0; rc == 0 && i < r->nsrcs; i++)
+        if (r->srcs[i].key)
+            rc = PyList_Append(keep, r->srcs[i].key);
+    if (rc == 0 && r->calls)
+        rc = PyList_Append(keep, r->calls);
+    if (rc == 0)
+        Py_XSETREF(r->keep, keep);
+    else
+        Py_XDECREF(keep);
     return rc;
 }
 

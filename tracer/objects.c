@@ -469,7 +469,7 @@ int obj_finish(tracer *T)
             return tr_break(T, "STORE_ATTR: the traced code leaves attribute %U of a %s object changed",
                             w->name, Py_TYPE(w->obj)->tp_name);
         int32_t s = tr_src_new(T, SRC_ATTR, T->vals[w->owner].src, 0, w->name);
-        if (orig ? tr_add_guard(T, tr_is_plain_const(orig) ? TG_EQ : TG_ID, s, orig, 0) : tr_guard_absent(T, w->owner))
+        if (orig ? tr_add_guard(T, tr_is_plain_const(orig) ? TG_EQ : TG_ID, s, orig, 0) : tr_guard_absent(T, w->owner, w->name))
             return -1;
     }
     return 0;

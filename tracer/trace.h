@@ -45,7 +45,9 @@ typedef enum tr_guard_kind {
     TG_EQ,         /* src == obj, same type */
     TG_TENSOR,     /* tensor metadata of src matches obj (an example tensor) */
     TG_LEN,        /* len(src) == n */
-    TG_EMPTY       /* src is None or an empty dict */
+    TG_EMPTY,      /* src is None or an empty dict */
+    TG_VALUE,      /* src == obj, same exact type (torch.device) */
+    TG_HAS_KEY     /* (obj in src) == n: a key of a dict or mapping */
 } tr_guard_kind;
 
 typedef struct tr_guard {
@@ -97,6 +99,13 @@ PyObject *tracer_build_instance(PyObject *spec, PyObject *vals);
  * graph break (reason filled, no Python error); -1 with a Python error set. */
 int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_result *out);
 void tracer_result_clear(tr_result *r);
+
+/* After the guard tree is built from r: drops what only tracing and
+ * building needed (the guards' example objects, the objects kept alive
+ * for the trace), so that an entry keeps no user tensor or global alive.
+ * What the entry still reads (source keys, host call templates, output
+ * constants) stays. 0, or -1 with an exception. */
+int tracer_result_trim(tr_result *r);
 
 /* Module-level set-up: opcode tables, torch callables. 0 or -1 (error set). */
 int tracer_init(void);

@@ -119,6 +119,18 @@ int32_t tv_int(tracer *T, int64_t v);                     /* an int constant */
 int tv_push_item(tracer *T, int32_t c, int32_t item, PyObject *key);
 int tr_break(tracer *T, const char *fmt, ...);           /* sets the reason, returns -1 */
 PyObject *tr_const(tracer *T, int32_t v);                 /* concrete object of a V_OBJ (guarded) */
+/* tr_const for a use that reads the object's value (len, `in`, items, a
+ * call on it at trace time): a break when that value could change while
+ * the object stays the same (a mutable object whose contents are not
+ * guarded). Borrowed. */
+PyObject *tr_value(tracer *T, int32_t v);
+PyObject *tr_tensor_obj(tracer *T, int32_t v);           /* a graph input's tensor (borrowed), or NULL */
+/* V_OBJ v's class's own Python special method `name` (not torch's)
+ * called with v and args[0..n) (n <= 8): its result; -2 when none. */
+int32_t tr_user_special(tracer *T, int32_t v, const char *name, const int32_t *args, int n);
+/* An instance attribute of graph input v's tensor object (x.tag): its
+ * value, or -2 when there is none (guarded when guard_absent). */
+int32_t tr_tensor_inst_attr(tracer *T, int32_t v, PyObject *name, int guard_absent);
 PyObject *tr_pyobj(tracer *T, int32_t v);                 /* new ref: constants, containers of them */
 /* The Python tuple/list/dict of container value v (a V_TUPLE with obj:
  * obj(tuple)), each item made by item(T, item value, ctx). New reference,
@@ -138,7 +150,7 @@ int tr_keep(tracer *T, PyObject *o);                      /* keep o alive for th
 int32_t tr_node_add(tracer *T, const smelt_node *proto);  /* graph node or -1 (break) */
 int tr_is_module(PyObject *o);
 int32_t tr_dict_value(tracer *T, int32_t v);              /* a V_DICT for a dict value (guarded) */
-int tr_guard_absent(tracer *T, int32_t v);                /* attributes of object v stay as they are */
+int tr_guard_absent(tracer *T, int32_t v, PyObject *name);   /* attribute `name` of object v stays missing */
 int tr_gen_next(tracer *T, int32_t it, int32_t *out);     /* generator: 1 yielded, 0 done, -1 */
 int tr_aliased(tracer *T, int32_t x);
 /* x, a graph input, will be updated in place (written back after each

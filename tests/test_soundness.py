@@ -1,0 +1,250 @@
+"""Wrong answers that smelt must never give (issue 11): state a compiled
+function reads that changes between calls without changing identity
+(global sets, os.environ, attributes of input tensors), user classes whose
+special methods decide what indexing and iteration mean, tensor subclasses
+and layouts smelt cannot take. Every call is compared with eager."""
+import os
+
+import pytest
+import torch
+import torch.nn as nn
+
+import smelt
+
+
+def rnd(*shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape) + 7))
+
+
+def same(a, b):
+    assert type(a) is type(b)
+    if isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            same(x, y)
+    elif isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        torch.testing.assert_close(a, b)
+    else:
+        assert a == b
+
+
+GSET = {1, 2}
+
+
+def uses_len_of_set(x):
+    return torch.cos(x) * len(GSET)
+
+
+def uses_in_set(x):
+    return x + 1 if 3 in GSET else x - 1
+
+
+def iterates_set(x):
+    return x * sum(GSET)
+
+
+@pytest.mark.parametrize("fn", [uses_len_of_set, uses_in_set, iterates_set])
+def test_global_set_changes_between_calls(fn):
+    GSET.clear()
+    GSET.update({1, 2})
+    f = smelt.compile(fn)
+    x = rnd(5)
+    same(f(x), fn(x))
+    GSET.add(3)
+    same(f(x), fn(x))
+    GSET.discard(1)
+    same(f(x), fn(x))
+    GSET.clear()
+    GSET.update({1, 2})
+    same(f(x), fn(x))
+    assert f.stats()["breaks"] == 0     # compiled, the set's contents guarded
+
+
+def test_set_element_types_matter():
+    s = {1, 2}
+
+    def fn(x):
+        return x * sum(type(e) is int for e in s)
+
+    f = smelt.compile(fn)
+    x = rnd(3)
+    same(f(x), fn(x))
+    s.discard(1)
+    s.add(1.0)     # equal as a set element, but a float now
+    same(f(x), fn(x))
+
+
+def env_flag(x):
+    return x + 1 if os.environ.get("SMELT_TEST_FLAG") else x - 1
+
+
+def env_value(x):
+    return x * float(os.environ.get("SMELT_TEST_SCALE", "2"))
+
+
+def test_os_environ_read_in_traced_code():
+    os.environ.pop("SMELT_TEST_FLAG", None)
+    os.environ.pop("SMELT_TEST_SCALE", None)
+    f, g = smelt.compile(env_flag), smelt.compile(env_value)
+    x = rnd(4)
+    same(f(x), env_flag(x))
+    same(g(x), env_value(x))
+    os.environ["SMELT_TEST_FLAG"] = "1"
+    os.environ["SMELT_TEST_SCALE"] = "3.5"
+    try:
+        same(f(x), env_flag(x))
+        same(g(x), env_value(x))
+        os.environ["SMELT_TEST_SCALE"] = "-1"
+        same(g(x), env_value(x))
+    finally:
+        os.environ.pop("SMELT_TEST_FLAG", None)
+        os.environ.pop("SMELT_TEST_SCALE", None)
+    same(f(x), env_flag(x))
+    same(g(x), env_value(x))
+    assert f.stats()["breaks"] == g.stats()["breaks"] == 0
+
+
+def tagged(x):
+    return x + 2 if hasattr(x, "test") else x + 1
+
+
+def tag_value(x):
+    return x * getattr(x, "scale", 1.0)
+
+
+def test_attributes_of_input_tensors():
+    f, g = smelt.compile(tagged), smelt.compile(tag_value)
+    y = rnd(3)
+    same(f(y), tagged(y))
+    y.test = 1
+    same(f(y), tagged(y))
+    same(g(y), tag_value(y))
+    y.scale = 3.0
+    same(g(y), tag_value(y))
+    y.scale = -2.0
+    same(g(y), tag_value(y))
+    del y.test
+    same(f(y), tagged(y))
+    z = rnd(3)
+    z.test = "x"
+    same(f(z), tagged(z))
+    assert f.stats()["breaks"] == g.stats()["breaks"] == 0
+
+
+class Reversed(nn.Sequential):
+    def __getitem__(self, i):
+        return super().__getitem__(len(self) - 1 - i)
+
+    def __len__(self):
+        return 2
+
+    def __iter__(self):
+        return iter([self[1], self[0]])
+
+    def __contains__(self, m):
+        return False
+
+
+class UsesContainer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = Reversed(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 3))
+
+    def forward(self, x):
+        y = self.seq[0](x)          # the user's __getitem__: the last child
+        for m in self.seq:          # the user's __iter__
+            x = m(x) if isinstance(m, nn.Linear) and m.in_features == x.shape[-1] else x
+        n = len(self.seq)           # the user's __len__
+        inside = self.seq[1] in self.seq
+        return y, x * n + (1 if inside else 0)
+
+
+def test_module_container_overrides_special_methods():
+    m = UsesContainer().eval()
+    c = smelt.compile(m)
+    x = rnd(2, 4)
+    with torch.no_grad():
+        a, b = c(x), m(x)
+    same(a, b)
+
+
+class Bag:
+    def __init__(self):
+        self.items = [1.0, 2.0]
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+BAG = Bag()
+
+
+def uses_bag(x):
+    return x * len(BAG) + BAG[0]
+
+
+def test_user_object_special_methods_not_frozen():
+    f = smelt.compile(uses_bag)
+    x = rnd(3)
+    same(f(x), uses_bag(x))
+    BAG.items.append(5.0)
+    BAG.items[0] = -1.0
+    same(f(x), uses_bag(x))
+    assert f.stats()["breaks"] == 0
+
+
+class Tagged(torch.Tensor):
+    pass
+
+
+class Logged(torch.Tensor):
+    calls = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(func.__name__)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_tensor_subclasses_run_eagerly():
+    def fn(x):
+        return torch.sin(x) + 1
+
+    f = smelt.compile(fn)
+    for cls in (Tagged, Logged):
+        x = rnd(4).as_subclass(cls)
+        Logged.calls.clear()
+        r = f(x)
+        assert type(r) is cls
+        same(r.as_subclass(torch.Tensor), fn(x).as_subclass(torch.Tensor))
+        if cls is Logged:
+            assert "sin" in Logged.calls
+    p = nn.Parameter(rnd(4), requires_grad=False)
+    same(f(p), fn(p))
+
+
+def test_sparse_input_runs_eagerly():
+    def fn(x):
+        return x * 2
+
+    f = smelt.compile(fn)
+    s = rnd(3, 4).relu().to_sparse()
+    r = f(s)
+    assert r.layout == torch.sparse_coo
+    torch.testing.assert_close(r.to_dense(), fn(s).to_dense())
+    assert "layout" in f.stats()["last_break"]
+
+
+def test_device_arguments_compared_by_value():
+    def fn(x, device):
+        return torch.ones(3, device=device) + x
+
+    f = smelt.compile(fn)
+    x = rnd(3)
+    for _ in range(4):
+        same(f(x, torch.device("cpu")), fn(x, torch.device("cpu")))
+    assert f.stats()["entries"] == 1
