@@ -309,17 +309,35 @@ static void log_fn(pyext_log_channel ch, PyObject *fn, const char *what, const c
 
 /* ---------- running an entry ---------- */
 
-static PyObject *build_result(const tr_result *r, int32_t o, PyObject *outs)
+/* A view of input tensor t as spec (size, stride, offset from t's own
+ * storage offset) says: t.as_strided(size, stride, t.storage_offset() +
+ * offset). New reference or NULL with an error. */
+static PyObject *input_view(PyObject *t, PyObject *spec)
+{
+    PyObject *so = PyObject_CallMethod(t, "storage_offset", NULL);
+    long long off = so ? PyLong_AsLongLong(so) : -1;
+    Py_XDECREF(so);
+    if (!so || (off == -1 && PyErr_Occurred()))
+        return NULL;
+    return PyObject_CallMethod(t, "as_strided", "OOL", PyTuple_GET_ITEM(spec, 0), PyTuple_GET_ITEM(spec, 1),
+                               off + PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 2)));
+}
+
+/* The value of output plan slot o of r: graph outputs `outs`, the call's
+ * graph inputs `ins` (for results that are inputs or views of them). */
+static PyObject *build_result(const tr_result *r, int32_t o, PyObject *outs, PyObject *const *ins)
 {
     const tr_out *x = &r->outs[o];
     switch (x->kind) {
     case TO_TENSOR: return Py_NewRef(PyList_GET_ITEM(outs, x->index));
     case TO_CONST: return Py_NewRef(x->obj);
+    case TO_INPUT: return Py_NewRef(ins[x->index]);
+    case TO_VIEW: return input_view(ins[x->index], x->obj);
     default: break;
     }
     PyObject *c = x->kind == TO_DICT ? PyDict_New() : x->kind == TO_LIST ? PyList_New(x->n) : PyTuple_New(x->n);
     for (int32_t i = 0; c && i < x->n; i++) {
-        PyObject *v = build_result(r, x->first + i, outs);
+        PyObject *v = build_result(r, x->first + i, outs, ins);
         if (!v) {
             Py_CLEAR(c);
             break;
@@ -375,7 +393,7 @@ static PyObject *run_compiled(entry *e, PyObject **vals)
     if (outs == Py_NotImplemented)
         res = Py_NewRef(outs);
     else if (outs && !write_back(e, ins, outs))
-        res = build_result(&e->r, 0, outs);
+        res = build_result(&e->r, 0, outs, ins);
     Py_XDECREF(outs);
     for (k = 0; k < n; k++)
         Py_CLEAR(vals[e->input_node[k]]);

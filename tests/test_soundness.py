@@ -248,3 +248,89 @@ def test_device_arguments_compared_by_value():
     for _ in range(4):
         same(f(x, torch.device("cpu")), fn(x, torch.device("cpu")))
     assert f.stats()["entries"] == 1
+
+
+def gen_fn(x):
+    yield x + 1
+    yield x * 2
+
+
+async def async_fn(x):
+    return x + 1
+
+
+def test_generator_and_coroutine_functions_keep_their_types():
+    import asyncio
+    import inspect
+
+    x = rnd(3)
+    g = smelt.compile(gen_fn)(x)
+    assert inspect.isgenerator(g)
+    for a, b in zip(g, gen_fn(x)):
+        same(a, b)
+    c = smelt.compile(async_fn)(x)
+    assert inspect.iscoroutine(c)
+    same(asyncio.run(c), x + 1)
+
+
+def ret_input(x):
+    return x, x + 1
+
+
+def ret_view(x):
+    return x.view(-1), x * 2
+
+
+def ret_transposed_slice(x):
+    return x.t()[1:], x.sum()
+
+
+def ret_diag(x):
+    return torch.diagonal(x, 1), x.sum()
+
+
+def ret_updated(x):
+    x.mul_(2)
+    return x, x + 1
+
+
+def ret_view_of_updated(x):
+    x.add_(1)
+    return x.unsqueeze(0).expand(3, *x.shape), x - 1
+
+
+def ret_in_dict(x):
+    return {"same": x, "sq": x.squeeze(0), "new": x.exp()}
+
+
+def ret_reshape_copy(x):
+    return x.t().reshape(-1), x + 1   # not viewable: eager copies
+
+
+@pytest.mark.parametrize("fn,shape", [(ret_input, (3,)), (ret_view, (2, 3)), (ret_transposed_slice, (4, 5)),
+                                      (ret_diag, (4, 6)), (ret_updated, (5,)), (ret_view_of_updated, (2, 3)),
+                                      (ret_in_dict, (1, 4)), (ret_reshape_copy, (3, 4))])
+def test_results_alias_inputs_as_eager(fn, shape):
+    """An input returned is the caller's object; a view of one shares its
+    memory with eager's sizes, strides and offset; writing through the
+    result reaches the input exactly when it does in eager."""
+    f = smelt.compile(fn)
+    base = rnd(*shape)
+    for _ in range(2):
+        x, y = base.clone(), base.clone()
+        r, e = f(x), fn(y)
+        rs = list(r.values()) if isinstance(r, dict) else list(r)
+        es = list(e.values()) if isinstance(e, dict) else list(e)
+        for a, b in zip(rs, es):
+            same(a, b)
+            assert (a is x) == (b is y)
+            assert (a.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()) == \
+                   (b.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())
+            assert a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+        same(x, y)
+        for a, b in zip(rs, es):
+            if a.numel() and a.stride().count(0) == 0:
+                a.add_(10)
+                b.add_(10)
+        same(x, y)
+    assert f.stats()["breaks"] == 0

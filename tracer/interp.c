@@ -3297,13 +3297,75 @@ out:
     return rc;
 }
 
+/* The graph input node of input number k. */
+static int32_t input_node(tracer *T, int32_t k)
+{
+    for (int32_t i = 0; i < T->g->n; i++)
+        if (T->g->nodes[i].op == SMELT_OP_INPUT && T->g->nodes[i].a.input.index == k)
+            return i;
+    return -1;
+}
+
+/* Graph node `node` as an input tensor object holds it: the input number
+ * whose object that node is (an INPUT node of a tensor from a source, or
+ * the current value of an input updated in place), else -1. */
+static int32_t input_of_node(tracer *T, int32_t node)
+{
+    for (int32_t i = 0; i < T->nmuts; i++)
+        if (T->vals[T->muts[i]].node == node)
+            return T->vals[T->muts[i]].mut - 1;
+    const smelt_node *n = &T->g->nodes[node];
+    return n->op == SMELT_OP_INPUT ? n->a.input.index : -1;
+}
+
+/* Output plan of tensor value v when eager returns an input tensor itself
+ * (TO_INPUT: `return x`, also after in-place updates) or a view of one
+ * (TO_VIEW: x.view(3), x.t()[1:], with eager's strides and offset): 1
+ * when it is one of those, 0 otherwise, -1 on error. */
+static int alias_out(tracer *T, int32_t v, tr_out *o)
+{
+    tv *x = &T->vals[v];
+    int32_t k = x->mut ? x->mut - 1 : x->src >= 0 ? input_of_node(T, x->node) : -1;
+    if (k >= 0) {
+        o->kind = TO_INPUT;
+        o->index = k;
+        return 1;
+    }
+    for (int32_t b = x->node; smelt_op_kind_of((smelt_op)T->g->nodes[b].op) == SMELT_KIND_VIEW;) {
+        b = T->g->nodes[b].src[0];
+        if ((k = input_of_node(T, b)) < 0)
+            continue;
+        const smelt_node *n = &T->g->nodes[x->node];
+        int64_t st[SMELT_MAX_DIMS], off;
+        if (!tr_view_geometry(T->g, b, T->g->nodes[input_node(T, k)].stride, x->node, st, &off))
+            return 0;
+        PyObject *size = PyTuple_New(n->ndim), *stride = PyTuple_New(n->ndim);
+        for (int d = 0; size && stride && d < n->ndim; d++) {
+            PyTuple_SET_ITEM(size, d, PyLong_FromLongLong(n->shape[d]));
+            PyTuple_SET_ITEM(stride, d, PyLong_FromLongLong(st[d]));
+        }
+        o->obj = size && stride ? Py_BuildValue("(OOL)", size, stride, (long long)off) : NULL;
+        Py_XDECREF(size);
+        Py_XDECREF(stride);
+        if (!o->obj)
+            return -1;
+        o->kind = TO_VIEW;
+        o->index = k;
+        return 1;
+    }
+    return 0;
+}
+
 /* Output plan for value v; containers get contiguous child slots. */
 static int build_out(tracer *T, int32_t v, int32_t slot)
 {
     tv *x = &T->vals[v];
     tr_out *o = &T->r->outs[slot];
+    int alias;
     switch (x->kind) {
     case V_TENSOR:   /* one graph output per tensor value: a value returned twice is one object */
+        if (x->pos <= 0 && (alias = alias_out(T, v, o)) != 0)
+            return alias < 0 ? -1 : 0;
         o->kind = TO_TENSOR;
         if (x->pos > 0) {
             o->index = x->pos - 1;
@@ -3417,6 +3479,11 @@ int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_r
     tframe *f = NULL;
     if (nlocals < argc) {
         tr_break(&T, "unsupported signature");
+        goto done;
+    }
+    if (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) {
+        tr_break(&T, "%U is a generator or coroutine function: its call makes a %s object", co->co_name,
+                 co->co_flags & CO_GENERATOR ? "generator" : "coroutine");
         goto done;
     }
     if (!(f = frame_new((PyObject *)co, fn, T.globals, -1, 0)))

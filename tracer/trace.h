@@ -57,12 +57,16 @@ typedef struct tr_guard {
     Py_ssize_t n;
 } tr_guard;
 
-/* How the return value is rebuilt from graph outputs. */
-typedef enum tr_out_kind { TO_TENSOR, TO_CONST, TO_TUPLE, TO_LIST, TO_DICT, TO_OBJ } tr_out_kind;
+/* How the return value is rebuilt from graph outputs.
+ *   TO_INPUT  the tensor object of graph input `index` itself (eager
+ *             returned its argument, maybe after updating it in place)
+ *   TO_VIEW   a view of graph input `index`: obj is (size, stride, offset),
+ *             offset in elements from the input's own storage offset */
+typedef enum tr_out_kind { TO_TENSOR, TO_CONST, TO_TUPLE, TO_LIST, TO_DICT, TO_OBJ, TO_INPUT, TO_VIEW } tr_out_kind;
 
 typedef struct tr_out {
     uint8_t kind;
-    int32_t index;         /* TO_TENSOR: graph output number */
+    int32_t index;         /* TO_TENSOR: graph output number; TO_INPUT/TO_VIEW: graph input number */
     PyObject *obj;         /* TO_CONST value / TO_DICT keys tuple / TO_TUPLE type
                               to build (NULL: tuple) / TO_OBJ instance spec for
                               tracer_build_instance (strong) */

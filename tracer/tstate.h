@@ -270,6 +270,14 @@ int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const 
  * A tensor value; -2 when the call stays a host call; -1 (break/error). */
 int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const struct pyext_call_meta *m, int first);
 
+/* views.c: eager's geometry of graph node id when it is a chain of VIEW
+ * nodes over node base whose eager strides are base_stride: 1 with id's
+ * strides and storage offset (elements, relative to base's) filled; 0
+ * when id is not such a chain or eager would copy (a reshape whose
+ * strides do not allow a view). */
+int tr_view_geometry(const smelt_graph *g, int32_t base, const int64_t *base_stride, int32_t id, int64_t *stride,
+                     int64_t *offset);
+
 /* ---- objects.c and the interp.c/builtins.c entry points it uses:
  * instances of plain Python classes made in the traced code (V_INST),
  * attribute writes to outside objects, calls the tracer answers itself ---- */
