@@ -36,9 +36,10 @@ typedef struct CompiledObject {
     PyObject *calls;         /* table of host calls (list), NULL if the plan has none */
     int nhost;               /* smelt_plan_num_host_calls */
     int64_t ncalls;          /* calls started (outputs get huge pages from KERN_HUGE_AFTER on) */
-    /* Inputs the plan keeps packed copies of (weights): for each, the
-     * tensor last passed (held so that its identity stays unique) and the
-     * owner serial naming it in the stamps (see smelt_input_stamp). */
+    /* Inputs the plan keeps packed copies of (weights): for each, a weak
+     * reference to the tensor last passed (a dead one never matches, so a
+     * new tensor at a reused address gets a new serial) and the owner
+     * serial naming it in the stamps (see smelt_input_stamp). */
     int npacked;
     const int32_t *packed;
     PyObject **held;
@@ -237,8 +238,15 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
         Py_CLEAR(self->held[j]);
         return s;
     }
-    if (self->held[j] != t) {
-        Py_XSETREF(self->held[j], Py_NewRef(t));
+    if (!self->held[j] || PyWeakref_GET_OBJECT(self->held[j]) != t) {   /* a new tensor object */
+        PyObject *ref = PyWeakref_NewRef(t, NULL);
+        if (!ref) {
+            PyErr_Clear();
+            Py_CLEAR(self->held[j]);
+            s.owner = 0;
+            return s;
+        }
+        Py_XSETREF(self->held[j], ref);
         self->owner[j] = atomic_fetch_add(&g_owner_serial, 1) + 1;
     }
     s.owner = self->owner[j];

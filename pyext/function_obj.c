@@ -31,6 +31,10 @@
 #define MAX_CELLS 64
 #define VALS_SMALL 128   /* guard nodes whose values fit on the stack */
 
+/* A cache entry. Calls that run it hold a reference (refs), taken and
+ * dropped under the GIL: a plan runs with the GIL released, and another
+ * thread may reset the function meanwhile; the entry is then unlinked
+ * (dead) and freed by the last call that used it. */
 typedef struct entry {
     tr_result r;
     guard_tree *tree;      /* NULL: its guards could not be built; never matches */
@@ -38,6 +42,8 @@ typedef struct entry {
     uint8_t *want;         /* by node id: 1 for the nodes in input_node */
     PyObject *compiled;    /* smelt._C.Compiled, or NULL: run eagerly */
     struct entry *next;
+    int refs;              /* the list's reference (while linked) + running calls */
+    int dead;              /* unlinked by a reset */
 } entry;
 
 typedef struct FunctionObject {
@@ -47,6 +53,8 @@ typedef struct FunctionObject {
     PyObject *code;        /* fn.__code__ the entries were traced from (NULL: none yet) */
     entry *entries;
     int nentries, fullgraph, warned;
+    PyThread_type_lock compiling;    /* held by the thread tracing and compiling a new entry */
+    unsigned long compiler;          /* that thread's id (0: none) */
     long ncompiles, nbreaks, nhits;
     long ngenerated, nplans_cached;   /* functions LLVM generated; plans read from the disk cache */
     double trace_ms, compile_ms;   /* of the last new entry */
@@ -614,8 +622,9 @@ static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
         pyext_log_write(PYEXT_LOG_PERF, line);
     }
     if (!plan) {
-        snprintf(e->r.reason, sizeof e->r.reason, "compile failed: %.400s", err);
+        snprintf(e->r.reason, sizeof e->r.reason, "compile failed (internal error, please report): %.400s", err);
         self->nbreaks++;
+        Py_XSETREF(self->last_reason, PyUnicode_FromString(e->r.reason));
         return e;
     }
     if (pyext_log_on(PYEXT_LOG_OUTPUT_CODE) && smelt_plan_code(plan, "kernels"))
@@ -636,53 +645,126 @@ fail:
     return NULL;
 }
 
+/* Drops one reference to e; the last one frees it. */
+static void entry_release(entry *e)
+{
+    if (--e->refs == 0)
+        entry_free(e);
+}
+
 static void drop_entries(FunctionObject *self)
 {
-    while (self->entries) {
-        entry *e = self->entries;
-        self->entries = e->next;
-        entry_free(e);
-    }
+    entry *e = self->entries;
+    self->entries = NULL;
     self->nentries = 0;
+    while (e) {
+        entry *next = e->next;
+        e->dead = 1;
+        e->next = NULL;
+        entry_release(e);
+        e = next;
+    }
 }
 
 /* ---------- the call ---------- */
 
-/* A call that no entry matched: a new entry (traced, compiled, run), or,
+/* One new entry at a time per function: the thread that traces and
+ * compiles holds self->compiling (the compile itself runs without the
+ * GIL); another thread that misses meanwhile waits with the GIL released,
+ * then looks at the entries again, so a key is compiled once and the
+ * entry limit holds. Returns 0 when the caller now holds the lock, 1
+ * after waiting for another thread's compile, -1 when this very thread is
+ * compiling (a call made while tracing: it runs eagerly). */
+static int compile_begin(FunctionObject *self)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (self->compiler == me)
+        return -1;
+    if (PyThread_acquire_lock(self->compiling, NOWAIT_LOCK)) {
+        self->compiler = me;
+        return 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    PyThread_acquire_lock(self->compiling, WAIT_LOCK);
+    Py_END_ALLOW_THREADS
+    PyThread_release_lock(self->compiling);
+    return 1;
+}
+
+static void compile_end(FunctionObject *self)
+{
+    self->compiler = 0;
+    PyThread_release_lock(self->compiling);
+}
+
+/* A call that no entry matched, made with the compile lock held (released
+ * here before anything runs): a new entry (traced, compiled, run), or,
  * past MAX_ENTRIES, the function run eagerly. */
 static PyObject *miss(FunctionObject *self, const call_frame *f, int nargs)
 {
     char why[512] = "";
     int full = self->nentries >= MAX_ENTRIES;
     if (self->entries && (pyext_log_on(PYEXT_LOG_RECOMPILES) || (full && !self->warned)) &&
-        reason_of(self->entries, f, why, sizeof why))
+        reason_of(self->entries, f, why, sizeof why)) {
+        compile_end(self);
         return NULL;
+    }
     if (full) {
-        if (!self->warned++ &&
-            PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "smelt: %U recompiled %d times; running it eagerly from now on (last: %s)",
-                             ((PyCodeObject *)self->code)->co_name, MAX_ENTRIES, why))
-            return NULL;
+        compile_end(self);
+        if (!self->warned++) {
+            Py_XSETREF(self->last_reason, PyUnicode_FromFormat("recompile limit (%d entries) reached: running "
+                                                               "eagerly from now on (last: %s)", MAX_ENTRIES, why));
+            if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "smelt: %U recompiled %d times; running it eagerly from now "
+                                 "on (last: %s)", ((PyCodeObject *)self->code)->co_name, MAX_ENTRIES, why))
+                return NULL;
+        }
         return run_eager(self, f);
     }
     if (self->entries)
         log_fn(PYEXT_LOG_RECOMPILES, self->fn, "recompiling", why);
     entry *e = new_entry(self, f->loc, nargs);
+    if (e) {
+        e->refs = 2;   /* the list's and this call's */
+        e->next = self->entries;
+        self->entries = e;
+        self->nentries++;
+    }
+    compile_end(self);
     if (!e)
         return NULL;
-    e->next = self->entries;
-    self->entries = e;
-    self->nentries++;
+    PyObject *res = NULL;
     if (!e->compiled) {
         if (pyext_log_on(PYEXT_LOG_GRAPH_BREAKS))
             pyext_log_write(PYEXT_LOG_GRAPH_BREAKS, e->r.reason);
-        if (self->fullgraph)
-            return PyErr_Format(PyExc_RuntimeError, "smelt (fullgraph=True): %s", e->r.reason);
+        if (self->fullgraph) {
+            PyErr_Format(PyExc_RuntimeError, "smelt (fullgraph=True): %s", e->r.reason);
+            entry_release(e);
+            return NULL;
+        }
     }
-    PyObject *res = NULL;
     int m = try_entry(self, e, f, &res);
+    entry_release(e);
     if (m == 0)   /* its guards fail on the very call it was traced from: run eagerly */
         res = run_eager(self, f);
     return res;
+}
+
+/* Runs the first entry whose guards hold for call f into *res: 1 (*res
+ * may be NULL with an error), 0 when none holds, -1 on error. Each entry
+ * is held while it is checked and run; when a reset unlinked it
+ * meanwhile, the walk starts again from the current list. */
+static int find_entry(FunctionObject *self, const call_frame *f, PyObject **res)
+{
+    int m = 0;
+    entry *e = self->entries;
+    while (e && m == 0) {
+        e->refs++;
+        m = try_entry(self, e, f, res);
+        entry *next = e->dead ? self->entries : e->next;
+        entry_release(e);
+        e = next;
+    }
+    return m;
 }
 
 /* Finds the entry whose guards hold for call f and runs it, or traces a
@@ -694,14 +776,18 @@ static PyObject *dispatch(FunctionObject *self, const call_frame *f, int nargs)
         drop_entries(self);
         Py_XSETREF(self->code, Py_NewRef(code));
     }
-    int m = 0;
-    for (entry *e = self->entries; e && m == 0; e = e->next)
-        m = try_entry(self, e, f, &res);
-    if (m == 1)
-        self->nhits++;
-    else if (m == 0)
-        res = miss(self, f, nargs);
-    return res;
+    for (;;) {
+        int m = find_entry(self, f, &res);
+        if (m == 1)
+            self->nhits++;
+        if (m != 0)
+            return res;
+        int c = compile_begin(self);
+        if (c < 0)
+            return run_eager(self, f);
+        if (c == 0)
+            return miss(self, f, nargs);
+    }
 }
 
 static PyObject *function_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwn)
@@ -871,6 +957,10 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         return NULL;
     self->vectorcall = function_call;
     self->fn = Py_NewRef(fn);
+    if (!(self->compiling = PyThread_allocate_lock())) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     self->fullgraph = fullgraph;
     if (!fullgraph && !making_for_hook && remember_for_code((PyObject *)self, 0)) {   /* its frames under the hook find it */
         Py_DECREF(self);
@@ -923,6 +1013,8 @@ static void function_dealloc(PyObject *op)
     if (((FunctionObject *)op)->weakrefs)
         PyObject_ClearWeakRefs(op);
     function_clear(op);
+    if (((FunctionObject *)op)->compiling)
+        PyThread_free_lock(((FunctionObject *)op)->compiling);
     tp->tp_free(op);
     Py_DECREF(tp);
 }
@@ -941,11 +1033,12 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
     int eager = 0;
     for (entry *e = self->entries; e; e = e->next)
         eager += !e->compiled;
-    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l}", "entries", self->nentries, "eager_entries", eager,
-                         "compiles", self->ncompiles, "breaks", self->nbreaks, "hits", self->nhits,
+    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O}", "entries", self->nentries, "eager_entries",
+                         eager, "compiles", self->ncompiles, "breaks", self->nbreaks, "hits", self->nhits,
                          "last_break", self->last_reason ? self->last_reason : Py_None,
                          "trace_ms", self->trace_ms, "compile_ms", self->compile_ms,
-                         "generated", self->ngenerated, "plans_from_disk", self->nplans_cached);
+                         "generated", self->ngenerated, "plans_from_disk", self->nplans_cached,
+                         "recompile_limit_reached", self->warned ? Py_True : Py_False);
 }
 
 static PyObject *function_get_fn(PyObject *op, void *unused)
@@ -1004,6 +1097,25 @@ static PyObject *host_callables(const tr_result *r)
  * tracer_trace returned): whether it compiles, the reason (file:line) if
  * not, graph, guards, host calls, counts. Clears r. A dict, or NULL with
  * an exception. */
+/* Whether trace r's graph compiles: 0, or 1 with the reason in r (a
+ * compile that fails is an internal error: it must be reported, never
+ * shown as a graph that compiles). The plan is freed again. */
+static int explain_compiles(tr_result *r)
+{
+    char err[512];
+    smelt_compile_opts o = { .opt_level = 2 };
+    smelt_plan *plan;
+    Py_BEGIN_ALLOW_THREADS
+    plan = smelt_compile(r->graph, &o, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (plan) {
+        smelt_plan_free(plan);
+        return 0;
+    }
+    snprintf(r->reason, sizeof r->reason, "compile failed (internal error, please report): %.400s", err);
+    return 1;
+}
+
 static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
 {
     PyObject *res = NULL;
@@ -1011,6 +1123,8 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
         tracer_result_clear(r);
         return NULL;
     }
+    if (rc == 0)
+        rc = explain_compiles(r);
     int *input_node = rc == 0 ? PyMem_Calloc((size_t)r->ninputs + 1, sizeof(int)) : NULL;
     guard_tree *t = input_node ? build_tree(fn, nargs, r, input_node) : NULL;
     char *graph = rc == 0 ? smelt_graph_print(r->graph) : NULL, *guards = t ? guard_tree_print(t) : NULL;
@@ -1206,7 +1320,7 @@ static PyMethodDef function_methods[] = {
     { "reset", function_reset, METH_NOARGS, "Drop every compiled entry." },
     { "_reset_hooked", function_reset_hooked, METH_NOARGS | METH_STATIC,
       "Drop the entries of every CompiledFunction the frame hook made." },
-    { "stats", function_stats, METH_NOARGS, "Counters: entries, eager_entries, compiles, breaks, hits, last_break, trace_ms and compile_ms (last compile), generated (kernel functions LLVM generated), plans_from_disk (compiles read from the disk cache)." },
+    { "stats", function_stats, METH_NOARGS, "Counters: entries, eager_entries, compiles, breaks, hits, last_break, trace_ms and compile_ms (last compile), generated (kernel functions LLVM generated), plans_from_disk (compiles read from the disk cache), recompile_limit_reached (the function now runs eagerly on calls no entry matches)." },
     { NULL, NULL, 0, NULL },
 };
 

@@ -3500,7 +3500,10 @@ int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_r
     int32_t root = out_new(&T, TO_CONST);
     if (root < 0 || build_out(&T, ret, root) || mut_outputs(&T))
         goto done;
-    if (T.g->nout == 0) {
+    int aliases = 0;
+    for (int32_t i = 0; i < out->nouts; i++)
+        aliases += out->outs[i].kind == TO_INPUT || out->outs[i].kind == TO_VIEW;
+    if (T.g->nout == 0 && !aliases) {
         tr_break(&T, "no tensor computed");
         goto done;
     }
