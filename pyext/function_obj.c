@@ -261,6 +261,7 @@ static int add_leaf(guard_node *n, const tr_guard *gd)
     case TG_EMPTY: return guard_add_empty_dict_or_none(n);
     case TG_VALUE: return guard_add_value_eq(n, gd->obj);
     case TG_HAS_KEY: return guard_add_has_key(n, gd->obj, (int)gd->n);
+    case TG_KEYS: return guard_add_dict_keys(n, gd->obj);
     }
     PyErr_SetString(PyExc_SystemError, "smelt: unknown guard kind");
     return -1;

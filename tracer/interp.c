@@ -1276,13 +1276,70 @@ int tr_is_module(PyObject *o)
     return PyObject_IsInstance(o, module_type) == 1;
 }
 
-/* Registered hooks would change what the module computes: a module with
- * hooks is not traced; empty hook dicts are guarded to stay empty. */
-static int module_hooks_empty(tracer *T, int32_t mv)
+/* A module's forward hooks, as nn.Module.__call__ runs them: pre-hooks
+ * and hooks in their dicts' order, each called with or without kwargs
+ * as registered. */
+#define MAX_HOOKS 16
+typedef struct mod_hooks {
+    int n;
+    int32_t fn[MAX_HOOKS];   /* the hook functions (values with sources) */
+    uint8_t kw[MAX_HOOKS];   /* registered with_kwargs */
+} mod_hooks;
+
+/* The hooks in module value mv's hook dict `name`, their ids and order
+ * guarded (TG_KEYS), each hook fetched from its own source; which were
+ * registered with kwargs from the dict `kwname` (each id's presence
+ * guarded). 0, or -1 (a break: too many hooks; or an error). */
+static int read_hooks(tracer *T, int32_t mv, const char *name, const char *kwname, mod_hooks *h)
+{
+    PyObject *m = T->vals[mv].obj;
+    PyObject *d = PyObject_GetAttrString(m, name), *kwd = d ? PyObject_GetAttrString(m, kwname) : NULL;
+    PyObject *items = kwd && PyDict_Check(d) && PyDict_Check(kwd) ? PySequence_List(d) : NULL;   /* the ids, in order */
+    PyObject *ids = items ? PyList_AsTuple(items) : NULL;
+    int rc = -1;
+    h->n = 0;
+    if (!ids) {
+        if (!PyErr_Occurred())
+            tr_break(T, "module %s: hook dicts that are not dicts", Py_TYPE(m)->tp_name);
+        goto out;
+    }
+    if (PyTuple_GET_SIZE(ids) > MAX_HOOKS) {
+        tr_break(T, "module %s has more than %d hooks", Py_TYPE(m)->tp_name, MAX_HOOKS);
+        goto out;
+    }
+    PyObject *nm = PyUnicode_InternFromString(name), *kwnm = PyUnicode_InternFromString(kwname);
+    int32_t ds = nm ? tr_src_new(T, SRC_ATTR, T->vals[mv].src, 0, nm) : -1;
+    int32_t ks = kwnm ? tr_src_new(T, SRC_ATTR, T->vals[mv].src, 0, kwnm) : -1;
+    Py_XDECREF(nm);
+    Py_XDECREF(kwnm);
+    if (!nm || !kwnm || tr_add_guard(T, TG_KEYS, ds, ids, 0))
+        goto out;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ids); i++) {
+        PyObject *id = PyTuple_GET_ITEM(ids, i), *fn = PyDict_GetItemWithError(d, id);
+        int kw = PyDict_Contains(kwd, id);
+        if (!fn || kw < 0 || !PyLong_CheckExact(id) || tr_keep(T, id) || tr_add_guard(T, TG_HAS_KEY, ks, id, kw))
+            goto out;
+        if ((h->fn[h->n] = tv_obj(T, fn, tr_src_new(T, SRC_DICT, ds, 0, id))) < 0)
+            goto out;
+        h->kw[h->n++] = (uint8_t)kw;
+    }
+    rc = 0;
+out:
+    Py_XDECREF(d);
+    Py_XDECREF(kwd);
+    Py_XDECREF(items);
+    Py_XDECREF(ids);
+    return rc;
+}
+
+/* Backward hooks would be installed on the module's tensors: a module with
+ * any is not traced; their empty dicts are guarded to stay empty. The
+ * forward pre-hooks and hooks are read into pre and post. */
+static int module_hooks(tracer *T, int32_t mv, mod_hooks *pre, mod_hooks *post)
 {
     if (ensure_nn())
         return -1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(hook_names); i++) {
+    for (Py_ssize_t i = 2; i < PyTuple_GET_SIZE(hook_names); i++) {
         PyObject *name = PyTuple_GET_ITEM(hook_names, i);
         PyObject *d = PyObject_GetAttr(T->vals[mv].obj, name);
         if (!d) {
@@ -1292,12 +1349,13 @@ static int module_hooks_empty(tracer *T, int32_t mv)
         int empty = d == Py_None || (PyDict_Check(d) && PyDict_GET_SIZE(d) == 0);
         Py_DECREF(d);
         if (!empty)
-            return tr_break(T, "module %s has hooks registered", Py_TYPE(T->vals[mv].obj)->tp_name);
+            return tr_break(T, "module %s has backward hooks registered", Py_TYPE(T->vals[mv].obj)->tp_name);
         int32_t s = tr_src_new(T, SRC_ATTR, T->vals[mv].src, 0, name);
         if (tr_add_guard(T, TG_EMPTY, s, NULL, 0))
             return -1;
     }
-    return 0;
+    return read_hooks(T, mv, "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", pre) ||
+           read_hooks(T, mv, "_forward_hooks", "_forward_hooks_with_kwargs", post) ? -1 : 0;
 }
 
 /* Source of attribute `name` of value v's class (roots the globals and
@@ -1344,11 +1402,87 @@ static int with_self(tracer *T, int32_t self, const call_args *a, call_args *b, 
     return 0;
 }
 
-/* module(*a): nn.Module.__call__ without hooks is forward(*a). */
+/* forward(module, *args, **kwargs) for a V_TUPLE args and a V_DICT kw. */
+static int32_t call_forward(tracer *T, PyObject *fwd, int32_t fwd_src, int32_t mv, int32_t args, int32_t kw)
+{
+    int32_t pos[64], kwv[32];
+    PyObject *kwn[32];
+    tv *t = &T->vals[args], *d = &T->vals[kw];
+    if (t->n > 63 || d->n > 32)
+        return tr_break(T, "too many arguments");
+    pos[0] = mv;
+    memcpy(pos + 1, t->items, sizeof(int32_t) * (size_t)t->n);
+    for (int i = 0; i < d->n; i++) {
+        if (!PyUnicode_Check(d->keys[i]))
+            return tr_break(T, "keywords must be strings");
+        kwn[i] = d->keys[i];
+        kwv[i] = d->items[i];
+    }
+    call_args b = { .pos = pos, .npos = t->n + 1, .kwn = kwn, .kwv = kwv, .nkw = d->n };
+    return inline_call(T, fwd, fwd_src, &b);
+}
+
+/* 1 if value v is None. */
+static int is_none_value(tracer *T, int32_t v)
+{
+    return T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None;
+}
+
+/* The forward pre-hooks of a module call: each hook(module, args) or
+ * hook(module, args, kwargs) in order; a result other than None replaces
+ * args (a non-tuple is wrapped) or (args, kwargs), as nn.Module.__call__
+ * does. 0, or -1. */
+static int run_pre_hooks(tracer *T, int32_t mv, const mod_hooks *h, int32_t *args, int32_t *kw)
+{
+    for (int i = 0; i < h->n; i++) {
+        int32_t pos[3] = { mv, *args, *kw };
+        call_args a = { .pos = pos, .npos = h->kw[i] ? 3 : 2 };
+        int32_t r = tr_call(T, h->fn[i], &a);
+        if (r < 0)
+            return -1;
+        if (is_none_value(T, r))
+            continue;
+        tv *x = &T->vals[r];
+        if (h->kw[i]) {
+            if (x->kind != V_TUPLE || x->obj || x->n != 2 || T->vals[x->items[1]].kind != V_DICT ||
+                T->vals[x->items[0]].kind != V_TUPLE)
+                return tr_break(T, "a forward pre-hook with kwargs returned something other than (args, kwargs)");
+            *kw = T->vals[r].items[1];
+            *args = T->vals[r].items[0];
+        } else {
+            *args = x->kind == V_TUPLE && !x->obj ? r : tv_tuple(T, &r, 1);
+            if (*args < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* The forward hooks: hook(module, args, result) or hook(module, args,
+ * kwargs, result); a result other than None replaces the call's. */
+static int run_post_hooks(tracer *T, int32_t mv, const mod_hooks *h, int32_t args, int32_t kw, int32_t *res)
+{
+    for (int i = 0; i < h->n; i++) {
+        int32_t pos[4] = { mv, args, kw, *res };
+        if (!h->kw[i])
+            pos[2] = *res;
+        call_args a = { .pos = pos, .npos = h->kw[i] ? 4 : 3 };
+        int32_t r = tr_call(T, h->fn[i], &a);
+        if (r < 0)
+            return -1;
+        if (!is_none_value(T, r))
+            *res = r;
+    }
+    return 0;
+}
+
+/* module(*a): nn.Module.__call__, its forward hooks and pre-hooks run as
+ * it runs them (inlined, each hook guarded by its id and identity). */
 static int32_t call_module(tracer *T, int32_t mv, const call_args *a)
 {
     tv *m = &T->vals[mv];
-    if (tr_add_guard(T, TG_TYPE, m->src, (PyObject *)Py_TYPE(m->obj), 0) || module_hooks_empty(T, mv) ||
+    mod_hooks pre, post;
+    if (tr_add_guard(T, TG_TYPE, m->src, (PyObject *)Py_TYPE(m->obj), 0) || module_hooks(T, mv, &pre, &post) ||
         global_hooks_empty(T))
         return -1;
     PyObject *inst = PyObject_GenericGetDict(T->vals[mv].obj, NULL);
@@ -1360,11 +1494,22 @@ static int32_t call_module(tracer *T, int32_t mv, const call_args *a)
     PyObject *fwd = _PyType_Lookup(Py_TYPE(T->vals[mv].obj), s_forward);
     if (!fwd || !PyFunction_Check(fwd))
         return tr_break(T, "forward of %s is not a Python function", Py_TYPE(T->vals[mv].obj)->tp_name);
-    int32_t pos[64];
-    call_args b;
-    if (with_self(T, mv, a, &b, pos) || tr_keep(T, fwd))
+    if (tr_keep(T, fwd))
         return -1;
-    return inline_call(T, fwd, class_attr_src(T, mv, s_forward), &b);
+    int32_t fsrc = class_attr_src(T, mv, s_forward);
+    if (!pre.n && !post.n) {
+        int32_t pos[64];
+        call_args b;
+        return with_self(T, mv, a, &b, pos) ? -1 : inline_call(T, fwd, fsrc, &b);
+    }
+    int32_t args = tv_tuple(T, a->pos, a->npos), kw = tv_new(T, V_DICT);
+    for (int i = 0; kw >= 0 && i < a->nkw; i++)
+        if (tv_push_item(T, kw, a->kwv[i], a->kwn[i]))
+            return -1;
+    if (args < 0 || kw < 0 || run_pre_hooks(T, mv, &pre, &args, &kw))
+        return -1;
+    int32_t res = call_forward(T, fwd, fsrc, mv, args, kw);
+    return res < 0 || run_post_hooks(T, mv, &post, args, kw, &res) ? -1 : res;
 }
 
 static int32_t call_super(tracer *T, const call_args *a);
