@@ -467,6 +467,7 @@ def test_state_dict_round_trip():
         close(cm(x), other(x))
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")   # torch's own, importing torch._dynamo
 def test_state_dict_of_a_parent_as_torch_compiles():
     """A parent holding a compiled submodule: its state_dict keys are
     torch.compile's (under `_orig_mod.`) and load back into it."""
