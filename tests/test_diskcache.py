@@ -1,6 +1,7 @@
 """The disk cache of compiled code (inductor/cpu/diskcache.c): hits across
 processes, damaged entries discarded and rebuilt, unsafe directories refused,
-concurrent writers, LRU eviction at the size bound, clearing.
+concurrent writers, LRU eviction at the size bound, bad size bounds,
+stale temporary files, clearing.
 
 Most tests run small compiles in fresh processes (the cache reads its
 environment once per process), each with its own cache directory; the
@@ -10,10 +11,12 @@ directory (tests/conftest.py).
 import gc
 import json
 import os
+import pathlib
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
@@ -520,11 +523,13 @@ def test_clear_cache(tmp_path):
     run(d, [0.5, 1.5])
     assert len(entries(d)) == 2
     (d / "notes.txt").write_text("not the cache's")
+    _plant_tmp(d, "tmp-77-0-1", 3600)
+    _plant_tmp(d, "tmp-78-0-1", 10)     # a write in progress: never deleted
     script = "import smelt; smelt.clear_cache(); print(smelt.cache_info()['entries'])"
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"), SMELT_CACHE_DIR=str(d)))
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr
-    assert os.listdir(d) == ["notes.txt"]
+    assert sorted(os.listdir(d)) == ["notes.txt", "tmp-78-0-1"]
 
 
 # ------------------------------------------------------------ location
@@ -547,3 +552,65 @@ def test_cache_info_in_this_process():
     assert set(info) == {"hits", "misses", "writes", "evictions", "corrupt", "entries", "bytes",
                          "enabled", "dir"}
     assert info["entries"] == len(entries(SESSION_DIR))
+
+
+# ------------------------------------------------------------ bad size bounds, stale temporary files
+
+@pytest.mark.parametrize("value", ["12x", "", "-5", "0", "nan", "inf"])
+def test_bad_size_bound_warns_once_and_uses_the_default(tmp_path, value):
+    """A SMELT_CACHE_MAX_MB that is not a positive number gets one
+    RuntimeWarning naming the variable and the value; the default bound
+    (1024 MB) is used, so nothing is evicted (a bound <= 0 taken as given
+    would evict every entry)."""
+    d = tmp_path / "cache"
+    res, err = run(d, [0.5, 1.5], SMELT_CACHE_MAX_MB=value, PYTHONWARNINGS="always")
+    info = res["info"]
+    assert info["writes"] == 2 and info["entries"] == 2 and info["evictions"] == 0
+    assert err.count("SMELT_CACHE_MAX_MB") == 1 and "RuntimeWarning" in err, err
+    assert f"SMELT_CACHE_MAX_MB={value or repr('')} is not a positive number" in err
+    assert "1024 MB" in err
+
+
+def test_good_size_bound_does_not_warn(tmp_path):
+    res, err = run(tmp_path / "cache", [0.5], SMELT_CACHE_MAX_MB="0.75", PYTHONWARNINGS="always")
+    assert res["info"]["writes"] == 1 and "SMELT_CACHE_MAX_MB" not in err
+
+
+def _plant_tmp(d, name, age_s):
+    path = d / name
+    path.write_bytes(b"half of an entry")
+    when = time.time() - age_s
+    os.utime(path, (when, when))
+    return path
+
+
+def test_stale_temporary_files_are_deleted_when_the_cache_opens(tmp_path):
+    """Temporary files left by a process killed mid-write (older than 10
+    minutes) are deleted by the next process that opens the cache, even
+    one that only reads; younger ones may be another process's write in
+    progress and stay."""
+    d = tmp_path / "cache"
+    first, _ = run(d, [0.75])
+    stale = [_plant_tmp(d, "tmp-4242-0-123", 3600), _plant_tmp(d, "tmp-4243-7-9", 11 * 60)]
+    young = [_plant_tmp(d, "tmp-4244-1-456", 0), _plant_tmp(d, "tmp-4245-2-789", 5 * 60)]
+    other = _plant_tmp(d, "notes.txt", 3600)          # not the cache's: never touched
+    res, err = run(d, [0.75], SMELT_LOGS="cache")
+    assert res["info"]["hits"] == 1 and res["info"]["writes"] == 0 and res["gen"] == [0]
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in young) and other.exists()
+    assert "deleted 2 stale temporary files" in err
+    assert res["info"]["entries"] == 1 and res["out"] == first["out"]
+
+
+def test_stale_temporary_files_are_deleted_after_a_write():
+    """In a running process (the cache opened long ago): the scan after
+    each write (the LRU trim) deletes stale temporary files, keeps young
+    ones."""
+    d = pathlib.Path(SESSION_DIR)
+    stale = _plant_tmp(d, "tmp-5151-0-1", 2 * 3600)
+    young = _plant_tmp(d, "tmp-5152-0-2", 30)
+    try:
+        _compile_new_entry(8.125)
+        assert not stale.exists() and young.exists()
+    finally:
+        young.unlink(missing_ok=True)

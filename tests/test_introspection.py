@@ -89,7 +89,9 @@ def test_explain_follows_the_callees_of_a_frame_that_runs_eagerly():
         e = smelt.explain(m, x)
     assert not e["compiles"] and "test_introspection.py" in e["reason"]
     by_name = {f["function"]: f for f in e["frames"]}
-    assert list(by_name) == ["_Block.forward", "_branchy", "_scale"]
+    # the compiled call is the module's __call__: its forward is the first callee
+    assert list(by_name) == ["_Outer.forward", "_Block.forward", "_branchy", "_scale"]
+    assert not by_name["_Outer.forward"]["compiles"] and by_name["_Outer.forward"]["reason"] == e["reason"]
     blk, br, sc = by_name["_Block.forward"], by_name["_branchy"], by_name["_scale"]
     assert blk["compiles"] and blk["calls"] == 2 and "matmul(" in blk["graph"] and "sin(" in blk["graph"]
     assert blk["file"] == __file__ and blk["line"] == _Block.forward.__code__.co_firstlineno
@@ -149,7 +151,7 @@ def test_debug_dir_writes_one_folder_per_graph(tmp_path):
     env = dict(os.environ, SMELT_DEBUG_DIR=str(tmp_path / "dbg"))
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
     folders = sorted(os.listdir(tmp_path / "dbg"))
-    assert len(folders) == 2 and all(f.startswith("Sequential.forward-") for f in folders)   # two shapes
+    assert len(folders) == 2 and all(f.startswith("Sequential.__call__-") for f in folders)   # two shapes
     d = tmp_path / "dbg" / folders[0]
     assert set(os.listdir(d)) == {"graph.txt", "guards.txt", "kernels.txt", "code.ll", "code.s", "timings.txt"}
     assert "matmul(" in (d / "graph.txt").read_text()

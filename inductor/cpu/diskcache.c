@@ -7,6 +7,9 @@
  * path later cannot redirect the cache. Files this cache writes:
  *   <32 hex digits: two 64-bit hashes of the key>.entry   entries
  *   tmp-<pid>-<counter>-<ns>                              writes in progress
+ * A temporary file older than DC_STALE_TMP_S is debris of a killed writer:
+ * deleted when the directory is opened and at every scan (eviction after
+ * each write, cache_info, clear); younger ones are never touched.
  *
  * Entry file layout (integers little-endian):
  *    0  magic "SMELTDC\n"
@@ -45,7 +48,7 @@
 #define DC_TMP "tmp-"
 #define DC_MAX_FILE ((uint64_t)1 << 31)   /* a larger entry file is corrupt */
 #define DC_MAX_BLOBS 4096u
-#define DC_STALE_TMP_S 3600               /* older temporary files are debris */
+#define DC_STALE_TMP_S 600                /* older temporary files are debris (dc_stale_tmp) */
 
 /* Process-wide state. fd, max_bytes, dir and the init_* texts are written
  * once, in dc_init. */
@@ -56,6 +59,7 @@ static struct {
     atomic_int init_reported;
     char init_bad[160];           /* why the directory is unusable, or "" */
     char init_note[160];          /* a log line from dc_init, or "" */
+    char init_warn[200];          /* a warning from dc_init, or "" */
     atomic_uint tmp_counter;
     _Atomic int64_t hits, misses, writes, evictions, corrupt;
     _Atomic(cpu_dcache_log_fn) log;
@@ -223,21 +227,29 @@ static const char *dc_unsafe(int fd, char *buf, size_t cap)
 }
 
 /* SMELT_CACHE_MAX_MB (a positive number, fractions allowed) in bytes;
- * 1024 MB if unset, with a log line if unusable. */
+ * 1024 MB if unset. Any other value (empty, not a number, zero, negative,
+ * nan, inf, too large) also gives 1024 MB, and init_warn says so. */
 static int64_t dc_max_bytes(void)
 {
     const char *s = getenv("SMELT_CACHE_MAX_MB");
     char *end = NULL;
-    double mb = s && *s ? strtod(s, &end) : 1024.0;
-    if (s && *s && (*end || !(mb > 0) || !isfinite(mb) || mb > 1e12)) {
-        snprintf(dc.init_note, sizeof dc.init_note,
-                 "disk cache: SMELT_CACHE_MAX_MB=%.60s is not a positive number of megabytes; using 1024", s);
+    if (!s)
+        return (int64_t)1024 << 20;
+    double mb = strtod(s, &end);
+    if (end == s || *end || !(mb > 0) || !isfinite(mb) || mb > 1e12) {
+        snprintf(dc.init_warn, sizeof dc.init_warn,
+                 "SMELT_CACHE_MAX_MB=%.80s%s is not a positive number of megabytes; the disk cache uses the "
+                 "default bound, 1024 MB", s[0] ? s : "''", strlen(s) > 80 ? "..." : "");
         mb = 1024.0;
     }
     return (int64_t)(mb * 1048576.0);
 }
 
-/* Once per process: finds, creates, opens and checks the directory. Logs
+struct dc_file;
+static int dc_scan(int dfd, struct dc_file **files, int *nfiles, int64_t *total, int *stale);
+
+/* Once per process: finds, creates, opens and checks the directory, and
+ * deletes stale temporary files (a process killed mid-write). Logs
  * nothing (the log hook may wait for a lock held by a thread waiting for
  * this): what to report goes to init_bad and init_note. */
 static void dc_init(void)
@@ -261,8 +273,11 @@ static void dc_init(void)
         return;
     }
     const char *bad = dc_unsafe(dc.fd, why, sizeof why);
+    int stale = 0;
     if (bad)
         snprintf(dc.init_bad, sizeof dc.init_bad, "%s", bad);
+    else if (dc_scan(dc.fd, NULL, NULL, NULL, &stale) == 0 && stale)
+        snprintf(dc.init_note, sizeof dc.init_note, "disk cache: deleted %d stale temporary files", stale);
     atomic_store(&dc.enabled, !bad);
 }
 
@@ -275,6 +290,8 @@ static int dc_dir(void)
     if (!atomic_exchange(&dc.init_reported, 1)) {
         if (dc.init_note[0])
             dc_log(0, "%s", dc.init_note);
+        if (dc.init_warn[0])
+            dc_log(1, "%s", dc.init_warn);
         if (dc.init_bad[0])
             dc_off(dc.init_bad);
     }
@@ -537,20 +554,20 @@ typedef struct dc_file {
     char name[DC_NAME_LEN + 1];
 } dc_file;
 
-/* Adds the directory entry `name` (st) to the list *f (*n of them, room
- * for *cap) if it is a cache entry; deletes it if it is a temporary file
- * older than DC_STALE_TMP_S seconds, or any temporary file if all_tmp.
- * -1 if out of memory. */
-static int dc_scan_one(int dfd, const char *name, const struct stat *st, int all_tmp, dc_file **f, int *n,
-                       int *cap)
+/* Whether the temporary file `name` (st) is debris: a writer writes its
+ * temporary file in one go and renames it at once (milliseconds; seconds
+ * for the largest entries), so one untouched for DC_STALE_TMP_S was left
+ * by a process that died mid-write. Younger ones may be another process's
+ * write in progress and are never deleted. */
+static int dc_stale_tmp(const char *name, const struct stat *st)
 {
-    if (strncmp(name, DC_TMP, strlen(DC_TMP)) == 0) {
-        if (all_tmp || time(NULL) - st->st_mtime > DC_STALE_TMP_S)
-            unlinkat(dfd, name, 0);
-        return 0;
-    }
-    if (!is_entry_name(name))
-        return 0;
+    return strncmp(name, DC_TMP, strlen(DC_TMP)) == 0 && time(NULL) - st->st_mtime > DC_STALE_TMP_S;
+}
+
+/* Appends the entry `name` (st) to the list *f (*n of them, room for
+ * *cap); -1 if out of memory. */
+static int dc_add(const char *name, const struct stat *st, dc_file **f, int *n, int *cap)
+{
     if (*n == *cap) {
         dc_file *g = realloc(*f, (size_t)(*cap ? 2 * *cap : 64) * sizeof **f);
         if (!g)
@@ -564,33 +581,51 @@ static int dc_scan_one(int dfd, const char *name, const struct stat *st, int all
     return 0;
 }
 
-/* The entries now in the directory (*files malloc'd, *nfiles of them,
- * *total bytes), cleaning temporary files up as dc_scan_one says. -1 if
- * the directory cannot be read. */
-static int dc_scan(int dfd, int all_tmp, dc_file **files, int *nfiles, int64_t *total)
+/* Reads the directory: deletes stale temporary files (dc_stale_tmp; their
+ * count in *stale) and, unless files is NULL, lists the entries (*files
+ * malloc'd, *nfiles of them, *total bytes). -1 if the directory cannot be
+ * read. */
+static int dc_scan(int dfd, dc_file **files, int *nfiles, int64_t *total, int *stale)
 {
     int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);   /* own offset for readdir */
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     int n = 0, cap = 0;
     struct dirent *e;
     struct stat st;
-    *files = NULL;
-    *nfiles = 0;
-    *total = 0;
+    *stale = 0;
+    if (files) {
+        *files = NULL;
+        *nfiles = 0;
+        *total = 0;
+    }
     if (!d) {
         if (fd >= 0)
             close(fd);
         return -1;
     }
-    while ((e = readdir(d)) != NULL)
-        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-            dc_scan_one(dfd, e->d_name, &st, all_tmp, files, &n, &cap) != 0)
+    while ((e = readdir(d)) != NULL) {
+        int tmp = strncmp(e->d_name, DC_TMP, strlen(DC_TMP)) == 0;
+        if ((!tmp && (!files || !is_entry_name(e->d_name))) ||
+            fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (tmp)
+            *stale += dc_stale_tmp(e->d_name, &st) && unlinkat(dfd, e->d_name, 0) == 0;
+        else if (dc_add(e->d_name, &st, files, &n, &cap) != 0)
             break;
+    }
     closedir(d);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; files && i < n; i++)
         *total += (*files)[i].size;
-    *nfiles = n;
+    if (files)
+        *nfiles = n;
     return 0;
+}
+
+/* Logs the stale temporary files a scan deleted. */
+static void dc_note_stale(int stale)
+{
+    if (stale)
+        dc_log(0, "disk cache: deleted %d stale temporary files", stale);
 }
 
 /* Oldest access first. */
@@ -609,9 +644,11 @@ static int by_atime(const void *a, const void *b)
 static void dc_evict(int dfd)
 {
     dc_file *f = NULL;
-    int n = 0, gone = 0;
+    int n = 0, gone = 0, stale = 0;
     int64_t total = 0, freed = 0;
-    if (dc_scan(dfd, 0, &f, &n, &total) != 0 || total <= dc.max_bytes) {
+    int bad = dc_scan(dfd, &f, &n, &total, &stale);
+    dc_note_stale(stale);
+    if (bad || total <= dc.max_bytes) {
         free(f);
         return;
     }
@@ -631,10 +668,11 @@ static void dc_evict(int dfd)
 void cpu_dcache_clear(void)
 {
     dc_file *f = NULL;
-    int n = 0, dfd = dc_dir();
+    int n = 0, stale = 0, dfd = dc_dir();
     int64_t total = 0;
-    if (dfd < 0 || dc_scan(dfd, 1, &f, &n, &total) != 0)
+    if (dfd < 0 || dc_scan(dfd, &f, &n, &total, &stale) != 0)
         return;
+    dc_note_stale(stale);
     for (int i = 0; i < n; i++)
         unlinkat(dfd, f[i].name, 0);
     free(f);
@@ -644,10 +682,11 @@ void cpu_dcache_clear(void)
 void cpu_dcache_info(cpu_dcache_stats *out)
 {
     dc_file *f = NULL;
-    int n = 0, dfd = dc_dir();
+    int n = 0, stale = 0, dfd = dc_dir();
     int64_t total = 0;
     memset(out, 0, sizeof *out);
-    if (dfd >= 0 && dc_scan(dfd, 0, &f, &n, &total) == 0) {
+    if (dfd >= 0 && dc_scan(dfd, &f, &n, &total, &stale) == 0) {
+        dc_note_stale(stale);
         out->entries = n;
         out->bytes = total;
     }

@@ -17,10 +17,14 @@
  * Entry file: header (magic, format version, total length, checksum of the
  * payload, the full key for comparison), then the blobs. Writes go to a
  * temporary file in the same directory, then rename: concurrent writers of
- * one entry leave one whole entry. A truncated, corrupt or mismatched entry
- * is treated as a miss and deleted. Size bound: SMELT_CACHE_MAX_MB (default
- * 1024); after a write, least-recently-used entries (by access time, which
- * a hit refreshes) are deleted until the total fits.
+ * one entry leave one whole entry. Temporary files older than 10 minutes
+ * (left by a process killed mid-write) are deleted when the directory is
+ * opened and whenever it is scanned; younger ones never. A truncated,
+ * corrupt or mismatched entry is treated as a miss and deleted. Size
+ * bound: SMELT_CACHE_MAX_MB (default 1024; a value that is not a positive
+ * number warns once, through the log hook, and the default is used);
+ * after a write, least-recently-used entries (by access time, which a hit
+ * refreshes) are deleted until the total fits.
  *
  * All functions are thread-safe and never raise: failures are misses (and,
  * for the unexpected ones, a log line).
@@ -53,12 +57,13 @@ typedef struct cpu_dcache_stats {
 } cpu_dcache_stats;
 void cpu_dcache_info(cpu_dcache_stats *out);
 
-/* Deletes every entry (files this cache wrote), resets nothing else. */
+/* Deletes every entry and stale temporary file (never a write in
+ * progress), resets nothing else. */
 void cpu_dcache_clear(void);
 
 /* Where log lines go (category "cache": hits and misses with their key
- * hash; "warning": the directory is unsafe). NULL: nowhere. Set by the
- * Python extension at import. */
+ * hash; "warning": the directory is unsafe, SMELT_CACHE_MAX_MB is not a
+ * positive number). NULL: nowhere. Set by the Python extension at import. */
 typedef void (*cpu_dcache_log_fn)(int warning, const char *line);
 void cpu_dcache_set_log(cpu_dcache_log_fn fn);
 /* Hands a "cache" line (not a warning) to the log hook. */

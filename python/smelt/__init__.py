@@ -44,4 +44,6 @@ log_channels = frozenset(_configure_logging(os.environ.get("SMELT_LOGS", "")))
 if hasattr(_C, "set_num_threads"):
     _C.set_num_threads(torch.get_num_threads())
 
-from ._api import CompiledModule, Explanation, cache_info, clear_cache, compile, explain, reset  # noqa: E402
+from ._api import (  # noqa: E402
+    MODES, OPTIONS, CompileArgumentError, CompiledModule, Explanation, cache_info, clear_cache, compile, explain,
+    reset)

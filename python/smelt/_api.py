@@ -1,80 +1,270 @@
-"""smelt.compile / smelt.reset / smelt.cache_info / smelt.clear_cache: the
-thin public layer over smelt._C.
+"""smelt.compile / smelt.reset / smelt.explain / smelt.cache_info /
+smelt.clear_cache: the thin public layer over smelt._C.
 
-A compiled function is a smelt._C.CompiledFunction (tracing, guards and the
-cache of compiled entries are all in C). A compiled nn.Module is a wrapper
-module that keeps the original's parameters, state_dict, train()/eval() and
-attributes, and runs `type(module).forward` through one CompiledFunction.
+Everything smelt.compile returns calls one smelt._C.CompiledFunction (a C
+vectorcall object: tracing, guards and the cache of compiled entries are
+all in C), directly or through C-level binding (a bound method, a
+functools.partial), so no Python frame runs per call:
+  - a Python function: its CompiledFunction;
+  - a bound method, a callable object (its class's Python __call__): the
+    function compiled, bound to the object;
+  - a functools.partial: the partial applied to its function compiled;
+  - anything else callable (a builtin, a C function, a class): a
+    CompiledFunction of the trampoline `_call(self, *args, **kwargs)`
+    (`self(*args, **kwargs)`) bound to it, so what it calls is traced;
+  - an nn.Module: a CompiledModule, whose calls go through the trampoline
+    bound to the original module, so nn.Module.__call__ (hooks included)
+    runs as in eager.
 """
+import functools
+import operator
 import os
+import types
+import typing
 import weakref
 
 import torch
 
 from . import _C
 
-_live = weakref.WeakSet()   # every CompiledFunction, for reset()
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+# Known `options` keys and the values each accepts.
+OPTIONS = {"weight_packing": ("auto", "always", "never")}
+
+
+class CompileArgumentError(ValueError, RuntimeError):
+    """A bad argument to smelt.compile. A ValueError, and a RuntimeError
+    too: what torch.compile raises for the same mistakes."""
+
+
+class CompileSettings(typing.NamedTuple):
+    """The checked arguments of one smelt.compile call."""
+    fullgraph: bool = False
+    dynamic: typing.Optional[bool] = None
+    mode: typing.Optional[str] = None
+    options: typing.Optional[dict] = None
+
+
+# Every CompiledFunction smelt.compile made (trampolines included) and its
+# settings: reset() drops their entries.
+_live = weakref.WeakKeyDictionary()
 
 
 def _disabled():
     return os.environ.get("SMELT_DISABLE", "") not in ("", "0")
 
 
-def _compile_function(fn, fullgraph):
-    """The C CompiledFunction itself (no Python frame per call); it carries
-    fn's __name__/__qualname__/__module__/__wrapped__, binds as a method, and
-    `._smelt` returns it (stats(), reset())."""
-    cf = _C.CompiledFunction(fn, fullgraph=fullgraph)
-    _live.add(cf)
+def _names(values):
+    return ", ".join(repr(v) for v in values)
+
+
+def _check_backend(backend):
+    if backend is None or (isinstance(backend, str) and backend == "smelt"):
+        return
+    what = f"backend={backend!r}" if isinstance(backend, str) else \
+        f"a custom backend ({getattr(backend, '__name__', type(backend).__name__)})"
+    raise CompileArgumentError(
+        f"smelt.compile: {what} is not supported: smelt compiles with its own CPU back end "
+        "(backend=None or 'smelt'); use torch.compile for other backends")
+
+
+def _check_options(options):
+    if not isinstance(options, dict):
+        raise TypeError(f"smelt.compile: options must be a dict, got {type(options).__name__}")
+    for key, value in options.items():
+        if key not in OPTIONS:
+            raise CompileArgumentError(
+                f"smelt.compile: unknown option {key!r}; the known options are {_names(OPTIONS)}")
+        if not isinstance(value, str) or value not in OPTIONS[key]:
+            raise CompileArgumentError(
+                f"smelt.compile: option {key!r} must be one of {_names(OPTIONS[key])}, got {value!r}")
+    return dict(options)
+
+
+def _settings(fullgraph, dynamic, backend, mode, options):
+    """The CompileSettings of smelt.compile's arguments, or the error they
+    deserve (raised at the call, decorator form included)."""
+    _check_backend(backend)
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise CompileArgumentError(f"smelt.compile: dynamic must be None, True or False, got {dynamic!r}")
+    if mode is not None and options is not None:
+        raise CompileArgumentError("smelt.compile: give mode or options, not both")
+    if not isinstance(mode, (str, type(None))) or mode not in MODES:
+        raise CompileArgumentError(f"smelt.compile: unknown mode {mode!r}; the modes are {_names(MODES)}")
+    if options is not None:
+        options = _check_options(options)
+    return CompileSettings(bool(fullgraph), dynamic, mode, options)
+
+
+def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=None, options=None,
+            disable=False):
+    """Compile a function, method, callable object or nn.Module with smelt.
+
+    Usable as `smelt.compile(fn)`, `@smelt.compile` and
+    `@smelt.compile(fullgraph=True)`. Arguments as torch.compile's (see
+    README.md): fullgraph=True raises where the code cannot be traced
+    whole instead of running it eagerly; dynamic (None/True/False) is
+    accepted but every call compiles static shapes today; backend must be
+    None or "smelt"; mode is one of MODES (all compile the same way); options
+    is a dict of OPTIONS keys (not together with mode). disable=True, or
+    SMELT_DISABLE=1, returns model unchanged."""
+    settings = _settings(fullgraph, dynamic, backend, mode, options)
+    if model is None:
+        def decorate(fn):
+            if fn is None:
+                raise TypeError("smelt.compile: nothing to compile (got None)")
+            return fn if disable or _disabled() else _compile(fn, settings)
+        return decorate
+    if disable or _disabled():
+        return model
+    return _compile(model, settings)
+
+
+def _call(self, *args, **kwargs):
+    """The trampoline: a Python frame the tracer follows into self (a
+    module, a builtin, any callable)."""
+    return self(*args, **kwargs)
+
+
+def _trampoline(target, settings):
+    """A CompiledFunction of a copy of _call whose code is named after
+    target's call (what logs, SMELT_DEBUG_DIR and explain show)."""
+    name = getattr(target, "__qualname__", None)
+    if not isinstance(name, str):
+        name = type(target).__qualname__ + ".__call__"
+    fn = types.FunctionType(_call.__code__.replace(co_qualname=name), _call.__globals__, "_call")
+    fn.__qualname__ = name
+    return _function(fn, settings)
+
+
+def _function(fn, settings):
+    """fn's CompiledFunction, kept for reset()."""
+    cf = _C.CompiledFunction(fn, fullgraph=settings.fullgraph)
+    _live[cf] = settings
     return cf
 
 
+def _compile(obj, settings):
+    """What smelt.compile returns for obj (see the module docstring). An
+    object smelt.compile made is compiled anew from its original."""
+    if isinstance(obj, CompiledModule):
+        obj = obj._orig_mod
+    if isinstance(obj, torch.nn.Module):
+        return CompiledModule(obj, settings)
+    if isinstance(obj, _C.CompiledFunction):
+        obj = obj.fn
+    if isinstance(obj, types.FunctionType):
+        return _function(obj, settings)
+    if isinstance(obj, types.MethodType):
+        return types.MethodType(_compile(obj.__func__, settings), obj.__self__)
+    if isinstance(obj, functools.partial):
+        inner = _compile(obj.func, settings)
+        p = functools.partial(inner, *obj.args, **obj.keywords)
+        p._smelt = inner._smelt
+        return p
+    if not callable(obj):
+        raise TypeError(f"smelt.compile: expected a function or nn.Module, got {type(obj).__name__}")
+    call = getattr(type(obj), "__call__", None)
+    if not isinstance(obj, type) and isinstance(call, (types.FunctionType, _C.CompiledFunction)):
+        return types.MethodType(_compile(call, settings), obj)
+    return types.MethodType(_trampoline(obj, settings), obj)
+
+
+def _to_original(name):
+    def method(self, *args, **kwargs):
+        return getattr(self._orig_mod, name)(*args, **kwargs)
+    method.__name__ = name
+    method.__doc__ = f"{name} of the original module (a compiled module's hooks are the original's)."
+    return method
+
+
 class CompiledModule(torch.nn.Module):
-    """A module whose forward runs through smelt. Attribute access, parameters,
-    buffers, state_dict and train()/eval() are those of the original module."""
+    """A module whose calls run through smelt (CompiledModule(mod) is
+    smelt.compile(mod)). The original is `_orig_mod`; attribute reads and
+    writes, parameters, buffers, state_dict (the original's keys),
+    load_state_dict and train()/eval() are the original's, and hooks
+    registered through the compiled module are registered on the original.
+    A call (or `forward(...)`) is one C call of `_smelt`, the trampoline's
+    CompiledFunction bound to the original: nn.Module.__call__ of the
+    original, with its hooks, is what is traced. copy.deepcopy and pickle
+    rebuild it around a copy of the original, compiled anew."""
 
-    def __init__(self, mod, fullgraph):
+    _own = frozenset({"_orig_mod", "_smelt", "_smelt_settings", "forward"})
+
+    def __init__(self, mod, settings=None):
         super().__init__()
-        self._orig_mod = mod
-        self.training = mod.training
-        forward = type(mod).forward
-        self._smelt = _C.CompiledFunction(forward, fullgraph=fullgraph)
-        _live.add(self._smelt)
+        self._orig_mod = mod                       # a submodule: children(), train(), to()
+        if not isinstance(settings, CompileSettings):   # (was CompiledModule(mod, fullgraph))
+            settings = CompileSettings(fullgraph=bool(settings))
+        self._smelt_settings = settings
+        self._smelt = _trampoline(mod, self._smelt_settings)
+        self.forward = types.MethodType(self._smelt, mod)
 
-    def forward(self, *args, **kwargs):
-        return self._smelt(self._orig_mod, *args, **kwargs)
+    # no nn.Module.__call__ of the wrapper (two Python frames): the bound
+    # trampoline itself, read from the instance by C code
+    __call__ = property(operator.attrgetter("forward"))
+
+    @property
+    def training(self):
+        return self._orig_mod.training
+
+    @training.setter
+    def training(self, value):
+        mods = self.__dict__.get("_modules")   # (nn.Module.__init__ sets it before _orig_mod exists)
+        if mods and "_orig_mod" in mods:
+            mods["_orig_mod"].training = value
 
     def __getattr__(self, name):
         try:
             return super().__getattr__(name)
         except AttributeError:
+            if name == "_orig_mod" or (name.startswith("__") and name.endswith("__")):
+                raise
             return getattr(self._orig_mod, name)
 
-    def state_dict(self, *args, **kwargs):
-        return self._orig_mod.state_dict(*args, **kwargs)
+    def __setattr__(self, name, value):
+        if name in CompiledModule._own or hasattr(type(self), name):
+            super().__setattr__(name, value)
+        else:
+            setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name):
+        if name in CompiledModule._own or hasattr(type(self), name):
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    def state_dict(self, *args, destination=None, prefix="", keep_vars=False):
+        """The original's state_dict, with its own keys. Inside a parent's
+        state_dict (prefix set) the keys are under `_orig_mod.`, the path
+        the parent's load_state_dict walks (as torch.compile's wrapper)."""
+        inner = prefix + "_orig_mod." if prefix else ""
+        return self._orig_mod.state_dict(*args, destination=destination, prefix=inner, keep_vars=keep_vars)
 
     def load_state_dict(self, *args, **kwargs):
         return self._orig_mod.load_state_dict(*args, **kwargs)
+
+    def __reduce__(self):
+        return (CompiledModule, (self._orig_mod, self._smelt_settings))
+
+    def __len__(self):
+        return len(self._orig_mod)
+
+    def __dir__(self):
+        return sorted(set(self._orig_mod.__dir__()) | set(super().__dir__()))
 
     def __repr__(self):
         return f"smelt.CompiledModule({self._orig_mod!r})"
 
 
-def compile(obj=None, *, dynamic=None, fullgraph=False, mode=None, options=None):
-    """Compile a function or nn.Module; also usable as @smelt.compile or
-    @smelt.compile(fullgraph=True). With SMELT_DISABLE=1 returns obj as is.
-
-    dynamic, mode and options are accepted for torch.compile compatibility;
-    dynamic shapes are not implemented yet (every new shape compiles anew)."""
-    if obj is None:
-        return lambda o: compile(o, dynamic=dynamic, fullgraph=fullgraph, mode=mode, options=options)
-    if _disabled():
-        return obj
-    if isinstance(obj, torch.nn.Module):
-        return CompiledModule(obj, fullgraph)
-    if callable(obj) and hasattr(obj, "__code__"):
-        return _compile_function(obj, fullgraph)
-    raise TypeError(f"smelt.compile: expected a function or nn.Module, got {type(obj).__name__}")
+for _name in ("register_forward_pre_hook", "register_forward_hook", "register_full_backward_pre_hook",
+              "register_full_backward_hook", "register_backward_hook", "register_state_dict_pre_hook",
+              "register_state_dict_post_hook", "register_load_state_dict_pre_hook",
+              "register_load_state_dict_post_hook", "_register_state_dict_hook",
+              "_register_load_state_dict_pre_hook"):
+    if hasattr(torch.nn.Module, _name):
+        setattr(CompiledModule, _name, _to_original(_name))
 
 
 def reset():
@@ -137,23 +327,35 @@ def _frame_line(f):
     return f"eager:    {where}: {f['reason']}"
 
 
+def _target(obj):
+    """(CompiledFunction, leading arguments, keywords) that a result of
+    smelt.compile calls, or None for anything else."""
+    if isinstance(obj, CompiledModule):
+        return obj._smelt, (obj._orig_mod,), {}
+    if isinstance(obj, _C.CompiledFunction):
+        return obj, (), {}
+    if isinstance(obj, types.MethodType) and isinstance(obj.__func__, _C.CompiledFunction):
+        return obj.__func__, (obj.__self__,), {}
+    if isinstance(obj, functools.partial) and hasattr(obj, "_smelt"):
+        inner = _target(obj.func)
+        return inner and (inner[0], inner[1] + obj.args, {**inner[2], **obj.keywords})
+    return None
+
+
 def explain(obj, *args, **kwargs):
-    """Trace obj (a function, nn.Module, or what smelt.compile returned) for
+    """Trace obj (anything smelt.compile takes, or what it returned) for
     this call and report what would be compiled, without running compiled
     code or keeping anything: see Explanation. A call smelt cannot compile
     gets the reason the frame would run eagerly, with file:line; the call
     is then run once eagerly (as smelt would run it) to see what smelt would
     do with the functions it calls."""
-    if isinstance(obj, CompiledModule):
-        target, args = obj._smelt, (obj._orig_mod,) + args
-    elif isinstance(obj, torch.nn.Module):
-        target, args = _C.CompiledFunction(type(obj).forward, fullgraph=True), (obj,) + args
-    elif isinstance(obj, _C.CompiledFunction):
-        target = obj
-    elif callable(obj) and hasattr(obj, "__code__"):
-        target = _C.CompiledFunction(obj, fullgraph=True)
-    else:
-        raise TypeError(f"smelt.explain: expected a function or nn.Module, got {type(obj).__name__}")
+    t = _target(obj)
+    if t is None:
+        if not callable(obj):
+            raise TypeError(f"smelt.explain: expected a function or nn.Module, got {type(obj).__name__}")
+        t = _target(_compile(obj, CompileSettings(fullgraph=True)))
+    target, lead, keywords = t
+    args, kwargs = lead + args, {**keywords, **kwargs}
     info = target._explain(*args, **kwargs)
     info["frames"] = [] if info["compiles"] else target._explain_callees(*args, **kwargs)
     for rep in [info] + info["frames"]:
