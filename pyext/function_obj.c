@@ -1308,7 +1308,18 @@ static PyObject *function_profile(PyObject *op, PyObject *unused)
     return r;
 }
 
+/* copy.copy / copy.deepcopy: the same object, as for Python functions
+ * (a module holding a compiled function can be deep-copied). */
+static PyObject *function_copy(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args;
+    (void)nargs;
+    return Py_NewRef(op);
+}
+
 static PyMethodDef function_methods[] = {
+    { "__copy__", (PyCFunction)(void (*)(void))function_copy, METH_FASTCALL, "The object itself." },
+    { "__deepcopy__", (PyCFunction)(void (*)(void))function_copy, METH_FASTCALL, "The object itself." },
     { "_explain", (PyCFunction)(void (*)(void))function_explain, METH_FASTCALL | METH_KEYWORDS,
       "_explain(*args, **kwargs): the trace this call would compile (graph, guards, host calls, or why it\n"
       "would run eagerly), without running compiled code. See smelt.explain." },

@@ -342,8 +342,9 @@ def test_hooks_of_the_top_level_module():
     without kwargs, returning new values or None, registered after
     compiling through the original or the compiled module, and removed
     again: each result as eager's. While hooks are registered the top frame
-    runs eagerly and the forward is still compiled; once they are removed
-    the compiled entry runs again."""
+    compiles with the hooks traced into it (hooks with side effects on
+    outside objects run the top frame eagerly, the forward still
+    compiled); once they are removed the first entry runs again."""
     m = Net().eval()
     cm = smelt.compile(m)
     x = rnd(4, 6)
@@ -369,10 +370,10 @@ def test_hooks_of_the_top_level_module():
             h.remove()
         close(both(x), plain)
     st = cm._smelt.stats()
-    assert st["compiles"] == 1 and st["eager_entries"] >= 1 and st["hits"] == hits + 1, st
-    assert "hooks" in st["last_break"]
+    assert st["compiles"] == 5 and st["eager_entries"] == 1 and st["hits"] == hits + 1, st
+    assert "mutating a list" in st["last_break"]
     fwd = _C.CompiledFunction.of(Net.forward)    # the forward ran compiled under the hooks
-    assert fwd is not None and fwd.stats()["compiles"] >= 1 and fwd.stats()["hits"] >= 1
+    assert fwd is not None and fwd.stats()["compiles"] >= 1
 
 
 def test_hooks_registered_before_compiling():
@@ -394,7 +395,7 @@ def test_hooks_registered_before_compiling():
         both(x)
         assert calls == ["pre"] * 2
     fwd = _C.CompiledFunction.of(Net.forward)
-    assert fwd is not None and fwd.stats()["compiles"] >= 1 and fwd.stats()["hits"] >= 1
+    assert fwd is not None and fwd.stats()["compiles"] >= 1
 
 
 def test_explain_a_module_with_hooks():
@@ -402,7 +403,11 @@ def test_explain_a_module_with_hooks():
     m.register_forward_pre_hook(lambda mod, args: (args[0] + 1,))
     with torch.no_grad():
         e = smelt.explain(smelt.compile(m), rnd(2, 6))
-    assert not e["compiles"] and "hooks" in e["reason"]
+    assert e["compiles"] and "matmul(" in e["graph"] and e["graphs"] == 1   # the pre-hook traced in
+    m.register_forward_hook(lambda mod, args, out: print("side effect") or None)
+    with torch.no_grad():
+        e = smelt.explain(smelt.compile(m), rnd(2, 6))
+    assert not e["compiles"] and "print" in e["reason"]
     (fwd,) = [f for f in e["frames"] if f["function"] == "Net.forward"]
     assert fwd["compiles"] and "matmul(" in fwd["graph"] and e["graphs"] >= 1
 

@@ -334,3 +334,38 @@ def test_results_alias_inputs_as_eager(fn, shape):
                 b.add_(10)
         same(x, y)
     assert f.stats()["breaks"] == 0
+
+
+class Two(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_submodule_hooks_traced_and_removed():
+    m = Two().eval()
+    f = smelt.compile(lambda mod, x: mod(x))
+    x = rnd(2, 4)
+    with torch.no_grad():
+        same(f(m, x), m(x))
+        h1 = m.a.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+        h2 = m.b.register_forward_hook(lambda mod, args, out: out + 1)
+        same(f(m, x), m(x))
+        h1.remove()
+        same(f(m, x), m(x))
+        h2.remove()
+        same(f(m, x), m(x))      # the first entry again
+    st = f.stats()
+    assert st["breaks"] == 0 and st["compiles"] == 3 and st["hits"] == 1, st
+
+
+def test_compiled_function_copies_are_itself():
+    import copy
+    f = smelt.compile(lambda x: x + 1)
+    assert copy.copy(f) is f and copy.deepcopy(f) is f
+    holder = nn.Module()
+    holder.fn = f
+    assert copy.deepcopy(holder).fn is f

@@ -1312,7 +1312,7 @@ static int read_hooks(tracer *T, int32_t mv, const char *name, const char *kwnam
     int32_t ks = kwnm ? tr_src_new(T, SRC_ATTR, T->vals[mv].src, 0, kwnm) : -1;
     Py_XDECREF(nm);
     Py_XDECREF(kwnm);
-    if (!nm || !kwnm || tr_add_guard(T, TG_KEYS, ds, ids, 0))
+    if (!nm || !kwnm || tr_add_guard(T, PyTuple_GET_SIZE(ids) ? TG_KEYS : TG_EMPTY, ds, ids, 0))   /* empty: a cheap check */
         goto out;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ids); i++) {
         PyObject *id = PyTuple_GET_ITEM(ids, i), *fn = PyDict_GetItemWithError(d, id);
