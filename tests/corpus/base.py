@@ -35,7 +35,7 @@ class Program:
     inputs: tuple              # argument specs
     kwargs: dict               # keyword argument specs
     steps: list                # Call / Do, in order
-    state: tuple               # observable state: global names, "self.attr"
+    state: tuple               # observable state: global names, "self.attr", "cell:name"
     alias: bool                # compare storage sharing of outputs with inputs
     tol: tuple                 # (rtol, atol) for floating results, or None
     grad: bool                 # run with grad mode on (modules: off unless set)
@@ -103,8 +103,9 @@ def build(spec, g):
         return spec(g)
     if isinstance(spec, list):
         return [build(s, g) for s in spec]
-    if isinstance(spec, tuple) and not hasattr(spec, "_fields"):
-        return tuple(build(s, g) for s in spec)
+    if isinstance(spec, tuple):
+        items = [build(s, g) for s in spec]
+        return type(spec)(*items) if hasattr(spec, "_fields") else tuple(items)
     if isinstance(spec, dict):
         return {k: build(v, g) for k, v in spec.items()}
     return spec

@@ -249,6 +249,19 @@ def identity_pattern(result, known, storage):
     return pat
 
 
+def identity_diff(e, c):
+    """Text for two different identity patterns: the first entry that differs."""
+    if len(e) != len(c):
+        return f"identity of results: {len(c)} distinct objects, eager {len(e)}"
+    for j, (x, y) in enumerate(zip(e, c)):
+        if x != y:
+            what = ["type", "is input #", "shares storage with input #"]
+            k = next(i for i in range(len(x)) if x[i] != y[i])
+            return (f"identity of results: object {j} ({x[0]}) {what[k]}{y[k]}, eager {what[k]}{x[k]} "
+                    f"(-1: none, -2: no storage)")
+    return None
+
+
 def shared_storage(t, known):
     if t.layout != torch.strided or t.numel() == 0:
         return -2
@@ -269,6 +282,8 @@ def state_of(p, subject):
     for name in p.state:
         if name.startswith("self."):
             st[name] = _attr(subject, name[5:])
+        elif name.startswith("cell:"):
+            st[name] = _cell(subject, name[5:]).cell_contents
         else:
             st[name] = p.module_globals.get(name, "<unbound>")
     if isinstance(subject, torch.nn.Module):
@@ -276,6 +291,10 @@ def state_of(p, subject):
             st["sd:" + k] = v
         st["training"] = [m.training for m in subject.modules()]
     return st
+
+
+def _cell(fn, name):
+    return fn.__closure__[fn.__code__.co_freevars.index(name)]
 
 
 def _attr(o, path):
@@ -305,6 +324,8 @@ def restore_state(p, subject, saved):
         elif type(c) is type(v) and isinstance(c, (dict, set)):
             c.clear()
             c.update(v)
+        elif k.startswith("cell:"):
+            _cell(subject, k[5:]).cell_contents = v
         elif k.startswith("self."):
             *path, last = k[5:].split(".")
             setattr(_attr(subject, ".".join(path)) if path else subject, last, v)
@@ -364,8 +385,9 @@ def run_side(fn, p, subject, args, kwargs, seed):
     }
 
 
-def compare_sides(e, c, tol):
-    """The first difference between eager's and compiled's observations."""
+def compare_sides(e, c, tol, alias):
+    """The first difference between eager's and compiled's observations
+    (identity of results only with `alias`)."""
     if e["exc"] is not None or c["exc"] is not None:
         if e["exc"] is None:
             return f"compiled raised {type(c['exc']).__name__}: {str(c['exc'])[:300]}"
@@ -378,8 +400,8 @@ def compare_sides(e, c, tol):
         d = compare(e["out"], c["out"], tol, "out")
         if d:
             return d
-        if e["ident"] != c["ident"]:
-            return f"identity/aliasing of results: {c['ident']}, eager {e['ident']}"
+        if alias and e["ident"] != c["ident"]:
+            return identity_diff(e["ident"], c["ident"])
     return (compare(e["args"], c["args"], tol, "inputs after the call")
             or compare(e["state"], c["state"], tol, "state")
             or compare_text(e["stdout"], c["stdout"], "printed")
@@ -486,9 +508,11 @@ def _run_steps(p, res):
         restore_state(p, subject, saved)
         c = run_side(compiled, p, subject, args, kwargs, seed_of(p.name, 1000 + i))
         ncalls += 1
-        diff = compare_sides(e, c, p.tol)
+        diff = compare_sides(e, c, p.tol, p.alias)
         if diff and res["status"] == "ok":
             res.update(status="wrong", detail=diff, step=i)
+        if not p.alias and not e["exc"] and not c["exc"] and e["ident"] != c["ident"] and "note" not in res:
+            res["note"] = f"step {i}: " + identity_diff(e["ident"], c["ident"])
         restore_state(p, subject, after_eager)
     classify(res, top, codes, before, ncalls)
 
