@@ -255,7 +255,7 @@ def identity_diff(e, c):
         return f"identity of results: {len(c)} distinct objects, eager {len(e)}"
     for j, (x, y) in enumerate(zip(e, c)):
         if x != y:
-            what = ["type", "is input #", "shares storage with input #"]
+            what = ["type ", "is input #", "shares storage with input #"]
             k = next(i for i in range(len(x)) if x[i] != y[i])
             return (f"identity of results: object {j} ({x[0]}) {what[k]}{y[k]}, eager {what[k]}{x[k]} "
                     f"(-1: none, -2: no storage)")
@@ -284,6 +284,9 @@ def state_of(p, subject):
             st[name] = _attr(subject, name[5:])
         elif name.startswith("cell:"):
             st[name] = _cell(subject, name[5:]).cell_contents
+        elif "." in name:
+            head, rest = name.split(".", 1)
+            st[name] = _attr(p.module_globals[head], rest)
         else:
             st[name] = p.module_globals.get(name, "<unbound>")
     if isinstance(subject, torch.nn.Module):
@@ -329,6 +332,11 @@ def restore_state(p, subject, saved):
         elif k.startswith("self."):
             *path, last = k[5:].split(".")
             setattr(_attr(subject, ".".join(path)) if path else subject, last, v)
+        elif "." in k and not k.startswith("sd:"):
+            head, rest = k.split(".", 1)
+            *path, last = rest.split(".")
+            o = p.module_globals[head]
+            setattr(_attr(o, ".".join(path)) if path else o, last, v)
         elif not k.startswith("sd:"):
             p.module_globals[k] = v
 
@@ -357,9 +365,23 @@ def materialise(out):
     return out
 
 
+def copy_inputs(tree):
+    """A deep copy of tree (aliasing kept); tensor subclasses, which
+    deepcopy cannot copy in general, are cloned by hand (attributes too)."""
+    memo = {}
+    for v in walk(tree, [], set()):
+        if isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter):
+            with torch._C.DisableTorchFunctionSubclass():
+                c = v.detach().clone().requires_grad_(v.requires_grad)
+            c = torch.Tensor._make_subclass(type(v), c, v.requires_grad)
+            c.__dict__.update(copy.deepcopy(v.__dict__))
+            memo[id(v)] = c
+    return copy.deepcopy(tree, memo)
+
+
 def run_side(fn, p, subject, args, kwargs, seed):
     """Runs fn on a deep copy of the inputs; returns what the user observes."""
-    args, kwargs = copy.deepcopy((args, kwargs))
+    args, kwargs = copy_inputs((args, kwargs))
     known = walk((args, kwargs), [], set())
     if isinstance(subject, torch.nn.Module):
         known += [subject] + list(subject.parameters()) + list(subject.buffers())
