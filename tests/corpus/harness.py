@@ -29,6 +29,7 @@ import math
 import re
 import time
 import types
+import warnings
 import zlib
 
 import torch
@@ -100,7 +101,8 @@ def freeze(v, depth=0):
     try:
         import numpy as np
         if isinstance(v, np.ndarray):
-            return FObj(np.ndarray, {"dtype": str(v.dtype), "shape": v.shape, "data": torch.from_numpy(v.copy())})
+            return FObj(np.ndarray, {"dtype": str(v.dtype), "shape": v.shape,
+                                     "data": freeze(torch.from_numpy(v.copy()), depth + 1)})
         if isinstance(v, np.generic):
             return FObj(type(v), {"value": v.item()})
     except ImportError:
@@ -370,7 +372,9 @@ def copy_inputs(tree):
     deepcopy cannot copy in general, are cloned by hand (attributes too)."""
     memo = {}
     for v in walk(tree, [], set()):
-        if isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter):
+        if isinstance(v, torch.Tensor) and v.layout not in (torch.strided, torch.sparse_coo):
+            memo[id(v)] = v.clone()
+        elif isinstance(v, torch.Tensor) and type(v) not in (torch.Tensor, torch.nn.Parameter):
             with torch._C.DisableTorchFunctionSubclass():
                 c = v.detach().clone().requires_grad_(v.requires_grad)
             c = torch.Tensor._make_subclass(type(v), c, v.requires_grad)
@@ -389,20 +393,24 @@ def run_side(fn, p, subject, args, kwargs, seed):
     out, exc = None, None
     buf, cap = io.StringIO(), Capture()
     LOG.addHandler(cap)
-    try:
-        with contextlib.redirect_stdout(buf), torch.set_grad_enabled(p.grad):
-            out = materialise(fn(*args, **kwargs))
-    except Exception as e:  # noqa: BLE001 - compared with the other side
-        exc = e
-    finally:
-        LOG.removeHandler(cap)
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        try:
+            with contextlib.redirect_stdout(buf), torch.set_grad_enabled(p.grad):
+                out = materialise(fn(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001 - compared with the other side
+            exc = e
+        finally:
+            LOG.removeHandler(cap)
+    ours = [f"{w.category.__name__}: {w.message}" for w in warned
+            if "/corpus/" in (w.filename or "") and not str(w.message).startswith("smelt")]
     return {
         "exc": exc,
         "out": freeze(out),
         "ident": identity_pattern(out, known, p.alias),
         "args": freeze((args, kwargs)),
         "stdout": buf.getvalue(),
-        "log": "\n".join(cap.lines),
+        "log": "\n".join(cap.lines + ours),
         "state": freeze({k: v for k, v in state_of(p, subject).items()}),
     }
 
