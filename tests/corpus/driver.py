@@ -22,17 +22,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 
 
-def load_programs():
-    """Imports every category module; returns base.PROGRAMS."""
+def load_programs(extra=()):
+    """Imports every category module (and corpus.<m> for m in extra);
+    returns base.PROGRAMS."""
+    import importlib
     from . import base, programs  # noqa: F401 - importing registers the programs
+    for m in extra:
+        importlib.import_module(f"{__package__}.{m}")
     return base.PROGRAMS
 
 
-def child_main(names_file, out_file):
+def child_main(names_file, out_file, extra=""):
     """In the child: run the named programs in order, one JSON line each
     ("start" before, the result after; flushed so a crash leaves both)."""
     from . import harness
-    progs = {p.name: p for p in load_programs()}
+    progs = {p.name: p for p in load_programs([m for m in extra.split(",") if m])}
     with open(names_file) as fh:
         names = [n for n in fh.read().split("\n") if n]
     with open(out_file, "a") as out:
@@ -71,7 +75,7 @@ def _tail(path, n=2000):
         return ""
 
 
-def _spawn(names, tmp, k):
+def _spawn(names, tmp, k, extra):
     names_file = os.path.join(tmp, f"names{k}.txt")
     out_file = os.path.join(tmp, f"out{k}.jsonl")
     err_file = os.path.join(tmp, f"err{k}.txt")
@@ -82,18 +86,20 @@ def _spawn(names, tmp, k):
     err = open(err_file, "w")
     proc = subprocess.Popen([sys.executable, "-c",
                              "import sys; from corpus.driver import child_main; "
-                             "sys.exit(child_main(sys.argv[1], sys.argv[2]))", names_file, out_file],
+                             "sys.exit(child_main(*sys.argv[1:]))", names_file, out_file, ",".join(extra)],
                             stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=TESTS,
                             start_new_session=True)
     err.close()
     return {"proc": proc, "names": names, "out": out_file, "err": err_file, "seen": 0, "last": time.time()}
 
 
-def run_corpus(names=None, jobs=1, timeout=120.0, progress=None):
-    """{name: record} for the named programs (all when None)."""
-    progs = load_programs()
+def run_corpus(names=None, jobs=1, timeout=120.0, extra=()):
+    """{name: record} for the named programs (the corpus when None), in
+    `jobs` children at once; extra: more modules of programs to load
+    (corpus.<m>), whose programs run only when named."""
+    progs = load_programs(extra)
     cat = {p.name: p.category for p in progs}
-    todo = [p.name for p in progs if names is None or p.name in names]
+    todo = [p.name for p in progs if (p.name in names if names is not None else p.category != "selfcheck")]
     results = {}
     with tempfile.TemporaryDirectory(prefix="smelt-corpus-") as tmp:
         shards = [todo[i::jobs] for i in range(jobs)] if jobs > 1 else [todo]
@@ -101,16 +107,14 @@ def run_corpus(names=None, jobs=1, timeout=120.0, progress=None):
         running = []
         for s in shards:
             if s:
-                running.append(_spawn(s, tmp, k))
+                running.append(_spawn(s, tmp, k, extra))
                 k += 1
         while running:
-            time.sleep(0.05)
+            time.sleep(0.2)
             for ch in list(running):
                 started, done = _read(ch["out"])
                 if len(done) != ch["seen"]:
                     ch["seen"], ch["last"] = len(done), time.time()
-                    if progress:
-                        progress(len(results) + sum(len(_read(c["out"])[1]) for c in running), len(todo))
                 rc = ch["proc"].poll()
                 hung = rc is None and time.time() - ch["last"] > timeout
                 if rc is None and not hung:
@@ -132,7 +136,7 @@ def run_corpus(names=None, jobs=1, timeout=120.0, progress=None):
                                 "graphs": 0, "breaks": 0, "reasons": [], "seconds": 0.0}
                 rest = [n for n in rest if n != bad]
                 if rest:
-                    running.append(_spawn(rest, tmp, k))
+                    running.append(_spawn(rest, tmp, k, extra))
                     k += 1
     return results
 

@@ -295,6 +295,8 @@ def state_of(p, subject):
         for k, v in subject.state_dict(keep_vars=True).items():
             st["sd:" + k] = v
         st["training"] = [m.training for m in subject.modules()]
+        for k, v in subject.named_parameters():
+            st["grad:" + k] = v.grad
     return st
 
 
@@ -310,7 +312,7 @@ def _attr(o, path):
 
 def save_state(p, subject):
     with torch.no_grad():
-        return {k: copy.deepcopy(v) if not isinstance(v, torch.Tensor) else v.detach().clone()
+        return {k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
                 for k, v in state_of(p, subject).items()}
 
 
@@ -321,6 +323,8 @@ def restore_state(p, subject, saved):
         if k == "training":
             for m, flag in zip(subject.modules(), v):
                 m.training = flag
+        elif k.startswith("grad:"):
+            subject.get_parameter(k[5:]).grad = None if v is None else v.clone()
         elif isinstance(c, torch.Tensor) and isinstance(v, torch.Tensor) and c.shape == v.shape and c.dtype == v.dtype:
             with torch.no_grad():
                 c.copy_(v)
@@ -403,7 +407,8 @@ def run_side(fn, p, subject, args, kwargs, seed):
         finally:
             LOG.removeHandler(cap)
     ours = [f"{w.category.__name__}: {w.message}" for w in warned
-            if "/corpus/" in (w.filename or "") and not str(w.message).startswith("smelt")]
+            if "/corpus/" in (w.filename or "") and not str(w.message).startswith("smelt")
+            and "Triggered internally" not in str(w.message)]
     return {
         "exc": exc,
         "out": freeze(out),

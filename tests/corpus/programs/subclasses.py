@@ -104,13 +104,6 @@ class AddOneMode(TorchFunctionMode):
         return out
 
 
-def _under_mode(fn):
-    def run(*a):
-        with AddOneMode():
-            return fn(*a)
-    return run
-
-
 @prog(C, inputs=(T(3, 4),))
 def function_mode_inside(x):
     with AddOneMode():
