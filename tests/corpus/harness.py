@@ -358,16 +358,28 @@ class Capture(logging.Handler):
         self.lines.append(f"{record.levelname}:{record.getMessage()}")
 
 
+@dataclasses.dataclass
+class GeneratorItems:
+    """What a returned generator yielded (compared in place of it)."""
+    items: list
+
+
+@dataclasses.dataclass
+class CoroutineValue:
+    """What a returned coroutine returned when driven to its end."""
+    value: object
+
+
 def materialise(out):
     """A generator's items, a coroutine's value."""
     if inspect.isgenerator(out):
-        return ("<generator>", list(out))
+        return GeneratorItems(list(out))
     if inspect.iscoroutine(out):
         try:
             while True:
                 out.send(None)
         except StopIteration as stop:
-            return ("<coroutine>", stop.value)
+            return CoroutineValue(stop.value)
     return out
 
 
