@@ -38,7 +38,8 @@ class Program:
     state: tuple               # observable state: global names, "self.attr", "cell:name"
     alias: bool                # compare storage sharing of outputs with inputs
     tol: tuple                 # (rtol, atol) for floating results, or None
-    grad: bool                 # run with grad mode on (modules: off unless set)
+    grad: object               # grad mode for calls: True, False, "keep" (as the steps left it);
+                               # default: on for functions, off for modules
     fullgraph: bool            # smelt.compile(..., fullgraph=True)
     module_globals: dict       # the defining module's globals
     is_module: bool
@@ -172,7 +173,7 @@ def _register(fn, category, is_module, inputs, kwargs, steps, state, alias, tol,
     build_ = fn if is_module else (lambda f=fn: f)
     PROGRAMS.append(Program(name, category, build_, tuple(inputs), dict(kwargs or {}),
                             list(steps or TWO), tuple(state), alias, tol,
-                            bool(grad) if grad is not None else not is_module, fullgraph,
+                            (not is_module) if grad is None else grad if grad == "keep" else bool(grad), fullgraph,
                             g, is_module, note))
     return fn
 

@@ -412,7 +412,8 @@ def run_side(fn, p, subject, args, kwargs, seed):
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         try:
-            with contextlib.redirect_stdout(buf), torch.set_grad_enabled(p.grad):
+            mode = torch.is_grad_enabled() if p.grad == "keep" else p.grad
+            with contextlib.redirect_stdout(buf), torch.set_grad_enabled(mode):
                 out = materialise(fn(*args, **kwargs))
         except Exception as e:  # noqa: BLE001 - compared with the other side
             exc = e
