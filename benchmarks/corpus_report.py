@@ -38,6 +38,39 @@ def reason_key(text):
     return text[:140]
 
 
+KINDS = [   # (kind, pattern on the reason), first match wins
+    ("data-dependent (.item(), branch or count on tensor values)",
+     r"depends on tensor data|\.item\(\)|tensor method (item|tolist)|a tensor has no value at trace time"),
+    ("module hooks registered", r"has hooks registered|global module hooks"),
+    ("autograd (inputs require grad, backward, requires_grad)",
+     r"require grad|requires_grad|backward|autograd"),
+    ("side effect on state from outside (global/closure/attribute/list/dict writes)",
+     r"STORE_GLOBAL|STORE_ATTR|passed in from outside|closure variable|leaves attribute"),
+    ("print / logging / warnings", r"builtins\.print|sys\._getframe|_warnings\.warn"),
+    ("functools.partial", r"functools\.partial"),
+    ("collections (OrderedDict, defaultdict, namedtuple, Counter) and set methods",
+     r"collections\.|_collections|call of (add|__new__) is|namedtuple|corpus\.programs\.containers\.(Pair|Stats)"),
+    ("unsupported bytecode", r"^bytecode "),
+    ("unsupported tensor method/attribute", r"^tensor (method|attribute)"),
+    ("host call failed at trace time (no meta kernel, bad argument)", r"^host call of"),
+    ("eager raises here (bad input): smelt runs it eagerly to raise",
+     r"cannot broadcast|inner dims differ|out of range|is invalid for input|cannot be cast|needs a floating|"
+     r"not allowed|would change the tensor|cannot reduce|expected a sequence|the traced code raises"),
+    ("nothing to compile (no tensor computed)", r"no tensor computed"),
+    ("in-place update of a view, or returning an updated input",
+     r"in-place update of a view|returning an input it updated"),
+    ("iterators, generators, coroutines from outside", r"next\(\)|iterator|iteration over|coroutine|attribute send"),
+    ("other unsupported call", r"^call of|^context manager|^import of"),
+]
+
+
+def reason_kind(text):
+    for kind, pattern in KINDS:
+        if re.search(pattern, text or ""):
+            return kind
+    return "other"
+
+
 def summarise(results):
     """{category: counters} plus '*' for everything."""
     rows = collections.defaultdict(collections.Counter)
@@ -91,7 +124,15 @@ def print_reasons(results, top):
         for k in {reason_key(x) for x in r.get("reasons", [])}:
             counts[k] += 1
             example.setdefault(k, r["name"])
-    print(f"\nwhy frames ran eagerly (programs not compiled whole; top {top}):")
+    kinds = collections.Counter()
+    for r in results.values():
+        if r.get("mode") != "whole":
+            for k in {reason_kind(x) for x in r.get("reasons", [])} or {"(no break: see wrong answers)"}:
+                kinds[k] += 1
+    print("\nwhy programs did not compile whole, by kind (a program counts once per kind):")
+    for k, n in kinds.most_common():
+        print(f"  {n:4}  {k}")
+    print(f"\nthe reasons themselves (top {top}):")
     for k, n in counts.most_common(top):
         print(f"  {n:4}  {k}   (e.g. {example[k]})")
 
