@@ -559,7 +559,7 @@ def _run_steps(p, res):
         diff = compare_sides(e, c, p.tol, p.alias)
         if diff and res["status"] == "ok":
             res.update(status="wrong", detail=diff, step=i)
-        if not p.alias and not e["exc"] and not c["exc"] and e["ident"] != c["ident"] and "note" not in res:
+        if not diff and not p.alias and not e["exc"] and e["ident"] != c["ident"] and "note" not in res:
             res["note"] = f"step {i}: " + identity_diff(e["ident"], c["ident"])
         restore_state(p, subject, after_eager)
     classify(res, top, codes, before, ncalls)
