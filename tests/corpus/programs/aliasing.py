@@ -6,7 +6,7 @@ objects, and which share an input's storage, must match eager."""
 import torch
 import torch.nn.functional as F
 
-from ..base import Fn, T, prog
+from ..base import Fn, T, mod, prog
 
 C = "aliasing"
 
@@ -206,3 +206,41 @@ def input_in_list_returned(x):
 def unbind_views(x):
     a, b, c, d, e = x.unbind(0)
     return a, e
+
+
+class ReturnsParam(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+        self.register_buffer("b", torch.randn(4))
+
+    def forward(self, x):
+        return self.w, self.b, x * self.w
+
+
+@mod(C, inputs=(T(3, 4),), alias=True)
+def module_returns_its_parameter_and_buffer():
+    return ReturnsParam()
+
+
+@prog(C, inputs=(T(1, 4),), alias=True)
+def expand_of_input_returned(x):
+    return x.expand(3, 4), x.T, x.mT
+
+
+@prog(C, inputs=(Fn(lambda g: torch.randn(1, 4, generator=g).expand(3, 4), "expanded"),), alias=True)
+def inplace_on_expanded_input_raises(x):
+    x.add_(1)
+    return x.sum()
+
+
+@prog(C, inputs=(T(3, 4),), alias=True)
+def inplace_then_return_view(x):
+    x.mul_(2)
+    return x[0]
+
+
+@prog(C, inputs=(Fn(lambda g: torch.randn(5, 4, generator=g)[1:4], "offset view"),), alias=True)
+def inplace_on_offset_view_input(x):
+    x.sub_(1)
+    return x * 2
