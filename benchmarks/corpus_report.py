@@ -60,7 +60,10 @@ KINDS = [   # (kind, pattern on the reason), first match wins
     ("in-place update of a view, or returning an updated input",
      r"in-place update of a view|returning an input it updated"),
     ("iterators, generators, coroutines from outside", r"next\(\)|iterator|iteration over|coroutine|attribute send"),
-    ("other unsupported call", r"^call of|^context manager|^import of"),
+    ("context managers (custom classes, contextlib, autocast)", r"context manager|autocast"),
+    ("returning a function, method or iterator", r"^returning a (function|method|iterator)"),
+    ("recursion deeper than the trace allows", r"call depth over"),
+    ("other unsupported call", r"^call of|^import of"),
 ]
 
 
