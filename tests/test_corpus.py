@@ -155,3 +155,46 @@ def test_driver_reports_crash_and_hang_and_goes_on(tmp_path, monkeypatch):
     assert res["selfcheck_programs._hang"]["status"] == "hang"
     for n in names[0], names[2], names[4]:
         assert res[n]["status"] in ("ok", "wrong") and "mode" in res[n], res[n]
+
+
+# ---------------------------------------------------------------- the report
+
+def _report():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "corpus_report.py")
+    spec = importlib.util.spec_from_file_location("corpus_report", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_report_counts_and_reason_kinds():
+    rep = _report()
+    res = {
+        "a.x": {"name": "a.x", "category": "a", "status": "ok", "mode": "whole", "graphs": 1, "breaks": 0, "reasons": []},
+        "a.y": {"name": "a.y", "category": "a", "status": "wrong", "mode": "whole", "graphs": 2, "breaks": 0, "reasons": []},
+        "b.z": {"name": "b.z", "category": "b", "status": "ok", "mode": "partial", "graphs": 3, "breaks": 2,
+                "reasons": ["call of builtins.print is not supported at f.py:3"]},
+        "b.w": {"name": "b.w", "category": "b", "status": "crash", "mode": "eager", "graphs": 0, "breaks": 0, "reasons": []},
+    }
+    rows = rep.summarise(res)
+    assert rows["*"]["programs"] == 4 and rows["*"]["whole"] == 2 and rows["*"]["wrong"] == 1
+    assert rows["*"]["crash"] == 1 and rows["b"]["partial"] == 1 and rows["b"]["broken_graphs"] == 3
+    assert rows["b"]["broken_breaks"] == 2 and rows["a"]["graphs"] == 3
+    assert rep.reason_key("tensor method item is not supported yet at /x/y.py:12") == "tensor method item is not supported yet"
+    assert rep.reason_kind("control flow depends on tensor data at f.py:1").startswith("data-dependent")
+    assert rep.reason_kind("call of builtins.print is not supported").startswith("print")
+
+
+def test_report_runs_one_category_and_bench_has_the_flag(tmp_path, capsys):
+    from smelt import bench
+    assert bench.parse_args(["--corpus"]).corpus
+    rep = _report()
+    out = tmp_path / "r.json"
+    rc = rep.main(["--category", "sizes", "--jobs", "1", "--json", str(out)])
+    text = capsys.readouterr().out
+    import json
+    data = json.load(open(out))
+    n = sum(1 for p in PROGRAMS if p.category == "sizes")
+    assert data["summary"]["*"]["programs"] == n and f"{n} programs" in text
+    assert rc == (1 if any(r["status"] != "ok" for r in data["programs"].values()) else 0)
