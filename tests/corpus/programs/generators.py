@@ -3,7 +3,6 @@ generators consumed inside a compiled function, generator expressions,
 yield from, send, async functions (driven to completion by the harness)."""
 import itertools
 
-
 from ..base import T, prog
 
 C = "generators"
