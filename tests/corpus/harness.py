@@ -14,10 +14,12 @@ and logged, and the exception type when eager raises.
 
 The outcome of a program: `ok` or `wrong` (with the first difference), and
 how smelt ran it: `whole` (every call ran compiled code, no graph break),
-`partial` (a break, but some graph was compiled: a callee or another
+`partial` (a break, but compiled code ran: a callee's graph, compiled now or
+by an earlier program for shared code such as nn.Linear.forward, or another
 entry), `eager` (nothing compiled). Graph and break counts come from
 `._smelt.stats()` of the compiled object and of every CompiledFunction the
-frame hook kept for the program's own code and its modules' forwards.
+frame hook kept for the program's own code and its modules' forwards
+(differences over the program's run: graphs compiled, not reused).
 """
 import contextlib
 import copy
@@ -499,13 +501,14 @@ def hooked(code):
 
 
 def counters(codes, skip):
-    """{code: (compiles, breaks, last_break)} of the CompiledFunction kept for each code."""
+    """{code: (compiles, breaks, last_break, hits)} of the CompiledFunction
+    kept for each code."""
     out = {}
     for co in codes:
         cf = hooked(co)
         if cf is not None and cf is not skip:
             st = cf.stats()
-            out[co] = (st["compiles"], st["breaks"], st["last_break"])
+            out[co] = (st["compiles"], st["breaks"], st["last_break"], st["hits"])
     return out
 
 
@@ -569,14 +572,16 @@ def classify(res, top, codes, before, ncalls):
     st = top.stats()
     graphs, breaks = st["compiles"], st["breaks"]
     reasons = [st["last_break"]] if st["breaks"] else []
-    for co, (comp, brk, why) in counters(codes, top).items():
-        c0, b0, _ = before.get(co, (0, 0, None))
+    reused = 0       # runs of callee entries compiled before this program (shared code)
+    for co, (comp, brk, why, hits) in counters(codes, top).items():
+        c0, b0, _, h0 = before.get(co, (0, 0, None, 0))
         graphs += comp - c0
         breaks += brk - b0
+        reused += hits - h0
         if brk > b0 and why:
             reasons.append(why)
     whole = st["breaks"] == 0 and st["eager_entries"] == 0 and st["compiles"] >= 1
-    res.update(mode="whole" if whole else "partial" if graphs > 0 else "eager",
+    res.update(mode="whole" if whole else "partial" if graphs > 0 or reused > 0 else "eager",
                graphs=graphs, breaks=breaks, calls=ncalls, top_compiles=st["compiles"],
                top_breaks=st["breaks"], hits=st["hits"], reasons=reasons)
 
