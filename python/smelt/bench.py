@@ -32,6 +32,10 @@ time, cold and warm, and issue 5's targets (>= 30x, cold and warm) per model.
 Usage: python -m smelt.bench [--quick] [--models mlp,gpt2,micro,...]
            [--compilers eager,smelt,inductor] [--threads 2]
            [--json bench_results.json] [--png PATH] [--timeout S] [--no-warm]
+       python -m smelt.bench --corpus [--corpus-jobs 2]
+           (instead: benchmarks/corpus_report.py, how smelt runs the corpus
+           of small programs in tests/corpus: share compiled whole, partly
+           eager, wrong, crashes, graphs per break, per category)
 Exit status 1 when a smelt result disagrees with eager, else 0. Running this
 file as a script (python python/smelt/bench.py) works without importing smelt
 in the parent, so eager and inductor still run when smelt._C cannot load.
@@ -910,6 +914,9 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=900.0,
                    help="seconds per workload (a child running several gets the sum)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--corpus", action="store_true",
+                   help="run benchmarks/corpus_report.py (the corpus of small programs) instead")
+    p.add_argument("--corpus-jobs", type=int, default=2, help="child processes for --corpus (default 2)")
     args = p.parse_args(argv)
     try:
         args.models = expand_models(args.models)
@@ -986,8 +993,27 @@ def write_outputs(meta, records, args):
     print()
 
 
+# --------------------------------------------------------------------------
+# the corpus (issue 11)
+
+def corpus_main(jobs):
+    """benchmarks/corpus_report.py's report; its exit status (1: a wrong
+    answer or a crash)."""
+    import importlib.util
+    path = REPO / "benchmarks" / "corpus_report.py"
+    if not path.exists():
+        print(f"no corpus report here ({path} is missing: an installed copy without the checkout)")
+        return 2
+    spec = importlib.util.spec_from_file_location("corpus_report", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.main(["--jobs", str(jobs)])
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.corpus:
+        return corpus_main(args.corpus_jobs)
     if args.child:
         child_main(json.loads(args.child))
         sys.stdout.flush()
