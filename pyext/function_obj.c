@@ -39,7 +39,8 @@ typedef struct entry {
     tr_result r;
     guard_tree *tree;      /* NULL: its guards could not be built; never matches */
     int *input_node;       /* graph input k is the value of tree node input_node[k] */
-    uint8_t *want;         /* by node id: 1 for the nodes in input_node */
+    uint8_t *want;         /* by node id: 1 for the nodes whose values a run uses */
+    int *wanted, nwanted;  /* those node ids: the graph inputs' and TO_SOURCE results' */
     PyObject *compiled;    /* smelt._C.Compiled, or NULL: run eagerly */
     struct entry *next;
     int refs;              /* the list's reference (while linked) + running calls */
@@ -269,8 +270,9 @@ static int add_leaf(guard_node *n, const tr_guard *gd)
 
 /* The guard tree of a trace of fn with nargs parameters: global state (grad
  * mode, default dtype) on the root, one node per source, one leaf per
- * guard; input_node[k] gets the node of graph input k. NULL + exception. */
-static guard_tree *build_tree(PyObject *fn, int nargs, const tr_result *r, int *input_node)
+ * guard; input_node[k] gets the node of graph input k, and each TO_SOURCE
+ * output of r its node. NULL + exception. */
+static guard_tree *build_tree(PyObject *fn, int nargs, tr_result *r, int *input_node)
 {
     PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
     guard_tree *t = guard_tree_new();
@@ -285,6 +287,9 @@ static guard_tree *build_tree(PyObject *fn, int nargs, const tr_result *r, int *
         ok = add_leaf(nodes[r->guards[i].src], &r->guards[i]) == 0;
     for (int32_t k = 0; ok && k < r->ninputs; k++)
         input_node[k] = guard_node_id(nodes[r->input_src[k]]);
+    for (int32_t i = 0; ok && i < r->nouts; i++)
+        if (r->outs[i].kind == TO_SOURCE)
+            r->outs[i].node = guard_node_id(nodes[r->outs[i].index]);
     PyMem_Free(nodes);
     Py_XDECREF(vars);
     Py_XDECREF(cells);
@@ -332,21 +337,33 @@ static PyObject *input_view(PyObject *t, PyObject *spec)
                                off + PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 2)));
 }
 
-/* The value of output plan slot o of r: graph outputs `outs`, the call's
- * graph inputs `ins` (for results that are inputs or views of them). */
-static PyObject *build_result(const tr_result *r, int32_t o, PyObject *outs, PyObject *const *ins)
+/* What a compiled entry's run produced, for build_result: graph outputs
+ * `outs`, the call's graph inputs `ins` (results that are inputs or views
+ * of them) and the values its guard check fetched, by tree node (vals). */
+typedef struct run_vals {
+    PyObject *outs;
+    PyObject *const *ins;
+    PyObject *const *vals;
+} run_vals;
+
+/* The value of output plan slot o of r. */
+static PyObject *build_result(const tr_result *r, int32_t o, const run_vals *rv)
 {
     const tr_out *x = &r->outs[o];
     switch (x->kind) {
-    case TO_TENSOR: return Py_NewRef(PyList_GET_ITEM(outs, x->index));
+    case TO_TENSOR: return Py_NewRef(PyList_GET_ITEM(rv->outs, x->index));
     case TO_CONST: return Py_NewRef(x->obj);
-    case TO_INPUT: return Py_NewRef(ins[x->index]);
-    case TO_VIEW: return input_view(ins[x->index], x->obj);
+    case TO_INPUT: return Py_NewRef(rv->ins[x->index]);
+    case TO_VIEW: return input_view(rv->ins[x->index], x->obj);
+    case TO_SOURCE:
+        if (rv->vals[x->node])
+            return Py_NewRef(rv->vals[x->node]);
+        return PyErr_Format(PyExc_SystemError, "smelt: a returned object was not fetched by its guards");
     default: break;
     }
     PyObject *c = x->kind == TO_DICT ? PyDict_New() : x->kind == TO_LIST ? PyList_New(x->n) : PyTuple_New(x->n);
     for (int32_t i = 0; c && i < x->n; i++) {
-        PyObject *v = build_result(r, x->first + i, outs, ins);
+        PyObject *v = build_result(r, x->first + i, rv);
         if (!v) {
             Py_CLEAR(c);
             break;
@@ -383,7 +400,7 @@ static int write_back(const entry *e, PyObject *const *ins, PyObject *outs)
 }
 
 /* Runs compiled entry e on vals, the values its guard check just fetched
- * (by node id); releases the inputs' values. The inputs passed their
+ * (by node id); releases the wanted values. The inputs passed their
  * TENSOR_MATCH checks, so the plan runs without re-validating them.
  * Py_NotImplemented when an input it updates in place shares memory with
  * another input (eager would see the update through the other one, the
@@ -401,11 +418,13 @@ static PyObject *run_compiled(entry *e, PyObject **vals)
     PyObject *outs = ins && k == n ? pyext_compiled_call_trusted(e->compiled, ins, e->r.mut_in, e->r.nmut) : NULL;
     if (outs == Py_NotImplemented)
         res = Py_NewRef(outs);
-    else if (outs && !write_back(e, ins, outs))
-        res = build_result(&e->r, 0, outs, ins);
+    else if (outs && !write_back(e, ins, outs)) {
+        run_vals rv = { outs, ins, vals };
+        res = build_result(&e->r, 0, &rv);
+    }
     Py_XDECREF(outs);
-    for (k = 0; k < n; k++)
-        Py_CLEAR(vals[e->input_node[k]]);
+    for (k = 0; k < e->nwanted; k++)
+        Py_CLEAR(vals[e->wanted[k]]);
     if (ins != ins_small)
         PyMem_Free(ins);
     return res;
@@ -476,6 +495,7 @@ static void entry_free(entry *e)
     guard_tree_free(e->tree);
     PyMem_Free(e->input_node);
     PyMem_Free(e->want);
+    PyMem_Free(e->wanted);
     Py_XDECREF(e->compiled);
     PyMem_Free(e);
 }
@@ -540,8 +560,14 @@ static int entry_guards(FunctionObject *self, entry *e, int nargs, int *rc)
     if ((e->tree = build_tree(self->fn, nargs, &e->r, e->input_node))) {
         if (!(e->want = PyMem_Calloc((size_t)guard_tree_num_nodes(e->tree), 1)))
             return PyErr_NoMemory(), -1;
-        for (int32_t k = 0; k < e->r.ninputs; k++)
-            e->want[e->input_node[k]] = 1;
+        if (!(e->wanted = PyMem_Calloc((size_t)(e->r.ninputs + e->r.nouts) + 1, sizeof(int))))
+            return PyErr_NoMemory(), -1;
+        for (int32_t k = 0; k < e->r.ninputs + e->r.nouts; k++) {
+            int id = k < e->r.ninputs ? e->input_node[k] : e->r.outs[k - e->r.ninputs].kind == TO_SOURCE ?
+                     e->r.outs[k - e->r.ninputs].node : -1;
+            if (id >= 0 && !e->want[id]++)
+                e->wanted[e->nwanted++] = id;
+        }
         char *txt = pyext_log_on(PYEXT_LOG_GUARDS) ? guard_tree_print(e->tree) : NULL;
         if (txt)
             log_fn(PYEXT_LOG_GUARDS, self->fn, "new entry of", txt);

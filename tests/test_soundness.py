@@ -369,3 +369,75 @@ def test_compiled_function_copies_are_itself():
     holder = nn.Module()
     holder.fn = f
     assert copy.deepcopy(holder).fn is f
+
+
+def test_torch_modules_made_in_forward():
+    def parameter_free(x):
+        return nn.Softmax(dim=-1)(x) + nn.GELU(approximate="tanh")(x)
+
+    f = smelt.compile(parameter_free)
+    x = rnd(3, 4)
+    same(f(x), parameter_free(x))
+    assert f.stats()["breaks"] == 0
+
+    def with_weights(x):
+        return nn.Linear(4, 2)(x)
+
+    g = smelt.compile(with_weights)
+    torch.manual_seed(5)
+    got = g(x)
+    torch.manual_seed(5)
+    same(got, with_weights(x))   # eager draws the weights: the trace must not have drawn any
+    assert "parameters" in g.stats()["last_break"]
+
+
+class Patched(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def helper(self, x):
+        return x * 2
+
+    @staticmethod
+    def smethod(x):
+        return x + 1
+
+    @classmethod
+    def cmethod(cls, x):
+        return x - 1
+
+    def forward(self, x):
+        return self.helper(self.fc(x)) + self.smethod(x) + self.cmethod(x)
+
+
+def test_monkeypatched_methods_and_functions():
+    import torch.nn.functional as F
+    m = Patched().eval()
+    c = smelt.compile(m)
+    x = rnd(2, 4)
+    with torch.no_grad():
+        same(c(x), m(x))
+        same(c(x), m(x))
+        assert c._smelt.stats()["compiles"] == 1       # static/class methods guarded stably
+        Patched.helper = lambda self, t: t * 3
+        same(c(x), m(x))
+        m.helper = lambda t: t * 5                      # an instance attribute shadows it
+        same(c(x), m(x))
+        del m.helper
+        m.forward = lambda t: t * 0                     # an instance forward
+        same(c(x), m(x))
+        del m.forward
+
+    def uses_relu(t):
+        return F.relu(t) + 1
+
+    f = smelt.compile(uses_relu)
+    same(f(x), uses_relu(x))
+    old = F.relu
+    try:
+        F.relu = lambda t, inplace=False: t * 100
+        same(f(x), uses_relu(x))
+    finally:
+        F.relu = old
+    same(f(x), uses_relu(x))

@@ -1491,6 +1491,8 @@ static int32_t call_module(tracer *T, int32_t mv, const call_args *a)
     if (own_forward || _PyType_Lookup(Py_TYPE(T->vals[mv].obj), s_call) != module_call)
         return PyErr_Occurred() ? -1 : tr_break(T, "module %s overrides __call__ or forward per instance",
                                                 Py_TYPE(T->vals[mv].obj)->tp_name);
+    if (tr_add_guard(T, TG_HAS_KEY, tr_src_new(T, SRC_ATTR, T->vals[mv].src, 0, s_dict), s_forward, 0))
+        return -1;   /* an instance forward assigned later must be seen */
     PyObject *fwd = _PyType_Lookup(Py_TYPE(T->vals[mv].obj), s_forward);
     if (!fwd || !PyFunction_Check(fwd))
         return tr_break(T, "forward of %s is not a Python function", Py_TYPE(T->vals[mv].obj)->tp_name);
@@ -1595,6 +1597,51 @@ static int32_t call_bound(tracer *T, int32_t fn, const call_args *a)
 
 static int exc_class_plain(PyObject *o);
 
+int tr_is_module_class(PyObject *cls)
+{
+    if (ensure_nn()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return PyType_Check(cls) && PyType_IsSubtype((PyTypeObject *)cls, (PyTypeObject *)module_type);
+}
+
+/* A module of one of torch's own classes made in the traced code with
+ * constant arguments (`nn.Softmax(dim=-1)(x)`): made now, a constant of
+ * the trace. One that holds parameters or buffers (random initial
+ * weights, state) is not: a break. -2 for classes defined outside torch. */
+static int32_t new_torch_module(tracer *T, PyObject *cls, const call_args *a)
+{
+    PyObject *mod = PyObject_GetAttrString(cls, "__module__");
+    const char *mn = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+    int torch_cls = mn && !strncmp(mn, "torch.", 6);
+    Py_XDECREF(mod);
+    PyErr_Clear();
+    if (!torch_cls)
+        return -2;
+    PyObject *torch = PyImport_AddModule("torch");   /* borrowed */
+    PyObject *rng = torch ? PyObject_CallMethod(torch, "get_rng_state", NULL) : NULL;
+    if (!rng)
+        return -1;
+    int32_t m = bi_pure(T, a, cls);
+    PyObject *back = PyObject_CallMethod(torch, "set_rng_state", "O", rng);   /* initialising weights draws numbers */
+    Py_DECREF(rng);
+    if (!back)
+        return -1;
+    Py_DECREF(back);
+    if (m < 0)
+        return -1;
+    PyObject *o = T->vals[m].obj;
+    PyObject *state = PyObject_CallMethod(o, "state_dict", NULL);
+    Py_ssize_t n = state ? PyObject_Length(state) : -1;
+    Py_XDECREF(state);
+    if (n != 0) {
+        PyErr_Clear();
+        return tr_break(T, "a %s module with parameters or buffers made in the traced code", ((PyTypeObject *)cls)->tp_name);
+    }
+    return m;
+}
+
 /* Calls value fn with arguments a. */
 int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
 {
@@ -1639,6 +1686,8 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
     r = bi_call(T, o, a);
     if (r == -2 && PyExceptionClass_Check(o) && exc_class_plain(o))
         r = bi_pure(T, a, o);   /* an exception instance, for `raise` */
+    if (r == -2 && PyType_Check(o) && tr_is_module_class(o))
+        r = new_torch_module(T, o, a);
     if (r == -2 && PyType_Check(o))
         r = obj_new_instance(T, fn, a);
     if (r == -2)
@@ -1690,16 +1739,52 @@ int32_t tr_tensor_inst_attr(tracer *T, int32_t v, PyObject *name, int guard_abse
         r = tv_obj(T, a, tr_src_new(T, SRC_ATTR, src, 0, name));
     else if (PyErr_Occurred())
         r = -1;
-    else if (guard_absent && tr_add_guard(T, TG_HAS_KEY, tr_src_new(T, SRC_ATTR, src, 0, s_dict), name, 0))
-        r = -1;
+    else if (guard_absent && (tr_add_guard(T, TG_HAS_KEY, tr_src_new(T, SRC_ATTR, src, 0, s_dict), name, 0) ||
+                              tr_add_guard(T, TG_HAS_KEY, tr_src_new(T, SRC_ATTR, tr_src_new(T, SRC_TYPE, src, 0, NULL),
+                                                                     0, s_dict), name, 0)))
+        r = -1;   /* nor added to its class later (torch.Tensor.extra = ...) */
     Py_DECREF(d);
     return r;
+}
+
+/* A user class's attribute ca (a function, property, static or class
+ * method defined outside torch) found for object value v: it stays that
+ * object on the class (identity), and no instance attribute of the same
+ * name appears to shadow it (monkeypatching after the first call). */
+static int guard_class_attr(tracer *T, int32_t v, PyObject *name, PyObject *ca)
+{
+    int sm = PyObject_TypeCheck(ca, &PyStaticMethod_Type), cm = PyObject_TypeCheck(ca, &PyClassMethod_Type);
+    PyObject *fn = sm || cm ? PyObject_GetAttrString(ca, "__func__")
+                 : PyObject_TypeCheck(ca, &PyProperty_Type) ? PyObject_GetAttrString(ca, "fget") : Py_XNewRef(ca);
+    PyErr_Clear();
+    int user = fn && PyFunction_Check(fn) && !code_trusted(PyFunction_GET_CODE(fn));
+    int rc = 0;
+    if (user && T->vals[v].src >= 0 && !tr_keep(T, fn)) {
+        /* what reading the attribute from the class gives: the function
+         * itself for functions and static methods, the property object, a
+         * new bound method for a class method (its __func__ is guarded) */
+        int32_t src = class_attr_src(T, v, name);
+        if (cm)
+            src = tr_src_new(T, SRC_ATTR, src, 0, s_func);
+        PyObject *d = PyObject_GenericGetDict(T->vals[v].obj, NULL);
+        int has_dict = d && PyDict_Check(d);
+        Py_XDECREF(d);
+        PyErr_Clear();
+        rc = tr_add_guard(T, TG_ID, src, sm || cm ? fn : ca, 0) ||
+             (has_dict && tr_add_guard(T, TG_HAS_KEY, tr_src_new(T, SRC_ATTR, T->vals[v].src, 0, s_dict), name, 0));
+    }
+    Py_XDECREF(fn);
+    return rc;
 }
 
 /* Attribute found on the class: property getters are traced, staticmethod
  * and classmethod unwrapped, functions bound. -2: not such a descriptor. */
 static int32_t class_descr(tracer *T, int32_t v, PyObject *name, PyObject *ca)
 {
+    if (T->vals[v].kind == V_OBJ && (PyFunction_Check(ca) || PyObject_TypeCheck(ca, &PyProperty_Type) ||
+        PyObject_TypeCheck(ca, &PyStaticMethod_Type) || PyObject_TypeCheck(ca, &PyClassMethod_Type)) &&
+        guard_class_attr(T, v, name, ca))
+        return -1;
     if (PyObject_TypeCheck(ca, &PyProperty_Type)) {
         PyObject *get = PyObject_GetAttrString(ca, "fget");
         int32_t r = -1;
@@ -1807,14 +1892,13 @@ static int32_t object_attr(tracer *T, int32_t v, PyObject *name)
         PyErr_Clear();
         return tr_break(T, "attribute %U of %s raised", name, Py_TYPE(o)->tp_name);
     }
-    int trusted = PyModule_Check(o) && is_trusted_module(o);
     int32_t r;
     if (PyMethod_Check(a) && PyMethod_GET_SELF(a) == o && !tr_keep(T, PyMethod_GET_FUNCTION(a)))   /* made anew */
         r = tv_bound(T, PyMethod_GET_FUNCTION(a), v, tr_src_new(T, SRC_ATTR, tr_src_new(T, SRC_ATTR, src, 0, name), 0, s_func));
     else if (!PyModule_Check(o) && PyCFunction_Check(a) && PyCFunction_GET_SELF(a) == o)
         r = tr_const(T, v) ? tv_obj(T, a, -1) : -1;   /* likewise; it works on o itself, guarded */
     else
-        r = PyErr_Occurred() ? -1 : tv_obj(T, a, trusted ? -1 : tr_src_new(T, SRC_ATTR, src, 0, name));
+        r = PyErr_Occurred() ? -1 : tv_obj(T, a, tr_src_new(T, SRC_ATTR, src, 0, name));   /* torch.* too: monkeypatching */
     Py_DECREF(a);
     return r;
 }
@@ -2158,6 +2242,8 @@ static int32_t module_subscr(tracer *T, int32_t c, int32_t k)
         Py_XDECREF(mods);
         if (!m)
             return PyErr_Occurred() ? -1 : tr_break(T, "module has no child %R", key->obj);
+        if (!tr_const(T, k))   /* the key (an attribute, say) is guarded */
+            return -1;
         int32_t ms = tr_src_new(T, SRC_ATTR, T->vals[c].src, 0, s_modules);
         if (tr_add_guard(T, TG_TYPE, T->vals[c].src, (PyObject *)Py_TYPE(T->vals[c].obj), 0))
             return -1;
@@ -3530,6 +3616,11 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
         return 0;
     }
     case V_TUPLE: case V_LIST: case V_DICT: {
+        if (x->frozen && x->src >= 0) {   /* an object passed in, unchanged: that very object */
+            o->kind = TO_SOURCE;
+            o->index = x->src;
+            return 0;
+        }
         if (x->kind != V_TUPLE && x->done++)   /* one mutable object in eager, two if rebuilt twice */
             return tr_break(T, "returning the same %s twice", kind_name(T, v));
         int n = x->n;

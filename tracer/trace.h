@@ -62,12 +62,19 @@ typedef struct tr_guard {
  *   TO_INPUT  the tensor object of graph input `index` itself (eager
  *             returned its argument, maybe after updating it in place)
  *   TO_VIEW   a view of graph input `index`: obj is (size, stride, offset),
- *             offset in elements from the input's own storage offset */
-typedef enum tr_out_kind { TO_TENSOR, TO_CONST, TO_TUPLE, TO_LIST, TO_DICT, TO_OBJ, TO_INPUT, TO_VIEW } tr_out_kind;
+ *             offset in elements from the input's own storage offset
+ *   TO_SOURCE the object of source `index` itself (a list, tuple or dict
+ *             passed in and returned unchanged), as the guard check
+ *             fetched it: `node` is its guard tree node (set by whoever
+ *             builds the tree) */
+typedef enum tr_out_kind { TO_TENSOR, TO_CONST, TO_TUPLE, TO_LIST, TO_DICT, TO_OBJ, TO_INPUT, TO_VIEW,
+                           TO_SOURCE } tr_out_kind;
 
 typedef struct tr_out {
     uint8_t kind;
-    int32_t index;         /* TO_TENSOR: graph output number; TO_INPUT/TO_VIEW: graph input number */
+    int32_t index;         /* TO_TENSOR: graph output number; TO_INPUT/TO_VIEW: graph input number;
+                              TO_SOURCE: source number */
+    int32_t node;          /* TO_SOURCE: guard tree node of that source */
     PyObject *obj;         /* TO_CONST value / TO_DICT keys tuple / TO_TUPLE type
                               to build (NULL: tuple) / TO_OBJ instance spec for
                               tracer_build_instance (strong) */

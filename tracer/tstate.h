@@ -149,6 +149,7 @@ int32_t tr_src_new(tracer *T, tr_src_kind k, int32_t parent, Py_ssize_t index, P
 int tr_keep(tracer *T, PyObject *o);                      /* keep o alive for the result */
 int32_t tr_node_add(tracer *T, const smelt_node *proto);  /* graph node or -1 (break) */
 int tr_is_module(PyObject *o);
+int tr_is_module_class(PyObject *cls);                    /* cls is nn.Module or a subclass */
 int32_t tr_dict_value(tracer *T, int32_t v);              /* a V_DICT for a dict value (guarded) */
 int tr_guard_absent(tracer *T, int32_t v, PyObject *name);   /* attribute `name` of object v stays missing */
 int tr_gen_next(tracer *T, int32_t it, int32_t *out);     /* generator: 1 yielded, 0 done, -1 */
