@@ -15,6 +15,9 @@ build:
 demo: setup
 	$(PYTHON) examples/quickstart.py
 
+# The suite runs the op tables for the host and, in subprocesses with
+# SMELT_CPU set, for x86-64-v3 (AVX2) and x86-64-v4 (AVX-512 without FP16):
+# tests/test_targets.py.
 test: setup
 	$(PYTHON) -m pytest -q tests
 

@@ -102,7 +102,8 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
     if (smelt_graph_verify(g, err, errlen))
         return NULL;
     size_t klen = 0;
-    uint8_t *key = opts && opts->keep_ir ? NULL : ind_plan_cache_key(g, opts, &klen);
+    int cached = !(opts && (opts->keep_ir || opts->cpu || opts->cpu_features));
+    uint8_t *key = cached ? ind_plan_cache_key(g, opts, &klen) : NULL;
     double t0 = now_ms();
     smelt_plan *p = key ? ind_plan_cache_load(g, key, klen) : NULL;
     if (p) {

@@ -13,14 +13,21 @@
 typedef struct smelt_plan smelt_plan;
 
 typedef struct smelt_compile_opts {
-    int vector_bits;   /* 0 = host's widest (512 with AVX-512, 256 AVX2, 128) */
+    int vector_bits;   /* 0 = the target's widest (512 with AVX-512, 256 AVX2, 128) */
     int opt_level;     /* LLVM -O level 0..3; -1 = default (2) */
     int keep_ir;       /* keep LLVM IR / assembly text for smelt_plan_code */
+    /* NULL: code for the process target (the host, or SMELT_CPU). Either
+     * set: code for that LLVM CPU name ("host": the host's) changed by
+     * that feature string, to read only: IR/assembly text is kept, the
+     * code is never loaded, no cache is used and the plan refuses to run
+     * (the host may lack the target's instructions). */
+    const char *cpu, *cpu_features;
 } smelt_compile_opts;
 
 /* Returns NULL with a message in err on user-caused failure (unsupported
- * dtype for an op, ...). The graph must verify. opts may be NULL (defaults:
- * host vector width, -O2, keep_ir off). Unless keep_ir is on, the plan
+ * dtype for an op, an unknown cpu, ...). The graph must verify. opts may be
+ * NULL (defaults: the process target's vector width, -O2, keep_ir off).
+ * Unless keep_ir is on or a cpu is named, the plan
  * (launch steps and machine code) is looked up in, and else stored to,
  * the disk cache (cpu/diskcache.h) under the graph's canonical
  * serialisation and everything that changes the code. */
@@ -31,7 +38,8 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
  * laid out with the shape and strides declared on that INPUT node. outputs[k]
  * points at a caller-allocated contiguous buffer with the dtype and shape of
  * graph output k. Safe to call without the GIL. Returns 0, or -1 with err
- * (e.g. integer division by zero detected). */
+ * (e.g. integer division by zero detected, a plan compiled for another
+ * cpu). */
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
                    char *err, size_t errlen);
 

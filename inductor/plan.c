@@ -306,6 +306,8 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
                            const smelt_input_stamp *stamps, smelt_host_call_fn host, void *ctx,
                            char *err, size_t errlen)
 {
+    if (p->code_only)
+        return snprintf(err, errlen, "this plan was compiled for a named cpu to read its code, not to run"), -1;
     void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
     int32_t flag = 0;
     int rc = 0;

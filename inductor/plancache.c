@@ -3,7 +3,7 @@
  * code instead of lowering and running LLVM.
  *
  * Entry key: "smelt-plan v<PLAN_RECORD_VERSION>", the backend's code key
- * (code generator version, smelt's build, LLVM, host CPU and features,
+ * (code generator version, smelt's build, LLVM, target CPU and features,
  * vector width, optimisation level), the sizes of the record's structs,
  * then the graph's canonical serialisation. Entry blobs:
  *   0  the plan record (below)

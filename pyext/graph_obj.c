@@ -894,11 +894,12 @@ static void log_graph(GraphObject *self, uint64_t hash)
 
 static PyObject *graph_compile(GraphObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"vector_bits", "opt_level", "keep_code", NULL};
+    static char *names[] = {"vector_bits", "opt_level", "keep_code", "cpu", "cpu_features", NULL};
     int vector_bits = 0, opt_level = 2, keep = 0;
+    const char *cpu = NULL, *cpu_features = NULL;
     char err[512];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iip:compile", names, &vector_bits, &opt_level,
-                                     &keep))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iip$zz:compile", names, &vector_bits, &opt_level,
+                                     &keep, &cpu, &cpu_features))
         return NULL;
     bool any_log = pyext_log_on(PYEXT_LOG_GRAPH) || pyext_log_on(PYEXT_LOG_OUTPUT_CODE) ||
                    pyext_log_on(PYEXT_LOG_ASM);
@@ -911,6 +912,8 @@ static PyObject *graph_compile(GraphObject *self, PyObject *args, PyObject *kw)
         .vector_bits = vector_bits,
         .opt_level = opt_level,
         .keep_ir = keep || pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM),
+        .cpu = cpu,
+        .cpu_features = cpu_features,
     };
     smelt_plan *plan = smelt_compile(self->g, &opts, err, sizeof err);
     if (!plan)
@@ -1006,7 +1009,11 @@ static PyMethodDef graph_methods[] = {
     {"verify", (PyCFunction)graph_verify, METH_NOARGS,
      "verify()\n\nChecks the IR invariants; RuntimeError if broken."},
     {"compile", (PyCFunction)(void (*)(void))graph_compile, METH_VARARGS | METH_KEYWORDS,
-     "compile(vector_bits=0, opt_level=2, keep_code=False) -> Compiled"},
+     "compile(vector_bits=0, opt_level=2, keep_code=False, *, cpu=None, cpu_features=None) -> Compiled\n\n"
+     "cpu / cpu_features (an LLVM CPU name, 'host' for the host's, and LLVM feature changes such as "
+     "'+avx2,-avx512f'): generate code for that target to read with code('ir'/'asm') only; the "
+     "Compiled refuses to run (the host may lack its instructions). RuntimeError for an unknown CPU "
+     "or feature."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
 /* smelt._C: module definition (multi-phase init), module state, the
- * torch dtype mapping, the thread-count and disk-cache functions. */
+ * torch dtype mapping, the thread-count, disk-cache and JIT target
+ * functions. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -100,10 +101,27 @@ static PyObject *cache_clear(PyObject *m, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-/* The disk cache's log hook (any thread, GIL held or not): lines on the
- * SMELT_LOGS "cache" channel; the unsafe-directory warning as a Python
- * RuntimeWarning (never raised: an error-filtered warning is reported as
- * unraisable). */
+/* jit_target() -> dict: the target compiled code is generated for. */
+static PyObject *jit_target(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    char err[512];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = cpu_jit_ready(err, sizeof err);
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return PyErr_Format(PyExc_RuntimeError, "%s", err);
+    const cpu_target *t = cpu_target_process();
+    return Py_BuildValue("{sssssiss}", "cpu", t->cpu, "features", t->features, "vector_bits", t->vbits,
+                         "refused", cpu_target_refusal());
+}
+
+/* The log hook of the disk cache and the JIT (any thread, GIL held or
+ * not): lines on the SMELT_LOGS "cache" channel; warnings (an unsafe cache
+ * directory, a refused SMELT_CPU) as a Python RuntimeWarning (never
+ * raised: an error-filtered warning is reported as unraisable). */
 static void cache_log(int warning, const char *line)
 {
     if ((!warning && !pyext_log_on(PYEXT_LOG_CACHE)) || !Py_IsInitialized())
@@ -128,6 +146,11 @@ static PyMethodDef module_methods[] = {
      "enabled and dir."},
     {"cache_clear", cache_clear, METH_NOARGS,
      "cache_clear()\n--\n\nDeletes every entry of the disk cache of compiled code."},
+    {"jit_target", jit_target, METH_NOARGS,
+     "jit_target()\n--\n\nThe target compiled code is generated for (read once, when the JIT starts): a "
+     "dict with cpu (LLVM's CPU name), features (the feature string handed to LLVM), vector_bits "
+     "(512, 256 or 128) and refused (why SMELT_CPU / SMELT_CPU_FEATURES were not used; '' if they "
+     "were, or are unset)."},
     {"set_profiling", set_profiling, METH_O,
      "set_profiling(on)\n--\n\nWhile on, every compiled plan adds each step's wall time to its "
      "counters (Compiled.profile(), CompiledFunction.profile())."},
@@ -176,6 +199,7 @@ static void module_free(void *m)
 {
     module_clear((PyObject *)m);
     cpu_dcache_set_log(NULL);
+    cpu_jit_set_log(NULL);
     cpu_jit_join();
     pyext_hostcall_fini();
     pyext_log_fini();
@@ -267,6 +291,7 @@ static int module_exec(PyObject *m)
     if (pyext_log_init() < 0)
         return -1;
     cpu_dcache_set_log(cache_log);
+    cpu_jit_set_log(cache_log);
     PyObject *torch = PyImport_ImportModule("torch");
     if (!torch)
         return -1;

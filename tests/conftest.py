@@ -422,6 +422,46 @@ def assert_close(got, ref, *, rtol=None, atol=None, msg=""):
             f"first at {list(idx)}: got {got[idx].item()!r}, torch {ref[idx].item()!r}")
 
 
+# ---------------------------------------------------------------- other targets
+
+# tests/test_targets.py runs the op tables again in a subprocess per JIT
+# target (SMELT_CPU), with SMELT_TEST_TARGET_SUBSET=1: every op and layout,
+# but of the dtype cases only those whose code differs most between
+# instruction sets (float32; float16, converted to float32; int64, which
+# AVX2 has no multiply, min or max for; bool, masks: blends on AVX2, mask
+# registers on AVX-512), and one case of each multi-second reduction test.
+# SMELT_TEST_TARGET="<cpu> <vector bits>" makes the session refuse to start
+# unless the JIT got that target.
+TARGET_DTYPES = {F32, F16, I64, BOOL}
+TARGET_SLOW = {"test_long_float_sums_stay_accurate": 1, "test_huge_1d": 2}
+
+
+def _in_target_subset(item):
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    name = item.originalname or item.name
+    if name in TARGET_SLOW:
+        return list(params.values()) == [TARGET_SLOW[name]]
+    dtypes = [v for v in params.values() if isinstance(v, torch.dtype)]
+    return not dtypes or all(d in TARGET_DTYPES for d in dtypes)
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("SMELT_TEST_TARGET_SUBSET") != "1":
+        return
+    keep = [it for it in items if _in_target_subset(it)]
+    config.hook.pytest_deselected(items=[it for it in items if not _in_target_subset(it)])
+    items[:] = keep
+
+
+def pytest_sessionstart(session):
+    want = os.environ.get("SMELT_TEST_TARGET")
+    if want:
+        t = C.jit_target()
+        got = f"{t['cpu']} {t['vector_bits']}"
+        if got != want or t["refused"]:
+            raise pytest.UsageError(f"SMELT_TEST_TARGET={want}, but the JIT targets {got} {t['refused']}")
+
+
 @pytest.fixture
 def threads():
     """set(n) changes smelt's thread count for this test; restored after."""

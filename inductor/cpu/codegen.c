@@ -45,6 +45,7 @@ typedef struct cg {
     kir_pool *P;                    /* expressions: this thread's copy of p->pool
                                        (code generation interns new ones) */
     const kir_kernel *k;
+    const cpu_target *tgt;          /* the CPU code is generated for */
     int L, vbits;
     LLVMValueRef fn, bufs_arg;
     LLVMValueRef *bufptr;           /* per plan buffer, lazily loaded */
@@ -1288,8 +1289,8 @@ static void begin_fn(cg *g, const char *name)
     snprintf(vb, sizeof vb, "%d", g->vbits);
     add_str_attr(g, "min-legal-vector-width", vb);
     add_str_attr(g, "prefer-vector-width", vb);
-    add_str_attr(g, "target-cpu", cpu_host_cpu());
-    add_str_attr(g, "target-features", cpu_host_features());
+    add_str_attr(g, "target-cpu", g->tgt->cpu);
+    add_str_attr(g, "target-features", g->tgt->features);
     g->bufs_arg = LLVMGetParam(g->fn, 0);
     g->entry = LLVMAppendBasicBlockInContext(g->C, g->fn, "entry");
     LLVMBasicBlockRef start = LLVMAppendBasicBlockInContext(g->C, g->fn, "start");
@@ -1515,11 +1516,12 @@ static uint64_t key_hash(const uint8_t *b, size_t n)
 
 /* ---------- module ---------- */
 
-static void cg_init(cg *g, smelt_plan *p, LLVMContextRef C, int vbits)
+static void cg_init(cg *g, smelt_plan *p, LLVMContextRef C, const cpu_target *tgt, int vbits)
 {
     memset(g, 0, sizeof *g);
     g->p = p;
     g->C = C;
+    g->tgt = tgt;
     g->vbits = vbits;
     g->L = vbits / 32;
     g->B = LLVMCreateBuilderInContext(C);
@@ -1589,12 +1591,13 @@ static int optimise(LLVMModuleRef M, LLVMTargetMachineRef tm, int opt, char *err
 
 static double now_ms(void) { return (double)plan_now_ns() / 1e6; }
 
-#define KERNEL_CODE_VERSION 4   /* bump when the generated code changes */
+#define KERNEL_CODE_VERSION 5   /* bump when the generated code changes */
 
 /* One batch of new kernels compiled to one object in its own LLVM context
  * (batches run in parallel on the thread pool). */
 typedef struct cg_job {
     smelt_plan *p;
+    const cpu_target *tgt;
     int vbits, opt, keep_ir;
     int32_t *kernels;          /* plan kernel numbers */
     int nk;
@@ -1644,11 +1647,11 @@ static void run_job(cg_job *j)
 {
     smelt_plan *p = j->p;
     LLVMContextRef C = LLVMContextCreate();
-    LLVMTargetMachineRef tm = cpu_target_machine(j->opt);
+    LLVMTargetMachineRef tm = cpu_target_machine(j->tgt, j->opt);
     kir_pool pool;
     kir_pool_copy(&pool, &p->pool);
     cg g;
-    cg_init(&g, p, C, j->vbits);
+    cg_init(&g, p, C, j->tgt, j->vbits);
     g.P = &pool;
     g.M = LLVMModuleCreateWithNameInContext("smelt", C);
     int32_t *slot_of = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
@@ -1656,7 +1659,7 @@ static void run_job(cg_job *j)
         abort();
     j->rc = -1;
     if (!tm) {
-        snprintf(j->err, sizeof j->err, "LLVM: no target machine for the host");
+        snprintf(j->err, sizeof j->err, "LLVM: no target machine for CPU %s", j->tgt->cpu);
         goto out;
     }
     module_target(g.M, tm);
@@ -1731,8 +1734,8 @@ static uint64_t key_hash2(const uint8_t *b, size_t n)
 
 /* Canonical keys of every kernel (with the code options appended), their
  * slot tables, names, and kernels identical to an earlier one. */
-static void plan_keys(smelt_plan *p, int vbits, int opt, uint8_t **keys, size_t *klen, uint64_t *khash,
-                      char (*names)[40])
+static void plan_keys(smelt_plan *p, const cpu_target *t, int vbits, int opt, uint8_t **keys, size_t *klen,
+                      uint64_t *khash, char (*names)[40])
 {
     kkey kk = { 0 };
     kk.slot_of = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
@@ -1740,7 +1743,9 @@ static void plan_keys(smelt_plan *p, int vbits, int opt, uint8_t **keys, size_t 
     kk.ix_id = malloc(sizeof(int32_t) * (size_t)(p->pool.nix + 1));
     if (!kk.slot_of || !kk.ex_id || !kk.ix_id)
         abort();
-    int64_t opts[3] = { KERNEL_CODE_VERSION, vbits, opt };
+    int64_t opts[5] = { KERNEL_CODE_VERSION, vbits, opt,
+                        (int64_t)key_hash2((const uint8_t *)t->cpu, strlen(t->cpu)),
+                        (int64_t)key_hash2((const uint8_t *)t->features, strlen(t->features)) };
     for (int32_t i = 0; i < p->nkernels; i++) {
         plan_kernel_code *c = &p->code[i];
         if (!(c->slots = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1))))
@@ -1840,11 +1845,10 @@ static char *join_texts(cg_job *jobs, int nj, int which)
     return out;
 }
 
-/* Vector width and optimisation level for opts o (JIT ready). */
-static void code_opts(const smelt_compile_opts *o, int *vbits, int *opt)
+/* Vector width (at most t's) and optimisation level for opts o. */
+static void code_opts(const smelt_compile_opts *o, const cpu_target *t, int *vbits, int *opt)
 {
-    int host = cpu_host_vector_bits();
-    *vbits = o && o->vector_bits > 0 && o->vector_bits <= host ? o->vector_bits : host;
+    *vbits = o && o->vector_bits > 0 && o->vector_bits <= t->vbits ? o->vector_bits : t->vbits;
     if (*vbits < 128)
         *vbits = 128;
     *opt = o ? o->opt_level : 2;
@@ -1855,27 +1859,38 @@ char *cpu_code_key(const smelt_compile_opts *o, char *err, size_t errlen)
     int vbits, opt;
     if (cpu_jit_ready(err, errlen))
         return NULL;
-    code_opts(o, &vbits, &opt);
-    const char *feat = cpu_host_features(), *build = cpu_build_id();
+    const cpu_target *t = cpu_target_process();
+    code_opts(o, t, &vbits, &opt);
+    const char *feat = t->features, *build = cpu_build_id();
     size_t n = strlen(feat) + strlen(build) + 256;
     char *k = malloc(n);
     if (!k)
         abort();
     snprintf(k, n, "smelt-code v%d %s llvm %s cpu %s vbits %d O%d %s", KERNEL_CODE_VERSION, build,
-             LLVM_VERSION_STRING, cpu_host_cpu(), vbits, opt, feat);
+             LLVM_VERSION_STRING, t->cpu, vbits, opt, feat);
     return k;
 }
 
-/* Generates the todo kernels with LLVM (jobs in parallel) and loads them. */
-static int generate(smelt_plan *p, cg_state *st, int vbits, int opt, int keep_ir, const int32_t *todo, int ntodo,
+/* What one compile generates code for: the target, vector width,
+ * optimisation level, whether IR/assembly text is kept and whether the
+ * code is loaded (not for a target that only reads code). */
+typedef struct cg_opts {
+    const cpu_target *tgt;
+    int vbits, opt, keep_ir, load;
+} cg_opts;
+
+/* Generates the todo kernels with LLVM (jobs in parallel) and, with
+ * co->load, loads them. */
+static int generate(smelt_plan *p, cg_state *st, const cg_opts *co, const int32_t *todo, int ntodo,
                     const size_t *klen, char *err, size_t errlen)
 {
+    int keep_ir = co->keep_ir;
     int nt = kern_get_num_threads(), nj, rc = 0;
     nt = keep_ir ? 1 : nt < 1 ? 1 : nt > 8 ? 8 : nt;
     cg_job jobs[8];
     memset(jobs, 0, sizeof jobs);
     for (int t = 0; t < nt; t++) {
-        jobs[t] = (cg_job){ .p = p, .vbits = vbits, .opt = opt, .keep_ir = keep_ir,
+        jobs[t] = (cg_job){ .p = p, .tgt = co->tgt, .vbits = co->vbits, .opt = co->opt, .keep_ir = keep_ir,
                             .names = (const char (*)[40])st->names };
         if (!(jobs[t].kernels = calloc((size_t)ntodo + 1, sizeof(int32_t))))
             abort();
@@ -1888,7 +1903,7 @@ static int generate(smelt_plan *p, cg_state *st, int vbits, int opt, int keep_ir
             rc = -1, snprintf(err, errlen, "%s", jobs[t].err);
     p->times.codegen_ms = now_ms() - t0;
     t0 = now_ms();
-    if (!rc) {
+    if (!rc && co->load) {
         cpu_jit_lock();
         rc = load_jobs_locked(p, st, jobs, nj, err, errlen);
         cpu_jit_unlock();
@@ -1929,12 +1944,30 @@ static cg_state *state_new(smelt_plan *p)
     return st;
 }
 
+/* The code options of o: the process target, or with o->cpu or
+ * o->cpu_features the target they name, whose code is only read (kept as
+ * text, never loaded: the host may not run it); *own holds that target.
+ * 0, or -1 with err. */
+static int cg_opts_of(const smelt_compile_opts *o, cg_opts *co, cpu_target *own, char *err, size_t errlen)
+{
+    int code_only = o && (o->cpu || o->cpu_features);
+    if (code_only && cpu_target_for_code(o->cpu, o->cpu_features, own, err, errlen))
+        return -1;
+    co->tgt = code_only ? own : cpu_target_process();
+    code_opts(o, co->tgt, &co->vbits, &co->opt);
+    co->keep_ir = (o && o->keep_ir) || code_only;
+    co->load = !code_only;
+    return 0;
+}
+
 int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen)
 {
-    if (cpu_jit_ready(err, errlen))
+    cg_opts co;
+    cpu_target own = { 0 };
+    if (cpu_jit_ready(err, errlen) || cg_opts_of(o, &co, &own, err, errlen))
         return -1;
-    int vbits, opt, keep_ir = o && o->keep_ir, nk = p->nkernels;
-    code_opts(o, &vbits, &opt);
+    int nk = p->nkernels;
+    p->code_only = !co.load;
     p->code = calloc((size_t)nk + 1, sizeof(plan_kernel_code));
     uint8_t **keys = calloc((size_t)nk + 1, sizeof(uint8_t *));
     size_t *klen = calloc((size_t)nk + 1, sizeof(size_t));
@@ -1943,19 +1976,19 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
     if (!p->code || !keys || !klen || !khash || !todo)
         abort();
     cg_state *st = state_new(p);
-    plan_keys(p, vbits, opt, keys, klen, khash, st->names);
+    plan_keys(p, co.tgt, co.vbits, co.opt, keys, klen, khash, st->names);
     for (int32_t i = 0; i < nk; i++)
-        kernel_launch(&p->kernels[i], vbits / 32, &p->code[i]);
+        kernel_launch(&p->kernels[i], co.vbits / 32, &p->code[i]);
     /* registry hits (never when the code text is wanted: it is generated) */
     double t0 = now_ms();
     cpu_jit_lock();
     for (int32_t i = 0; i < nk; i++)
-        if (p->code[i].same_as < 0 && (keep_ir || !take_code_locked(p, st, i)))
+        if (p->code[i].same_as < 0 && (co.keep_ir || !take_code_locked(p, st, i)))
             todo[ntodo++] = i;
     cpu_jit_unlock();
     p->times.load_ms = now_ms() - t0;
     p->ngenerated = p->times.generated = ntodo;
-    int rc = ntodo ? generate(p, st, vbits, opt, keep_ir, todo, ntodo, klen, err, errlen) : 0;
+    int rc = ntodo ? generate(p, st, &co, todo, ntodo, klen, err, errlen) : 0;
     copy_same(p);
     for (int32_t i = 0; i < nk; i++)
         free(keys[i]);
@@ -1963,6 +1996,7 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
     free(klen);
     free(khash);
     free(todo);
+    cpu_target_free(&own);
     return rc;
 }
 

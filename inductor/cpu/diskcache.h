@@ -4,7 +4,7 @@
  * caller: inductor/plancache.c stores a compiled plan — its record, kernel
  * names and object files — under the graph's canonical serialisation and
  * everything that changes the code: smelt's code version and build, LLVM's
- * version, the host CPU and its features, vector width, optimisation level).
+ * version, the target CPU and its features, vector width, optimisation level).
  *
  * Location: $SMELT_CACHE_DIR, else $XDG_CACHE_HOME/smelt, else
  * ~/.cache/smelt; created with mode 0700. Before reading or writing, the

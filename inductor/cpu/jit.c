@@ -1,9 +1,11 @@
-/* jit.c — the process-wide ORC LLJIT instance and the host target.
+/* jit.c — the process-wide ORC LLJIT instance.
  *
- * One LLJIT for the process, created on first use. Its main dylib resolves
- * SLEEF's vector math from libsleef.so.3 and libc/libm symbols from the
- * process. Each compiled plan adds one module under its own resource
- * tracker, so freeing the plan frees its machine code.
+ * One LLJIT for the process, created on first use, after the target code
+ * is generated for (target.c). Its main dylib resolves SLEEF's vector math
+ * from libsleef.so.3, half-precision conversions from libgcc_s.so.1 (for
+ * targets without F16C) and libc/libm symbols from the process. Each compiled
+ * plan adds one module under its own resource tracker, so freeing the plan
+ * frees its machine code.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* dladdr */
@@ -21,6 +23,7 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,14 +32,23 @@ static pthread_once_t jit_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t jit_mu = PTHREAD_MUTEX_INITIALIZER;
 static LLVMOrcLLJITRef jit;
 static char jit_err[512];
-static char *host_triple, *host_cpu, *host_features;
-static int host_vbits;
+static _Atomic(cpu_jit_log_fn) jit_log;
+static atomic_int warned;
 
 static void take_error(LLVMErrorRef e)
 {
     char *m = LLVMGetErrorMessage(e);
     snprintf(jit_err, sizeof jit_err, "LLVM JIT: %s", m);
     LLVMDisposeErrorMessage(m);
+}
+
+/* Half-precision conversions ("__extendhfsf2", "__truncsfhf2", ...):
+ * LLVM calls them on targets without F16C (x86-64, x86-64-v2). */
+static int is_half_libcall(void *ctx, LLVMOrcSymbolStringPoolEntryRef sym)
+{
+    (void)ctx;
+    const char *s = LLVMOrcSymbolStringPoolEntryStr(sym);
+    return s && !strncmp(s, "__", 2) && strstr(s, "hf") && (!strncmp(s, "__extend", 8) || !strncmp(s, "__trunc", 7));
 }
 
 static int add_generators(LLVMOrcJITDylibRef jd, char prefix)
@@ -48,6 +60,11 @@ static int add_generators(LLVMOrcJITDylibRef jd, char prefix)
         return -1;
     }
     LLVMOrcJITDylibAddGenerator(jd, g);
+    e = LLVMOrcCreateDynamicLibrarySearchGeneratorForPath(&g, "libgcc_s.so.1", prefix, is_half_libcall, NULL);
+    if (e)
+        LLVMConsumeError(e);   /* only targets without F16C need it: their compiles fail to link */
+    else
+        LLVMOrcJITDylibAddGenerator(jd, g);
     e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&g, prefix, NULL, NULL);
     if (e) {
         take_error(e);
@@ -61,10 +78,7 @@ static void jit_init(void)
 {
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
-    host_triple = LLVMGetDefaultTargetTriple();
-    host_cpu = LLVMGetHostCPUName();
-    host_features = LLVMGetHostCPUFeatures();
-    host_vbits = strstr(host_features, "+avx512f") ? 512 : strstr(host_features, "+avx2") ? 256 : 128;
+    cpu_target_init();
     LLVMOrcLLJITBuilderRef b = LLVMOrcCreateLLJITBuilder();
     LLVMOrcJITTargetMachineBuilderRef jtmb;
     LLVMErrorRef e = LLVMOrcJITTargetMachineBuilderDetectHost(&jtmb);
@@ -86,9 +100,14 @@ static void jit_init(void)
     }
 }
 
+void cpu_jit_set_log(cpu_jit_log_fn fn) { atomic_store(&jit_log, fn); }
+
 int cpu_jit_ready(char *err, size_t errlen)
 {
     pthread_once(&jit_once, jit_init);
+    cpu_jit_log_fn log = atomic_load(&jit_log);
+    if (log && cpu_target_refusal()[0] && !atomic_exchange(&warned, 1))
+        log(1, cpu_target_refusal());
     if (!jit)
         snprintf(err, errlen, "%s", jit_err[0] ? jit_err : "LLVM JIT unavailable");
     return jit ? 0 : -1;
@@ -126,26 +145,6 @@ void cpu_jit_join(void)
     }
     pthread_mutex_unlock(&start_mu);
 }
-
-int cpu_host_vector_bits(void) { return host_vbits; }
-
-LLVMTargetMachineRef cpu_target_machine(int opt_level)
-{
-    LLVMTargetRef t;
-    char *msg = NULL;
-    if (LLVMGetTargetFromTriple(host_triple, &t, &msg)) {
-        LLVMDisposeMessage(msg);
-        return NULL;
-    }
-    LLVMCodeGenOptLevel lvl = opt_level <= 0 ? LLVMCodeGenLevelNone
-                            : opt_level == 1 ? LLVMCodeGenLevelLess
-                            : opt_level == 2 ? LLVMCodeGenLevelDefault : LLVMCodeGenLevelAggressive;
-    return LLVMCreateTargetMachine(t, host_triple, host_cpu, host_features, lvl,
-                                   LLVMRelocDefault, LLVMCodeModelJITDefault);
-}
-
-const char *cpu_host_cpu(void) { return host_cpu; }
-const char *cpu_host_features(void) { return host_features; }
 
 /* ---------- units and the kernel registry ---------- */
 

@@ -1,4 +1,4 @@
-/* jit.h — process-wide LLJIT and host target queries (jit.c). */
+/* jit.h — the process-wide LLJIT (jit.c). */
 #ifndef SMELT_CPU_JIT_H
 #define SMELT_CPU_JIT_H
 
@@ -8,20 +8,23 @@
 #include <stdint.h>
 
 #include "diskcache.h"   /* cpu_blob: an object file's bytes */
+#include "target.h"      /* the target code is generated for */
 
-/* 0 when the JIT is up (created on first call), else -1 with err. */
+/* 0 when the JIT is up (created on first call, after the process target:
+ * cpu_target_process), else -1 with err. */
 int cpu_jit_ready(char *err, size_t errlen);
+/* Where the JIT's warning goes (SMELT_CPU / SMELT_CPU_FEATURES refused:
+ * cpu_target_refusal): fn(1, line), once per process, from the first
+ * cpu_jit_ready that finds fn set. Set by the Python extension at import;
+ * NULL: nowhere. */
+typedef void (*cpu_jit_log_fn)(int warning, const char *line);
+void cpu_jit_set_log(cpu_jit_log_fn fn);
 /* Starts creating the JIT on a background thread (once per process), so
  * that the first compile finds it made (creating it takes about 1 ms:
  * LLVM's target set-up, loading SLEEF); cpu_jit_join waits for that thread
  * (teardown). */
 void cpu_jit_start(void);
 void cpu_jit_join(void);
-int cpu_host_vector_bits(void);            /* 512, 256 or 128; after ready */
-const char *cpu_host_cpu(void);
-const char *cpu_host_features(void);
-/* A new host target machine (caller disposes), NULL on failure. */
-LLVMTargetMachineRef cpu_target_machine(int opt_level);
 /* Machine code is shared by every plan of the process. Each compile or
  * disk cache load adds a unit of relocatable object files (cpu_obj,
  * reference counted: a plan holds one reference per unit whose code it
