@@ -269,6 +269,12 @@ static void leaf_drop(guard_leaf *l)
     guard_tensor_spec_free(l->ts);
 }
 
+void guard_node_fetch(guard_node *n)
+{
+    for (guard_node *p = n; p; p = p->parent)
+        p->nbelow++;
+}
+
 int guard_leaf_push(guard_node *n, guard_leaf leaf)
 {
     for (int i = 0; i < n->nleaves; i++)

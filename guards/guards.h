@@ -183,6 +183,11 @@ int guard_add_tensor_match(guard_node *n, PyObject *example, const uint8_t *dyna
  * torch.get_default_dtype() must return what they return now. */
 int guard_add_global_state(guard_tree *t);
 
+/* Makes every check fetch node n's value even if nothing checks it (so
+ * that guard_check_values can hand it out): a fetch that fails then fails
+ * the check, as a missing value would. */
+void guard_node_fetch(guard_node *n);
+
 /* ---------------------------------------------------------------- use */
 
 /* Runs every check of t against a frame: `locals` are its fast locals

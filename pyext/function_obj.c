@@ -45,15 +45,31 @@ typedef struct entry {
     struct entry *next;
     int refs;              /* the list's reference (while linked) + running calls */
     int dead;              /* unlinked by a reset */
+    /* a partial entry (r.stop_pc >= 0): its graph yields the frame's state
+     * before instruction `insn`, which then runs eagerly */
+    tr_insn insn;
+    int resume_pc;         /* where CPython restarts the frame to run insn itself */
 } entry;
+
+/* Where the entries of a function start: its call (pc 0), or a resume
+ * point, the instruction after a partial entry's break (pc > 0), whose
+ * entries are traced from a frame state (continuations). */
+typedef struct site {
+    int pc;
+    entry *entries;
+    int nentries, warned;
+    PyObject *names;       /* pc > 0: a name per frame state slot, for guard texts */
+    struct site *next;
+} site;
 
 typedef struct FunctionObject {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *fn;
     PyObject *code;        /* fn.__code__ the entries were traced from (NULL: none yet) */
-    entry *entries;
-    int nentries, fullgraph, warned;
+    site top;              /* entries of the call */
+    site *resumes;         /* resume points after breaks */
+    int fullgraph;
     PyThread_type_lock compiling;    /* held by the thread tracing and compiling a new entry */
     unsigned long compiler;          /* that thread's id (0: none) */
     long ncompiles, nbreaks, nhits;
@@ -79,15 +95,20 @@ static PyObject *hook_made;   /* list of weakrefs to the CompiledFunctions the h
  * replaced. */
 
 /* One call: its frame for the guard trees (loc[0..nloc): parameters, then
- * cell contents), and the original arguments for running eagerly. */
+ * cell contents; at a resume point the frame state's slots, then its
+ * stack: see tr_start), and the original arguments for running eagerly.
+ * nargs: where closure cell contents start in loc. */
 typedef struct call_frame {
     PyObject *const *loc;
-    int nloc;
+    int nloc, nargs;
+    site *site;
     PyObject *globals, *builtins;
     PyObject *const *args;
     size_t nargsf;
     PyObject *kwn;
     int from_hook;         /* a frame offered by the hook: "eager" = let it run */
+    const tracer_frame_view *view;   /* that frame (NULL for a call from Python) */
+    tr_fstate *state;      /* at a resume point: the state loc comes from */
 } call_frame;
 
 /* co_varnames of co, fetched on first use into *names (NULL + error). */
@@ -268,16 +289,17 @@ static int add_leaf(guard_node *n, const tr_guard *gd)
     return -1;
 }
 
-/* The guard tree of a trace of fn with nargs parameters: global state (grad
- * mode, default dtype) on the root, one node per source, one leaf per
- * guard; input_node[k] gets the node of graph input k, and each TO_SOURCE
- * output of r its node. NULL + exception. */
-static guard_tree *build_tree(PyObject *fn, int nargs, tr_result *r, int *input_node)
+/* The guard tree of a trace of fn whose closure cells' contents start at
+ * loc[nargs] (names: a name per local, NULL for co_varnames): global state
+ * (grad mode, default dtype) on the root, one node per source, one leaf
+ * per guard; input_node[k] gets the node of graph input k, and each
+ * TO_SOURCE output of r its node. NULL + exception. */
+static guard_tree *build_tree(PyObject *fn, int nargs, PyObject *names, tr_result *r, int *input_node)
 {
     PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
     guard_tree *t = guard_tree_new();
     guard_node **nodes = PyMem_Calloc((size_t)r->nsrcs + 1, sizeof *nodes);
-    PyObject *vars = PyCode_GetVarnames(co), *cells = PyCode_GetFreevars(co);
+    PyObject *vars = names ? Py_NewRef(names) : PyCode_GetVarnames(co), *cells = PyCode_GetFreevars(co);
     int ok = t && nodes && vars && cells && guard_add_global_state(t) == 0;
     if (t && !nodes)
         PyErr_NoMemory();
@@ -288,8 +310,10 @@ static guard_tree *build_tree(PyObject *fn, int nargs, tr_result *r, int *input_
     for (int32_t k = 0; ok && k < r->ninputs; k++)
         input_node[k] = guard_node_id(nodes[r->input_src[k]]);
     for (int32_t i = 0; ok && i < r->nouts; i++)
-        if (r->outs[i].kind == TO_SOURCE)
+        if (r->outs[i].kind == TO_SOURCE) {
             r->outs[i].node = guard_node_id(nodes[r->outs[i].index]);
+            guard_node_fetch(nodes[r->outs[i].index]);
+        }
     PyMem_Free(nodes);
     Py_XDECREF(vars);
     Py_XDECREF(cells);
@@ -337,6 +361,10 @@ static PyObject *input_view(PyObject *t, PyObject *spec)
                                off + PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 2)));
 }
 
+/* Stands for NULL (an unbound variable, a NULL stack entry) in the frame
+ * state a partial entry's graph yields. */
+static PyObject *null_mark;
+
 /* What a compiled entry's run produced, for build_result: graph outputs
  * `outs`, the call's graph inputs `ins` (results that are inputs or views
  * of them) and the values its guard check fetched, by tree node (vals). */
@@ -355,10 +383,19 @@ static PyObject *build_result(const tr_result *r, int32_t o, const run_vals *rv)
     case TO_CONST: return Py_NewRef(x->obj);
     case TO_INPUT: return Py_NewRef(rv->ins[x->index]);
     case TO_VIEW: return input_view(rv->ins[x->index], x->obj);
+    case TO_OUTVIEW: return input_view(PyList_GET_ITEM(rv->outs, x->index), x->obj);
     case TO_SOURCE:
         if (rv->vals[x->node])
             return Py_NewRef(rv->vals[x->node]);
         return PyErr_Format(PyExc_SystemError, "smelt: a returned object was not fetched by its guards");
+    case TO_NULL: return Py_NewRef(null_mark);
+    case TO_BOUND: {
+        PyObject *self = build_result(r, x->first, rv), *b = NULL;
+        if (self)
+            b = PyUnicode_Check(x->obj) ? PyObject_GetAttr(self, x->obj) : PyMethod_New(x->obj, self);
+        Py_XDECREF(self);
+        return b;
+    }
     default: break;
     }
     PyObject *c = x->kind == TO_DICT ? PyDict_New() : x->kind == TO_LIST ? PyList_New(x->n) : PyTuple_New(x->n);
@@ -434,6 +471,17 @@ static const tracer_callback hook_cb;
 static _Thread_local PyObject *skip_code;   /* the next frame of this code runs unintercepted */
 static int making_for_hook;   /* frame_function is constructing one: it registers it itself */
 
+/* A frame to start in the middle of its code (a Python call whose rest
+ * runs eagerly after a partial entry): the next frame of `code` the hook
+ * offers on this thread is given this state and resumed at pc. */
+static _Thread_local struct { PyObject *code; const tr_fstate *state; int pc; } resume_req;
+
+/* What dispatch returns when the frame the hook offered was set up to
+ * resume mid-code: on_frame then lets it run. */
+static PyObject *resume_mark;
+
+static PyObject *dispatch(FunctionObject *self, const call_frame *f);
+
 /* Runs the function eagerly for call f. From a Python call: under the
  * frame hook, so the user functions it calls are still captured and
  * compiled. From the hook itself (f->from_hook): returns NULL with no
@@ -450,10 +498,111 @@ static PyObject *run_eager(FunctionObject *self, const call_frame *f)
     return r;
 }
 
+/* The rest of the frame of call f run eagerly by CPython from code unit pc
+ * with state st: the frame the hook offered is set up and left to run
+ * (resume_mark), or, for a call from Python, the function is called
+ * again under the hook, which sets up its fresh frame likewise. */
+static PyObject *resume_eager(FunctionObject *self, const call_frame *f, const tr_fstate *st, int pc)
+{
+    if (f->view)
+        return tracer_frame_resume(f->view, pc, st->slots, st->slots + st->nslots, st->sp) ? NULL
+                                                                                            : Py_NewRef(resume_mark);
+    resume_req.code = PyFunction_GET_CODE(self->fn);
+    resume_req.state = st;
+    resume_req.pc = pc;
+    const tracer_callback *prev = tracer_hook_enter(&hook_cb);
+    PyObject *r = PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
+    tracer_hook_exit(prev);
+    resume_req.code = NULL;
+    return r;
+}
+
+/* The resume point of self at pc, made on first use (NULL + error). */
+static site *resume_site(FunctionObject *self, int pc, int nstack)
+{
+    for (site *s = self->resumes; s; s = s->next)
+        if (s->pc == pc)
+            return s;
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(self->fn);
+    site *s = PyMem_Calloc(1, sizeof *s);
+    PyObject *names = s ? PyTuple_New(co->co_nlocalsplus + nstack) : NULL;
+    for (int i = 0; names && i < co->co_nlocalsplus + nstack; i++) {
+        PyObject *n = i < co->co_nlocalsplus ? Py_NewRef(PyTuple_GET_ITEM(co->co_localsplusnames, i))
+                                             : PyUnicode_FromFormat("<stack %d>", i - co->co_nlocalsplus);
+        if (!n)
+            Py_CLEAR(names);
+        else
+            PyTuple_SET_ITEM(names, i, n);
+    }
+    if (!names) {
+        PyMem_Free(s);
+        return s ? NULL : (site *)PyErr_NoMemory();
+    }
+    s->pc = pc;
+    s->names = names;
+    s->next = self->resumes;
+    self->resumes = s;
+    return s;
+}
+
+/* A state's slots as the continuation's guards see them: its free
+ * variables are the contents of fn's closure cells (borrowed: fn holds
+ * them). */
+static void state_free_vars(PyObject *fn, tr_fstate *st)
+{
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    PyObject *clo = PyFunction_GET_CLOSURE(fn);
+    int first_free = co->co_nlocalsplus - co->co_nfreevars;
+    for (int i = first_free; i < co->co_nlocalsplus; i++) {
+        PyObject *cell = clo && i - first_free < PyTuple_GET_SIZE(clo) ? PyTuple_GET_ITEM(clo, i - first_free) : NULL;
+        Py_XSETREF(st->slots[i], cell && PyCell_Check(cell) ? Py_XNewRef(PyCell_GET(cell)) : NULL);
+    }
+}
+
+/* After partial entry e's graph: its state `state` (the tuple its output
+ * plan built; the sentinel none for NULLs), the break instruction run
+ * eagerly, and the rest of the frame: a continuation entry at the resume
+ * point after it, or CPython resumed on the frame. */
+static PyObject *continue_after(FunctionObject *self, entry *e, PyObject *state, const call_frame *f)
+{
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(self->fn);
+    int n = e->r.nslots + e->r.nstack;
+    tr_fstate st = { .slots = PyMem_Calloc((size_t)(co->co_nlocalsplus + co->co_stacksize) + 1, sizeof(PyObject *)),
+                     .nslots = e->r.nslots, .sp = e->r.nstack, .kwnames = e->r.kwnames, .pc = e->r.stop_pc };
+    if (!st.slots)
+        return PyErr_NoMemory();
+    for (int i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(state, i);
+        st.slots[i] = v == null_mark ? NULL : Py_NewRef(v);
+    }
+    state_free_vars(self->fn, &st);
+    const tracer_callback *prev = tracer_hook_enter(&hook_cb);
+    int rc = tracer_step(self->fn, &e->insn, &st);   /* the callees it calls are compiled too */
+    tracer_hook_exit(prev);
+    PyObject *res = NULL;
+    if (rc == 0)
+        res = resume_eager(self, f, &st, e->resume_pc);
+    else if (rc == 1) {
+        site *s = resume_site(self, st.pc, st.sp);
+        call_frame g = *f;
+        g.loc = st.slots;
+        g.nloc = st.nslots + st.sp;
+        g.nargs = co->co_nlocalsplus - co->co_nfreevars;
+        g.site = s;
+        g.state = &st;
+        res = s ? dispatch(self, &g) : NULL;
+    }
+    for (int i = 0; i < st.nslots + st.sp; i++)
+        Py_XDECREF(st.slots[i]);
+    PyMem_Free(st.slots);
+    return res;
+}
+
 /* Checks entry e's guards on call f; when they hold, runs the entry into
- * *res (compiled: on the values the check fetched; a break entry: the
- * function itself). 1 matched (*res may be NULL with an error), 0 not,
- * -1 error. */
+ * *res: compiled: its graph on the values the check fetched (a partial
+ * entry goes on with continue_after); a break entry: the function itself,
+ * or at a resume point the rest of the frame. 1 matched (*res may be
+ * NULL with an error), 0 not, -1 error. */
 static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObject **res)
 {
     if (!e->tree)
@@ -465,11 +614,16 @@ static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObje
     if (vals == small)
         memset(small, 0, sizeof *small * (size_t)nn);
     int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
-    if (m == 1)
-        *res = e->compiled ? run_compiled(e, vals) : run_eager(self, f);
-    if (m == 1 && *res == Py_NotImplemented) {   /* inputs alias an input it updates in place */
-        Py_DECREF(*res);
-        *res = run_eager(self, f);
+    if (m == 1 && e->compiled)
+        *res = run_compiled(e, vals);
+    if (m == 1 && (!e->compiled || *res == Py_NotImplemented)) {   /* eager (also: inputs alias an updated input) */
+        if (e->compiled)
+            Py_DECREF(*res);
+        *res = f->site->pc ? resume_eager(self, f, f->state, f->site->pc) : run_eager(self, f);
+    } else if (m == 1 && *res && e->r.stop_pc >= 0) {
+        PyObject *state = *res;
+        *res = continue_after(self, e, state, f);
+        Py_DECREF(state);
     }
     if (vals != small)
         PyMem_Free(vals);
@@ -550,14 +704,14 @@ static int eager_state(tr_result *r)
     return rc;
 }
 
-/* Guard tree of e, built from its trace; on failure the entry becomes an
- * eager one that never matches again. -1 only for errors that must
- * propagate (a BaseException that is no Exception, MemoryError). */
-static int entry_guards(FunctionObject *self, entry *e, int nargs, int *rc)
+/* Guard tree of e, built from its trace for call f; on failure the entry
+ * becomes an eager one that never matches again. -1 only for errors that
+ * must propagate (a BaseException that is no Exception, MemoryError). */
+static int entry_guards(FunctionObject *self, entry *e, const call_frame *f, int *rc)
 {
     if (!(e->input_node = PyMem_Calloc((size_t)e->r.ninputs + 1, sizeof(int))))
         return PyErr_NoMemory(), -1;
-    if ((e->tree = build_tree(self->fn, nargs, &e->r, e->input_node))) {
+    if ((e->tree = build_tree(self->fn, f->nargs, f->site->names, &e->r, e->input_node))) {
         if (!(e->want = PyMem_Calloc((size_t)guard_tree_num_nodes(e->tree), 1)))
             return PyErr_NoMemory(), -1;
         if (!(e->wanted = PyMem_Calloc((size_t)(e->r.ninputs + e->r.nouts) + 1, sizeof(int))))
@@ -591,26 +745,56 @@ static int entry_guards(FunctionObject *self, entry *e, int nargs, int *rc)
     return 0;
 }
 
-/* Traces and compiles a new entry for this call (a break entry when the
- * trace stops); loc[0..nargs) are the bound parameters. NULL with an
- * exception on error. */
-static entry *new_entry(FunctionObject *self, PyObject *const *loc, int nargs)
+/* Traces call f (from its parameters, or at a resume point from its frame
+ * state). */
+static int trace_call(FunctionObject *self, const call_frame *f, tr_result *r)
+{
+    if (!f->site->pc)
+        return tracer_trace(self->fn, f->loc, f->nargs, r);
+    tr_start st = { .slots = f->state->slots, .nslots = f->state->nslots, .stack = f->state->slots + f->state->nslots,
+                    .nstack = f->state->sp, .kwnames = f->state->kwnames, .pc = f->site->pc };
+    return tracer_trace_from(self->fn, &st, r);
+}
+
+/* A partial trace: the instruction it stops before, and where CPython
+ * would restart the frame to run it. 0, or 1 (not decodable: a break). */
+static int partial_insn(FunctionObject *self, entry *e)
+{
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(self->fn);
+    if (tracer_insn_at(co, e->r.stop_pc, &e->insn) != 1) {
+        PyErr_Clear();
+        return 1;
+    }
+    e->resume_pc = tracer_resume_pc(co, e->r.stop_pc);
+    return 0;
+}
+
+/* Traces and compiles a new entry for call f (a break entry when the
+ * trace stops: partial entries hold the graph before the break). NULL
+ * with an exception on error. */
+static entry *new_entry(FunctionObject *self, const call_frame *f)
 {
     entry *e = PyMem_Calloc(1, sizeof *e);
     if (!e)
         return (entry *)PyErr_NoMemory();
     double t0 = now_ms();
-    int rc = tracer_trace(self->fn, loc, nargs, &e->r);
+    int rc = trace_call(self, f, &e->r);
     self->trace_ms = now_ms() - t0;
     if (rc < 0)
         goto fail;
-    if (rc == 0 && (rc = eager_state(&e->r)) < 0)
+    int partial = rc == 2;
+    if (partial && (self->fullgraph || partial_insn(self, e)))
+        rc = 1;
+    if ((rc == 0 || rc == 2) && (rc = eager_state(&e->r)) < 0)
         goto fail;
-    if (entry_guards(self, e, nargs, &rc) || tracer_result_trim(&e->r))
+    if (entry_guards(self, e, f, &rc) || tracer_result_trim(&e->r))
         goto fail;
-    if (rc == 1) {
+    if (rc == 1 || partial) {
         self->nbreaks++;
         Py_XSETREF(self->last_reason, PyUnicode_FromString(e->r.reason));
+    }
+    if (rc == 1) {
+        e->r.stop_pc = -1;
         return e;
     }
     pyext_state *st = pyext_state_of((PyObject *)self);
@@ -679,17 +863,38 @@ static void entry_release(entry *e)
         entry_free(e);
 }
 
-static void drop_entries(FunctionObject *self)
+/* Unlinks the entries of site s (running calls keep theirs alive). */
+static void drop_site(site *s)
 {
-    entry *e = self->entries;
-    self->entries = NULL;
-    self->nentries = 0;
+    entry *e = s->entries;
+    s->entries = NULL;
+    s->nentries = 0;
     while (e) {
         entry *next = e->next;
         e->dead = 1;
         e->next = NULL;
         entry_release(e);
         e = next;
+    }
+}
+
+/* Drops every entry: the call's and every resume point's (a call running
+ * a continuation keeps its site: sites are freed with the function). */
+static void drop_entries(FunctionObject *self)
+{
+    drop_site(&self->top);
+    for (site *s = self->resumes; s; s = s->next)
+        drop_site(s);
+}
+
+static void free_sites(FunctionObject *self)
+{
+    drop_entries(self);
+    while (self->resumes) {
+        site *s = self->resumes;
+        self->resumes = s->next;
+        Py_XDECREF(s->names);
+        PyMem_Free(s);
     }
 }
 
@@ -724,45 +929,54 @@ static void compile_end(FunctionObject *self)
     PyThread_release_lock(self->compiling);
 }
 
-/* A call that no entry matched, made with the compile lock held (released
- * here before anything runs): a new entry (traced, compiled, run), or,
- * past MAX_ENTRIES, the function run eagerly. */
-static PyObject *miss(FunctionObject *self, const call_frame *f, int nargs)
+/* Call f run eagerly from where its site starts. */
+static PyObject *eager_from_site(FunctionObject *self, const call_frame *f)
 {
+    return f->site->pc ? resume_eager(self, f, f->state, f->site->pc) : run_eager(self, f);
+}
+
+/* A call that no entry of its site matched, made with the compile lock
+ * held (released here before anything runs): a new entry (traced,
+ * compiled, run), or, past MAX_ENTRIES, the call run eagerly. */
+static PyObject *miss(FunctionObject *self, const call_frame *f)
+{
+    site *s = f->site;
     char why[512] = "";
-    int full = self->nentries >= MAX_ENTRIES;
-    if (self->entries && (pyext_log_on(PYEXT_LOG_RECOMPILES) || (full && !self->warned)) &&
-        reason_of(self->entries, f, why, sizeof why)) {
+    int full = s->nentries >= MAX_ENTRIES;
+    if (s->entries && (pyext_log_on(PYEXT_LOG_RECOMPILES) || (full && !s->warned)) &&
+        reason_of(s->entries, f, why, sizeof why)) {
         compile_end(self);
         return NULL;
     }
     if (full) {
         compile_end(self);
-        if (!self->warned++) {
+        if (!s->warned++) {
             Py_XSETREF(self->last_reason, PyUnicode_FromFormat("recompile limit (%d entries) reached: running "
                                                                "eagerly from now on (last: %s)", MAX_ENTRIES, why));
-            if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "smelt: %U recompiled %d times; running it eagerly from now "
-                                 "on (last: %s)", ((PyCodeObject *)self->code)->co_name, MAX_ENTRIES, why))
+            if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "smelt: %U recompiled %d times%s; running it eagerly from "
+                                 "now on (last: %s)", ((PyCodeObject *)self->code)->co_name, MAX_ENTRIES,
+                                 s->pc ? " after a graph break" : "", why))
                 return NULL;
         }
-        return run_eager(self, f);
+        return eager_from_site(self, f);
     }
-    if (self->entries)
+    if (s->entries)
         log_fn(PYEXT_LOG_RECOMPILES, self->fn, "recompiling", why);
-    entry *e = new_entry(self, f->loc, nargs);
+    entry *e = new_entry(self, f);
     if (e) {
         e->refs = 2;   /* the list's and this call's */
-        e->next = self->entries;
-        self->entries = e;
-        self->nentries++;
+        e->next = s->entries;
+        s->entries = e;
+        s->nentries++;
     }
     compile_end(self);
     if (!e)
         return NULL;
     PyObject *res = NULL;
-    if (!e->compiled) {
+    if (!e->compiled || e->r.stop_pc >= 0) {
         if (pyext_log_on(PYEXT_LOG_GRAPH_BREAKS))
-            pyext_log_write(PYEXT_LOG_GRAPH_BREAKS, e->r.reason);
+            log_fn(PYEXT_LOG_GRAPH_BREAKS, self->fn, e->compiled ? "graph break (the frame resumes after it) in"
+                                                                 : "graph break (the frame runs eagerly) in", e->r.reason);
         if (self->fullgraph) {
             PyErr_Format(PyExc_RuntimeError, "smelt (fullgraph=True): %s", e->r.reason);
             entry_release(e);
@@ -772,34 +986,36 @@ static PyObject *miss(FunctionObject *self, const call_frame *f, int nargs)
     int m = try_entry(self, e, f, &res);
     entry_release(e);
     if (m == 0)   /* its guards fail on the very call it was traced from: run eagerly */
-        res = run_eager(self, f);
+        res = eager_from_site(self, f);
     return res;
 }
 
-/* Runs the first entry whose guards hold for call f into *res: 1 (*res
- * may be NULL with an error), 0 when none holds, -1 on error. Each entry
- * is held while it is checked and run; when a reset unlinked it
- * meanwhile, the walk starts again from the current list. */
+/* Runs the first entry of f's site whose guards hold for call f into
+ * *res: 1 (*res may be NULL with an error), 0 when none holds, -1 on
+ * error. Each entry is held while it is checked and run; when a reset
+ * unlinked it meanwhile, the walk starts again from the current list. */
 static int find_entry(FunctionObject *self, const call_frame *f, PyObject **res)
 {
     int m = 0;
-    entry *e = self->entries;
+    entry *e = f->site->entries;
     while (e && m == 0) {
         e->refs++;
         m = try_entry(self, e, f, res);
-        entry *next = e->dead ? self->entries : e->next;
+        entry *next = e->dead ? f->site->entries : e->next;
         entry_release(e);
         e = next;
     }
     return m;
 }
 
-/* Finds the entry whose guards hold for call f and runs it, or traces a
- * new one. */
-static PyObject *dispatch(FunctionObject *self, const call_frame *f, int nargs)
+/* Finds the entry of f's site whose guards hold for call f and runs it,
+ * or traces a new one. */
+static PyObject *dispatch(FunctionObject *self, const call_frame *f)
 {
     PyObject *code = PyFunction_GET_CODE(self->fn), *res = NULL;
     if (code != self->code) {   /* fn.__code__ was replaced: every entry is stale */
+        if (f->site->pc)
+            return eager_from_site(self, f);
         drop_entries(self);
         Py_XSETREF(self->code, Py_NewRef(code));
     }
@@ -811,9 +1027,9 @@ static PyObject *dispatch(FunctionObject *self, const call_frame *f, int nargs)
             return res;
         int c = compile_begin(self);
         if (c < 0)
-            return run_eager(self, f);
+            return eager_from_site(self, f);
         if (c == 0)
-            return miss(self, f, nargs);
+            return miss(self, f);
     }
 }
 
@@ -824,9 +1040,10 @@ static PyObject *function_call(PyObject *op, PyObject *const *args, size_t nargs
     int nargs;
     if (bind(self->fn, args, nargsf, kwn, loc, &nargs))
         return NULL;
-    call_frame f = { .loc = loc, .nloc = add_cells(self->fn, loc, nargs), .globals = PyFunction_GET_GLOBALS(self->fn),
+    call_frame f = { .loc = loc, .nloc = add_cells(self->fn, loc, nargs), .nargs = nargs, .site = &self->top,
+                     .globals = PyFunction_GET_GLOBALS(self->fn),
                      .builtins = ((PyFunctionObject *)self->fn)->func_builtins, .args = args, .nargsf = nargsf, .kwn = kwn };
-    res = dispatch(self, &f, nargs);
+    res = dispatch(self, &f);
     for (int i = 0; i < f.nloc; i++)
         Py_XDECREF(loc[i]);
     return res;
@@ -933,7 +1150,8 @@ static int frame_params(const tracer_frame_view *v, PyObject **loc)
 }
 
 /* Hook callback: a user frame about to run under a function smelt runs
- * eagerly. Compiled entry: its result; anything else: run the frame. */
+ * eagerly. Compiled entry: its result; anything else: run the frame (from
+ * its start, or from where a partial entry's continuation left it). */
 static PyObject *on_frame(void *ctx, const tracer_frame_view *v)
 {
     (void)ctx;
@@ -941,17 +1159,27 @@ static PyObject *on_frame(void *ctx, const tracer_frame_view *v)
         skip_code = NULL;
         return NULL;
     }
+    if ((PyObject *)v->code == resume_req.code) {   /* the rest of a frame whose start ran compiled */
+        const tr_fstate *st = resume_req.state;
+        resume_req.code = NULL;
+        return tracer_frame_resume(v, resume_req.pc, st->slots, st->slots + st->nslots, st->sp) ? NULL : NULL;
+    }
     FunctionObject *self = frame_function(v);
     PyObject *loc[MAX_LOCALS + MAX_CELLS];
     int nargs = self ? frame_params(v, loc) : -1;
     if (nargs < 0)
         return NULL;
-    call_frame f = { .loc = loc, .nloc = nargs, .globals = v->globals, .builtins = v->builtins, .from_hook = 1 };
+    call_frame f = { .loc = loc, .nloc = nargs, .nargs = nargs, .site = &self->top, .globals = v->globals,
+                     .builtins = v->builtins, .from_hook = 1, .view = v };
     Py_INCREF(self);
-    PyObject *res = dispatch(self, &f, nargs);
+    PyObject *res = dispatch(self, &f);
     Py_DECREF(self);
     for (int i = 0; i < nargs; i++)
         Py_XDECREF(loc[i]);
+    if (res == resume_mark) {   /* the frame was set up to resume: let it run */
+        Py_DECREF(res);
+        return NULL;
+    }
     return res;
 }
 
@@ -974,8 +1202,11 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         autocast_fn = torch ? PyObject_GetAttrString(torch, "is_autocast_enabled") : NULL;
         autocast_dev = PyUnicode_InternFromString("cpu");
         hook_made = PyList_New(0);
+        null_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+        resume_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         Py_XDECREF(torch);
-        if (!grad_enabled_fn || !autocast_fn || !autocast_dev || !hook_made || tracer_init())
+        if (!grad_enabled_fn || !autocast_fn || !autocast_dev || !hook_made || !null_mark || !resume_mark ||
+            tracer_init())
             return NULL;
         cpu_jit_start();   /* ready by the time the first trace is done */
     }
@@ -1014,11 +1245,14 @@ static int function_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(self->fn);
     Py_VISIT(self->code);
     Py_VISIT(self->last_reason);
-    for (entry *e = self->entries; e; e = e->next) {
-        Py_VISIT(e->compiled);
-        int r = result_traverse(&e->r, visit, arg);
-        if (r || (r = guard_tree_traverse(e->tree, visit, arg)))
-            return r;
+    for (site *s = &self->top; s; s = s == &self->top ? self->resumes : s->next) {
+        Py_VISIT(s->names);
+        for (entry *e = s->entries; e; e = e->next) {
+            Py_VISIT(e->compiled);
+            int r = result_traverse(&e->r, visit, arg);
+            if (r || (r = guard_tree_traverse(e->tree, visit, arg)))
+                return r;
+        }
     }
     return 0;
 }
@@ -1029,7 +1263,7 @@ static int function_clear(PyObject *op)
     Py_CLEAR(self->fn);
     Py_CLEAR(self->code);
     Py_CLEAR(self->last_reason);
-    drop_entries(self);
+    free_sites(self);
     return 0;
 }
 
@@ -1057,15 +1291,27 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
 {
     FunctionObject *self = (FunctionObject *)op;
     (void)unused;
-    int eager = 0;
-    for (entry *e = self->entries; e; e = e->next)
+    int eager = 0, partial = 0, resumes = 0, resume_entries = 0, graphs = 0, warned = self->top.warned;
+    for (entry *e = self->top.entries; e; e = e->next) {
         eager += !e->compiled;
-    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O}", "entries", self->nentries, "eager_entries",
-                         eager, "compiles", self->ncompiles, "breaks", self->nbreaks, "hits", self->nhits,
-                         "last_break", self->last_reason ? self->last_reason : Py_None,
-                         "trace_ms", self->trace_ms, "compile_ms", self->compile_ms,
-                         "generated", self->ngenerated, "plans_from_disk", self->nplans_cached,
-                         "recompile_limit_reached", self->warned ? Py_True : Py_False);
+        partial += e->compiled && e->r.stop_pc >= 0;
+        graphs += !!e->compiled;
+    }
+    for (site *s = self->resumes; s; s = s->next, resumes++) {
+        resume_entries += s->nentries;
+        warned |= s->warned;
+        for (entry *e = s->entries; e; e = e->next) {
+            partial += e->compiled && e->r.stop_pc >= 0;
+            graphs += !!e->compiled;
+        }
+    }
+    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i}", "entries",
+                         self->top.nentries, "eager_entries", eager, "compiles", self->ncompiles, "breaks",
+                         self->nbreaks, "hits", self->nhits, "last_break",
+                         self->last_reason ? self->last_reason : Py_None, "trace_ms", self->trace_ms, "compile_ms",
+                         self->compile_ms, "generated", self->ngenerated, "plans_from_disk", self->nplans_cached,
+                         "recompile_limit_reached", warned ? Py_True : Py_False, "partial_entries", partial,
+                         "resume_points", resumes, "resume_entries", resume_entries, "graphs", graphs);
 }
 
 static PyObject *function_get_fn(PyObject *op, void *unused)
@@ -1153,7 +1399,7 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
     if (rc == 0)
         rc = explain_compiles(r);
     int *input_node = rc == 0 ? PyMem_Calloc((size_t)r->ninputs + 1, sizeof(int)) : NULL;
-    guard_tree *t = input_node ? build_tree(fn, nargs, r, input_node) : NULL;
+    guard_tree *t = input_node ? build_tree(fn, nargs, NULL, r, input_node) : NULL;
     char *graph = rc == 0 ? smelt_graph_print(r->graph) : NULL, *guards = t ? guard_tree_print(t) : NULL;
     PyObject *calls = rc == 0 ? host_callables(r) : PyList_New(0);
     if (rc >= 0 && calls && (rc != 0 || t))
@@ -1309,24 +1555,36 @@ static PyObject *function_explain_callees(PyObject *op, PyObject *const *args, s
     return res;
 }
 
-static PyObject *function_profile(PyObject *op, PyObject *unused)
+/* Appends "<label>: <profile>" for each compiled entry of site st. 0 or -1. */
+static int profile_site(const site *st, PyObject *parts)
 {
-    (void)unused;
-    PyObject *parts = PyList_New(0);
     int k = 0;
-    for (entry *e = ((FunctionObject *)op)->entries; parts && e; e = e->next, k++) {
+    for (entry *e = st->entries; e; e = e->next, k++) {
         if (!e->compiled)
             continue;
         PyObject *t = pyext_compiled_profile(e->compiled);
-        PyObject *s = t ? PyUnicode_FromFormat("entry %d: %U", k, t) : NULL;
+        PyObject *s = !t ? NULL : st->pc ? PyUnicode_FromFormat("resume at %d, entry %d: %U", st->pc, k, t)
+                                         : PyUnicode_FromFormat("entry %d: %U", k, t);
         Py_XDECREF(t);
         if (!s || PyList_Append(parts, s)) {
             Py_XDECREF(s);
-            Py_CLEAR(parts);
-            break;
+            return -1;
         }
         Py_DECREF(s);
     }
+    return 0;
+}
+
+static PyObject *function_profile(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    FunctionObject *self = (FunctionObject *)op;
+    PyObject *parts = PyList_New(0);
+    if (parts && profile_site(&self->top, parts))
+        Py_CLEAR(parts);
+    for (site *s = self->resumes; parts && s; s = s->next)
+        if (profile_site(s, parts))
+            Py_CLEAR(parts);
     PyObject *sep = parts ? PyUnicode_FromString("\n") : NULL;
     PyObject *r = sep ? PyUnicode_Join(sep, parts) : NULL;
     Py_XDECREF(sep);

@@ -192,7 +192,8 @@ def test_fullgraph_raises_where_eager_would_run():
     cf = smelt.compile(breaks)
     x = rnd(3)
     close(cf(x), breaks(x))
-    assert cf._smelt.stats()["eager_entries"] == 1
+    st = cf._smelt.stats()
+    assert st["breaks"] == 1 and st["partial_entries"] == 1, st   # compiled around the break
 
 
 def test_not_callable_raises():
@@ -370,7 +371,7 @@ def test_hooks_of_the_top_level_module():
             h.remove()
         close(both(x), plain)
     st = cm._smelt.stats()
-    assert st["compiles"] == 5 and st["eager_entries"] == 1 and st["hits"] == hits + 1, st
+    assert st["eager_entries"] == 0 and st["partial_entries"] >= 1 and st["hits"] == hits + 1, st
     assert "mutating a list" in st["last_break"]
     fwd = _C.CompiledFunction.of(Net.forward)    # the forward ran compiled under the hooks
     assert fwd is not None and fwd.stats()["compiles"] >= 1

@@ -395,7 +395,7 @@ def python_loop_over_tensor(a):
 
 
 @pytest.mark.parametrize("fn", [data_dependent, uses_print, python_loop_over_tensor])
-def test_unsupported_runs_eagerly(fn, capsys):
+def test_unsupported_breaks_the_graph(fn, capsys):
     x, x2 = rnd(3, 4), None
     x2 = x.clone()
     ref = fn(x2)
@@ -403,7 +403,7 @@ def test_unsupported_runs_eagerly(fn, capsys):
     got = cf(x)
     check(got, ref)
     st = cf._smelt.stats()
-    assert st["eager_entries"] == 1 and st["last_break"], st
+    assert st["breaks"] >= 1 and st["last_break"], st
 
 
 def test_fullgraph_raises_with_reason():
@@ -471,7 +471,8 @@ def _heavy(a, b):
 
 
 def _breaks_then_calls(a, b):
-    print("", end="")   # graph break: this frame runs eagerly
+    for _ in range(1):
+        print("", end="")   # a graph break in a loop: this frame runs eagerly
     return _heavy(a, b) + 1
 
 
@@ -493,7 +494,8 @@ class _PrintingModel(nn.Module):
         self.inner = MLP()
 
     def forward(self, x):
-        print("", end="")   # breaks the outer forward
+        for _ in range(1):
+            print("", end="")   # breaks the outer forward in a loop: it runs eagerly
         return self.inner(x) * 2
 
 

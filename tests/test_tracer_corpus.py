@@ -1925,7 +1925,7 @@ def test_fallback_runs_eagerly_with_reason(name, make, args, why, capsys):
     for x, y in zip(a, ref_args):
         check(x, y)   # inputs updated exactly as eager updated them
     st = cf._smelt.stats()
-    assert st["eager_entries"] == 1 and st["compiles"] == 0, st
+    assert st["breaks"] >= 1, st   # the frame runs eagerly, or compiled around the break
     assert why.lower() in st["last_break"].lower(), st["last_break"]
 
 
@@ -1939,7 +1939,7 @@ def test_global_module_hook_runs_eagerly():
         with torch.no_grad():
             check(cm(x), m(x))
         st = cm._smelt.stats()
-        assert st["eager_entries"] == 1 and "global module hooks" in st["last_break"], st
+        assert st["breaks"] >= 1 and "global module hooks" in st["last_break"], st
     finally:
         handle.remove()
 
@@ -1957,7 +1957,7 @@ def test_dropout_train_mode():
         torch.manual_seed(5)
         check(y, m(x))
     st = cm._smelt.stats()
-    assert st["eager_entries"] == 1 and "dropout variant" in st["last_break"], st
+    assert st["breaks"] >= 1 and "dropout variant" in st["last_break"], st
     m.drop1d = nn.Identity()
     cm = smelt.compile(m)
     with torch.no_grad():

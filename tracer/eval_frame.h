@@ -46,12 +46,25 @@ typedef struct tracer_frame_view {
     PyObject *const *localsplus;
     int nlocalsplus;                 /* code->co_nlocalsplus */
     int first_free;                  /* nlocalsplus - code->co_nfreevars */
+    struct _PyInterpreterFrame *raw; /* the frame itself (for tracer_frame_resume) */
 } tracer_frame_view;
 
 /* The value variable i (0 <= i < nlocalsplus) has when the body starts:
  * the content of the closure cell for a free variable, the slot itself
  * otherwise. Borrowed; NULL = unbound. */
 PyObject *tracer_frame_value(const tracer_frame_view *v, int i);
+
+/* Makes the fresh frame of view v start at code unit pc, in the middle of
+ * its code, with variables slots[0 .. nlocalsplus) (a cell variable's
+ * contents: the cell is made here; free variables are ignored: the
+ * function's closure cells are used) and value stack stack[0 .. sp)
+ * (sp <= co_stacksize), as if it had run up to there: on_frame then
+ * returns NULL without an exception and the frame runs from pc. NULL
+ * entries are unbound variables / NULL stack entries. References are
+ * not stolen. The instruction at pc must start an instruction (after any
+ * EXTENDED_ARG) that CPython can resume at with that stack. 0, or -1
+ * with MemoryError (the frame then holds what it held). */
+int tracer_frame_resume(const tracer_frame_view *v, int pc, PyObject *const *slots, PyObject *const *stack, int sp);
 
 /* What a thread runs under. on_frame is called with the GIL held and the
  * hook disabled on this thread. It returns

@@ -16,6 +16,7 @@
 #if PY_VERSION_HEX >= 0x030c0000 && PY_VERSION_HEX < 0x030d0000
 
 #define Py_BUILD_CORE
+#include <internal/pycore_code.h>
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 
@@ -35,6 +36,7 @@ int tracer_frame_open(struct _PyInterpreterFrame *frame, tracer_frame_view *v)
     v->localsplus = frame->localsplus;
     v->nlocalsplus = code->co_nlocalsplus;
     v->first_free = code->co_nlocalsplus - code->co_nfreevars;
+    v->raw = frame;
     return 1;
 }
 
@@ -82,6 +84,36 @@ void tracer_frame_discard(PyThreadState *ts, struct _PyInterpreterFrame *frame)
     assert((PyObject **)frame + frame->f_code->co_framesize == ts->datastack_top);
     frame_clear(ts, frame);
     frame_pop(ts, frame);
+}
+
+int tracer_frame_resume(const tracer_frame_view *v, int pc, PyObject *const *slots, PyObject *const *stack, int sp)
+{
+    _PyInterpreterFrame *frame = v->raw;
+    PyCodeObject *co = v->code;
+    int n = co->co_nlocalsplus;
+    const char *kinds = PyBytes_AS_STRING(co->co_localspluskinds);
+    PyObject **cells = PyMem_Calloc((size_t)n + 1, sizeof *cells);
+    if (!cells)
+        return PyErr_NoMemory(), -1;
+    for (int i = 0; i < n; i++) {   /* MAKE_CELL and COPY_FREE_VARS, which will not run */
+        if ((kinds[i] & CO_FAST_CELL) && !(kinds[i] & CO_FAST_FREE) && !(cells[i] = PyCell_New(slots[i]))) {
+            while (i-- > 0)
+                Py_XDECREF(cells[i]);
+            PyMem_Free(cells);
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *nv = kinds[i] & CO_FAST_FREE ? Py_NewRef(PyTuple_GET_ITEM(v->closure, i - v->first_free))
+                     : kinds[i] & CO_FAST_CELL ? cells[i] : Py_XNewRef(slots[i]);
+        Py_XSETREF(frame->localsplus[i], nv);
+    }
+    for (int j = 0; j < sp; j++)
+        frame->localsplus[n + j] = Py_XNewRef(stack[j]);
+    PyMem_Free(cells);
+    frame->stacktop = n + sp;
+    frame->prev_instr = _PyCode_CODE(co) + pc - 1;
+    return 0;
 }
 
 #endif

@@ -9,7 +9,7 @@
  * builtins.c. Opcodes are matched by name (tables built from the `opcode`
  * module at start-up, inline cache sizes included), so an opcode of one
  * version only is simply never seen on the other; the few places where the
- * same opcode means something different are the macros below.
+ * same opcode means something different are the macros in tstate.h.
  */
 #include "tstate.h"
 
@@ -20,66 +20,10 @@
 #error "smelt's tracer interprets CPython 3.11 and 3.12 bytecode only"
 #endif
 
-/* Where one opcode differs between the two versions:
- *   CMP_OF(arg)       COMPARE_OP's comparison (Py_LT..Py_GE): the whole
- *                     argument in 3.11; 3.12 keeps a cache mask in the low
- *                     4 bits.
- *   ATTR_NAME(arg), ATTR_METHOD(arg)   LOAD_ATTR's name index and method
- *                     flag: 3.12 folds LOAD_METHOD into LOAD_ATTR's low
- *                     bit (3.11: the whole argument, never a method load).
- *   FOR_EXIT_SKIP     code units skipped after an exhausted FOR_ITER's
- *                     target: 3.12 jumps onto an END_FOR that it never
- *                     runs (the iterator is popped by FOR_ITER itself).
- *   SEND_POPS_RECEIVER  an exhausted SEND pops its receiver itself (3.11);
- *                     3.12 leaves it for the END_SEND at the target. */
-#if PY_VERSION_HEX >= 0x030c0000
-#define CMP_OF(arg) ((arg) >> 4)
-#define ATTR_NAME(arg) ((arg) >> 1)
-#define ATTR_METHOD(arg) ((arg) & 1)
-#define FOR_EXIT_SKIP 1
-#define SEND_POPS_RECEIVER 0
-#else
-#define CMP_OF(arg) (arg)
-#define ATTR_NAME(arg) (arg)
-#define ATTR_METHOD(arg) 0
-#define FOR_EXIT_SKIP 0
-#define SEND_POPS_RECEIVER 1
-#endif
-
 #define MAX_DEPTH 48
 #define MAX_STEPS 2000000
 
 /* ---------- opcode tables ---------- */
-
-#define OPNAMES(X) \
-    X(CACHE) X(NOP) X(RESUME) X(PRECALL) X(PUSH_NULL) X(POP_TOP) X(COPY) X(SWAP) \
-    X(LOAD_CONST) X(LOAD_FAST) X(STORE_FAST) X(DELETE_FAST) X(LOAD_GLOBAL) X(LOAD_ATTR) \
-    X(LOAD_METHOD) X(LOAD_DEREF) X(STORE_DEREF) X(MAKE_CELL) X(COPY_FREE_VARS) X(KW_NAMES) \
-    X(CALL) X(CALL_FUNCTION_EX) X(BINARY_OP) X(COMPARE_OP) X(IS_OP) X(CONTAINS_OP) \
-    X(UNARY_NEGATIVE) X(UNARY_NOT) X(UNARY_POSITIVE) X(UNARY_INVERT) X(BINARY_SUBSCR) \
-    X(BUILD_TUPLE) X(BUILD_LIST) X(BUILD_MAP) X(BUILD_CONST_KEY_MAP) X(BUILD_SLICE) \
-    X(LIST_APPEND) X(LIST_EXTEND) X(LIST_TO_TUPLE) X(DICT_MERGE) X(DICT_UPDATE) X(MAP_ADD) \
-    X(UNPACK_SEQUENCE) X(GET_ITER) X(FOR_ITER) X(JUMP_FORWARD) X(JUMP_BACKWARD) \
-    X(JUMP_BACKWARD_NO_INTERRUPT) X(POP_JUMP_FORWARD_IF_FALSE) X(POP_JUMP_FORWARD_IF_TRUE) \
-    X(POP_JUMP_FORWARD_IF_NONE) X(POP_JUMP_FORWARD_IF_NOT_NONE) X(POP_JUMP_BACKWARD_IF_FALSE) \
-    X(POP_JUMP_BACKWARD_IF_TRUE) X(POP_JUMP_BACKWARD_IF_NONE) X(POP_JUMP_BACKWARD_IF_NOT_NONE) \
-    X(JUMP_IF_FALSE_OR_POP) X(JUMP_IF_TRUE_OR_POP) X(RETURN_VALUE) X(FORMAT_VALUE) \
-    X(BUILD_STRING) X(EXTENDED_ARG) X(GET_LEN) X(LOAD_CLOSURE) X(MAKE_FUNCTION) \
-    X(RETURN_GENERATOR) X(YIELD_VALUE) X(BEFORE_WITH) X(UNPACK_EX) X(STORE_SUBSCR) \
-    X(DELETE_SUBSCR) X(BUILD_SET) X(SET_ADD) X(SET_UPDATE) X(IMPORT_NAME) X(IMPORT_FROM) \
-    X(SEND) X(GET_YIELD_FROM_ITER) X(STORE_ATTR) X(DELETE_ATTR) X(PUSH_EXC_INFO) X(POP_EXCEPT) \
-    X(CHECK_EXC_MATCH) X(RERAISE) X(RAISE_VARARGS) X(LOAD_ASSERTION_ERROR) \
-    /* 3.12 only */ \
-    X(POP_JUMP_IF_FALSE) X(POP_JUMP_IF_TRUE) X(POP_JUMP_IF_NONE) X(POP_JUMP_IF_NOT_NONE) \
-    X(BINARY_SLICE) X(STORE_SLICE) X(END_FOR) X(END_SEND) X(RETURN_CONST) X(LOAD_FAST_CHECK) \
-    X(LOAD_FAST_AND_CLEAR) X(LOAD_SUPER_ATTR) X(CALL_INTRINSIC_1)
-
-enum {
-#define X(n) OP_##n,
-    OPNAMES(X)
-#undef X
-    OP_UNKNOWN
-};
 
 static const char *op_names[] = {
 #define X(n) #n,
@@ -87,9 +31,9 @@ static const char *op_names[] = {
 #undef X
 };
 
-static uint8_t op_of[256];       /* CPython opcode -> OP_* */
-static uint8_t ncache[256];      /* inline cache entries after the opcode */
-static char opname_all[256][40]; /* every CPython opcode's name, for break reasons */
+uint8_t tr_op_of[256];           /* CPython opcode -> OP_* */
+uint8_t tr_ncache[256];          /* inline cache entries after the opcode */
+char tr_opname_all[256][40];     /* every CPython opcode's name, for break reasons */
 
 /* CALL_INTRINSIC_1's functions smelt traces (3.12), by name as the opcode
  * module lists them; their numbers are looked up at start-up. */
@@ -174,7 +118,7 @@ static void read_names(PyObject *seq, char (*names)[40], Py_ssize_t n)
     PyErr_Clear();
 }
 
-/* op_of, ncache and opname_all from the opcode module: opmap by name
+/* op_of, ncache and tr_opname_all from the opcode module: opmap by name
  * (pseudo-opcodes, numbered from 256 in 3.12, never occur in code) and
  * _inline_cache_entries, the interpreter's own cache sizes. */
 static int init_opcodes(PyObject *opcode)
@@ -185,20 +129,20 @@ static int init_opcodes(PyObject *opcode)
         Py_XDECREF(opmap);
         return -1;
     }
-    memset(op_of, OP_UNKNOWN, sizeof op_of);
+    memset(tr_op_of, OP_UNKNOWN, sizeof tr_op_of);
     for (int i = 0; i < OP_UNKNOWN; i++) {
         PyObject *v = PyDict_GetItemString(opmap, op_names[i]);
         long code = v ? PyLong_AsLong(v) : -1;
         if (code >= 0 && code < 256)
-            op_of[code] = (uint8_t)i;
+            tr_op_of[code] = (uint8_t)i;
     }
     for (Py_ssize_t i = 0; i < 256 && i < PySequence_Size(caches); i++) {
         PyObject *v = PySequence_GetItem(caches, i);
-        ncache[i] = v ? (uint8_t)PyLong_AsLong(v) : 0;
+        tr_ncache[i] = v ? (uint8_t)PyLong_AsLong(v) : 0;
         Py_XDECREF(v);
     }
     PyObject *names = PyObject_GetAttrString(opcode, "opname");
-    read_names(names, opname_all, 256);
+    read_names(names, tr_opname_all, 256);
     Py_XDECREF(names);
     Py_DECREF(opmap);
     Py_DECREF(caches);
@@ -251,6 +195,8 @@ int tr_keep(tracer *T, PyObject *o)
     return PyList_Append(T->r->keep, o);
 }
 
+static int top_cur(tracer *T);
+
 int tr_break(tracer *T, const char *fmt, ...)
 {
     if (!T->broke) {
@@ -264,6 +210,7 @@ int tr_break(tracer *T, const char *fmt, ...)
         if (!u)
             PyErr_Clear();
         T->broke = 1;
+        T->break_at = top_cur(T);   /* where a partial graph could stop */
     }
     return -1;
 }
@@ -810,9 +757,20 @@ typedef struct tframe {
     int sp, cap;
     PyObject *kwnames;
     int pc;                /* next instruction (a generator resumes here) */
+    int cur;               /* the instruction running (its first code unit, EXTENDED_ARG included) */
     int yielded;           /* run_frame stopped at a YIELD_VALUE */
     struct tframe *back;   /* the frame that is running this one */
 } tframe;
+
+/* The instruction the top frame is running, or -1 when it is not running
+ * (the trace is past its return). */
+static int top_cur(tracer *T)
+{
+    tframe *f = T->frame;
+    while (f && !f->is_top)
+        f = f->back;
+    return f ? f->cur : -1;
+}
 
 static int push(tframe *f, int32_t v)
 {
@@ -2917,11 +2875,11 @@ static int subscr_update(tracer *T, const uint8_t *code, int n, int pc, int32_t 
     if (arg < NB_INPLACE || T->vals[a].kind != V_TENSOR ||
         smelt_op_kind_of((smelt_op)T->g->nodes[T->vals[a].node].op) != SMELT_KIND_VIEW)
         return 0;
-    int depth = pc < n && op_of[code[2 * pc]] == OP_SWAP ? code[2 * pc + 1] : 0;
-    for (int k = depth; k >= 2; k--, pc += 1 + ncache[code[2 * pc]])
-        if (pc >= n || op_of[code[2 * pc]] != OP_SWAP || code[2 * pc + 1] != k)
+    int depth = pc < n && tr_op_of[code[2 * pc]] == OP_SWAP ? code[2 * pc + 1] : 0;
+    for (int k = depth; k >= 2; k--, pc += 1 + tr_ncache[code[2 * pc]])
+        if (pc >= n || tr_op_of[code[2 * pc]] != OP_SWAP || code[2 * pc + 1] != k)
             return 0;
-    int store = pc < n ? op_of[code[2 * pc]] : OP_UNKNOWN;
+    int store = pc < n ? tr_op_of[code[2 * pc]] : OP_UNKNOWN;
     return (depth == 3 && store == OP_STORE_SUBSCR) || (depth == 4 && store == OP_STORE_SLICE);
 }
 
@@ -3209,9 +3167,16 @@ static int32_t run_frame(tracer *T, tframe *f)
             tr_break(T, "ran off the end of the bytecode");
             break;
         }
+        if (!ext) {   /* an instruction starts */
+            f->cur = pc;
+            if (f->is_top && pc == T->stop_at) {
+                T->stopped = 1;
+                goto done;
+            }
+        }
         int raw = code[2 * pc], arg = code[2 * pc + 1] | ext;
-        int op = op_of[raw], at = pc;
-        pc += 1 + ncache[raw];
+        int op = tr_op_of[raw], at = pc;
+        pc += 1 + tr_ncache[raw];
         ext = 0;
         int32_t r = 0;
         char loc[300];
@@ -3460,7 +3425,7 @@ static int32_t run_frame(tracer *T, tframe *f)
             goto done;
         default:
             where(f, at, loc, sizeof loc);
-            tr_break(T, "bytecode %s is not supported yet at %s", opname_all[raw], loc);
+            tr_break(T, "bytecode %s is not supported yet at %s", tr_opname_all[raw], loc);
             goto done;
         }
         if (r < 0 && T->exc && !T->broke && !PyErr_Occurred()) {
@@ -3549,10 +3514,63 @@ static int32_t input_of_node(tracer *T, int32_t node)
     return n->op == SMELT_OP_INPUT ? n->a.input.index : -1;
 }
 
+/* (size, stride, offset) of node n's tensor as a view: what TO_VIEW and
+ * TO_OUTVIEW hold. New reference or NULL. */
+static PyObject *view_spec(const smelt_node *n, const int64_t *st, int64_t off)
+{
+    PyObject *size = PyTuple_New(n->ndim), *stride = PyTuple_New(n->ndim), *r = NULL;
+    for (int d = 0; size && stride && d < n->ndim; d++) {
+        PyTuple_SET_ITEM(size, d, PyLong_FromLongLong(n->shape[d]));
+        PyTuple_SET_ITEM(stride, d, PyLong_FromLongLong(st[d]));
+    }
+    if (size && stride && !PyErr_Occurred())
+        r = Py_BuildValue("(OOL)", size, stride, (long long)off);
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    return r;
+}
+
+/* Counts, for the output plan of root values roots[0..n), the output
+ * tensors based on each graph node (a tensor made by the graph and the
+ * views of it, or two values of one node): a node with two or more gets
+ * them as views of one graph output (T->sharers), as eager's share
+ * memory. Inputs and their views are the caller's tensors already. */
+static int count_sharers(tracer *T, const int32_t *roots, int n)
+{
+    PyMem_Free(T->sharers);
+    PyMem_Free(T->base_out);
+    T->sharers = PyMem_Calloc((size_t)T->g->n + 1, 1);
+    T->base_out = PyMem_Malloc(sizeof(int32_t) * ((size_t)T->g->n + 1));
+    marker m = { .seen = PyMem_Calloc((size_t)T->nvals + 1, 1) };
+    int rc = T->sharers && T->base_out && m.seen ? 0 : (PyErr_NoMemory(), -1);
+    for (int32_t i = 0; !rc && i < T->g->n; i++)
+        T->base_out[i] = -1;
+    for (int i = 0; !rc && i < n; i++)
+        rc = mark_push(&m, roots[i]);
+    while (!rc && m.n > 0) {
+        int32_t v = m.todo[--m.n];
+        if (m.seen[v])
+            continue;
+        m.seen[v] = 1;
+        tv *x = &T->vals[v];
+        if (x->kind == V_TENSOR && !x->mut && (x->src < 0 || input_of_node(T, x->node) < 0)) {
+            int32_t b = tr_view_base(T->g, x->node);
+            if (input_of_node(T, b) < 0 && T->sharers[b] < 2)
+                T->sharers[b]++;
+        }
+        if (x->kind != V_TENSOR)
+            rc = mark_children(T, &m, v);
+    }
+    PyMem_Free(m.seen);
+    PyMem_Free(m.todo);
+    return rc;
+}
+
 /* Output plan of tensor value v when eager returns an input tensor itself
- * (TO_INPUT: `return x`, also after in-place updates) or a view of one
- * (TO_VIEW: x.view(3), x.t()[1:], with eager's strides and offset): 1
- * when it is one of those, 0 otherwise, -1 on error. */
+ * (TO_INPUT: `return x`, also after in-place updates), a view of one
+ * (TO_VIEW: x.view(3), x.t()[1:], with eager's strides and offset), or a
+ * tensor sharing memory with another result (TO_OUTVIEW, see
+ * count_sharers): 1 when it is one of those, 0 otherwise, -1 on error. */
 static int alias_out(tracer *T, int32_t v, tr_out *o)
 {
     tv *x = &T->vals[v];
@@ -3562,29 +3580,28 @@ static int alias_out(tracer *T, int32_t v, tr_out *o)
         o->index = k;
         return 1;
     }
-    for (int32_t b = x->node; smelt_op_kind_of((smelt_op)T->g->nodes[b].op) == SMELT_KIND_VIEW;) {
-        b = T->g->nodes[b].src[0];
-        if ((k = input_of_node(T, b)) < 0)
-            continue;
-        const smelt_node *n = &T->g->nodes[x->node];
-        int64_t st[SMELT_MAX_DIMS], off;
+    int32_t b = tr_view_base(T->g, x->node);
+    int64_t bst[SMELT_MAX_DIMS], st[SMELT_MAX_DIMS], off = 0;
+    if ((k = input_of_node(T, b)) >= 0) {
         if (!tr_view_geometry(T->g, b, T->g->nodes[input_node(T, k)].stride, x->node, st, &off))
             return 0;
-        PyObject *size = PyTuple_New(n->ndim), *stride = PyTuple_New(n->ndim);
-        for (int d = 0; size && stride && d < n->ndim; d++) {
-            PyTuple_SET_ITEM(size, d, PyLong_FromLongLong(n->shape[d]));
-            PyTuple_SET_ITEM(stride, d, PyLong_FromLongLong(st[d]));
-        }
-        o->obj = size && stride ? Py_BuildValue("(OOL)", size, stride, (long long)off) : NULL;
-        Py_XDECREF(size);
-        Py_XDECREF(stride);
-        if (!o->obj)
-            return -1;
         o->kind = TO_VIEW;
-        o->index = k;
-        return 1;
+    } else if (T->sharers && T->sharers[b] >= 2 && (b != x->node || T->base_out[b] >= 0)) {
+        tr_contiguous_strides(&T->g->nodes[b], bst);
+        if (!tr_view_geometry(T->g, b, bst, x->node, st, &off))
+            return 0;   /* eager copies (a reshape): a tensor of its own */
+        if (T->base_out[b] < 0) {
+            T->base_out[b] = T->g->nout;
+            if (smelt_graph_output(T->g, b))
+                return tr_break(T, "%s", T->g->err);
+        }
+        k = T->base_out[b];
+        o->kind = TO_OUTVIEW;
+    } else {
+        return 0;
     }
-    return 0;
+    o->index = k;
+    return (o->obj = view_spec(&T->g->nodes[x->node], st, off)) ? 1 : -1;
 }
 
 /* Output plan for value v; containers get contiguous child slots. */
@@ -3595,6 +3612,8 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
     int alias;
     switch (x->kind) {
     case V_TENSOR:   /* one graph output per tensor value: a value returned twice is one object */
+        if (x->pos <= 0 && T->stopped && x->frozen)
+            return tr_break(T, "a tensor that may share memory smelt does not model is live at the break");
         if (x->pos <= 0 && (alias = alias_out(T, v, o)) != 0)
             return alias < 0 ? -1 : 0;
         o->kind = TO_TENSOR;
@@ -3602,12 +3621,21 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
             o->index = x->pos - 1;
             return 0;
         }
+        if (T->stopped && ops_eager_contiguous(T, x->node) != 1)   /* the rest of the frame may look at its layout */
+            return tr_break(T, "a tensor whose eager layout smelt does not model is live at the break");
         o->index = T->g->nout;
         x->pos = T->g->nout + 1;
+        if (T->base_out && T->base_out[x->node] < 0)
+            T->base_out[x->node] = T->g->nout;
         return smelt_graph_output(T->g, x->node) ? tr_break(T, "%s", T->g->err) : 0;
     case V_OBJ: {
         if (x->pos == 1)   /* a set made in the trace: a constant output would be shared by every call */
             return tr_break(T, "returning a set built in the traced code");
+        if (x->src >= 0 && !is_plain_const(x->obj)) {   /* the object the source holds, unguarded */
+            o->kind = TO_SOURCE;
+            o->index = x->src;
+            return 0;
+        }
         PyObject *c = tr_const(T, v);
         if (!c)
             return -1;
@@ -3649,9 +3677,71 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
     }
     case V_INST:
         return inst_out(T, v, slot);
+    case V_SLICE: {
+        PyObject *sl = tr_pyobj(T, v);
+        if (!sl)
+            return -1;
+        o->kind = TO_CONST;
+        o->obj = sl;
+        return 0;
+    }
+    case V_BOUND: {   /* x.method / obj.method before its call, in a frame state */
+        if (!T->stopped)   /* a method returned: its lookup is not checked */
+            return tr_break(T, "returning a method");
+        int32_t c = out_new(T, TO_CONST);
+        if (c < 0 || build_out(T, x->self_, c))
+            return -1;
+        o = &T->r->outs[slot];
+        o->kind = TO_BOUND;
+        o->obj = Py_NewRef(T->vals[v].obj);
+        o->first = c;
+        o->n = 1;
+        return 0;
+    }
     default:
         return tr_break(T, "returning a %s", kind_name(T, v));
     }
+}
+
+/* The output plan of frame f's state for a partial trace stopped before
+ * its instruction at f->pc: a tuple of its variables (unbound: TO_NULL;
+ * cell variables: their contents; free variables: TO_NULL, the function's
+ * cells are used) and its stack. */
+static int state_out(tracer *T, tframe *f)
+{
+    PyCodeObject *co = (PyCodeObject *)f->code;
+    int first_free = co->co_nlocalsplus - co->co_nfreevars, n = f->nlocals + f->sp;
+    int32_t root = out_new(T, TO_TUPLE), first = T->r->nouts;
+    for (int i = 0; root >= 0 && i < n; i++)
+        if (out_new(T, TO_NULL) < 0)
+            return -1;
+    int32_t *roots = root < 0 ? NULL : PyMem_Malloc(sizeof(int32_t) * ((size_t)n + 1));
+    if (roots) {
+        memcpy(roots, f->locals, sizeof(int32_t) * (size_t)f->nlocals);
+        memcpy(roots + f->nlocals, f->stack, sizeof(int32_t) * (size_t)f->sp);
+    }
+    int bad = !roots || count_sharers(T, roots, n);
+    PyMem_Free(roots);
+    if (bad)
+        return root < 0 || PyErr_Occurred() ? -1 : (PyErr_NoMemory(), -1);
+    T->r->outs[root].first = first;
+    T->r->outs[root].n = n;
+    for (int i = 0; i < n; i++) {
+        int32_t v = i < f->nlocals ? f->locals[i] : f->stack[i - f->nlocals];
+        if (i < f->nlocals && (i >= first_free || v < 0))
+            continue;
+        if (v >= 0 && T->vals[v].kind == V_CELL && i < f->nlocals)
+            v = T->vals[v].self_;
+        if (v < 0 || T->vals[v].kind == V_NULL)
+            continue;
+        if (build_out(T, v, first + i))
+            return -1;
+    }
+    T->r->stop_pc = f->pc;
+    T->r->nslots = f->nlocals;
+    T->r->nstack = f->sp;
+    T->r->kwnames = Py_XNewRef(f->kwnames);
+    return 0;
 }
 
 static void tracer_free(tracer *T)
@@ -3664,6 +3754,8 @@ static void tracer_free(tracer *T)
     }
     PyMem_Free(T->vals ? T->vals - 1 : NULL);
     PyMem_Free(T->contig);
+    PyMem_Free(T->sharers);
+    PyMem_Free(T->base_out);
     PyMem_Free(T->attrw);
     PyMem_Free(T->muts);
     Py_CLEAR(T->exc);
@@ -3691,10 +3783,77 @@ static int32_t top_arg(tracer *T, PyCodeObject *co, int i, int argc, PyObject *o
     return tr_add_guard(T, TG_LEN, s, NULL, PyDict_GET_SIZE(o)) ? -1 : d;
 }
 
-int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_result *out)
+/* The top frame set up from st: a call's parameters (pc 0), or a frame
+ * state (cell variables made V_CELLs around their contents, free
+ * variables left to the function's cells, the stack). 0 or -1. */
+static int top_setup(tracer *T, PyCodeObject *co, const tr_start *st, tframe *f)
+{
+    int argc = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+               !!(co->co_flags & CO_VARKEYWORDS);
+    if (st->pc == 0) {
+        if (st->nslots < argc)
+            return tr_break(T, "unsupported signature");
+        for (int i = 0; i < argc; i++)   /* the top frame's arguments are already laid out */
+            if ((f->locals[i] = top_arg(T, co, i, argc, st->slots[i])) < 0)
+                return -1;
+        return 0;
+    }
+    int first_free = co->co_nlocalsplus - co->co_nfreevars;
+    if (st->nslots != co->co_nlocalsplus || st->nstack > f->cap)
+        return tr_break(T, "a frame state that does not fit the code");
+    for (int i = 0; i < first_free; i++) {
+        int32_t v = -1;
+        if (st->slots[i] && (v = tv_obj(T, st->slots[i], tr_src_new(T, SRC_LOCAL, -1, i, NULL))) < 0)
+            return -1;
+        if (co->co_localspluskinds && (PyBytes_AS_STRING(co->co_localspluskinds)[i] & TR_FAST_CELL)) {
+            int32_t c = tv_new(T, V_CELL);
+            if (c < 0)
+                return -1;
+            T->vals[c].self_ = v;
+            v = c;
+        }
+        f->locals[i] = v;
+    }
+    for (int j = 0; j < st->nstack; j++) {
+        int32_t v = st->stack[j] ? tv_obj(T, st->stack[j], tr_src_new(T, SRC_LOCAL, -1, st->nslots + j, NULL))
+                                 : tv_new(T, V_NULL);
+        if (v < 0)
+            return -1;
+        f->stack[f->sp++] = v;
+    }
+    f->pc = st->pc;
+    f->kwnames = st->kwnames;
+    return 0;
+}
+
+/* The end of a trace that ran to the function's return (ret) or stopped
+ * (T->stopped): the output plan, in-place updates. 0, or -1 (a break). */
+static int trace_end(tracer *T, tframe *f, int32_t ret)
+{
+    if (obj_finish(T))
+        return -1;
+    if (T->stopped)
+        return state_out(T, f) || mut_outputs(T) ? -1 : 0;
+    int32_t root = out_new(T, TO_CONST);
+    if (root < 0 || count_sharers(T, &ret, 1) || build_out(T, ret, root) || mut_outputs(T))
+        return -1;
+    int aliases = 0;
+    for (int32_t i = 0; i < T->r->nouts; i++)
+        aliases += T->r->outs[i].kind == TO_INPUT || T->r->outs[i].kind == TO_VIEW;
+    if (T->g->nout == 0 && !aliases && !T->r->mut_in)
+        return tr_break(T, "no tensor computed");
+    return 0;
+}
+
+/* One trace of fn from st, stopping before the top frame's instruction
+ * at stop_at (-1: never). 0 whole, 2 stopped (a partial trace), 1 break,
+ * -1 error; out->break_at... the first break's top-frame instruction. */
+static int trace_once(PyObject *fn, const tr_start *st, int stop_at, tr_result *out, int *break_at)
 {
     memset(out, 0, sizeof *out);
-    tracer T = { .r = out, .handled = -1 };
+    out->stop_pc = -1;
+    tracer T = { .r = out, .handled = -1, .stop_at = stop_at, .break_at = -1 };
+    *break_at = -1;
     out->keep = PyList_New(0);
     out->graph = smelt_graph_new();
     if (out->graph)   /* Python floats and float math on integers (guarded) */
@@ -3709,14 +3868,8 @@ int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_r
     PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
     T.globals = PyFunction_GET_GLOBALS(fn);
     T.builtins = PyEval_GetBuiltins();
-    int argc = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
-               !!(co->co_flags & CO_VARKEYWORDS);
     int rc = -1;
     tframe *f = NULL;
-    if (nlocals < argc) {
-        tr_break(&T, "unsupported signature");
-        goto done;
-    }
     if (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE)) {
         tr_break(&T, "%U is a generator or coroutine function: its call makes a %s object", co->co_name,
                  co->co_flags & CO_GENERATOR ? "generator" : "coroutine");
@@ -3725,28 +3878,17 @@ int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_r
     if (!(f = frame_new((PyObject *)co, fn, T.globals, -1, 0)))
         goto done;
     f->is_top = 1;
-    for (int i = 0; i < argc; i++)   /* the top frame's arguments are already laid out */
-        if ((f->locals[i] = top_arg(&T, co, i, argc, locals[i])) < 0)
-            goto done;
+    if (top_setup(&T, co, st, f))
+        goto done;
     int32_t ret = run_frame(&T, f);
-    if (ret < 0 && T.exc && !T.broke && !PyErr_Occurred())
+    if (ret < 0 && !T.stopped && T.exc && !T.broke && !PyErr_Occurred())
         tr_break(&T, "the traced code raises %R", T.exc);
-    if (ret < 0 || obj_finish(&T))
+    if ((ret < 0 && !T.stopped) || T.broke || PyErr_Occurred() || trace_end(&T, f, ret))
         goto done;
-    int32_t root = out_new(&T, TO_CONST);
-    if (root < 0 || build_out(&T, ret, root) || mut_outputs(&T))
-        goto done;
-    int aliases = 0;
-    for (int32_t i = 0; i < out->nouts; i++)
-        aliases += out->outs[i].kind == TO_INPUT || out->outs[i].kind == TO_VIEW;
-    if (T.g->nout == 0 && !aliases) {
-        tr_break(&T, "no tensor computed");
-        goto done;
-    }
-    rc = 0;
+    rc = T.stopped ? 2 : 0;
 done:
     frame_free(f);
-    if (rc && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError) &&
+    if (rc < 0 && PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError) &&
         !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {   /* an unexpected error: a break, never a crash */
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
@@ -3761,10 +3903,36 @@ done:
         Py_XDECREF(tb);
         PyErr_Clear();
     }
-    if (rc && !PyErr_Occurred())
+    if (rc < 0 && !PyErr_Occurred())
         rc = 1;
+    *break_at = T.break_at;
     tracer_free(&T);
     return rc;
+}
+
+int tracer_trace_from(PyObject *fn, const tr_start *st, tr_result *out)
+{
+    int at;
+    int rc = trace_once(fn, st, -1, out, &at);
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
+    if (rc != 1 || at < 0 || at == st->pc || !tr_resumable(co, at))
+        return rc;
+    tr_result part;   /* trace again, stopping before the instruction that broke */
+    int at2, rc2 = trace_once(fn, st, at, &part, &at2);
+    if (rc2 == 2) {
+        memcpy(part.reason, out->reason, sizeof part.reason);
+        tracer_result_clear(out);
+        *out = part;
+        return 2;
+    }
+    tracer_result_clear(&part);
+    return rc2 < 0 ? -1 : 1;
+}
+
+int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_result *out)
+{
+    tr_start st = { .slots = locals, .nslots = (int)nlocals };
+    return tracer_trace_from(fn, &st, out);
 }
 
 int tracer_result_trim(tr_result *r)
@@ -3799,5 +3967,7 @@ void tracer_result_clear(tr_result *r)
     PyMem_Free(r->mut_in);
     PyMem_Free(r->mut_out);
     Py_XDECREF(r->keep);
+    Py_XDECREF(r->kwnames);
     memset(r, 0, sizeof *r);
+    r->stop_pc = -1;
 }

@@ -66,9 +66,16 @@ typedef struct tr_guard {
  *   TO_SOURCE the object of source `index` itself (a list, tuple or dict
  *             passed in and returned unchanged), as the guard check
  *             fetched it: `node` is its guard tree node (set by whoever
- *             builds the tree) */
+ *             builds the tree)
+ *   TO_OUTVIEW a view of graph output `index` (obj as for TO_VIEW): a
+ *             tensor that shares memory with other results as in eager
+ *             (y and y[0], or two values of one node)
+ *   TO_NULL   no object (an unbound variable, the NULL CPython pushes
+ *             before a call) in a partial trace's frame state
+ *   TO_BOUND  attribute obj (a str: getattr) or method obj (a function:
+ *             bound with types.MethodType) of child `first`'s object */
 typedef enum tr_out_kind { TO_TENSOR, TO_CONST, TO_TUPLE, TO_LIST, TO_DICT, TO_OBJ, TO_INPUT, TO_VIEW,
-                           TO_SOURCE } tr_out_kind;
+                           TO_SOURCE, TO_NULL, TO_BOUND, TO_OUTVIEW } tr_out_kind;
 
 typedef struct tr_out {
     uint8_t kind;
@@ -81,6 +88,13 @@ typedef struct tr_out {
     int32_t first, n;      /* containers: children out[first .. first+n) */
 } tr_out;
 
+/* A trace either follows the whole call (a whole trace: outs[0] builds
+ * the return value) or stops before an instruction of the traced
+ * function's own frame that it cannot trace (a partial trace: stop_pc >=
+ * 0). Then outs[0] is a tuple of the frame's state there: its nslots
+ * variables (co_nlocalsplus slots; a cell variable's contents, free
+ * variables TO_NULL) and its nstack stack values, bottom first; the
+ * caller runs that instruction eagerly and resumes the frame after it. */
 typedef struct tr_result {
     smelt_graph *graph;
     tr_src *srcs; int32_t nsrcs;
@@ -97,7 +111,23 @@ typedef struct tr_result {
                               (see pyext/hostcall.h); the reference is held in
                               keep, so tracer_result_clear releases it */
     char reason[512];      /* graph break: why, at file:line */
+    int32_t stop_pc;       /* partial trace: the instruction it stopped before (-1: whole trace) */
+    int32_t nslots, nstack;   /* partial trace: the frame state's variables and stack depth */
+    PyObject *kwnames;     /* partial trace: KW_NAMES pending at stop_pc (strong), or NULL */
 } tr_result;
+
+/* Where a trace starts: the bound parameters of a call (pc 0), or a frame
+ * state at instruction pc (a continuation after a partial trace's break:
+ * slots as in tr_result, the stack, the pending KW_NAMES). NULL entries
+ * are unbound variables / NULL stack entries. Borrowed. */
+typedef struct tr_start {
+    PyObject *const *slots;   /* pc 0: the parameters; else co_nlocalsplus variables */
+    int nslots;
+    PyObject *const *stack;
+    int nstack;
+    PyObject *kwnames;
+    int pc;
+} tr_start;
 
 /* A TO_OBJ result: an instance of a plain Python class made by the traced
  * code, rebuilt from spec (its out's obj) and vals, the tuple of its
@@ -107,9 +137,17 @@ typedef struct tr_result {
 PyObject *tracer_build_instance(PyObject *spec, PyObject *vals);
 
 /* Traces fn called with the top frame's fast locals `locals` (nlocals
- * entries, as CPython lays them out: arguments first). 0 on success; 1 on a
- * graph break (reason filled, no Python error); -1 with a Python error set. */
+ * entries, as CPython lays them out: arguments first). 0 on success (a
+ * whole trace); 2 for a partial trace (a break in the top frame at an
+ * instruction the frame can be resumed after: reason filled with the
+ * break, stop_pc >= 0); 1 on a graph break that leaves the whole frame
+ * to eager (reason filled, no Python error); -1 with a Python error set. */
 int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_result *out);
+
+/* tracer_trace from st (a call's parameters, or a continuation). Sources
+ * of a continuation: variable i is local i, stack entry j local
+ * nslots + j, free variable k the closure cell k (as for pc 0). */
+int tracer_trace_from(PyObject *fn, const tr_start *st, tr_result *out);
 void tracer_result_clear(tr_result *r);
 
 /* After the guard tree is built from r: drops what only tracing and
@@ -118,6 +156,47 @@ void tracer_result_clear(tr_result *r);
  * What the entry still reads (source keys, host call templates, output
  * constants) stays. 0, or -1 with an exception. */
 int tracer_result_trim(tr_result *r);
+
+/* ---------- around a partial trace's break (resume.c) ---------- */
+
+/* One instruction of a code object: start (its first code unit, EXTENDED_ARG
+ * prefixes included), at (the opcode's unit), op (the tracer's opcode
+ * number), arg, next (the code unit after its inline caches). */
+typedef struct tr_insn {
+    int start, at, op, arg, next;
+} tr_insn;
+
+/* A frame's state: slots[0..nslots) its variables (co_nlocalsplus; cell
+ * and free variables as their contents), slots[nslots .. nslots + sp) its
+ * value stack, bottom first; strong references, NULL for an unbound
+ * variable or a NULL stack entry; room for co_stacksize stack entries. */
+typedef struct tr_fstate {
+    PyObject **slots;
+    int nslots, sp;
+    PyObject *kwnames;     /* KW_NAMES pending for the next CALL (borrowed), or NULL */
+    int pc;                /* the instruction to run next (its start) */
+} tr_fstate;
+
+/* 1 if co's frame can stop before its instruction starting at code unit
+ * `at` and resume after it: an instruction starts there, no exception
+ * handler covers it, no loop contains it. */
+int tr_resumable(PyCodeObject *co, int at);
+
+/* The instruction starting at code unit pc: 1 with *out, 0 none, -1 error. */
+int tracer_insn_at(PyCodeObject *co, int pc, tr_insn *out);
+
+/* Where CPython must restart fn's frame to run its instruction at pc:
+ * pc itself, or the PRECALL/KW_NAMES that prepare a CALL there (CPython
+ * keeps KW_NAMES's names outside the frame). */
+int tracer_resume_pc(PyCodeObject *co, int pc);
+
+/* Runs fn's instruction i (at st->pc) eagerly on frame state st: 1 done,
+ * st->pc the next instruction (a jump's target); 0 when i is not a kind
+ * this runs (calls, conditional jumps, operators, comparisons, subscripts,
+ * attribute/item/global stores, f-string formatting, unpacking) — then
+ * the real frame must run it; -1 with the exception it raised. Calls run
+ * with whatever frame hook the caller has set. */
+int tracer_step(PyObject *fn, const tr_insn *i, tr_fstate *st);
 
 /* Module-level set-up: opcode tables, torch callables. 0 or -1 (error set). */
 int tracer_init(void);

@@ -6,6 +6,75 @@
 
 #include "trace.h"
 
+
+/* ---------- bytecode (interp.c's tables, shared with resume.c) ---------- */
+
+/* Where one opcode differs between the two versions:
+ *   CMP_OF(arg)       COMPARE_OP's comparison (Py_LT..Py_GE): the whole
+ *                     argument in 3.11; 3.12 keeps a cache mask in the low
+ *                     4 bits.
+ *   ATTR_NAME(arg), ATTR_METHOD(arg)   LOAD_ATTR's name index and method
+ *                     flag: 3.12 folds LOAD_METHOD into LOAD_ATTR's low
+ *                     bit (3.11: the whole argument, never a method load).
+ *   FOR_EXIT_SKIP     code units skipped after an exhausted FOR_ITER's
+ *                     target: 3.12 jumps onto an END_FOR that it never
+ *                     runs (the iterator is popped by FOR_ITER itself).
+ *   SEND_POPS_RECEIVER  an exhausted SEND pops its receiver itself (3.11);
+ *                     3.12 leaves it for the END_SEND at the target. */
+#if PY_VERSION_HEX >= 0x030c0000
+#define CMP_OF(arg) ((arg) >> 4)
+#define ATTR_NAME(arg) ((arg) >> 1)
+#define ATTR_METHOD(arg) ((arg) & 1)
+#define FOR_EXIT_SKIP 1
+#define SEND_POPS_RECEIVER 0
+#else
+#define CMP_OF(arg) (arg)
+#define ATTR_NAME(arg) (arg)
+#define ATTR_METHOD(arg) 0
+#define FOR_EXIT_SKIP 0
+#define SEND_POPS_RECEIVER 1
+#endif
+
+#define OPNAMES(X) \
+    X(CACHE) X(NOP) X(RESUME) X(PRECALL) X(PUSH_NULL) X(POP_TOP) X(COPY) X(SWAP) \
+    X(LOAD_CONST) X(LOAD_FAST) X(STORE_FAST) X(DELETE_FAST) X(LOAD_GLOBAL) X(LOAD_ATTR) \
+    X(LOAD_METHOD) X(LOAD_DEREF) X(STORE_DEREF) X(MAKE_CELL) X(COPY_FREE_VARS) X(KW_NAMES) \
+    X(CALL) X(CALL_FUNCTION_EX) X(BINARY_OP) X(COMPARE_OP) X(IS_OP) X(CONTAINS_OP) \
+    X(UNARY_NEGATIVE) X(UNARY_NOT) X(UNARY_POSITIVE) X(UNARY_INVERT) X(BINARY_SUBSCR) \
+    X(BUILD_TUPLE) X(BUILD_LIST) X(BUILD_MAP) X(BUILD_CONST_KEY_MAP) X(BUILD_SLICE) \
+    X(LIST_APPEND) X(LIST_EXTEND) X(LIST_TO_TUPLE) X(DICT_MERGE) X(DICT_UPDATE) X(MAP_ADD) \
+    X(UNPACK_SEQUENCE) X(GET_ITER) X(FOR_ITER) X(JUMP_FORWARD) X(JUMP_BACKWARD) \
+    X(JUMP_BACKWARD_NO_INTERRUPT) X(POP_JUMP_FORWARD_IF_FALSE) X(POP_JUMP_FORWARD_IF_TRUE) \
+    X(POP_JUMP_FORWARD_IF_NONE) X(POP_JUMP_FORWARD_IF_NOT_NONE) X(POP_JUMP_BACKWARD_IF_FALSE) \
+    X(POP_JUMP_BACKWARD_IF_TRUE) X(POP_JUMP_BACKWARD_IF_NONE) X(POP_JUMP_BACKWARD_IF_NOT_NONE) \
+    X(JUMP_IF_FALSE_OR_POP) X(JUMP_IF_TRUE_OR_POP) X(RETURN_VALUE) X(FORMAT_VALUE) \
+    X(BUILD_STRING) X(EXTENDED_ARG) X(GET_LEN) X(LOAD_CLOSURE) X(MAKE_FUNCTION) \
+    X(RETURN_GENERATOR) X(YIELD_VALUE) X(BEFORE_WITH) X(UNPACK_EX) X(STORE_SUBSCR) \
+    X(DELETE_SUBSCR) X(BUILD_SET) X(SET_ADD) X(SET_UPDATE) X(IMPORT_NAME) X(IMPORT_FROM) \
+    X(SEND) X(GET_YIELD_FROM_ITER) X(STORE_ATTR) X(DELETE_ATTR) X(PUSH_EXC_INFO) X(POP_EXCEPT) \
+    X(CHECK_EXC_MATCH) X(RERAISE) X(RAISE_VARARGS) X(LOAD_ASSERTION_ERROR) X(STORE_GLOBAL) X(DELETE_GLOBAL) \
+    /* 3.12 only */ \
+    X(POP_JUMP_IF_FALSE) X(POP_JUMP_IF_TRUE) X(POP_JUMP_IF_NONE) X(POP_JUMP_IF_NOT_NONE) \
+    X(BINARY_SLICE) X(STORE_SLICE) X(END_FOR) X(END_SEND) X(RETURN_CONST) X(LOAD_FAST_CHECK) \
+    X(LOAD_FAST_AND_CLEAR) X(LOAD_SUPER_ATTR) X(CALL_INTRINSIC_1)
+
+enum {
+#define X(n) OP_##n,
+    OPNAMES(X)
+#undef X
+    OP_UNKNOWN
+};
+
+/* co_localspluskinds bits (Include/internal/pycore_code.h, the same in
+ * 3.11 and 3.12): the slot holds a cell (a cell variable) / is a free
+ * variable. */
+#define TR_FAST_CELL 0x40
+#define TR_FAST_FREE 0x80
+
+extern uint8_t tr_op_of[256];      /* CPython opcode -> OP_* */
+extern uint8_t tr_ncache[256];     /* inline cache entries after the opcode */
+extern char tr_opname_all[256][40];   /* every CPython opcode's name */
+
 /* Symbolic value kinds. Values live in the tracer's arena, by index.
  *   V_NULL    the NULL CPython pushes before some calls
  *   V_TENSOR  graph node `node`; in-place ops rebind `node`, so every alias
@@ -94,6 +163,11 @@ typedef struct tracer {
     int no_grad;           /* grad-off `with` blocks the trace is inside */
     PyObject *exc;         /* the exception being raised in the trace (owned), or NULL */
     int32_t handled;       /* value of the exception being handled (except blocks), -1: none */
+    uint8_t *sharers;      /* output plan, per graph node: output tensors that are it or views of it (max 2) */
+    int32_t *base_out;     /* output plan, per graph node: its graph output number (-1: none yet) */
+    int stop_at;           /* the top frame stops before its instruction at this code unit (-1: never) */
+    int stopped;           /* it did: the trace ends with the frame's state (a partial graph) */
+    int break_at;          /* the top frame's instruction running at the first break (-1: none) */
 } tracer;
 
 /* BINARY_OP arguments (CPython's NB_* numbering, the same in 3.11 and
@@ -278,6 +352,11 @@ int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const str
  * strides do not allow a view). */
 int tr_view_geometry(const smelt_graph *g, int32_t base, const int64_t *base_stride, int32_t id, int64_t *stride,
                      int64_t *offset);
+/* The node a chain of VIEW nodes ending at id starts from (id itself if
+ * it is no view). */
+int32_t tr_view_base(const smelt_graph *g, int32_t id);
+/* torch's strides for a contiguous tensor of node n's shape. */
+void tr_contiguous_strides(const smelt_node *n, int64_t *stride);
 
 /* ---- objects.c and the interp.c/builtins.c entry points it uses:
  * instances of plain Python classes made in the traced code (V_INST),

@@ -122,3 +122,19 @@ int tr_view_geometry(const smelt_graph *g, int32_t base, const int64_t *base_str
     *offset = off;
     return 1;
 }
+
+int32_t tr_view_base(const smelt_graph *g, int32_t id)
+{
+    while (smelt_op_kind_of((smelt_op)g->nodes[id].op) == SMELT_KIND_VIEW)
+        id = g->nodes[id].src[0];
+    return id;
+}
+
+void tr_contiguous_strides(const smelt_node *n, int64_t *stride)
+{
+    int64_t z = 1;
+    for (int d = n->ndim - 1; d >= 0; d--) {
+        stride[d] = z;
+        z *= n->shape[d] > 1 ? n->shape[d] : 1;
+    }
+}
