@@ -595,6 +595,31 @@ static int sh_index_op(sh_call *c, int arg)
     return sh_like(c, x, x->dtype);
 }
 
+/* torch.index_put(input, indices, values, accumulate): indices a tuple or
+ * list of index tensors (int64, int32, bool) or None, at most input's
+ * rank of them; values of input's dtype; the result is input's shape and
+ * dtype. Values that do not broadcast to the indexed shape (it may depend
+ * on a bool mask's data) raise when the call runs, as eager raises. */
+static int sh_index_put(sh_call *c, int arg)
+{
+    const smelt_node *x = sh_src(c, c->p[0]), *v = sh_src(c, c->p[2]);
+    PyObject *ix = c->p[1];
+    int acc;
+    (void)arg;
+    if (!dt_ok(c, x) || !v || v->dtype != x->dtype || !ix || (!PyTuple_Check(ix) && !PyList_Check(ix)) ||
+        !sh_bool(c->p[3], 0, &acc))
+        return 0;
+    int covered = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ix); i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(ix, i);
+        const smelt_node *t = sh_src(c, o);
+        if (o != Py_None && (!t || (t->dtype != SMELT_I64 && t->dtype != SMELT_I32 && t->dtype != SMELT_BOOL)))
+            return 0;
+        covered += t && t->dtype == SMELT_BOOL ? t->ndim : 1;
+    }
+    return covered <= x->ndim && sh_like(c, x, x->dtype);
+}
+
 /* ---------- reshaping ops ---------- */
 
 /* torch.flip (arg 0: a list of dims) and Tensor.flip (arg 1: also an int
@@ -1167,6 +1192,7 @@ static const sh_op ops[] = {
     { "torch.index_add T.index_add", "input dim index source *alpha", sh_index_op, 0, M_ALL, RT_TENSOR },
     { "torch.index_copy T.index_copy", "input dim index source", sh_index_op, 1, M_ALL, RT_TENSOR },
     { "torch.index_fill T.index_fill", "input dim index value", sh_index_op, 2, M_ALL, RT_TENSOR },
+    { "torch.index_put", "input indices values accumulate", sh_index_put, 0, M_ALL, RT_TENSOR },
     { "torch.flip", "input dims", sh_flip, 0, M_ALL, RT_TENSOR },
     { "torch.dropout", "input p train", sh_dropout, 0, M_FLOAT, RT_TENSOR },
     { "T.flip", "input dims+", sh_flip, 1, M_ALL, RT_TENSOR },
