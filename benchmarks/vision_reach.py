@@ -12,8 +12,10 @@ Every model runs in its own child process (a crash or a hang is one row).
 
 The table: name, status (ok: one graph, logits match; MISMATCH: compiled but
 wrong; BREAK: fullgraph=True raised a graph break; ERROR: another exception;
-CRASH/TIMEOUT: the child died), the max abs error over max |logit|, the
-first compile's seconds, the number of host calls in the graph, and the
+CRASH/TIMEOUT: the child died), the max abs error over max |logit|, max
+|logit| itself (see calibrate: zero-initialised weights made random, BatchNorm
+statistics from one batch, so that the logits say something), the first two calls' seconds
+(trace, compile, run), the number of host calls in the graph, and the
 reason for anything not ok.
 """
 import argparse
@@ -68,12 +70,35 @@ def build(lib, name):
     return timm.create_model(name, pretrained=False)
 
 
+def calibrate(model, size):
+    """model in eval mode with logits worth comparing: weights initialised
+    to zero (ViT's head) made random, and BatchNorm running statistics set
+    to those of one batch of random images (with the default statistics,
+    activations of a randomly initialised deep net fade and the logits are
+    about the last bias)."""
+    import torch
+    g = torch.Generator().manual_seed(2)
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and not p.any():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.02)
+        if bns:
+            saved = [m.momentum for m in bns]
+            for m in bns:
+                m.momentum = 1.0
+            model.train()(torch.randn(4, 3, size, size, generator=g))
+            for m, mom in zip(bns, saved):
+                m.momentum = mom
+    return model.eval()
+
+
 def run_one(name, lib, builder, size, batch):
     """Runs one model in this process; returns the row as a dict."""
     import torch
     import smelt
     row = {"name": name}
-    model = build(lib, builder).eval()
+    model = calibrate(build(lib, builder), size)
     x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = model(x)
@@ -95,7 +120,7 @@ def run_one(name, lib, builder, size, batch):
         row["status"], row["why"] = "MISMATCH", f"got {type(got).__name__} {getattr(got, 'shape', '')}"
         return row
     err = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
-    row["err"] = err
+    row["err"], row["scale"] = err, float(ref.abs().max())
     row["status"] = "ok" if err <= TOL and st.get("eager_entries", 0) == 0 else "MISMATCH"
     if row["status"] != "ok":
         row["why"] = f"relative error {err:.2e}; stats {st}"
@@ -115,6 +140,7 @@ def main():
         return
     only = set(filter(None, a.only.split(",")))
     rows = []
+    print(f"{'model':<24} {'status':<9} {'rel err':>9} {'max|ref|':>9} {'first s':>7} {'host':>4}  why")
     for m in MODELS:
         if only and m[0] not in only:
             continue
@@ -133,8 +159,8 @@ def main():
         row["wall_s"] = time.time() - t0
         rows.append(row)
         print(f"{row['name']:<24} {row['status']:<9} {row.get('err', float('nan')):9.1e} "
-              f"{row.get('compile_s', float('nan')):7.1f} {str(row.get('hostcalls', '')):>4}  {row.get('why', '')}",
-              flush=True)
+              f"{row.get('scale', float('nan')):9.2e} {row.get('compile_s', float('nan')):7.1f} "
+              f"{str(row.get('hostcalls', '')):>4}  {row.get('why', '')}", flush=True)
     ok = sum(r["status"] == "ok" for r in rows)
     print(f"\n{ok} of {len(rows)} compile whole with fullgraph=True and match eager (tolerance {TOL} of max |logit|)")
 

@@ -392,3 +392,53 @@ def test_setitem_mixed_index_breaks_cleanly():
         t[0, p] = 1.0
         return t
     check_eager_semantics(f, rnd(5, 4), torch.tensor([1, 2]))
+
+
+# ---------------------------------------------------------------- MultiheadAttention's fast path
+
+def mha_args(shared, E=8, H=2, L=5, S=5, B=2):
+    q = rnd(B, L, E)
+    k = q if shared else rnd(B, S, E)
+    v = q if shared else rnd(B, S, E)
+    return q, k, v, E, H, rnd(3 * E, E), rnd(3 * E), rnd(E, E), rnd(E)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["self", "cross"])
+def test_native_mha_without_weights_is_graph_ops(shared):
+    """torch._native_multi_head_attention (nn.MultiheadAttention's eval fast
+    path, taken by torchvision's ViT) as projections + attention; its
+    second result is None as eager's."""
+    q, k, v, E, H, w, b, pw, pb = mha_args(shared)
+
+    def f(q, k, v, w, b, pw, pb):
+        out, weights = torch._native_multi_head_attention(q, k, v, E, H, w, b, pw, pb, None, False)
+        return out, weights is None
+    with torch.no_grad():
+        ref = f(q, k, v, w, b, pw, pb)
+        got = smelt.compile(f, fullgraph=True)(q, k, v, w, b, pw, pb)
+    assert got[1] is True and ref[1] is True
+    torch.testing.assert_close(got[0], ref[0], rtol=1e-5, atol=1e-5)
+
+
+def test_native_mha_with_weights_is_a_host_call():
+    q, k, v, E, H, w, b, pw, pb = mha_args(False)
+
+    def f(q, k, v, w, b, pw, pb):
+        return torch._native_multi_head_attention(q, k, v, E, H, w, b, pw, pb, None, True)
+    with torch.no_grad():
+        ref = f(q, k, v, w, b, pw, pb)
+        got = smelt.compile(f, fullgraph=True)(q, k, v, w, b, pw, pb)
+    for g, r in zip(got, ref):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_native_mha_shape_mismatch_raises_like_eager():
+    q, k, v, E, H, w, b, pw, pb = mha_args(False)
+    k = v = rnd(2, 7, E)
+
+    def f(q, k, v):
+        return torch._native_multi_head_attention(q, k, v, E, H, w, b, pw, pb, None, False)[0]
+    with pytest.raises(RuntimeError):
+        f(q, k, v)
+    with pytest.raises(RuntimeError):
+        smelt.compile(f)(q, k, v)

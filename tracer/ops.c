@@ -1300,6 +1300,83 @@ static int32_t sdpa_gqa(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mask
     return v_reshape(T, r, out, nd);
 }
 
+static PyObject *native_mha_fn;   /* torch._native_multi_head_attention (host call) */
+
+static int same_shape(const smelt_node *a, const smelt_node *b)
+{
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim);
+}
+
+/* x @ w.T + b with w [N, K], b [N] (b may be absent: -1). */
+static int32_t linear(tracer *T, int32_t x, int32_t w, int32_t b)
+{
+    int32_t y = matmul(T, x, v_transpose(T, w, 0, 1));
+    return y < 0 || b < 0 ? y : op2(T, SMELT_OP_ADD, y, b);
+}
+
+/* Rows [i*D, (i+1)*D) of w (a weight [3D, ..] or bias [3D]). */
+static int32_t third(tracer *T, int32_t w, int i, int64_t D)
+{
+    return w < 0 ? -1 : v_slice(T, w, 0, i * D, (i + 1) * D, 1);
+}
+
+/* x [B, L, D] as [B, H, L, D/H]. */
+static int32_t heads(tracer *T, int32_t x, int64_t H)
+{
+    const smelt_node *n = node(T, x);
+    int64_t shape[4] = { n->shape[0], n->shape[1], H, n->shape[2] / H };
+    int32_t r = v_reshape(T, x, shape, 4);
+    return r < 0 ? -1 : v_permute(T, r, (int[]){ 0, 2, 1, 3 });
+}
+
+/* torch._native_multi_head_attention, nn.MultiheadAttention's inference
+ * fast path, as graph ops when it returns no weights and takes no mask:
+ * the in-projection (one for a shared query/key/value, else a third of
+ * the packed weight each), attention per head scaled by 1/sqrt(D/H), the
+ * out-projection; (out, None) as torch returns it. Other forms (and
+ * query/key/value of different shapes, which torch rejects) run as a host
+ * call: both results are tensors then, or torch raises. */
+static int32_t h_native_mha(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t q = arg(a, 0, "query"), k = arg(a, 1, "key"), v = arg(a, 2, "value");
+    int32_t w = arg(a, 5, "qkv_weight"), b = arg(a, 6, "qkv_bias"), pw = arg(a, 7, "proj_weight");
+    int32_t pb = arg(a, 8, "proj_bias");
+    int64_t D, H;
+    int need;
+    (void)op;
+    if (tr_int(T, arg(a, 3, "embed_dim"), &D) || tr_int(T, arg(a, 4, "num_head"), &H) ||
+        get_bool(T, arg(a, 10, "need_weights"), 1, &need))
+        return -1;
+    int tensors = T->vals[q].kind == V_TENSOR && T->vals[k].kind == V_TENSOR && T->vals[v].kind == V_TENSOR &&
+                  T->vals[w].kind == V_TENSOR && T->vals[pw].kind == V_TENSOR;
+    if (need || !is_none(T, arg(a, 9, "mask")) || !tensors || H < 1 || D % H || node(T, q)->ndim != 3 ||
+        !same_shape(node(T, q), node(T, k)) || !same_shape(node(T, q), node(T, v)) || node(T, q)->shape[2] != D ||
+        !native_mha_fn)
+        return native_mha_fn ? ext_call(T, native_mha_fn, a) : tr_break(T, "_native_multi_head_attention form");
+    b = is_none(T, b) ? -1 : b;
+    pb = is_none(T, pb) ? -1 : pb;
+    int32_t qp, kp, vp;
+    if (T->vals[q].node == T->vals[k].node && T->vals[k].node == T->vals[v].node) {
+        int32_t qkv = linear(T, q, w, b);
+        qp = qkv < 0 ? -1 : v_slice(T, qkv, 2, 0, D, 1);
+        kp = qkv < 0 ? -1 : v_slice(T, qkv, 2, D, 2 * D, 1);
+        vp = qkv < 0 ? -1 : v_slice(T, qkv, 2, 2 * D, 3 * D, 1);
+    } else {
+        qp = linear(T, q, third(T, w, 0, D), b < 0 ? -1 : third(T, b, 0, D));
+        kp = linear(T, k, third(T, w, 1, D), b < 0 ? -1 : third(T, b, 1, D));
+        vp = linear(T, v, third(T, w, 2, D), b < 0 ? -1 : third(T, b, 2, D));
+    }
+    if (qp < 0 || kp < 0 || vp < 0)
+        return -1;
+    int32_t o = sdpa_core(T, heads(T, qp, H), heads(T, kp, H), heads(T, vp, H), -1, 1.0 / sqrt((double)(D / H)), 0, 0);
+    o = o < 0 ? -1 : v_permute(T, o, (int[]){ 0, 2, 1, 3 });
+    const smelt_node *qn = o < 0 ? NULL : node(T, q);
+    o = o < 0 ? -1 : v_reshape(T, o, (int64_t[]){ qn->shape[0], qn->shape[1], D }, 3);
+    o = o < 0 ? -1 : linear(T, o, pw, pb);
+    int32_t items[2] = { o, tv_obj(T, Py_None, -1) };
+    return o < 0 || items[1] < 0 ? -1 : tv_tuple(T, items, 2);
+}
+
 static int32_t h_sdpa(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t q = arg(a, 0, "query"), k = arg(a, 1, "key"), v = arg(a, 2, "value");
@@ -3006,6 +3083,7 @@ static const op_entry table[] = {
     { "torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO, OUT_NO }, { "torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO, OUT_NO },
     { "torch.split T.split", h_split, 0, IP_NO, OUT_NO }, { "torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO, OUT_NO },
     { "F.scaled_dot_product_attention", h_sdpa, 0, IP_NO, OUT_NO },
+    { "torch._native_multi_head_attention", h_native_mha, 0, IP_NO, OUT_NO },
     { "F.pad", h_pad, 0, IP_NO, OUT_NO }, { "T.cpu", h_identity, 0, IP_NO, OUT_NO },
     { "torch._C._log_api_usage_once", h_none, 0, IP_NO, OUT_NO },
     { "F.adaptive_max_pool1d", h_adaptive_max, 1, IP_NO, OUT_NO }, { "F.adaptive_max_pool2d", h_adaptive_max, 2, IP_NO, OUT_NO },
@@ -3045,6 +3123,7 @@ int ops_init(void)
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     dropout_fn = resolve(torch, F, "torch.dropout");
     index_put_fn = resolve(torch, F, "torch.index_put");
+    native_mha_fn = resolve(torch, F, "torch._native_multi_head_attention");
     adaptive_max_fn[1] = resolve(torch, F, "torch.adaptive_max_pool1d");
     adaptive_max_fn[2] = resolve(torch, F, "torch._C._nn.adaptive_max_pool2d");
     adaptive_max_fn[3] = resolve(torch, F, "torch._C._nn.adaptive_max_pool3d");
