@@ -1,7 +1,7 @@
 """How many vision classifiers smelt compiles whole, and whether their logits
 match eager.
 
-    python3 benchmarks/vision_reach.py [--batch 1] [--only name,name] [--timeout 600]
+    python3 benchmarks/vision_reach.py [--batch 1] [--only name,name] [--timeout 900] [--compile-first]
 
 Needs torchvision and timm (a venv beside the pinned torch works, since smelt
 links no torch: PYTHONPATH=<worktree>/python <venv>/bin/python ...). Each
@@ -93,15 +93,17 @@ def calibrate(model, size):
     return model.eval()
 
 
-def run_one(name, lib, builder, size, batch):
-    """Runs one model in this process; returns the row as a dict."""
+def run_one(name, lib, builder, size, batch, compile_first=False):
+    """Runs one model in this process (eagerly first, unless compile_first:
+    then the compiled model's first call is the model's first eval call);
+    returns the row as a dict."""
     import torch
     import smelt
     row = {"name": name}
     model = calibrate(build(lib, builder), size)
     x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        ref = model(x)
+        ref = None if compile_first else model(x)
         cm = smelt.compile(model, fullgraph=True)
         t0 = time.perf_counter()
         try:
@@ -113,6 +115,7 @@ def run_one(name, lib, builder, size, batch):
             row["why"] = f"{type(e).__name__}: {msg[0] if msg else ''}"[:300]
             return row
         row["compile_s"] = time.perf_counter() - t0
+        ref = model(x) if compile_first else ref
     st = cm._smelt.stats()
     with torch.no_grad():
         row["hostcalls"] = len(smelt.explain(model, x)["host_calls"])
@@ -133,10 +136,11 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--child", default="")
+    ap.add_argument("--compile-first", action="store_true", help="call the compiled model before the eager one")
     a = ap.parse_args()
     if a.child:
         m = next(m for m in MODELS if m[0] == a.child)
-        print("ROW " + json.dumps(run_one(*m, a.batch)), flush=True)
+        print("ROW " + json.dumps(run_one(*m, a.batch, a.compile_first)), flush=True)
         return
     only = set(filter(None, a.only.split(",")))
     rows = []
@@ -146,7 +150,8 @@ def main():
             continue
         t0 = time.time()
         try:
-            p = subprocess.run([sys.executable, __file__, "--child", m[0], "--batch", str(a.batch)],
+            p = subprocess.run([sys.executable, __file__, "--child", m[0], "--batch", str(a.batch)] +
+                               (["--compile-first"] if a.compile_first else []),
                                capture_output=True, text=True, timeout=a.timeout, env=os.environ)
             line = [ln for ln in p.stdout.splitlines() if ln.startswith("ROW ")]
             if line:
