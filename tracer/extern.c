@@ -1,5 +1,6 @@
 /* extern.c — host calls: a torch op smelt has no graph op for stays in the
- * graph as CALL nodes that run the op at run time (pyext/hostcall.h).
+ * graph as CALL nodes that run the op at run time (tracer/hostcall.h; the
+ * run-time callback is pyext/hostcall.c).
  *
  * ext_call turns the symbolic arguments of one call into templates (a
  * tensor becomes Slot(k), the call's k-th source; constants are guarded),
@@ -11,7 +12,7 @@
  */
 #include "tstate.h"
 
-#include "../pyext/hostcall.h"
+#include "hostcall.h"
 
 #include <string.h>
 
@@ -171,7 +172,7 @@ static PyObject *slot_of(tracer *T, ext_srcs *s, int32_t node)
         tr_break(T, "host call with more than %d distinct tensor arguments", SMELT_MAX_SRC);
         return NULL;
     }
-    PyObject *sl = pyext_slot_new(s->n);
+    PyObject *sl = tracer_slot_new(s->n);
     if (!sl)
         return NULL;
     s->node[s->n] = node;
@@ -352,11 +353,11 @@ static PyMethodDef probe_def = { "host_call_meta", (PyCFunction)(void (*)(void))
 /* The results of fn over the sources in s, and their Python type (*rtype,
  * new reference: a tensor type, tuple, a torch.return_types type, list):
  * from torch's shape rules where shapes.c knows the op (*sa: what it read
- * of the arguments), else from pyext_hostcall_infer (a run on meta
+ * of the arguments), else from tracer_call_infer (a run on meta
  * tensors; sa->kind SK_NONE). 0, 1 with msg (cannot be a host call), or
  * -1 with an error. */
 static int infer(tracer *T, PyObject *fn, const ext_srcs *s, PyObject *args, PyObject *kwargs,
-                 pyext_call_meta *m, char *msg, size_t msglen, PyObject **rtype, sh_args *sa)
+                 tracer_call_meta *m, char *msg, size_t msglen, PyObject **rtype, sh_args *sa)
 {
     const smelt_node *srcs[SMELT_MAX_SRC];
     for (int k = 0; k < s->n; k++)
@@ -370,7 +371,7 @@ static int infer(tracer *T, PyObject *fn, const ext_srcs *s, PyObject *args, PyO
         PyList_SET_ITEM(box, 1, Py_NewRef(Py_None));
         probe = PyCFunction_New(&probe_def, box);
     }
-    int rc = probe ? pyext_hostcall_infer(probe, args, kwargs, s->n, srcs, m, msg, msglen) : -1;
+    int rc = probe ? tracer_call_infer(probe, args, kwargs, s->n, srcs, m, msg, msglen) : -1;
     *rtype = rc == 0 ? Py_NewRef(PyList_GET_ITEM(box, 1)) : NULL;
     Py_XDECREF(probe);
     Py_XDECREF(box);
@@ -415,7 +416,7 @@ static int contig_cover(tracer *T)
 }
 
 /* The value of the call's results, nodes first.. (see ext_call). */
-static int32_t result_value(tracer *T, int32_t first, const pyext_call_meta *m, PyObject *rtype)
+static int32_t result_value(tracer *T, int32_t first, const tracer_call_meta *m, PyObject *rtype)
 {
     int32_t items[SMELT_MAX_SRC];
     for (int k = 0; k < m->nout; k++) {
@@ -443,7 +444,7 @@ static int32_t result_value(tracer *T, int32_t first, const pyext_call_meta *m, 
 }
 
 /* Whether some result of the call is a view of an input. */
-static int any_view(const pyext_call_meta *m)
+static int any_view(const tracer_call_meta *m)
 {
     for (int k = 0; k < m->nout; k++)
         if (m->is_view[k])
@@ -460,7 +461,7 @@ static int any_view(const pyext_call_meta *m)
 static int32_t add_call(tracer *T, PyObject *fn, PyObject *name, const call_args *a, const ext_srcs *s,
                         PyObject *args, PyObject *kwargs, int first)
 {
-    pyext_call_meta m;
+    tracer_call_meta m;
     sh_args sa;
     char msg[400] = "";
     PyObject *rtype;
@@ -478,7 +479,7 @@ static int32_t add_call(tracer *T, PyObject *fn, PyObject *name, const call_args
         return r;
     }
     r = -1;
-    if (pyext_hostcall_key(fn, args, kwargs, &key) == 0) {
+    if (tracer_call_key(fn, args, kwargs, &key) == 0) {
         int32_t first = smelt_graph_call(T->g, id, key, s->n, s->node, m.nout, m.dtypes, m.ndims,
                                          (const int64_t(*)[SMELT_MAX_DIMS])m.shapes);
         if (first < 0)

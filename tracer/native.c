@@ -23,7 +23,7 @@
  */
 #include "tstate.h"
 
-#include "../pyext/hostcall.h"
+#include "hostcall.h"
 
 #include <math.h>
 #include <string.h>
@@ -345,13 +345,13 @@ static int32_t nearest(tracer *T, const sh_args *sa, const int32_t *node)
 }
 
 /* Whether node y has result 0's dtype and shape in m. */
-static int matches(const smelt_node *y, const pyext_call_meta *m)
+static int matches(const smelt_node *y, const tracer_call_meta *m)
 {
     return y->dtype == m->dtypes[0] && y->ndim == m->ndims[0] &&
            !memcmp(y->shape, m->shapes[0], sizeof(int64_t) * y->ndim);
 }
 
-int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const pyext_call_meta *m, int first)
+int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const tracer_call_meta *m, int first)
 {
     int32_t y;
     if (sa->x < 0)

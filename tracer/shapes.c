@@ -13,7 +13,7 @@
  */
 #include "tstate.h"
 
-#include "../pyext/hostcall.h"
+#include "hostcall.h"
 
 #include <math.h>
 #include <string.h>
@@ -43,7 +43,7 @@ typedef struct sh_call {
     int nsrc;
     const smelt_node *const *srcs;   /* Slot(k) stands for srcs[k] */
     uint32_t dts;                    /* dtypes (bit per smelt_dtype) the op takes for its data */
-    pyext_call_meta *m;
+    tracer_call_meta *m;
     sh_args *sa;                     /* what conv, pooling and unfold handlers read (never NULL) */
 } sh_call;
 
@@ -51,8 +51,6 @@ typedef struct sh_call {
  * would reject the arguments. Never leaves a Python error set. */
 typedef int (*sh_fn)(sh_call *c, int arg);
 
-static PyTypeObject *slot_type;   /* smelt._C.Slot */
-static PyObject *slot_index;      /* "index" */
 
 /* ---------- reading arguments ---------- */
 
@@ -66,13 +64,8 @@ static PyObject *given(PyObject *o)
  * of this call. */
 static int sh_slot(const sh_call *c, PyObject *o)
 {
-    if (!o || Py_TYPE(o) != slot_type)
-        return -1;
-    PyObject *i = PyObject_GetAttr(o, slot_index);
-    long k = i ? PyLong_AsLong(i) : -1;
-    Py_XDECREF(i);
-    PyErr_Clear();
-    return k >= 0 && k < c->nsrc ? (int)k : -1;
+    int k = tracer_slot_index(o);
+    return k < c->nsrc ? k : -1;
 }
 
 /* The node Slot o stands for; NULL when o is not a Slot of this call. */
@@ -180,7 +173,7 @@ static int sh_scalar(PyObject *o)
  * input). 1, or 0 when smelt cannot hold it. */
 static int sh_out(sh_call *c, int dt, int ndim, const int64_t *shape)
 {
-    pyext_call_meta *m = c->m;
+    tracer_call_meta *m = c->m;
     if (ndim < 0 || ndim > SMELT_MAX_DIMS || m->nout >= SMELT_MAX_SRC)
         return 0;
     m->dtypes[m->nout] = (uint8_t)dt;
@@ -1319,20 +1312,13 @@ static int rtypes_init(void)
     return rc;
 }
 
-/* The Slot type, the result types and the key table, made once (what one
- * failed attempt made stays for the next). 0, or -1 with an error. */
+/* The result types and the key table, made once (what one failed attempt
+ * made stays for the next). 0, or -1 with an error. */
 static int sh_init(void)
 {
     if (by_key)
         return 0;
-    if (!slot_type) {
-        PyObject *slot = pyext_slot_new(0);
-        if (!slot)
-            return -1;
-        slot_type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(slot));
-        Py_DECREF(slot);
-    }
-    if ((!slot_index && !(slot_index = PyUnicode_InternFromString("index"))) || rtypes_init())
+    if (rtypes_init())
         return -1;
     PyObject *d = PyDict_New();
     for (int i = 0; d && i < NOPS; i++)
@@ -1373,7 +1359,7 @@ static const sh_op *find_op(PyObject *fn)
 }
 
 int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
-                struct pyext_call_meta *m, PyObject **rtype, sh_args *sa)
+                struct tracer_call_meta *m, PyObject **rtype, sh_args *sa)
 {
     sh_args scratch;
     *rtype = NULL;

@@ -181,7 +181,7 @@ int32_t ops_pad_node(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, doub
 int ops_eager_contiguous(tracer *T, int32_t x);
 
 /* extern.c: host calls (CALL nodes running a torch op at run time; see
- * pyext/hostcall.h) */
+ * tracer/hostcall.h) */
 /* Whether fn may become a host call: one of torch's own builtins (torch.*,
  * torch._C._nn / _linalg / _special / _fft functions, torch.Tensor method
  * descriptors, torch.ops OpOverload/OpOverloadPacket) that is not in place
@@ -207,7 +207,7 @@ int32_t ext_call_first(tracer *T, PyObject *fn, const call_args *a);
  * embedding, cumsum, topk, sort, gather/scatter, einsum, advanced
  * indexing, ...) from torch's shape rules, without a meta-tensor run: the
  * first Python meta kernel a process runs costs 0.4-2.4 s of imports. */
-struct pyext_call_meta;
+struct tracer_call_meta;
 
 /* What shape_infer read from the arguments of a convolution, pooling or
  * Tensor.unfold call it accepted (native.c makes graph ops of them).
@@ -246,7 +246,7 @@ typedef struct sh_args {
  * torch's own message). *sa (when not NULL) is filled on 1 and has kind
  * SK_NONE on 0. Never sets a Python error. */
 int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
-                struct pyext_call_meta *m, PyObject **rtype, sh_args *sa);
+                struct tracer_call_meta *m, PyObject **rtype, sh_args *sa);
 
 /* native.c: convolution, pooling and Tensor.unfold as graph ops instead
  * of host calls. A call shape_infer accepted (sa; node[k] the graph node
@@ -256,7 +256,7 @@ int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const 
  * UNFOLD for Tensor.unfold. first: the caller wants the call's first
  * result only (the values of an adaptive max pooling without indices).
  * A tensor value; -2 when the call stays a host call; -1 (break/error). */
-int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const struct pyext_call_meta *m, int first);
+int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const struct tracer_call_meta *m, int first);
 
 /* ---- objects.c and the interp.c/builtins.c entry points it uses:
  * instances of plain Python classes made in the traced code (V_INST),
