@@ -2952,7 +2952,7 @@ static int32_t h_adaptive_max(tracer *T, const call_args *a, smelt_op op)
     if (sizes < 0)
         return sizes;
     call_args b = { .pos = (int32_t[]){ x, sizes }, .npos = 2 };
-    return ext_call_first(T, adaptive_max_fn[op], &b);
+    return native_call(T, adaptive_max_fn[op], &b, 1);
 }
 
 /* ---------- the table ---------- */
@@ -2970,17 +2970,26 @@ static int32_t h_adaptive_max(tracer *T, const call_args *a, smelt_op op)
 #define OUT_NO 0
 #define OUT_CAST 1
 
+/* A handler that needs the callable itself (it may make a host call of
+ * it): native.c's native_call. */
+typedef int32_t (*call_fn)(tracer *T, PyObject *fn, const call_args *a, int first);
+
 typedef struct op_entry {
     const char *names;     /* space-separated: torch.X F.X T.X (T.X is also method X) */
-    op_fn fn;
+    op_fn fn;              /* the handler, or NULL when call is set */
     int op;                /* handler's variant (an smelt_op or an encoding it documents) */
     int ip;                /* in-place behaviour */
     int out;               /* out= behaviour */
+    call_fn call;          /* the handler taking the callable (fn NULL), or NULL */
 } op_entry;
 
-#define U(n, OP) { "torch." n " T." n, h_unary, SMELT_OP_##OP, IP_NO, OUT_CAST }
-#define B(n, OP) { "torch." n " T." n, h_binary, SMELT_OP_##OP, IP_NO, OUT_CAST }
-#define R(n, OP) { "torch." n " T." n, h_reduce, SMELT_OP_##OP, IP_NO, OUT_NO }
+/* Rows whose home is native.c (graph ops where they take a form that
+ * expresses them, else a host call). */
+#define NATIVE(names) { names, NULL, 0, IP_NO, OUT_NO, native_call }
+
+#define U(n, OP) { "torch." n " T." n, h_unary, SMELT_OP_##OP, IP_NO, OUT_CAST, NULL }
+#define B(n, OP) { "torch." n " T." n, h_binary, SMELT_OP_##OP, IP_NO, OUT_CAST, NULL }
+#define R(n, OP) { "torch." n " T." n, h_reduce, SMELT_OP_##OP, IP_NO, OUT_NO, NULL }
 
 static const op_entry table[] = {
     U("neg", NEG), U("negative", NEG), U("abs", ABS), U("exp", EXP), U("exp2", EXP2), U("expm1", EXPM1),
@@ -2989,8 +2998,8 @@ static const op_entry table[] = {
     U("erf", ERF), U("relu", RELU), U("floor", FLOOR), U("ceil", CEIL), U("round", ROUND),
     U("trunc", TRUNC), U("sign", SIGN), U("reciprocal", RECIPROCAL), U("logical_not", LOGICAL_NOT),
     U("isnan", ISNAN), U("isinf", ISINF), U("bitwise_not", BITWISE_NOT),
-    { "F.relu", h_unary, SMELT_OP_RELU, IPOS(1), OUT_NO }, { "F.relu_ torch.relu_", h_unary, SMELT_OP_RELU, IP_ALWAYS, OUT_NO },
-    { "F.sigmoid", h_unary, SMELT_OP_SIGMOID, IP_NO, OUT_NO }, { "F.tanh", h_unary, SMELT_OP_TANH, IP_NO, OUT_NO },
+    { "F.relu", h_unary, SMELT_OP_RELU, IPOS(1), OUT_NO, NULL }, { "F.relu_ torch.relu_", h_unary, SMELT_OP_RELU, IP_ALWAYS, OUT_NO, NULL },
+    { "F.sigmoid", h_unary, SMELT_OP_SIGMOID, IP_NO, OUT_NO, NULL }, { "F.tanh", h_unary, SMELT_OP_TANH, IP_NO, OUT_NO, NULL },
     B("add", ADD), B("sub", SUB), B("subtract", SUB), B("mul", MUL), B("multiply", MUL),
     B("div", DIV), B("divide", DIV), B("true_divide", DIV), B("floor_divide", FLOORDIV),
     B("pow", POW), B("maximum", MAXIMUM), B("minimum", MINIMUM), B("fmod", FMOD),
@@ -3000,94 +3009,105 @@ static const op_entry table[] = {
     B("bitwise_or", BITWISE_OR), B("bitwise_xor", BITWISE_XOR),
     R("sum", SUM), R("prod", PROD), R("mean", MEAN), R("amax", AMAX), R("amin", AMIN),
     R("any", ANY), R("all", ALL), R("argmax", ARGMAX), R("argmin", ARGMIN),
-    { "torch.max T.max", h_minmax, SMELT_OP_AMAX, IP_NO, OUT_NO }, { "torch.min T.min", h_minmax, SMELT_OP_AMIN, IP_NO, OUT_NO },
-    { "torch.var T.var", h_var, SMELT_OP_VAR, IP_NO, OUT_NO }, { "torch.std T.std", h_var, SMELT_OP_STD, IP_NO, OUT_NO },
-    { "torch.logsumexp T.logsumexp", h_logsumexp, 0, IP_NO, OUT_NO },
-    { "torch.norm T.norm", h_norm, 0, IP_NO, OUT_NO }, { "torch.linalg.vector_norm", h_norm, SMELT_OP_MEAN, IP_NO, OUT_NO },
-    { "torch.softmax F.softmax T.softmax", h_softmax, SMELT_OP_EXP, IP_NO, OUT_NO },
-    { "torch.log_softmax F.log_softmax T.log_softmax", h_softmax, SMELT_OP_LOG, IP_NO, OUT_NO },
-    { "F.softmin", h_softmin, 0, IP_NO, OUT_NO },
-    { "F.layer_norm torch.layer_norm", h_layer_norm, 0, IP_NO, OUT_NO },
-    { "F.rms_norm", h_rms_norm, 0, IP_NO, OUT_NO },
-    { "F.group_norm torch.group_norm", h_group_norm, 0, IP_NO, OUT_NO },
-    { "F.batch_norm", h_batch_norm, 0, IP_NO, OUT_NO },
-    { "F.normalize", h_normalize, 0, IP_NO, OUT_NO },
-    { "F.linear", h_linear, 0, IP_NO, OUT_NO },
-    { "torch.matmul T.matmul torch.mm T.mm torch.bmm T.bmm", h_matmul, 0, IP_NO, OUT_NO },
-    { "torch.addmm T.addmm torch.baddbmm T.baddbmm", h_addmm, 0, IP_NO, OUT_NO },
-    { "torch.outer T.outer torch.ger T.ger", h_outer, 0, IP_NO, OUT_NO },
-    { "F.gelu", h_gelu, 0, IP_NO, OUT_NO }, { "F.silu", h_silu, 0, IPOS(1), OUT_NO },
-    { "F.leaky_relu", h_relu_family, SMELT_OP_MUL, IPOS(2), OUT_NO }, { "F.elu", h_relu_family, SMELT_OP_EXP, IPOS(2), OUT_NO },
-    { "F.celu", h_relu_family, SMELT_OP_EXPM1, IPOS(2), OUT_NO }, { "F.selu torch.selu", h_relu_family, SMELT_OP_ABS, IPOS(1), OUT_NO },
-    { "F.softplus", h_softplus, 0, IP_NO, OUT_NO }, { "F.hardtanh", h_hardtanh, SMELT_OP_CLAMP, IPOS(3), OUT_NO },
-    { "F.relu6", h_hardtanh, SMELT_OP_RELU, IPOS(1), OUT_NO }, { "F.hardsigmoid", h_hard, SMELT_OP_SIGMOID, IPOS(1), OUT_NO },
-    { "F.hardswish", h_hard, SMELT_OP_MUL, IPOS(1), OUT_NO }, { "F.mish", h_mish, 0, IPOS(1), OUT_NO },
-    { "F.logsigmoid", h_logsigmoid, 0, IP_NO, OUT_NO }, { "F.softsign", h_shrinkish, SMELT_OP_DIV, IP_NO, OUT_NO },
-    { "F.tanhshrink", h_shrinkish, SMELT_OP_SUB, IP_NO, OUT_NO },
-    { "F.hardshrink torch.hardshrink T.hardshrink", h_shrink, SMELT_OP_ABS, IP_NO, OUT_NO },
-    { "F.softshrink", h_shrink, SMELT_OP_SUB, IP_NO, OUT_NO }, { "F.threshold", h_threshold, 0, IPOS(3), OUT_NO },
-    { "F.glu", h_glu, 0, IP_NO, OUT_NO }, { "F.prelu torch.prelu", h_prelu, 0, IP_NO, OUT_NO },
-    { "F.dropout torch.dropout", h_dropout, 0, IPOS(3), OUT_NO },
-    { "F.dropout1d F.dropout2d F.dropout3d F.alpha_dropout F.feature_alpha_dropout", h_dropout, 1, IPOS(3), OUT_NO },
-    { "F.mse_loss", h_loss, SMELT_OP_MUL, IP_NO, OUT_NO }, { "F.l1_loss", h_loss, SMELT_OP_ABS, IP_NO, OUT_NO },
-    { "F.smooth_l1_loss", h_loss, SMELT_OP_SUB, IP_NO, OUT_NO },
-    { "F.binary_cross_entropy_with_logits", h_bce_logits, 0, IP_NO, OUT_NO },
-    { "F.cosine_similarity torch.cosine_similarity", h_cosine_similarity, 0, IP_NO, OUT_NO },
-    { "T.contiguous", h_contiguous, 0, IP_NO, OUT_NO }, { "T.is_contiguous", h_is_contiguous, 0, IP_NO, OUT_NO },
-    { "T.clone torch.clone", h_clone, 0, IP_NO, OUT_NO }, { "T.detach torch.detach", h_identity, 0, IP_NO, OUT_NO },
-    { "T.zero_", h_fill, 0, IP_ALWAYS, OUT_NO }, { "T.fill_", h_fill, SMELT_OP_FULL, IP_ALWAYS, OUT_NO },
-    { "T.copy_", h_copy, 0, IP_ALWAYS, OUT_NO },
-    { "torch.square T.square", h_square, 0, IP_NO, OUT_NO }, { "torch.lerp T.lerp", h_lerp, 0, IP_NO, OUT_NO },
-    { "torch.addcmul T.addcmul", h_addc, SMELT_OP_MUL, IP_NO, OUT_NO }, { "torch.addcdiv T.addcdiv", h_addc, SMELT_OP_DIV, IP_NO, OUT_NO },
-    { "T.view", h_view, 1, IP_NO, OUT_NO }, { "T.reshape torch.reshape", h_view, 0, IP_NO, OUT_NO },
-    { "T.view_as", h_view_as, 1, IP_NO, OUT_NO }, { "T.reshape_as", h_view_as, 0, IP_NO, OUT_NO },
-    { "T.unflatten torch.unflatten", h_unflatten, 0, IP_NO, OUT_NO },
-    { "T.permute torch.permute", h_permute, 0, IP_NO, OUT_NO },
-    { "T.transpose torch.transpose T.swapaxes torch.swapaxes T.swapdims torch.swapdims", h_transpose, 0, IP_NO, OUT_NO },
-    { "T.t torch.t", h_t, 0, IP_NO, OUT_NO },
-    { "T.movedim torch.movedim T.moveaxis torch.moveaxis", h_movedim, 0, IP_NO, OUT_NO },
-    { "T.unsqueeze torch.unsqueeze", h_unsqueeze, 0, IP_NO, OUT_NO },
-    { "T.squeeze torch.squeeze", h_squeeze, 0, IP_NO, OUT_NO },
-    { "T.flatten torch.flatten", h_flatten, 0, IP_NO, OUT_NO },
-    { "T.expand", h_expand, 0, IP_NO, OUT_NO }, { "T.expand_as", h_expand_as, 0, IP_NO, OUT_NO },
-    { "T.broadcast_to torch.broadcast_to", h_broadcast_to, 0, IP_NO, OUT_NO },
-    { "T.repeat", h_repeat, 0, IP_NO, OUT_NO },
-    { "T.select torch.select", h_select, 0, IP_NO, OUT_NO }, { "T.narrow torch.narrow", h_narrow, 0, IP_NO, OUT_NO },
-    { "T.unbind torch.unbind", h_unbind, 0, IP_NO, OUT_NO },
-    { "T.diagonal torch.diagonal", h_diagonal, 0, IP_NO, OUT_NO },
-    { "T.roll torch.roll", h_roll, 0, IP_NO, OUT_NO },
-    { "T.size", h_size, 0, IP_NO, OUT_NO }, { "T.dim T.ndimension", h_dim, 0, IP_NO, OUT_NO },
-    { "T.numel torch.numel T.nelement", h_numel, 0, IP_NO, OUT_NO },
-    { "T.is_floating_point torch.is_floating_point", h_is_floating_point, 0, IP_NO, OUT_NO },
-    { "T.element_size", h_element_size, 0, IP_NO, OUT_NO },
-    { "torch.cat torch.concat torch.concatenate", h_cat, 0, IP_NO, OUT_NO },
-    { "torch.stack", h_cat, SMELT_OP_UNSQUEEZE, IP_NO, OUT_NO },
-    { "torch.where T.where", h_where, 0, IP_NO, OUT_NO },
-    { "T.masked_fill torch.masked_fill", h_masked_fill, 0, IP_NO, OUT_NO },
-    { "torch.clamp T.clamp torch.clip T.clip", h_clamp, 0, IP_NO, OUT_NO },
-    { "torch.clamp_min T.clamp_min", h_clamp, SMELT_OP_MAXIMUM, IP_NO, OUT_NO },
-    { "torch.clamp_max T.clamp_max", h_clamp, SMELT_OP_MINIMUM, IP_NO, OUT_NO },
-    { "T.to", h_to, 0, IP_NO, OUT_NO },
-    { "T.float", h_to, 1000 + SMELT_F32, IP_NO, OUT_NO }, { "T.double", h_to, 1000 + SMELT_F64, IP_NO, OUT_NO },
-    { "T.half", h_to, 1000 + SMELT_F16, IP_NO, OUT_NO }, { "T.bfloat16", h_to, 1000 + SMELT_BF16, IP_NO, OUT_NO },
-    { "T.int", h_to, 1000 + SMELT_I32, IP_NO, OUT_NO }, { "T.long", h_to, 1000 + SMELT_I64, IP_NO, OUT_NO },
-    { "T.bool", h_to, 1000 + SMELT_BOOL, IP_NO, OUT_NO },
-    { "T.type_as", h_type_as, 0, IP_NO, OUT_NO },
-    { "torch.zeros", h_full, SMELT_OP_ADD, IP_NO, OUT_NO }, { "torch.ones", h_full, SMELT_OP_MUL, IP_NO, OUT_NO },
-    { "torch.full", h_full, SMELT_OP_CLAMP, IP_NO, OUT_NO }, { "torch.empty", h_full, SMELT_OP_ADD, IP_NO, OUT_NO },
-    { "torch.zeros_like", h_full, 100 + SMELT_OP_ADD, IP_NO, OUT_NO }, { "torch.ones_like", h_full, 100 + SMELT_OP_MUL, IP_NO, OUT_NO },
-    { "torch.full_like", h_full, 100 + SMELT_OP_CLAMP, IP_NO, OUT_NO }, { "torch.empty_like", h_full, 100 + SMELT_OP_ADD, IP_NO, OUT_NO },
-    { "T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO, OUT_NO }, { "T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO, OUT_NO },
-    { "T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO, OUT_NO }, { "T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO, OUT_NO },
-    { "torch.arange", h_arange, 0, IP_NO, OUT_NO }, { "torch.eye", h_eye, 0, IP_NO, OUT_NO }, { "torch.tensor", h_tensor, 0, IP_NO, OUT_NO },
-    { "torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO, OUT_NO }, { "torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO, OUT_NO },
-    { "torch.split T.split", h_split, 0, IP_NO, OUT_NO }, { "torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO, OUT_NO },
-    { "F.scaled_dot_product_attention", h_sdpa, 0, IP_NO, OUT_NO },
-    { "torch._native_multi_head_attention", h_native_mha, 0, IP_NO, OUT_NO },
-    { "F.pad", h_pad, 0, IP_NO, OUT_NO }, { "T.cpu", h_identity, 0, IP_NO, OUT_NO },
-    { "torch._C._log_api_usage_once", h_none, 0, IP_NO, OUT_NO },
-    { "F.adaptive_max_pool1d", h_adaptive_max, 1, IP_NO, OUT_NO }, { "F.adaptive_max_pool2d", h_adaptive_max, 2, IP_NO, OUT_NO },
-    { "F.adaptive_max_pool3d", h_adaptive_max, 3, IP_NO, OUT_NO },
+    { "torch.max T.max", h_minmax, SMELT_OP_AMAX, IP_NO, OUT_NO, NULL }, { "torch.min T.min", h_minmax, SMELT_OP_AMIN, IP_NO, OUT_NO, NULL },
+    { "torch.var T.var", h_var, SMELT_OP_VAR, IP_NO, OUT_NO, NULL }, { "torch.std T.std", h_var, SMELT_OP_STD, IP_NO, OUT_NO, NULL },
+    { "torch.logsumexp T.logsumexp", h_logsumexp, 0, IP_NO, OUT_NO, NULL },
+    { "torch.norm T.norm", h_norm, 0, IP_NO, OUT_NO, NULL }, { "torch.linalg.vector_norm", h_norm, SMELT_OP_MEAN, IP_NO, OUT_NO, NULL },
+    { "torch.softmax F.softmax T.softmax", h_softmax, SMELT_OP_EXP, IP_NO, OUT_NO, NULL },
+    { "torch.log_softmax F.log_softmax T.log_softmax", h_softmax, SMELT_OP_LOG, IP_NO, OUT_NO, NULL },
+    { "F.softmin", h_softmin, 0, IP_NO, OUT_NO, NULL },
+    { "F.layer_norm torch.layer_norm", h_layer_norm, 0, IP_NO, OUT_NO, NULL },
+    { "F.rms_norm", h_rms_norm, 0, IP_NO, OUT_NO, NULL },
+    { "F.group_norm torch.group_norm", h_group_norm, 0, IP_NO, OUT_NO, NULL },
+    { "F.batch_norm", h_batch_norm, 0, IP_NO, OUT_NO, NULL },
+    { "F.normalize", h_normalize, 0, IP_NO, OUT_NO, NULL },
+    { "F.linear", h_linear, 0, IP_NO, OUT_NO, NULL },
+    { "torch.matmul T.matmul torch.mm T.mm torch.bmm T.bmm", h_matmul, 0, IP_NO, OUT_NO, NULL },
+    { "torch.addmm T.addmm torch.baddbmm T.baddbmm", h_addmm, 0, IP_NO, OUT_NO, NULL },
+    { "torch.outer T.outer torch.ger T.ger", h_outer, 0, IP_NO, OUT_NO, NULL },
+    { "F.gelu", h_gelu, 0, IP_NO, OUT_NO, NULL }, { "F.silu", h_silu, 0, IPOS(1), OUT_NO, NULL },
+    { "F.leaky_relu", h_relu_family, SMELT_OP_MUL, IPOS(2), OUT_NO, NULL }, { "F.elu", h_relu_family, SMELT_OP_EXP, IPOS(2), OUT_NO, NULL },
+    { "F.celu", h_relu_family, SMELT_OP_EXPM1, IPOS(2), OUT_NO, NULL }, { "F.selu torch.selu", h_relu_family, SMELT_OP_ABS, IPOS(1), OUT_NO, NULL },
+    { "F.softplus", h_softplus, 0, IP_NO, OUT_NO, NULL }, { "F.hardtanh", h_hardtanh, SMELT_OP_CLAMP, IPOS(3), OUT_NO, NULL },
+    { "F.relu6", h_hardtanh, SMELT_OP_RELU, IPOS(1), OUT_NO, NULL }, { "F.hardsigmoid", h_hard, SMELT_OP_SIGMOID, IPOS(1), OUT_NO, NULL },
+    { "F.hardswish", h_hard, SMELT_OP_MUL, IPOS(1), OUT_NO, NULL }, { "F.mish", h_mish, 0, IPOS(1), OUT_NO, NULL },
+    { "F.logsigmoid", h_logsigmoid, 0, IP_NO, OUT_NO, NULL }, { "F.softsign", h_shrinkish, SMELT_OP_DIV, IP_NO, OUT_NO, NULL },
+    { "F.tanhshrink", h_shrinkish, SMELT_OP_SUB, IP_NO, OUT_NO, NULL },
+    { "F.hardshrink torch.hardshrink T.hardshrink", h_shrink, SMELT_OP_ABS, IP_NO, OUT_NO, NULL },
+    { "F.softshrink", h_shrink, SMELT_OP_SUB, IP_NO, OUT_NO, NULL }, { "F.threshold", h_threshold, 0, IPOS(3), OUT_NO, NULL },
+    { "F.glu", h_glu, 0, IP_NO, OUT_NO, NULL }, { "F.prelu torch.prelu", h_prelu, 0, IP_NO, OUT_NO, NULL },
+    { "F.dropout torch.dropout", h_dropout, 0, IPOS(3), OUT_NO, NULL },
+    { "F.dropout1d F.dropout2d F.dropout3d F.alpha_dropout F.feature_alpha_dropout", h_dropout, 1, IPOS(3), OUT_NO, NULL },
+    { "F.mse_loss", h_loss, SMELT_OP_MUL, IP_NO, OUT_NO, NULL }, { "F.l1_loss", h_loss, SMELT_OP_ABS, IP_NO, OUT_NO, NULL },
+    { "F.smooth_l1_loss", h_loss, SMELT_OP_SUB, IP_NO, OUT_NO, NULL },
+    { "F.binary_cross_entropy_with_logits", h_bce_logits, 0, IP_NO, OUT_NO, NULL },
+    { "F.cosine_similarity torch.cosine_similarity", h_cosine_similarity, 0, IP_NO, OUT_NO, NULL },
+    { "T.contiguous", h_contiguous, 0, IP_NO, OUT_NO, NULL }, { "T.is_contiguous", h_is_contiguous, 0, IP_NO, OUT_NO, NULL },
+    { "T.clone torch.clone", h_clone, 0, IP_NO, OUT_NO, NULL }, { "T.detach torch.detach", h_identity, 0, IP_NO, OUT_NO, NULL },
+    { "T.zero_", h_fill, 0, IP_ALWAYS, OUT_NO, NULL }, { "T.fill_", h_fill, SMELT_OP_FULL, IP_ALWAYS, OUT_NO, NULL },
+    { "T.copy_", h_copy, 0, IP_ALWAYS, OUT_NO, NULL },
+    { "torch.square T.square", h_square, 0, IP_NO, OUT_NO, NULL }, { "torch.lerp T.lerp", h_lerp, 0, IP_NO, OUT_NO, NULL },
+    { "torch.addcmul T.addcmul", h_addc, SMELT_OP_MUL, IP_NO, OUT_NO, NULL }, { "torch.addcdiv T.addcdiv", h_addc, SMELT_OP_DIV, IP_NO, OUT_NO, NULL },
+    { "T.view", h_view, 1, IP_NO, OUT_NO, NULL }, { "T.reshape torch.reshape", h_view, 0, IP_NO, OUT_NO, NULL },
+    { "T.view_as", h_view_as, 1, IP_NO, OUT_NO, NULL }, { "T.reshape_as", h_view_as, 0, IP_NO, OUT_NO, NULL },
+    { "T.unflatten torch.unflatten", h_unflatten, 0, IP_NO, OUT_NO, NULL },
+    { "T.permute torch.permute", h_permute, 0, IP_NO, OUT_NO, NULL },
+    { "T.transpose torch.transpose T.swapaxes torch.swapaxes T.swapdims torch.swapdims", h_transpose, 0, IP_NO, OUT_NO, NULL },
+    { "T.t torch.t", h_t, 0, IP_NO, OUT_NO, NULL },
+    { "T.movedim torch.movedim T.moveaxis torch.moveaxis", h_movedim, 0, IP_NO, OUT_NO, NULL },
+    { "T.unsqueeze torch.unsqueeze", h_unsqueeze, 0, IP_NO, OUT_NO, NULL },
+    { "T.squeeze torch.squeeze", h_squeeze, 0, IP_NO, OUT_NO, NULL },
+    { "T.flatten torch.flatten", h_flatten, 0, IP_NO, OUT_NO, NULL },
+    { "T.expand", h_expand, 0, IP_NO, OUT_NO, NULL }, { "T.expand_as", h_expand_as, 0, IP_NO, OUT_NO, NULL },
+    { "T.broadcast_to torch.broadcast_to", h_broadcast_to, 0, IP_NO, OUT_NO, NULL },
+    { "T.repeat", h_repeat, 0, IP_NO, OUT_NO, NULL },
+    { "T.select torch.select", h_select, 0, IP_NO, OUT_NO, NULL }, { "T.narrow torch.narrow", h_narrow, 0, IP_NO, OUT_NO, NULL },
+    { "T.unbind torch.unbind", h_unbind, 0, IP_NO, OUT_NO, NULL },
+    { "T.diagonal torch.diagonal", h_diagonal, 0, IP_NO, OUT_NO, NULL },
+    { "T.roll torch.roll", h_roll, 0, IP_NO, OUT_NO, NULL },
+    { "T.size", h_size, 0, IP_NO, OUT_NO, NULL }, { "T.dim T.ndimension", h_dim, 0, IP_NO, OUT_NO, NULL },
+    { "T.numel torch.numel T.nelement", h_numel, 0, IP_NO, OUT_NO, NULL },
+    { "T.is_floating_point torch.is_floating_point", h_is_floating_point, 0, IP_NO, OUT_NO, NULL },
+    { "T.element_size", h_element_size, 0, IP_NO, OUT_NO, NULL },
+    { "torch.cat torch.concat torch.concatenate", h_cat, 0, IP_NO, OUT_NO, NULL },
+    { "torch.stack", h_cat, SMELT_OP_UNSQUEEZE, IP_NO, OUT_NO, NULL },
+    { "torch.where T.where", h_where, 0, IP_NO, OUT_NO, NULL },
+    { "T.masked_fill torch.masked_fill", h_masked_fill, 0, IP_NO, OUT_NO, NULL },
+    { "torch.clamp T.clamp torch.clip T.clip", h_clamp, 0, IP_NO, OUT_NO, NULL },
+    { "torch.clamp_min T.clamp_min", h_clamp, SMELT_OP_MAXIMUM, IP_NO, OUT_NO, NULL },
+    { "torch.clamp_max T.clamp_max", h_clamp, SMELT_OP_MINIMUM, IP_NO, OUT_NO, NULL },
+    { "T.to", h_to, 0, IP_NO, OUT_NO, NULL },
+    { "T.float", h_to, 1000 + SMELT_F32, IP_NO, OUT_NO, NULL }, { "T.double", h_to, 1000 + SMELT_F64, IP_NO, OUT_NO, NULL },
+    { "T.half", h_to, 1000 + SMELT_F16, IP_NO, OUT_NO, NULL }, { "T.bfloat16", h_to, 1000 + SMELT_BF16, IP_NO, OUT_NO, NULL },
+    { "T.int", h_to, 1000 + SMELT_I32, IP_NO, OUT_NO, NULL }, { "T.long", h_to, 1000 + SMELT_I64, IP_NO, OUT_NO, NULL },
+    { "T.bool", h_to, 1000 + SMELT_BOOL, IP_NO, OUT_NO, NULL },
+    { "T.type_as", h_type_as, 0, IP_NO, OUT_NO, NULL },
+    { "torch.zeros", h_full, SMELT_OP_ADD, IP_NO, OUT_NO, NULL }, { "torch.ones", h_full, SMELT_OP_MUL, IP_NO, OUT_NO, NULL },
+    { "torch.full", h_full, SMELT_OP_CLAMP, IP_NO, OUT_NO, NULL }, { "torch.empty", h_full, SMELT_OP_ADD, IP_NO, OUT_NO, NULL },
+    { "torch.zeros_like", h_full, 100 + SMELT_OP_ADD, IP_NO, OUT_NO, NULL }, { "torch.ones_like", h_full, 100 + SMELT_OP_MUL, IP_NO, OUT_NO, NULL },
+    { "torch.full_like", h_full, 100 + SMELT_OP_CLAMP, IP_NO, OUT_NO, NULL }, { "torch.empty_like", h_full, 100 + SMELT_OP_ADD, IP_NO, OUT_NO, NULL },
+    { "T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO, OUT_NO, NULL }, { "T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO, OUT_NO, NULL },
+    { "T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO, OUT_NO, NULL }, { "T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO, OUT_NO, NULL },
+    { "torch.arange", h_arange, 0, IP_NO, OUT_NO, NULL }, { "torch.eye", h_eye, 0, IP_NO, OUT_NO, NULL }, { "torch.tensor", h_tensor, 0, IP_NO, OUT_NO, NULL },
+    { "torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO, OUT_NO, NULL }, { "torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO, OUT_NO, NULL },
+    { "torch.split T.split", h_split, 0, IP_NO, OUT_NO, NULL }, { "torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO, OUT_NO, NULL },
+    { "F.scaled_dot_product_attention", h_sdpa, 0, IP_NO, OUT_NO, NULL },
+    { "torch._native_multi_head_attention", h_native_mha, 0, IP_NO, OUT_NO, NULL },
+    { "F.pad", h_pad, 0, IP_NO, OUT_NO, NULL }, { "T.cpu", h_identity, 0, IP_NO, OUT_NO, NULL },
+    { "torch._C._log_api_usage_once", h_none, 0, IP_NO, OUT_NO, NULL },
+    { "F.adaptive_max_pool1d", h_adaptive_max, 1, IP_NO, OUT_NO, NULL }, { "F.adaptive_max_pool2d", h_adaptive_max, 2, IP_NO, OUT_NO, NULL },
+    { "F.adaptive_max_pool3d", h_adaptive_max, 3, IP_NO, OUT_NO, NULL },
+    NATIVE("torch.conv1d torch.conv2d torch.conv3d torch.conv_transpose1d torch.conv_transpose2d "
+           "torch.conv_transpose3d"),
+    NATIVE("torch.max_pool1d torch.max_pool2d torch.max_pool3d torch.max_pool1d_with_indices "
+           "torch._C._nn.max_pool2d_with_indices torch._C._nn.max_pool3d_with_indices"),
+    NATIVE("torch.avg_pool1d torch._C._nn.avg_pool2d torch._C._nn.avg_pool3d"),
+    NATIVE("torch.adaptive_avg_pool1d torch._C._nn.adaptive_avg_pool2d torch._C._nn.adaptive_avg_pool3d "
+           "torch.adaptive_max_pool1d torch._C._nn.adaptive_max_pool2d torch._C._nn.adaptive_max_pool3d"),
+    NATIVE("torch._C._nn.upsample_nearest1d torch._C._nn.upsample_nearest2d torch._C._nn.upsample_nearest3d "
+           "torch._C._nn._upsample_nearest_exact1d torch._C._nn._upsample_nearest_exact2d "
+           "torch._C._nn._upsample_nearest_exact3d"),
+    NATIVE("T.unfold"),
 };
 
 static PyObject *resolve(PyObject *torch, PyObject *F, const char *name)
@@ -3167,7 +3187,7 @@ static int32_t out_call(tracer *T, const op_entry *e, const call_args *a, int32_
         return tr_break(T, "%s with out= is not supported", e->names);
     if (T->vals[o].kind != V_TENSOR)
         return tr_break(T, "out= that is not a tensor");
-    int32_t r = e->fn(T, a, (smelt_op)e->op);
+    int32_t r = e->fn(T, a, (smelt_op)e->op);   /* OUT_CAST rows have fn */
     if (r < 0 || T->vals[r].kind != V_TENSOR)
         return r < 0 ? r : tr_break(T, "out= of a call without a tensor result");
     const smelt_node *on = node(T, o), *rn = node(T, r);
@@ -3176,15 +3196,28 @@ static int32_t out_call(tracer *T, const op_entry *e, const call_args *a, int32_
     return ops_inplace(T, o, r);
 }
 
-/* Runs table entry idx; writes the result into argument 0 when the call
- * is in place (inplace: a method named x.op_; or the entry says so). */
-static int32_t dispatch(tracer *T, PyObject *idx, const call_args *a, int inplace)
+/* Runs entry e's handler: e->fn, or e->call with the callable fn (for a
+ * method, fn NULL: torch.Tensor's attribute `name`). */
+static int32_t run_entry(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a)
+{
+    if (!e->call)
+        return e->fn(T, a, (smelt_op)e->op);
+    PyObject *m = fn ? Py_NewRef(fn) : PyObject_GetAttr(tensor_type, name);
+    int32_t r = m ? e->call(T, m, a, 0) : -1;
+    Py_XDECREF(m);
+    return r;
+}
+
+/* Runs table entry idx for callable fn (a torch function) or method
+ * `name` (fn NULL); writes the result into argument 0 when the call is in
+ * place (inplace: a method named x.op_; or the entry says so). */
+static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, const call_args *a, int inplace)
 {
     const op_entry *e = &table[PyLong_AsSsize_t(idx)];
     int32_t o = arg(a, -1, "out");
     if (!is_none(T, o))
         return out_call(T, e, a, o);
-    int32_t r = e->fn(T, a, (smelt_op)e->op);
+    int32_t r = run_entry(T, e, fn, name, a);
     if (r < 0)
         return r;
     int ip = inplace || e->ip == IP_ALWAYS;
@@ -3215,7 +3248,7 @@ int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
     }
     if (a->npos == 0 && a->nkw == 0)
         return tr_break(T, "torch call without arguments");
-    return dispatch(T, idx, a, 0);
+    return dispatch(T, idx, fn, NULL, a, 0);
 }
 
 /* x.name(...) as a host call of torch.Tensor.name when that is one of
@@ -3240,7 +3273,7 @@ static int32_t inplace_method(tracer *T, PyObject *name, const call_args *a)
         return -2;
     PyObject *base = PyUnicode_Substring(name, 0, n - 1);
     PyObject *bi = base ? PyDict_GetItemWithError(by_name, base) : NULL;
-    int32_t r = bi ? dispatch(T, bi, a, 1) : !base || PyErr_Occurred() ? -1 : method_host_call(T, base, a);
+    int32_t r = bi ? dispatch(T, bi, NULL, base, a, 1) : !base || PyErr_Occurred() ? -1 : method_host_call(T, base, a);
     if (!bi && r >= 0)
         r = ops_inplace(T, a->pos[0], r);
     Py_XDECREF(base);
@@ -3255,7 +3288,7 @@ int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a)
         return tr_break(T, "tensor method %U with out= (eager raises)", name);
     PyObject *idx = PyDict_GetItemWithError(by_name, name);
     if (idx)
-        return dispatch(T, idx, a, 0);
+        return dispatch(T, idx, NULL, name, a, 0);
     int32_t r = PyErr_Occurred() ? -1 : inplace_method(T, name, a);
     if (r == -2)
         r = method_host_call(T, name, a);
