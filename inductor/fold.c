@@ -209,7 +209,7 @@ static int32_t copy_node(builder *b, const smelt_graph *g, int32_t i, const int3
         b->failed |= id < 0;
         return id;
     }
-    smelt_node p = *n;
+    smelt_node p = smelt_node_proto(n);   /* a CLAMP's proto differs from the node */
     for (int k = 0; k < n->nsrc; k++)
         p.src[k] = map[n->src[k]];
     return add(b, &p);

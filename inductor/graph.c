@@ -1461,8 +1461,7 @@ uint64_t smelt_graph_hash(const smelt_graph *g)
 /* ------------------------------------------------------------------ */
 /* verifier                                                           */
 
-/* The proto a builder would have been given for stored node n. */
-static smelt_node proto_of(const smelt_node *n)
+smelt_node smelt_node_proto(const smelt_node *n)
 {
     smelt_node p = *n;
     if (n->op == SMELT_OP_CLAMP)    /* bounds category, in the node's domain */
@@ -1478,7 +1477,7 @@ static int verify_node(const smelt_graph *g, int32_t i, int32_t *ninputs, char *
     const smelt_node *n = &g->nodes[i];
     char why[sizeof g->err];
     uint8_t a[NODE_MAX_BYTES], b[NODE_MAX_BYTES];
-    smelt_node want, proto = proto_of(n);
+    smelt_node want, proto = smelt_node_proto(n);
     if (n->op >= SMELT_NOPS || n->nsrc > SMELT_MAX_SRC || n->ndim > SMELT_MAX_DIMS)
         return snprintf(err, errlen, "verify: node %d: op %d, nsrc %d or ndim %d out of range",
                         (int)i, n->op, n->nsrc, n->ndim), -1;

@@ -174,6 +174,12 @@ int32_t smelt_graph_scalar(smelt_graph *g, smelt_dtype dt, double f, int64_t i);
 int32_t smelt_graph_add(smelt_graph *g, const smelt_node *proto);
 int smelt_graph_output(smelt_graph *g, int32_t node);   /* 0 or -1 */
 
+/* The proto smelt_graph_add rebuilds stored node n from: n itself, but
+ * for CLAMP, whose proto dtype is its bounds' category. For passes that
+ * copy nodes into a new graph (INPUT and SCALAR nodes have builders of
+ * their own). */
+smelt_node smelt_node_proto(const smelt_node *n);
+
 /* Adds the nout (1..SMELT_MAX_SRC) CALL nodes of host call `id` (must be
  * the number of calls already in g: ids are dense) over sources src[0..nsrc):
  * node k has dtype dtypes[k] and shape ndims[k]/shapes[k]. Returns the index

@@ -322,8 +322,24 @@ static smelt_dtype acc_dtype(smelt_op rop, smelt_dtype src)
     }
 }
 
-static int32_t add_phase(kb *b, smelt_op rop, int32_t value, smelt_dtype acc)
+/* The reduction rop of the single element `value` (a reduction whose
+ * reduced dims all have size 1): a pointwise expression, never a phase. A
+ * REDUCE item loops over every reduction var of the kernel, so a phase that
+ * claimed none would be repeated over the vars a later reduction claims. */
+static int32_t single_element(kb *b, smelt_op rop, int32_t value, smelt_dtype acc)
 {
+    kir_pool *P = &b->L->p->pool;
+    if (rop == SMELT_OP_ARGMAX || rop == SMELT_OP_ARGMIN)
+        return ex_const(P, SMELT_I64, 0, 0);
+    return ex_cast(P, value, acc);   /* sum, prod, amax, amin; any/all: value != 0 */
+}
+
+/* A REDUCE phase accumulating value with rop (single: the reduction has one
+ * element and claimed no vars; see single_element). */
+static int32_t add_phase(kb *b, smelt_op rop, int32_t value, smelt_dtype acc, int single)
+{
+    if (single)
+        return single_element(b, rop, value, acc);
     kitem it = { .kind = KI_REDUCE, .rop = (uint16_t)rop, .acc_dtype = (uint8_t)acc,
                  .value = value, .buf = -1, .ix = -1 };
     add_item(b, it);
@@ -429,10 +445,11 @@ static int32_t reduction_value(kb *b, int32_t node, const int32_t *idx)
     for (int i = 0; i < b->nkeys; i++)
         if (b->keys[i].node == node && !memcmp(b->keys[i].kept, kept, sizeof(int32_t) * (size_t)s->ndim))
             return b->keys[i].result;
-    for (int d = 0; d < s->ndim; d++)
+    int single = rnumel == 1;   /* pointwise: claims no vars, may use any */
+    for (int d = 0; d < s->ndim && !single; d++)
         if (uses_rvar(b, kept[d]))
             goto fail;
-    if (b->nkeys == MAX_PHASES || !claim_rvars(b, vars_of(b, kept, s->ndim), rnumel, nred, rsz))
+    if (b->nkeys == MAX_PHASES || (!single && !claim_rvars(b, vars_of(b, kept, s->ndim), rnumel, nred, rsz)))
         goto fail;
     if (rnumel == 0 && (r->op == SMELT_OP_AMAX || r->op == SMELT_OP_AMIN ||
                         r->op == SMELT_OP_ARGMAX || r->op == SMELT_OP_ARGMIN)) {
@@ -442,7 +459,10 @@ static int32_t reduction_value(kb *b, int32_t node, const int32_t *idx)
         return -1;
     }
     int32_t sidx[SMELT_MAX_DIMS];
-    reduction_src_index(b, s, dims, kept, sidx);
+    if (single)
+        memcpy(sidx, kept, sizeof(int32_t) * (size_t)s->ndim);
+    else
+        reduction_src_index(b, s, dims, kept, sidx);
     int32_t v = access(b, r->src[0], sidx);
     if (v < 0)
         return -1;
@@ -450,20 +470,20 @@ static int32_t reduction_value(kb *b, int32_t node, const int32_t *idx)
     smelt_op op = (smelt_op)r->op;
     smelt_dtype acc = acc_dtype(op, s->dtype);
     if (op == SMELT_OP_MEAN || op == SMELT_OP_VAR || op == SMELT_OP_STD) {
-        int32_t sum = add_phase(b, SMELT_OP_SUM, v, acc);
+        int32_t sum = add_phase(b, SMELT_OP_SUM, v, acc, single);
         int32_t n = ex_const(P, acc, (double)rnumel, 0);
         res = ex_op(P, SMELT_OP_DIV, acc, acc, sum, n, -1);
         if (op != SMELT_OP_MEAN) {
             int32_t xc = ex_op(P, SMELT_OP_SUB, acc, acc, v, res, -1);
             int32_t sq = ex_op(P, SMELT_OP_MUL, acc, acc, xc, xc, -1);
-            int32_t m2 = add_phase(b, SMELT_OP_SUM, sq, acc);
+            int32_t m2 = add_phase(b, SMELT_OP_SUM, sq, acc, single);
             double den = (double)rnumel - (double)r->a.red.correction;
             res = ex_op(P, SMELT_OP_DIV, acc, acc, m2, ex_const(P, acc, den > 0 ? den : 0, 0), -1);
             if (op == SMELT_OP_STD)
                 res = ex_op(P, SMELT_OP_SQRT, acc, acc, res, -1, -1);
         }
     } else {
-        res = add_phase(b, op, v, acc);
+        res = add_phase(b, op, v, acc, single);
     }
     res = ex_cast(P, res, r->dtype);
     phase_key *k = &b->keys[b->nkeys++];

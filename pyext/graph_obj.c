@@ -11,6 +11,7 @@
 
 #include "hostcall.h"
 #include "log.h"
+#include "../tracer/hostcall.h"
 #include "module.h"
 
 typedef struct GraphObject {
@@ -686,7 +687,7 @@ static int call_srcs(const smelt_graph *g, PyObject *srcs, int32_t *src, int *n)
 /* Appends host call (fn, args, kwargs) with sources src[0..nsrc) and
  * result metadata m as CALL nodes; the list of their ids. */
 static PyObject *add_call(GraphObject *self, PyObject *entry, int nsrc, const int32_t *src,
-                          const pyext_call_meta *m, uint64_t key)
+                          const tracer_call_meta *m, uint64_t key)
 {
     Py_ssize_t id = PyList_GET_SIZE(self->calls);
     if (PyList_Append(self->calls, entry))
@@ -732,15 +733,15 @@ static PyObject *graph_call(GraphObject *self, PyObject *args, PyObject *kw)
                                     ckw == Py_None ? PyDict_New() : PyDict_Copy(ckw));
     if (!entry)
         return NULL;
-    pyext_call_meta m;
+    tracer_call_meta m;
     char msg[512];
     uint64_t key;
     PyObject *r = NULL;
-    int rc = pyext_hostcall_infer(fn, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2),
+    int rc = tracer_call_infer(fn, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2),
                                   nsrc, nodes, &m, msg, sizeof msg);
     if (rc == 1)
         PyErr_Format(PyExc_ValueError, "call: %s", msg);
-    else if (rc == 0 && pyext_hostcall_key(fn, PyTuple_GET_ITEM(entry, 1),
+    else if (rc == 0 && tracer_call_key(fn, PyTuple_GET_ITEM(entry, 1),
                                            PyTuple_GET_ITEM(entry, 2), &key) == 0)
         r = add_call(self, entry, nsrc, src, &m, key);
     Py_DECREF(entry);

@@ -1813,7 +1813,8 @@ def pad_reflect(a):
 
 
 def layout_unknown(a):
-    return a.t().clone().is_contiguous(), a + 1
+    y = F.conv2d(a.t()[None, None], torch.ones(1, 1, 1, 1))   # conv of a strided input: eager's layout not modelled
+    return y.is_contiguous(), a + 1
 
 
 class LSTMModel(nn.Module):

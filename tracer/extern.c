@@ -1,17 +1,19 @@
 /* extern.c — host calls: a torch op smelt has no graph op for stays in the
- * graph as CALL nodes that run the op at run time (pyext/hostcall.h).
+ * graph as CALL nodes that run the op at run time (tracer/hostcall.h; the
+ * run-time callback is pyext/hostcall.c).
  *
  * ext_call turns the symbolic arguments of one call into templates (a
  * tensor becomes Slot(k), the call's k-th source; constants are guarded),
  * learns the results' dtypes and shapes from torch's shape rules
  * (shapes.c) or, for ops those do not cover, a run on meta tensors, adds
  * the CALL nodes and appends (fn, args, kwargs) to the trace result's table
- * of calls, where the call's id is its index. Convolutions, pooling and
- * Tensor.unfold that native.c can express become graph ops instead.
+ * of calls, where the call's id is its index. ext_prepare and ext_emit
+ * are the two halves, for handlers that decide between graph ops and a
+ * host call once the call is inferred (native.c).
  */
 #include "tstate.h"
 
-#include "../pyext/hostcall.h"
+#include "hostcall.h"
 
 #include <string.h>
 
@@ -112,12 +114,6 @@ int ext_eligible(PyObject *fn)
 
 /* ---------- argument templates ---------- */
 
-/* The tensor sources of the call being built: slot k stands for node[k]. */
-typedef struct ext_srcs {
-    int32_t node[SMELT_MAX_SRC];
-    PyObject *slot[SMELT_MAX_SRC];   /* owned */
-    int n;
-} ext_srcs;
 
 static PyObject *const_types[4];   /* torch.dtype, device, layout, memory_format */
 
@@ -171,7 +167,7 @@ static PyObject *slot_of(tracer *T, ext_srcs *s, int32_t node)
         tr_break(T, "host call with more than %d distinct tensor arguments", SMELT_MAX_SRC);
         return NULL;
     }
-    PyObject *sl = pyext_slot_new(s->n);
+    PyObject *sl = tracer_slot_new(s->n);
     if (!sl)
         return NULL;
     s->node[s->n] = node;
@@ -349,29 +345,29 @@ static PyObject *probe_call(PyObject *self, PyObject *args, PyObject *kwargs)
 static PyMethodDef probe_def = { "host_call_meta", (PyCFunction)(void (*)(void))probe_call,
                                  METH_VARARGS | METH_KEYWORDS, NULL };
 
-/* The results of fn over the sources in s, and their Python type (*rtype,
+/* The results of the call p prepares, and their Python type (p->rtype,
  * new reference: a tensor type, tuple, a torch.return_types type, list):
- * from torch's shape rules where shapes.c knows the op (*sa: what it read
- * of the arguments), else from pyext_hostcall_infer (a run on meta
- * tensors; sa->kind SK_NONE). 0, 1 with msg (cannot be a host call), or
- * -1 with an error. */
-static int infer(tracer *T, PyObject *fn, const ext_srcs *s, PyObject *args, PyObject *kwargs,
-                 pyext_call_meta *m, char *msg, size_t msglen, PyObject **rtype, sh_args *sa)
+ * from torch's shape rules where shapes.c knows the op (p->sa: what it
+ * read of the arguments), else from tracer_call_infer (a run on meta
+ * tensors; sa.kind SK_NONE). 0, 1 with msg (cannot be a host call), or -1
+ * with an error. */
+static int infer(tracer *T, ext_pending *p, char *msg, size_t msglen)
 {
     const smelt_node *srcs[SMELT_MAX_SRC];
-    for (int k = 0; k < s->n; k++)
-        srcs[k] = &T->g->nodes[s->node[k]];
-    if (shape_infer(fn, args, kwargs, s->n, srcs, m, rtype, sa))
+    for (int k = 0; k < p->s.n; k++)
+        srcs[k] = &T->g->nodes[p->s.node[k]];
+    p->sa.kind = SK_NONE;
+    if (shape_infer(p->fn, p->args, p->kwargs, p->s.n, srcs, &p->m, &p->rtype, &p->sa))
         return 0;
     PyObject *box = PyList_New(2);
     PyObject *probe = NULL;
     if (box) {
-        PyList_SET_ITEM(box, 0, Py_NewRef(fn));
+        PyList_SET_ITEM(box, 0, Py_NewRef(p->fn));
         PyList_SET_ITEM(box, 1, Py_NewRef(Py_None));
         probe = PyCFunction_New(&probe_def, box);
     }
-    int rc = probe ? pyext_hostcall_infer(probe, args, kwargs, s->n, srcs, m, msg, msglen) : -1;
-    *rtype = rc == 0 ? Py_NewRef(PyList_GET_ITEM(box, 1)) : NULL;
+    int rc = probe ? tracer_call_infer(probe, p->args, p->kwargs, p->s.n, srcs, &p->m, msg, msglen) : -1;
+    p->rtype = rc == 0 ? Py_NewRef(PyList_GET_ITEM(box, 1)) : NULL;
     Py_XDECREF(probe);
     Py_XDECREF(box);
     return rc;
@@ -415,7 +411,7 @@ static int contig_cover(tracer *T)
 }
 
 /* The value of the call's results, nodes first.. (see ext_call). */
-static int32_t result_value(tracer *T, int32_t first, const pyext_call_meta *m, PyObject *rtype)
+static int32_t result_value(tracer *T, int32_t first, const tracer_call_meta *m, PyObject *rtype)
 {
     int32_t items[SMELT_MAX_SRC];
     for (int k = 0; k < m->nout; k++) {
@@ -443,7 +439,7 @@ static int32_t result_value(tracer *T, int32_t first, const pyext_call_meta *m, 
 }
 
 /* Whether some result of the call is a view of an input. */
-static int any_view(const pyext_call_meta *m)
+static int any_view(const tracer_call_meta *m)
 {
     for (int k = 0; k < m->nout; k++)
         if (m->is_view[k])
@@ -451,78 +447,68 @@ static int any_view(const pyext_call_meta *m)
     return 0;
 }
 
-/* Infers, adds the CALL nodes and records call a, whose templates are
- * args/kwargs over sources s; or makes graph ops of it where native_call
- * can (first: only the first result is wanted). When a result views an
- * input, the tensor arguments are frozen too: an in-place update of one
- * would have to reach the view, which is a copy here. Value id, or -1
- * (break/error). */
-static int32_t add_call(tracer *T, PyObject *fn, PyObject *name, const call_args *a, const ext_srcs *s,
-                        PyObject *args, PyObject *kwargs, int first)
+/* ---------- prepare, emit ---------- */
+
+void ext_release(ext_pending *p)
 {
-    pyext_call_meta m;
-    sh_args sa;
-    char msg[400] = "";
-    PyObject *rtype;
-    sa.kind = SK_NONE;
-    int rc = infer(T, fn, s, args, kwargs, &m, msg, sizeof msg, &rtype, &sa);
-    if (rc) {   /* msg reads "<the probe's name>: <why>" */
-        const char *why = strstr(msg, ": ");
-        return rc < 0 ? -1 : tr_break(T, "host call of %U: %s", name, why ? why + 2 : msg);
-    }
-    uint64_t key;
-    int32_t id = T->r->calls ? (int32_t)PyList_GET_SIZE(T->r->calls) : 0;
-    int32_t r = sa.kind == SK_NONE ? -2 : native_call(T, &sa, s->node, &m, first);
-    if (r != -2) {
-        Py_DECREF(rtype);
-        return r;
-    }
-    r = -1;
-    if (pyext_hostcall_key(fn, args, kwargs, &key) == 0) {
-        int32_t first = smelt_graph_call(T->g, id, key, s->n, s->node, m.nout, m.dtypes, m.ndims,
-                                         (const int64_t(*)[SMELT_MAX_DIMS])m.shapes);
-        if (first < 0)
-            r = tr_break(T, "host call of %U: %s", name, T->g->err);
-        else if (contig_cover(T) == 0 && record_call(T, fn, args, kwargs) == 0)
-            r = result_value(T, first, &m, rtype);
-    }
-    if (r >= 0 && any_view(&m))
-        args_have_tensor(T, a, 1);
-    Py_DECREF(rtype);
-    return r;
+    for (int k = 0; k < p->s.n; k++)
+        Py_CLEAR(p->s.slot[k]);
+    p->s.n = 0;
+    Py_CLEAR(p->name);
+    Py_CLEAR(p->args);
+    Py_CLEAR(p->kwargs);
+    Py_CLEAR(p->rtype);
 }
 
-/* ext_call, or ext_call_first when first is set. */
-static int32_t call_impl(tracer *T, PyObject *fn, const call_args *a, int first)
+int ext_prepare(tracer *T, PyObject *fn, const call_args *a, ext_pending *p)
 {
+    memset(p, 0, sizeof *p);
+    p->fn = fn;
     if (T->broke)
         return -1;
     if (!args_have_tensor(T, a, 0))
         return -2;
     if (const_types_init())
         return -1;
-    PyObject *name = display_name(fn), *args = NULL, *kwargs = NULL;
-    ext_srcs s = { .n = 0 };
-    int32_t r = -1;
-    if (name && check_args(T, name, a) == 0 && call_tmpl(T, &s, a, &args, &kwargs) == 0)
-        r = add_call(T, fn, name, a, &s, args, kwargs, first);
-    for (int k = 0; k < s.n; k++)
-        Py_DECREF(s.slot[k]);
-    Py_XDECREF(name);
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
+    char msg[400] = "";
+    int rc = -1;
+    if ((p->name = display_name(fn)) && check_args(T, p->name, a) == 0 &&
+        call_tmpl(T, &p->s, a, &p->args, &p->kwargs) == 0) {
+        rc = infer(T, p, msg, sizeof msg);
+        if (rc > 0) {   /* msg reads "<the probe's name>: <why>" */
+            const char *why = strstr(msg, ": ");
+            rc = tr_break(T, "host call of %U: %s", p->name, why ? why + 2 : msg);
+        }
+    }
+    if (rc)
+        ext_release(p);
+    return rc ? -1 : 0;
+}
+
+int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a)
+{
+    uint64_t key;
+    int32_t id = T->r->calls ? (int32_t)PyList_GET_SIZE(T->r->calls) : 0, r = -1;
+    if (tracer_call_key(p->fn, p->args, p->kwargs, &key) == 0) {
+        int32_t first = smelt_graph_call(T->g, id, key, p->s.n, p->s.node, p->m.nout, p->m.dtypes, p->m.ndims,
+                                         (const int64_t(*)[SMELT_MAX_DIMS])p->m.shapes);
+        if (first < 0)
+            r = tr_break(T, "host call of %U: %s", p->name, T->g->err);
+        else if (contig_cover(T) == 0 && record_call(T, p->fn, p->args, p->kwargs) == 0)
+            r = result_value(T, first, &p->m, p->rtype);
+    }
+    if (r >= 0 && any_view(&p->m))   /* an in-place update of an argument would have to reach the view */
+        args_have_tensor(T, a, 1);
     return r;
 }
 
 int32_t ext_call(tracer *T, PyObject *fn, const call_args *a)
 {
-    return call_impl(T, fn, a, 0);
-}
-
-int32_t ext_call_first(tracer *T, PyObject *fn, const call_args *a)
-{
-    int32_t r = call_impl(T, fn, a, 1);
-    if (r >= 0 && (T->vals[r].kind == V_TUPLE || T->vals[r].kind == V_LIST))
-        r = T->vals[r].n ? T->vals[r].items[0] : tr_break(T, "call returned no result");
+    ext_pending p;
+    int32_t r = ext_prepare(T, fn, a, &p);
+    if (r == 0) {
+        r = ext_emit(T, &p, a);
+        ext_release(&p);
+    }
     return r;
 }

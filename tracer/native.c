@@ -1,8 +1,10 @@
-/* native.c — convolution, pooling and Tensor.unfold as graph ops instead of
- * host calls, so the compiler can fuse them and choose their layouts.
+/* native.c — the home of convolution, pooling, Tensor.unfold and nearest
+ * upsampling (rows of ops.c's table): graph ops instead of host calls, so
+ * the compiler can fuse them and choose their layouts.
  *
- * extern.c hands over each call it was about to make a host call of whose
- * arguments shapes.c read (sh_args; torch accepts them):
+ * native_call prepares the call as a host call (extern.c: templates, and
+ * shapes.c reading and checking the arguments into sh_args, the results
+ * as torch gives them) and then makes graph ops of it where it can:
  *  - conv{1,2,3}d with float32 input, weight and bias: one CONV node (an
  *    unbatched input gets a batch dim of one around it);
  *  - max and avg pooling of floating tensors, and adaptive pooling whose
@@ -22,8 +24,6 @@
  * shape torch gives; a mismatch is a bug here, and breaks the trace saying so.
  */
 #include "tstate.h"
-
-#include "../pyext/hostcall.h"
 
 #include <math.h>
 #include <string.h>
@@ -345,13 +345,16 @@ static int32_t nearest(tracer *T, const sh_args *sa, const int32_t *node)
 }
 
 /* Whether node y has result 0's dtype and shape in m. */
-static int matches(const smelt_node *y, const pyext_call_meta *m)
+static int matches(const smelt_node *y, const tracer_call_meta *m)
 {
     return y->dtype == m->dtypes[0] && y->ndim == m->ndims[0] &&
            !memcmp(y->shape, m->shapes[0], sizeof(int64_t) * y->ndim);
 }
 
-int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const pyext_call_meta *m, int first)
+/* The call shape_infer accepted (sa; node[k] the graph node of slot k; m
+ * the results torch gives) as graph ops: a tensor value; -2 when it takes
+ * no form these express; -1 (break/error). */
+static int32_t graph_ops(tracer *T, const sh_args *sa, const int32_t *node, const tracer_call_meta *m, int first)
 {
     int32_t y;
     if (sa->x < 0)
@@ -374,4 +377,21 @@ int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const pye
     if (sa->kind != SK_CONV && sa->kind != SK_UNFOLD && ops_eager_contiguous(T, node[sa->x]) == 1)
         T->contig[y] = 1;   /* eager pools (and upsamples) a contiguous input into a contiguous result */
     return tv_tensor(T, y);
+}
+
+int32_t native_call(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    ext_pending p;
+    int32_t r = ext_prepare(T, fn, a, &p);
+    if (r == -2)
+        return tr_break(T, "%s without a tensor argument", Py_TYPE(fn)->tp_name);
+    if (r < 0)
+        return -1;
+    r = p.sa.kind == SK_NONE ? -2 : graph_ops(T, &p.sa, p.s.node, &p.m, first);
+    if (r == -2)
+        r = ext_emit(T, &p, a);
+    ext_release(&p);
+    if (first && r >= 0 && (T->vals[r].kind == V_TUPLE || T->vals[r].kind == V_LIST))
+        r = T->vals[r].n ? T->vals[r].items[0] : tr_break(T, "call returned no result");
+    return r;
 }

@@ -16,6 +16,7 @@
 static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
 static PyObject *getitem_fn, *nn_pad, *dropout_fn;   /* torch.Tensor.__getitem__, torch._C._nn.pad,
                                                          torch.dropout (host calls) */
+static PyObject *index_put_fn;                        /* torch.index_put (host call) */
 
 PyObject *ops_tensor_type(void) { return tensor_type; }
 PyObject *ops_size_type(void) { return size_type; }
@@ -293,9 +294,37 @@ static int dims_mask(tracer *T, int32_t v, int ndim, uint32_t *mask)
 
 /* ---------- handlers ---------- */
 
+static int32_t cast_to(tracer *T, int32_t x, int dt);
+static int32_t fresh_contiguous(tracer *T, int32_t x, int32_t r);
+static int eager_channels_last(tracer *T, int32_t x);
+static int32_t copy_of(tracer *T, int32_t x);
+
 typedef int32_t (*op_fn)(tracer *T, const call_args *a, smelt_op op);
 
 static int32_t h_unary(tracer *T, const call_args *a, smelt_op op) { return op1(T, op, arg(a, 0, "input")); }
+
+/* torch.div(x, y, rounding_mode='trunc'): trunc(x / y) for floating
+ * results; for integers the quotient rounded toward zero in the integer
+ * type: floor division, plus one where it is inexact and the signs differ
+ * (division by zero raises as floor division does). Bools: a break (eager
+ * raises). */
+static int32_t div_trunc(tracer *T, int32_t x, int32_t y)
+{
+    int32_t a = gnode(T, x), b = a < 0 ? -1 : gnode(T, y);
+    if (b < 0)
+        return -1;
+    const smelt_node *s[2] = { &T->g->nodes[a], &T->g->nodes[b] };
+    smelt_dtype dt = smelt_result_type(s, 2, (smelt_dtype)T->g->default_float);
+    if (smelt_dtype_is_float(dt))
+        return op1(T, SMELT_OP_TRUNC, op2(T, SMELT_OP_DIV, x, y));
+    if (dt == SMELT_BOOL)
+        return tr_break(T, "div with rounding_mode='trunc' of bools (eager raises)");
+    int32_t zero = wrap_new(T, PyLong_FromLong(0));
+    int32_t q = zero < 0 ? -1 : op2(T, SMELT_OP_FLOORDIV, x, y);
+    int32_t neg = q < 0 ? -1 : op2(T, SMELT_OP_NE, op2(T, SMELT_OP_LT, x, zero), op2(T, SMELT_OP_LT, y, zero));
+    int32_t inexact = neg < 0 ? -1 : op2(T, SMELT_OP_NE, op2(T, SMELT_OP_REMAINDER, x, y), zero);
+    return inexact < 0 ? -1 : op2(T, SMELT_OP_ADD, q, op2(T, SMELT_OP_LOGICAL_AND, neg, inexact));
+}
 
 static int32_t h_binary(tracer *T, const call_args *a, smelt_op op)
 {
@@ -314,10 +343,10 @@ static int32_t h_binary(tracer *T, const call_args *a, smelt_op op)
             return -1;
         if (m != Py_None && PyUnicode_CompareWithASCIIString(m, "floor") == 0)
             op = SMELT_OP_FLOORDIV;
-        else if (m != Py_None) {
-            int32_t q = op2(T, SMELT_OP_DIV, x, y);
-            return q < 0 ? -1 : op1(T, SMELT_OP_TRUNC, q);
-        }
+        else if (m != Py_None && PyUnicode_CompareWithASCIIString(m, "trunc") == 0)
+            return div_trunc(T, x, y);
+        else if (m != Py_None)
+            return tr_break(T, "div with rounding_mode=%R (eager raises)", m);
     }
     return op2(T, op, x, y);
 }
@@ -384,14 +413,40 @@ static int32_t h_var(tracer *T, const call_args *a, smelt_op op)
     return red(T, op, x, mask, keep, c);
 }
 
+/* The dtype= argument of softmax-like calls (keyword, or positional after
+ * dim when it is a torch.dtype: torch.softmax(x, 1, torch.float64)): its
+ * dtype number in *dt, -1 when absent; -1 returned on an error. */
+static int softmax_dtype(tracer *T, const call_args *a, int *dt)
+{
+    int32_t d = arg(a, -1, "dtype");
+    for (int i = 2; d < 0 && i < a->npos && i < 4; i++)
+        if (T->vals[a->pos[i]].kind == V_OBJ && ops_dtype_of(T->vals[a->pos[i]].obj) >= 0)
+            d = a->pos[i];
+    *dt = -1;
+    if (is_none(T, d))
+        return 0;
+    PyObject *o = tr_const(T, d);
+    if (!o)
+        return -1;
+    if ((*dt = ops_dtype_of(o)) < 0)
+        return tr_break(T, "softmax with dtype=%R", o);
+    return 0;
+}
+
+/* softmax / log_softmax (op LOG) over dim: x cast to dtype= first when
+ * given (as eager); integer and bool inputs are a break (eager raises). */
 static int32_t h_softmax(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), dv = arg(a, 1, "dim");
     int64_t d;
-    int dim;
-    if (!is_none(T, arg(a, -1, "dtype")))
-        return tr_break(T, "softmax with dtype=");
-    if (T->vals[x].kind != V_TENSOR || tr_int(T, dv, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
+    int dim, cdt;
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "softmax of a non-tensor");
+    if (softmax_dtype(T, a, &cdt) || (cdt >= 0 && (x = cast_to(T, x, cdt)) < 0))
+        return -1;
+    if (!smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype))
+        return tr_break(T, "softmax of a %s tensor (eager raises)", smelt_dtype_name((smelt_dtype)node(T, x)->dtype));
+    if (tr_int(T, dv, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
         return -1;
     uint32_t m = node(T, x)->ndim ? 1u << dim : 0;
     int32_t mx = red(T, SMELT_OP_AMAX, x, m, 1, 0);
@@ -400,12 +455,14 @@ static int32_t h_softmax(tracer *T, const call_args *a, smelt_op op)
     int32_t s = e < 0 ? -1 : red(T, SMELT_OP_SUM, e, m, 1, 0);
     if (s < 0)
         return -1;
+    int32_t r;
     if (op == SMELT_OP_LOG)   /* log_softmax */
-        return op2(T, SMELT_OP_SUB, sh, op1(T, SMELT_OP_LOG, s));
-    if (node(T, x)->dtype != SMELT_F32 && node(T, x)->dtype != SMELT_F64)
-        return op2(T, SMELT_OP_DIV, e, s);   /* one rounding of the quotient in f16/bf16 */
-    int32_t r = op1(T, SMELT_OP_RECIPROCAL, s);   /* as ATen's softmax: times 1/sum, no divide per element */
-    return r < 0 ? -1 : op2(T, SMELT_OP_MUL, e, r);
+        r = op2(T, SMELT_OP_SUB, sh, op1(T, SMELT_OP_LOG, s));
+    else if (node(T, x)->dtype != SMELT_F32 && node(T, x)->dtype != SMELT_F64)
+        r = op2(T, SMELT_OP_DIV, e, s);   /* one rounding of the quotient in f16/bf16 */
+    else   /* as ATen's softmax: times 1/sum, no divide per element */
+        r = op2(T, SMELT_OP_MUL, e, op1(T, SMELT_OP_RECIPROCAL, s));
+    return fresh_contiguous(T, x, r);   /* eager's softmax result is contiguous */
 }
 
 static int norm_shape_dims(tracer *T, const call_args *a, int32_t x, uint32_t *mask)
@@ -432,20 +489,31 @@ static int32_t affine(tracer *T, int32_t y, int32_t w, int32_t b)
     return y;
 }
 
+/* F.layer_norm as ATen's CPU kernel computes it: in float32 for
+ * float16/bfloat16 inputs (rounded once at the end), mean and biased
+ * variance over the normalized dims, rstd = 1/sqrt(var + eps). ATen's
+ * moments (Welford, lanes combined by weights) multiply the square of a
+ * partial mean by a zero weight, so a row whose mean squared overflows
+ * gets NaN statistics: var + mean*mean*0 reproduces that (it adds 0
+ * otherwise). */
 static int32_t h_layer_norm(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input");
+    int32_t x0 = arg(a, 0, "input");
     int err = 0;
     uint32_t m;
     double eps = get_float(T, arg(a, 4, "eps"), 1e-5, &err);
     (void)op;
-    if (err || T->vals[x].kind != V_TENSOR || norm_shape_dims(T, a, x, &m))
+    if (err || T->vals[x0].kind != V_TENSOR || norm_shape_dims(T, a, x0, &m))
         return -1;
+    int dt = node(T, x0)->dtype;
+    int32_t x = cast_to(T, x0, dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt);
     int32_t mu = red(T, SMELT_OP_MEAN, x, m, 1, 0);
     int32_t xc = mu < 0 ? -1 : op2(T, SMELT_OP_SUB, x, mu);
     int32_t var = xc < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xc, xc), m, 1, 0);
+    var = var < 0 ? -1 : op2(T, SMELT_OP_ADD, var, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, mu, mu), num(T, 0.0)));
     int32_t r = var < 0 ? -1 : op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, var, num(T, eps)));
-    return r < 0 ? -1 : affine(T, op2(T, SMELT_OP_MUL, xc, r), arg(a, 2, "weight"), arg(a, 3, "bias"));
+    int32_t y = r < 0 ? -1 : affine(T, op2(T, SMELT_OP_MUL, xc, r), arg(a, 2, "weight"), arg(a, 3, "bias"));
+    return fresh_contiguous(T, x0, y < 0 ? -1 : cast_to(T, y, dt));   /* eager's result is contiguous */
 }
 
 static int32_t h_rms_norm(tracer *T, const call_args *a, smelt_op op)
@@ -503,25 +571,59 @@ static int32_t h_linear(tracer *T, const call_args *a, smelt_op op)
     return (y < 0 || is_none(T, b)) ? y : op2(T, SMELT_OP_ADD, y, b);
 }
 
+/* Whether eager's gelu(approximate='none') of tensor value x runs on
+ * oneDNN's gelu_erf (ATen takes it for contiguous float32 and bfloat16
+ * tensors of more than one element while torch.backends.mkldnn is
+ * enabled): it computes x * (1 + erf(x/sqrt2)) * 0.5 in float32, so it
+ * overflows above FLT_MAX/2, and it gives NaN at +inf. */
+static int gelu_onednn(tracer *T, int32_t x)
+{
+    const smelt_node *n = node(T, x);
+    if ((n->dtype != SMELT_F32 && n->dtype != SMELT_BF16) || smelt_node_numel(n) <= 1)
+        return 0;
+    PyObject *C = PyImport_ImportModule("torch._C");
+    PyObject *on = C ? PyObject_CallMethod(C, "_get_mkldnn_enabled", NULL) : NULL;
+    Py_XDECREF(C);
+    if (!on) {   /* no such query: assume the default (enabled) */
+        PyErr_Clear();
+        on = Py_NewRef(Py_True);
+    }
+    int r = on == Py_True && ops_eager_contiguous(T, T->vals[x].node) != 0;
+    Py_DECREF(on);
+    return r;
+}
+
+/* F.gelu: 0.5 * x * (1 + erf(x / sqrt2)), or with approximate='tanh'
+ * 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), computed in
+ * float32 for float16/bfloat16 (as eager: one rounding at the end). Where
+ * eager runs oneDNN's form (gelu_onednn) the product is ordered as there
+ * and +inf gives NaN (x - x is NaN only at +-inf). */
 static int32_t h_gelu(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input"), ap = arg(a, 1, "approximate");
+    int32_t x0 = arg(a, 0, "input"), ap = arg(a, 1, "approximate");
     PyObject *m = is_none(T, ap) ? NULL : tr_const(T, ap);
     (void)op;
-    if (!is_none(T, ap) && !m)
-        return -1;
-    int32_t inner;
+    if ((!is_none(T, ap) && !m) || T->vals[x0].kind != V_TENSOR)
+        return T->vals[x0].kind != V_TENSOR ? tr_break(T, "gelu of a non-tensor") : -1;
+    int dt = node(T, x0)->dtype, onednn = 0;
+    int32_t x = cast_to(T, x0, dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt), inner;
     if (m && PyUnicode_CompareWithASCIIString(m, "tanh") == 0) {
         int32_t x3 = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, x, x), x);
         int32_t u = op2(T, SMELT_OP_ADD, x, op2(T, SMELT_OP_MUL, x3, num(T, 0.044715)));
         inner = op1(T, SMELT_OP_TANH, op2(T, SMELT_OP_MUL, u, num(T, sqrt(2.0 / M_PI))));
     } else {
         inner = op1(T, SMELT_OP_ERF, op2(T, SMELT_OP_MUL, x, num(T, M_SQRT1_2)));
+        if ((onednn = gelu_onednn(T, x0)))
+            inner = op2(T, SMELT_OP_ADD, inner, op2(T, SMELT_OP_SUB, x, x));
     }
     if (inner < 0)
         return -1;
-    int32_t half = op2(T, SMELT_OP_MUL, x, num(T, 0.5));
-    return op2(T, SMELT_OP_MUL, half, op2(T, SMELT_OP_ADD, inner, num(T, 1.0)));
+    int32_t one_plus = op2(T, SMELT_OP_ADD, inner, num(T, 1.0)), y;
+    if (onednn)   /* (x * (1 + erf)) * 0.5 */
+        y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, x, one_plus), num(T, 0.5));
+    else          /* (x * 0.5) * (1 + erf) */
+        y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, x, num(T, 0.5)), one_plus);
+    return y < 0 ? -1 : cast_to(T, y, dt);
 }
 
 static int32_t h_silu(tracer *T, const call_args *a, smelt_op op)
@@ -551,6 +653,15 @@ static int32_t h_dropout(tracer *T, const call_args *a, smelt_op op)
     return ext_call(T, dropout_fn, &d);
 }
 
+/* torch._C._log_api_usage_once(name): API-usage telemetry, nothing the
+ * compiled program must reproduce: None. */
+static int32_t h_none(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)a;
+    (void)op;
+    return tv_obj(T, Py_None, -1);
+}
+
 static int32_t h_identity(tracer *T, const call_args *a, smelt_op op)
 {
     (void)op;
@@ -558,15 +669,17 @@ static int32_t h_identity(tracer *T, const call_args *a, smelt_op op)
     return T->vals[x].kind == V_TENSOR ? x : tr_break(T, "identity of a non-tensor");
 }
 
+static int32_t view_or_copy(tracer *T, int32_t x, int32_t y, int is_view);
+
+/* x.view(shape) (op 1) / x.reshape(shape) (op 0): see view_or_copy. */
 static int32_t h_view(tracer *T, const call_args *a, smelt_op op)
 {
     int64_t shape[SMELT_MAX_DIMS];
     int n;
     int32_t x = arg(a, 0, "input");
-    (void)op;
     if (T->vals[x].kind != V_TENSOR || int_list(T, a, 1, "shape", shape, &n))
         return -1;
-    return v_reshape(T, x, shape, n);
+    return view_or_copy(T, x, v_reshape(T, x, shape, n), op == 1);
 }
 
 static int32_t h_permute(tracer *T, const call_args *a, smelt_op op)
@@ -766,7 +879,7 @@ static void cat_legacy_empty(tracer *T, const int32_t *items, int n, int32_t *ke
 
 static int32_t h_cat(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t *items, nodes[256], kept[256];
+    int32_t *items, nodes[256] = { 0 }, kept[256];
     int n, nk, dt = -1;
     int64_t d;
     int dim;
@@ -792,7 +905,11 @@ static int32_t h_cat(tracer *T, const call_args *a, smelt_op op)
         nodes[i] = T->vals[v].node;
     }
     int32_t r = cat_nodes(T, nodes, n, dim);
-    return r >= 0 && dt >= 0 ? cast_to(T, r, dt) : r;
+    r = r >= 0 && dt >= 0 ? cast_to(T, r, dt) : r;
+    int cl = 1;   /* eager: channels-last when every input is, else contiguous */
+    for (int i = 0; i < n && cl == 1; i++)
+        cl = eager_channels_last(T, items[i]);
+    return cl == 0 ? fresh_contiguous(T, -1, r) : r;
 }
 
 static int32_t h_where(tracer *T, const call_args *a, smelt_op op)
@@ -1186,6 +1303,83 @@ static int32_t sdpa_gqa(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mask
     return v_reshape(T, r, out, nd);
 }
 
+static PyObject *native_mha_fn;   /* torch._native_multi_head_attention (host call) */
+
+static int same_shape(const smelt_node *a, const smelt_node *b)
+{
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * a->ndim);
+}
+
+/* x @ w.T + b with w [N, K], b [N] (b may be absent: -1). */
+static int32_t linear(tracer *T, int32_t x, int32_t w, int32_t b)
+{
+    int32_t y = matmul(T, x, v_transpose(T, w, 0, 1));
+    return y < 0 || b < 0 ? y : op2(T, SMELT_OP_ADD, y, b);
+}
+
+/* Rows [i*D, (i+1)*D) of w (a weight [3D, ..] or bias [3D]). */
+static int32_t third(tracer *T, int32_t w, int i, int64_t D)
+{
+    return w < 0 ? -1 : v_slice(T, w, 0, i * D, (i + 1) * D, 1);
+}
+
+/* x [B, L, D] as [B, H, L, D/H]. */
+static int32_t heads(tracer *T, int32_t x, int64_t H)
+{
+    const smelt_node *n = node(T, x);
+    int64_t shape[4] = { n->shape[0], n->shape[1], H, n->shape[2] / H };
+    int32_t r = v_reshape(T, x, shape, 4);
+    return r < 0 ? -1 : v_permute(T, r, (int[]){ 0, 2, 1, 3 });
+}
+
+/* torch._native_multi_head_attention, nn.MultiheadAttention's inference
+ * fast path, as graph ops when it returns no weights and takes no mask:
+ * the in-projection (one for a shared query/key/value, else a third of
+ * the packed weight each), attention per head scaled by 1/sqrt(D/H), the
+ * out-projection; (out, None) as torch returns it. Other forms (and
+ * query/key/value of different shapes, which torch rejects) run as a host
+ * call: both results are tensors then, or torch raises. */
+static int32_t h_native_mha(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t q = arg(a, 0, "query"), k = arg(a, 1, "key"), v = arg(a, 2, "value");
+    int32_t w = arg(a, 5, "qkv_weight"), b = arg(a, 6, "qkv_bias"), pw = arg(a, 7, "proj_weight");
+    int32_t pb = arg(a, 8, "proj_bias");
+    int64_t D, H;
+    int need;
+    (void)op;
+    if (tr_int(T, arg(a, 3, "embed_dim"), &D) || tr_int(T, arg(a, 4, "num_head"), &H) ||
+        get_bool(T, arg(a, 10, "need_weights"), 1, &need))
+        return -1;
+    int tensors = T->vals[q].kind == V_TENSOR && T->vals[k].kind == V_TENSOR && T->vals[v].kind == V_TENSOR &&
+                  T->vals[w].kind == V_TENSOR && T->vals[pw].kind == V_TENSOR;
+    if (need || !is_none(T, arg(a, 9, "mask")) || !tensors || H < 1 || D % H || node(T, q)->ndim != 3 ||
+        !same_shape(node(T, q), node(T, k)) || !same_shape(node(T, q), node(T, v)) || node(T, q)->shape[2] != D ||
+        !native_mha_fn)
+        return native_mha_fn ? ext_call(T, native_mha_fn, a) : tr_break(T, "_native_multi_head_attention form");
+    b = is_none(T, b) ? -1 : b;
+    pb = is_none(T, pb) ? -1 : pb;
+    int32_t qp, kp, vp;
+    if (T->vals[q].node == T->vals[k].node && T->vals[k].node == T->vals[v].node) {
+        int32_t qkv = linear(T, q, w, b);
+        qp = qkv < 0 ? -1 : v_slice(T, qkv, 2, 0, D, 1);
+        kp = qkv < 0 ? -1 : v_slice(T, qkv, 2, D, 2 * D, 1);
+        vp = qkv < 0 ? -1 : v_slice(T, qkv, 2, 2 * D, 3 * D, 1);
+    } else {
+        qp = linear(T, q, third(T, w, 0, D), b < 0 ? -1 : third(T, b, 0, D));
+        kp = linear(T, k, third(T, w, 1, D), b < 0 ? -1 : third(T, b, 1, D));
+        vp = linear(T, v, third(T, w, 2, D), b < 0 ? -1 : third(T, b, 2, D));
+    }
+    if (qp < 0 || kp < 0 || vp < 0)
+        return -1;
+    int32_t o = sdpa_core(T, heads(T, qp, H), heads(T, kp, H), heads(T, vp, H), -1, 1.0 / sqrt((double)(D / H)), 0, 0);
+    o = o < 0 ? -1 : v_permute(T, o, (int[]){ 0, 2, 1, 3 });
+    const smelt_node *qn = o < 0 ? NULL : node(T, q);
+    o = o < 0 ? -1 : v_reshape(T, o, (int64_t[]){ qn->shape[0], qn->shape[1], D }, 3);
+    o = o < 0 ? -1 : linear(T, o, pw, pb);
+    int32_t items[2] = { o, tv_obj(T, Py_None, -1) };
+    return o < 0 || items[1] < 0 ? -1 : tv_tuple(T, items, 2);
+}
+
 static int32_t h_sdpa(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t q = arg(a, 0, "query"), k = arg(a, 1, "key"), v = arg(a, 2, "value");
@@ -1263,46 +1457,61 @@ static int can_cast(smelt_dtype from, smelt_dtype to)
     return !(from != SMELT_BOOL && to == SMELT_BOOL);
 }
 
-/* Whether tensor value x, a view, views a tensor nothing else reaches: no
- * other tensor value's node, nor its chain of views, is a node below x's in
- * x's chain of views, whose base is made in the graph (native.c's
- * unbatched convolution: a squeeze of a CONV node nothing else holds). */
-static int private_view(tracer *T, int32_t x)
+/* The base of view value x: the node its chain of view ops starts from;
+ * -1 when the chain passes an expand or unfold (an update through it would
+ * write one element twice: eager raises) or is longer than 64. */
+static int32_t view_base(tracer *T, int32_t x)
 {
-    int32_t below[16];
-    int nb = 0;
-    const smelt_node *n = &T->g->nodes[T->vals[x].node];
-    do {
-        if (nb == 16)
-            return 0;
-        below[nb++] = n->src[0];
-        n = &T->g->nodes[n->src[0]];
-    } while (smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW);
-    if (n->op == SMELT_OP_INPUT)
-        return 0;
-    for (int32_t v = 0; v < T->nvals; v++) {
-        if (v == x || T->vals[v].kind != V_TENSOR)
-            continue;
-        for (int32_t id = T->vals[v].node;; id = T->g->nodes[id].src[0]) {
-            for (int i = 0; i < nb; i++)
-                if (below[i] == id)
-                    return 0;
-            if (smelt_op_kind_of((smelt_op)T->g->nodes[id].op) != SMELT_KIND_VIEW)
-                break;
-        }
+    int32_t n = T->vals[x].node;
+    for (int i = 0; i < 64; i++) {
+        const smelt_node *p = &T->g->nodes[n];
+        if (smelt_op_kind_of((smelt_op)p->op) != SMELT_KIND_VIEW)
+            return n;
+        if (p->op == SMELT_OP_EXPAND || p->op == SMELT_OP_UNFOLD)
+            return -1;
+        n = p->src[0];
     }
-    return 1;
+    return -1;
+}
+
+/* Whether a value the running frames reach, other than x, shares storage
+ * with node b (b itself, or a chain of views down to it): tr_aliased asks
+ * it of a stand-in value holding b while x is hidden from its walk (a
+ * Python None for the moment). 1 / 0, -1 on error. */
+static int storage_shared(tracer *T, int32_t x, int32_t b)
+{
+    int32_t s = tv_tensor(T, b);
+    if (s < 0)
+        return -1;
+    tv saved = T->vals[x];
+    T->vals[x].kind = V_OBJ;
+    T->vals[x].obj = Py_None;
+    int r = tr_aliased(T, s);
+    T->vals[x] = saved;
+    return r;
 }
 
 /* Value x may be updated in place: a tensor made in the graph or a graph
- * input (written back after each run), not a view (unless of a tensor
- * nothing else reaches), that no live value views or shares, and that may
- * not alias storage smelt does not model. 1 / 0 (a break) / -1. */
+ * input (written back after each run) that no other live value views or
+ * shares, and that may not alias storage smelt does not model. A view
+ * (x = out[:, :4]) may be updated when nothing else live reaches its base:
+ * then x alone sees the update, and rebinding x is eager's result. 1 / 0
+ * (a break) / -1. */
 static int mutable_value(tracer *T, int32_t x)
 {
     const smelt_node *n = node(T, x);
-    if (T->vals[x].frozen || (smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW && !private_view(T, x)))
-        return tr_break(T, "in-place update of a view or a tensor that may alias storage smelt does not see"), 0;
+    if (T->vals[x].frozen)
+        return tr_break(T, "in-place update of a tensor that may alias storage smelt does not see"), 0;
+    if (smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW) {
+        int32_t b = view_base(T, x);
+        if (b < 0 || T->g->nodes[b].op == SMELT_OP_INPUT)
+            return tr_break(T, b < 0 ? "in-place update through an expand or unfold view"
+                                     : "in-place update of a view of an input"), 0;
+        int a = storage_shared(T, x, b);
+        if (a > 0)
+            tr_break(T, "in-place update of a view whose base another live value reaches (not modelled)");
+        return a < 0 ? -1 : !a;
+    }
     int a = tr_aliased(T, x);
     if (a > 0)
         tr_break(T, "in-place update of a tensor that a live view shares (the view's update is not modelled)");
@@ -1328,13 +1537,22 @@ int32_t ops_inplace_value(tracer *T, int32_t x, int32_t r)
     return cast_to(T, r, xn->dtype);
 }
 
+/* r, the value an in-place update leaves in x, with x's layout where
+ * that is known contiguous (an update never moves eager's storage). */
+static int32_t keep_layout(tracer *T, int32_t x, int32_t r)
+{
+    if (r < 0 || ops_eager_contiguous(T, T->vals[x].node) != 1 || ops_eager_contiguous(T, T->vals[r].node) == 1)
+        return r;
+    return fresh_contiguous(T, x, copy_of(T, r));
+}
+
 /* x takes the value r (x.add_(y), F.relu(x, inplace=True)): x's node is
  * rebound, so every alias of x sees it. */
 int32_t ops_inplace(tracer *T, int32_t x, int32_t r)
 {
     if (T->vals[x].kind == V_TENSOR && T->vals[r].kind == V_TENSOR && T->vals[r].node == T->vals[x].node)
         return x;
-    if ((r = ops_inplace_value(T, x, r)) < 0 || mutable_value(T, x) <= 0)
+    if ((r = keep_layout(T, x, ops_inplace_value(T, x, r))) < 0 || mutable_value(T, x) <= 0)
         return -1;
     T->vals[x].node = T->vals[r].node;
     return x;
@@ -1373,16 +1591,49 @@ static void contiguous_strides(const smelt_node *n, int64_t *stride)
     }
 }
 
-/* Strides eager's view op n gives from its source's strides s. */
-static int view_strides(const smelt_graph *g, const smelt_node *n, const int64_t *s, int src_contig, int64_t *out)
+/* The strides a view of `in` (strides s) with n's shape has, as eager's
+ * Tensor.view computes them: each run of in's dims that are laid out one
+ * inside the other (size-1 dims join any run) must be tiled exactly by
+ * consecutive dims of the new shape, which take strides from the run's
+ * innermost stride. 1, or 0 when no view exists (view raises, reshape
+ * copies). */
+static int viewable(const smelt_node *in, const int64_t *s, const smelt_node *n, int64_t *out)
+{
+    if (!smelt_node_numel(in) || in->ndim == 0) {
+        if (in->ndim == n->ndim && !memcmp(in->shape, n->shape, sizeof(int64_t) * n->ndim))
+            memcpy(out, s, sizeof(int64_t) * n->ndim);
+        else
+            contiguous_strides(n, out);
+        return 1;
+    }
+    int v = n->ndim - 1;
+    int64_t base = s[in->ndim - 1], have = 1, got = 1;
+    for (int d = in->ndim - 1; d >= 0; d--) {
+        have *= in->shape[d];
+        if (d > 0 && (in->shape[d - 1] == 1 || s[d - 1] == have * base))
+            continue;   /* the run goes on into dim d-1 */
+        for (; v >= 0 && (got < have || n->shape[v] == 1); v--) {
+            out[v] = got * base;
+            got *= n->shape[v];
+        }
+        if (got != have)
+            return 0;
+        if (d > 0) {
+            base = s[d - 1];
+            have = got = 1;
+        }
+    }
+    return v == -1;
+}
+
+/* Strides eager's view op n gives from its source's strides s (a reshape
+ * that is no view copies: unknown here, h_view marks it contiguous). */
+static int view_strides(const smelt_graph *g, const smelt_node *n, const int64_t *s, int64_t *out)
 {
     const smelt_node *in = &g->nodes[n->src[0]];
     switch ((smelt_op)n->op) {
     case SMELT_OP_RESHAPE:
-        if (!src_contig)
-            return 0;   /* eager's view strides of a non-contiguous tensor are not modelled */
-        contiguous_strides(n, out);
-        return 1;
+        return viewable(in, s, n, out);
     case SMELT_OP_PERMUTE:
         for (int d = 0; d < n->ndim; d++)
             out[d] = s[n->a.perm.perm[d]];
@@ -1422,38 +1673,107 @@ static int view_strides(const smelt_graph *g, const smelt_node *n, const int64_t
     }
 }
 
+/* Strides of operand s as TensorIterator sees it within n's shape: right
+ * aligned, 0 for dims it broadcasts. */
+static void operand_strides(const smelt_node *n, const smelt_node *s, const int64_t *sst, int64_t *out)
+{
+    int lead = n->ndim - s->ndim;
+    for (int d = 0; d < n->ndim; d++)
+        out[d] = d < lead || (s->shape[d - lead] == 1 && n->shape[d] != 1) ? 0 : sst[d - lead];
+}
+
+/* TensorIterator's order of dims a and b (a before b in perm, fastest
+ * first): 1 when they should swap, -1 when not, 0 when no operand says.
+ * The first operand whose strides differ at a and b decides; broadcast
+ * dims (stride 0) are skipped; equal strides put the smaller dim first. */
+static int dims_swap(const smelt_node *n, int nop, int64_t (*ost)[SMELT_MAX_DIMS], int a, int b)
+{
+    for (int k = 0; k < nop; k++) {
+        int64_t sa = ost[k][a], sb = ost[k][b];
+        if (sa == 0 || sb == 0)
+            continue;
+        if (sa != sb)
+            return sa < sb ? -1 : 1;
+        if (n->shape[a] > n->shape[b])
+            return 1;
+    }
+    return 0;
+}
+
+/* Strides eager's element-wise op n gives its result (TensorIterator): the
+ * dims sorted by the operands' strides (insertion sort from the fastest,
+ * ambiguous comparisons passed over), the result dense in that order. */
+static void pointwise_strides(const smelt_graph *g, const smelt_node *n, int64_t (*st)[SMELT_MAX_DIMS], int64_t *out)
+{
+    int64_t ost[SMELT_MAX_SRC][SMELT_MAX_DIMS];
+    int perm[SMELT_MAX_DIMS], nop = 0;
+    for (int k = 0; k < n->nsrc; k++)
+        if (g->nodes[n->src[k]].ndim)
+            operand_strides(n, &g->nodes[n->src[k]], st[n->src[k]], ost[nop++]);
+    for (int d = 0; d < n->ndim; d++)
+        perm[d] = n->ndim - 1 - d;
+    for (int i = 1; i < n->ndim; i++)
+        for (int b = i, a = i - 1; a >= 0; a--) {
+            int c = dims_swap(n, nop, ost, perm[a], perm[b]);
+            if (c < 0)
+                break;
+            if (c > 0) {
+                int t = perm[a];
+                perm[a] = perm[b];
+                perm[b] = t;
+                b = a;
+            }
+        }
+    int64_t z = 1;
+    for (int d = 0; d < n->ndim; d++) {
+        out[perm[d]] = z;
+        z *= n->shape[perm[d]] > 1 ? n->shape[perm[d]] : 1;
+    }
+}
+
 /* Eager strides of node i given those of earlier nodes (known[j]: 1 when
- * strides[j] is known). Fresh results of ops over contiguous operands are
- * contiguous, and so are matmul and host call results; anything else
- * (a convolution of a channels-last input, ...) eager lays out by rules
- * smelt does not model. */
+ * strides[j] is known): inputs' own; views' from their source's; element-
+ * wise ops' as TensorIterator lays them out; reductions, matmul and host
+ * call results are contiguous, and so are nodes marked contiguous (made by
+ * x.contiguous(), or the result of a composite whose eager op returns a
+ * contiguous tensor) and anything else over contiguous operands; the
+ * rest (a convolution of a channels-last input, ...) is not modelled. */
 static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, const uint8_t *known,
                         int64_t (*st)[SMELT_MAX_DIMS])
 {
     const smelt_node *n = &g->nodes[i];
     smelt_op_kind k = smelt_op_kind_of((smelt_op)n->op);
-    int all = 1;
+    int all = 1, allknown = 1;
     for (int s = 0; s < n->nsrc; s++) {
         const smelt_node *in = &g->nodes[n->src[s]];
+        allknown &= in->ndim == 0 || known[n->src[s]];
         all &= in->ndim == 0 || (known[n->src[s]] && strides_contiguous(in, st[n->src[s]]));
     }
     if (n->op == SMELT_OP_INPUT) {
         memcpy(st[i], n->stride, sizeof st[i]);
         return 1;
     }
-    if (contig[i]) {   /* made by x.contiguous() */
+    if (contig[i]) {
         contiguous_strides(n, st[i]);
         return 1;
     }
     if (k == SMELT_KIND_VIEW)
-        return known[n->src[0]] && view_strides(g, n, st[n->src[0]], all, st[i]);
-    if (!all && !(k == SMELT_KIND_REDUCTION && n->ndim <= 1) && (k != SMELT_KIND_EXTERN || n->op == SMELT_OP_CONV))
+        return known[n->src[0]] && view_strides(g, n, st[n->src[0]], st[i]);
+    if (k == SMELT_KIND_UNARY || k == SMELT_KIND_BINARY || k == SMELT_KIND_TERNARY) {
+        if (!allknown)
+            return 0;
+        pointwise_strides(g, n, st, st[i]);
+        return 1;
+    }
+    if (!all && k != SMELT_KIND_REDUCTION && (k != SMELT_KIND_EXTERN || n->op == SMELT_OP_CONV))
         return 0;
     contiguous_strides(n, st[i]);
     return 1;
 }
 
-int ops_eager_contiguous(tracer *T, int32_t id)
+/* The strides eager gives node id's value, into out: 1 when known, 0 when
+ * smelt does not model them, -1 out of memory (error set). */
+static int eager_strides(tracer *T, int32_t id, int64_t *out)
 {
     int32_t n = id + 1;
     uint8_t *known = PyMem_Calloc((size_t)n, 1);
@@ -1462,11 +1782,87 @@ int ops_eager_contiguous(tracer *T, int32_t id)
     if (known && st) {
         for (int32_t i = 0; i < n; i++)
             known[i] = (uint8_t)node_strides(T->g, T->contig, i, known, st);
-        r = known[id] ? strides_contiguous(&T->g->nodes[id], st[id]) : -1;
+        r = known[id];
+        memcpy(out, st[id], sizeof st[id]);
+    } else {
+        PyErr_NoMemory();
     }
     PyMem_Free(known);
     PyMem_Free(st);
     return r;
+}
+
+int ops_eager_contiguous(tracer *T, int32_t id)
+{
+    int64_t st[SMELT_MAX_DIMS];
+    int r = eager_strides(T, id, st);
+    return r == 1 ? strides_contiguous(&T->g->nodes[id], st) : -1;
+}
+
+/* Whether node n with eager strides st is laid out channels-last (4-d or
+ * 5-d, dense, channels innermost) and not contiguous: the memory format
+ * eager's cat and pad keep. */
+static int channels_last(const smelt_node *n, const int64_t *st)
+{
+    int64_t cl[SMELT_MAX_DIMS], z = 1;
+    if ((n->ndim != 4 && n->ndim != 5) || strides_contiguous(n, st))
+        return 0;
+    cl[1] = z;
+    z *= n->shape[1] > 1 ? n->shape[1] : 1;
+    for (int d = n->ndim - 1; d >= 2; d--) {
+        cl[d] = z;
+        z *= n->shape[d] > 1 ? n->shape[d] : 1;
+    }
+    cl[0] = z;
+    for (int d = 0; d < n->ndim; d++)
+        if (n->shape[d] > 1 && st[d] != cl[d])
+            return 0;
+    return 1;
+}
+
+/* 1 when tensor value x is channels-last in eager (channels_last), 0 when
+ * not, -1 when its strides are not modelled or on an error. */
+static int eager_channels_last(tracer *T, int32_t x)
+{
+    int64_t st[SMELT_MAX_DIMS];
+    int k = eager_strides(T, T->vals[x].node, st);
+    return k == 1 ? channels_last(node(T, x), st) : -1;
+}
+
+/* r, the result of a composite over x whose eager op returns a new
+ * contiguous tensor (layer_norm, softmax, roll, ...): a node of its own (a
+ * copy where the composite gave x's own node back) marked contiguous. */
+static int32_t fresh_contiguous(tracer *T, int32_t x, int32_t r)
+{
+    if (r >= 0 && x >= 0 && T->vals[r].kind == V_TENSOR && T->vals[x].kind == V_TENSOR &&
+        T->vals[r].node == T->vals[x].node)
+        r = copy_of(T, r);
+    if (r >= 0 && T->vals[r].kind == V_TENSOR)
+        T->contig[T->vals[r].node] = 1;
+    return r;
+}
+
+/* Tensor value y = x reshaped (RESHAPE node) as Tensor.view (is_view) or
+ * reshape gives it: a view where eager's strides of x allow one; else view
+ * raises (a break: eager raises its RuntimeError) and reshape copies into
+ * a contiguous tensor. y, or -1. */
+static int32_t view_or_copy(tracer *T, int32_t x, int32_t y, int is_view)
+{
+    int64_t st[SMELT_MAX_DIMS], vst[SMELT_MAX_DIMS];
+    if (y < 0)
+        return -1;
+    int k = eager_strides(T, T->vals[x].node, st);
+    if (k < 0)
+        return -1;
+    const smelt_node *xn = &T->g->nodes[T->vals[x].node], *yn = &T->g->nodes[T->vals[y].node];
+    if (k == 1 && viewable(xn, st, yn, vst))
+        return y;
+    if (is_view)
+        return tr_break(T, k ? "view of a tensor whose strides allow no view (eager raises; use reshape)"
+                             : "view of a tensor whose eager strides smelt does not model");
+    if (k == 1)
+        T->contig[T->vals[y].node] = 1;   /* reshape copies */
+    return y;
 }
 
 /* 1 / 0: tensor value x is / is not contiguous in eager; -1: unknown. */
@@ -1682,10 +2078,9 @@ static int32_t h_norm(tracer *T, const call_args *a, smelt_op op)
 static int32_t h_view_as(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), o = arg(a, 1, "other");
-    (void)op;
     if (o < 0 || T->vals[o].kind != V_TENSOR)
         return tr_break(T, "view_as of a non-tensor");
-    return v_reshape(T, x, node(T, o)->shape, node(T, o)->ndim);
+    return view_or_copy(T, x, v_reshape(T, x, node(T, o)->shape, node(T, o)->ndim), op == 1);
 }
 
 static int32_t h_unflatten(tracer *T, const call_args *a, smelt_op op)
@@ -1848,7 +2243,7 @@ static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
             return -1;
         x = roll1(T, x, k[i], dim);
     }
-    return x;
+    return fresh_contiguous(T, arg(a, 0, "input"), x);   /* eager's roll returns a new contiguous tensor */
 }
 
 static int32_t h_movedim(tracer *T, const call_args *a, smelt_op op)
@@ -2173,13 +2568,20 @@ static int32_t h_threshold(tracer *T, const call_args *a, smelt_op op)
     return where3(T, op2(T, SMELT_OP_LE, x, num(T, th)), v, x);
 }
 
+/* F.softmin(x, dim, dtype=): softmax(-x.to(dtype)) (eager casts first). */
 static int32_t h_softmin(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t n = op1(T, SMELT_OP_NEG, arg(a, 0, "input"));
-    call_args b = { .pos = (int32_t[]){ n, arg(a, 1, "dim") }, .npos = 2 };
+    int32_t x = arg(a, 0, "input");
+    int cdt;
     (void)op;
-    if (b.pos[1] < 0)
-        return tr_break(T, "softmin without dim");
+    if (x < 0 || T->vals[x].kind != V_TENSOR || arg(a, 1, "dim") < 0)
+        return tr_break(T, "softmin of a non-tensor or without dim");
+    if (softmax_dtype(T, a, &cdt) || (cdt >= 0 && (x = cast_to(T, x, cdt)) < 0))
+        return -1;
+    if (!smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype))
+        return tr_break(T, "softmin of a %s tensor (eager raises)", smelt_dtype_name((smelt_dtype)node(T, x)->dtype));
+    int32_t n = op1(T, SMELT_OP_NEG, x);
+    call_args b = { .pos = (int32_t[]){ n, arg(a, 1, "dim") }, .npos = 2 };
     return n < 0 ? -1 : h_softmax(T, &b, SMELT_OP_EXP);
 }
 
@@ -2495,10 +2897,14 @@ static int32_t h_pad(tracer *T, const call_args *a, smelt_op op)
     if (mode < 0 || n % 2 || n / 2 > node(T, x)->ndim)   /* reflect, ...: torch's own pad at run time */
         return nn_pad ? ext_call(T, nn_pad, a) : tr_break(T, "pad mode %R is not supported", m ? m : Py_None);
     PyObject *zero = PyLong_FromLong(0);
+    int32_t x0 = x;
+    int cl = eager_channels_last(T, x0);
     for (int i = 0; x >= 0 && i < n / 2; i++)
         x = pad_dim(T, x, node(T, x)->ndim - 1 - i, pads[2 * i], pads[2 * i + 1], mode, value ? value : zero);
     Py_XDECREF(zero);
-    return x;
+    if (cl < 0 && x >= 0 && T->vals[x].node == T->vals[x0].node)
+        x = copy_of(T, x);   /* a new tensor, as eager's, of unknown layout */
+    return cl == 0 ? fresh_contiguous(T, x0, x) : x;   /* eager keeps channels-last, else contiguous */
 }
 
 /* ---------- pooling ---------- */
@@ -2549,7 +2955,7 @@ static int32_t h_adaptive_max(tracer *T, const call_args *a, smelt_op op)
     if (sizes < 0)
         return sizes;
     call_args b = { .pos = (int32_t[]){ x, sizes }, .npos = 2 };
-    return ext_call_first(T, adaptive_max_fn[op], &b);
+    return native_call(T, adaptive_max_fn[op], &b, 1);
 }
 
 /* ---------- the table ---------- */
@@ -2561,16 +2967,34 @@ static int32_t h_adaptive_max(tracer *T, const call_args *a, smelt_op op)
 #define IP_ALWAYS 100
 #define IPOS(k) ((k) + 1)
 
+/* out= behaviour: OUT_NO (a call with out= breaks: the frame runs
+ * eagerly), OUT_CAST (element-wise: the result, computed in the inputs'
+ * dtype, is cast into out, which must have the result's shape). */
+#define OUT_NO 0
+#define OUT_CAST 1
+
+/* A handler that needs the callable itself (it may make a host call of
+ * it): native.c's native_call. */
+typedef int32_t (*call_fn)(tracer *T, PyObject *fn, const call_args *a, int first);
+
 typedef struct op_entry {
     const char *names;     /* space-separated: torch.X F.X T.X (T.X is also method X) */
-    op_fn fn;
+    op_fn fn;              /* the handler, or NULL when call is set */
     int op;                /* handler's variant (an smelt_op or an encoding it documents) */
     int ip;                /* in-place behaviour */
+    int out;               /* out= behaviour */
+    call_fn call;          /* the handler taking the callable (fn NULL), or NULL */
 } op_entry;
 
-#define U(n, OP) { "torch." n " T." n, h_unary, SMELT_OP_##OP, IP_NO }
-#define B(n, OP) { "torch." n " T." n, h_binary, SMELT_OP_##OP, IP_NO }
-#define R(n, OP) { "torch." n " T." n, h_reduce, SMELT_OP_##OP, IP_NO }
+/* A row with the common columns: no out=, no callable-taking handler. */
+#define ROW(names, fn, op, ip) { names, fn, op, ip, OUT_NO, NULL }
+/* Rows whose home is native.c (graph ops where they take a form that
+ * expresses them, else a host call). */
+#define NATIVE(names) { names, NULL, 0, IP_NO, OUT_NO, native_call }
+
+#define U(n, OP) { "torch." n " T." n, h_unary, SMELT_OP_##OP, IP_NO, OUT_CAST, NULL }
+#define B(n, OP) { "torch." n " T." n, h_binary, SMELT_OP_##OP, IP_NO, OUT_CAST, NULL }
+#define R(n, OP) { "torch." n " T." n, h_reduce, SMELT_OP_##OP, IP_NO, OUT_NO, NULL }
 
 static const op_entry table[] = {
     U("neg", NEG), U("negative", NEG), U("abs", ABS), U("exp", EXP), U("exp2", EXP2), U("expm1", EXPM1),
@@ -2579,8 +3003,8 @@ static const op_entry table[] = {
     U("erf", ERF), U("relu", RELU), U("floor", FLOOR), U("ceil", CEIL), U("round", ROUND),
     U("trunc", TRUNC), U("sign", SIGN), U("reciprocal", RECIPROCAL), U("logical_not", LOGICAL_NOT),
     U("isnan", ISNAN), U("isinf", ISINF), U("bitwise_not", BITWISE_NOT),
-    { "F.relu", h_unary, SMELT_OP_RELU, IPOS(1) }, { "F.relu_ torch.relu_", h_unary, SMELT_OP_RELU, IP_ALWAYS },
-    { "F.sigmoid", h_unary, SMELT_OP_SIGMOID, IP_NO }, { "F.tanh", h_unary, SMELT_OP_TANH, IP_NO },
+    ROW("F.relu", h_unary, SMELT_OP_RELU, IPOS(1)), ROW("F.relu_ torch.relu_", h_unary, SMELT_OP_RELU, IP_ALWAYS),
+    ROW("F.sigmoid", h_unary, SMELT_OP_SIGMOID, IP_NO), ROW("F.tanh", h_unary, SMELT_OP_TANH, IP_NO),
     B("add", ADD), B("sub", SUB), B("subtract", SUB), B("mul", MUL), B("multiply", MUL),
     B("div", DIV), B("divide", DIV), B("true_divide", DIV), B("floor_divide", FLOORDIV),
     B("pow", POW), B("maximum", MAXIMUM), B("minimum", MINIMUM), B("fmod", FMOD),
@@ -2590,91 +3014,105 @@ static const op_entry table[] = {
     B("bitwise_or", BITWISE_OR), B("bitwise_xor", BITWISE_XOR),
     R("sum", SUM), R("prod", PROD), R("mean", MEAN), R("amax", AMAX), R("amin", AMIN),
     R("any", ANY), R("all", ALL), R("argmax", ARGMAX), R("argmin", ARGMIN),
-    { "torch.max T.max", h_minmax, SMELT_OP_AMAX, IP_NO }, { "torch.min T.min", h_minmax, SMELT_OP_AMIN, IP_NO },
-    { "torch.var T.var", h_var, SMELT_OP_VAR, IP_NO }, { "torch.std T.std", h_var, SMELT_OP_STD, IP_NO },
-    { "torch.logsumexp T.logsumexp", h_logsumexp, 0, IP_NO },
-    { "torch.norm T.norm", h_norm, 0, IP_NO }, { "torch.linalg.vector_norm", h_norm, SMELT_OP_MEAN, IP_NO },
-    { "torch.softmax F.softmax T.softmax", h_softmax, SMELT_OP_EXP, IP_NO },
-    { "torch.log_softmax F.log_softmax T.log_softmax", h_softmax, SMELT_OP_LOG, IP_NO },
-    { "F.softmin", h_softmin, 0, IP_NO },
-    { "F.layer_norm torch.layer_norm", h_layer_norm, 0, IP_NO },
-    { "F.rms_norm", h_rms_norm, 0, IP_NO },
-    { "F.group_norm torch.group_norm", h_group_norm, 0, IP_NO },
-    { "F.batch_norm", h_batch_norm, 0, IP_NO },
-    { "F.normalize", h_normalize, 0, IP_NO },
-    { "F.linear", h_linear, 0, IP_NO },
-    { "torch.matmul T.matmul torch.mm T.mm torch.bmm T.bmm", h_matmul, 0, IP_NO },
-    { "torch.addmm T.addmm torch.baddbmm T.baddbmm", h_addmm, 0, IP_NO },
-    { "torch.outer T.outer torch.ger T.ger", h_outer, 0, IP_NO },
-    { "F.gelu", h_gelu, 0, IP_NO }, { "F.silu", h_silu, 0, IPOS(1) },
-    { "F.leaky_relu", h_relu_family, SMELT_OP_MUL, IPOS(2) }, { "F.elu", h_relu_family, SMELT_OP_EXP, IPOS(2) },
-    { "F.celu", h_relu_family, SMELT_OP_EXPM1, IPOS(2) }, { "F.selu torch.selu", h_relu_family, SMELT_OP_ABS, IPOS(1) },
-    { "F.softplus", h_softplus, 0, IP_NO }, { "F.hardtanh", h_hardtanh, SMELT_OP_CLAMP, IPOS(3) },
-    { "F.relu6", h_hardtanh, SMELT_OP_RELU, IPOS(1) }, { "F.hardsigmoid", h_hard, SMELT_OP_SIGMOID, IPOS(1) },
-    { "F.hardswish", h_hard, SMELT_OP_MUL, IPOS(1) }, { "F.mish", h_mish, 0, IPOS(1) },
-    { "F.logsigmoid", h_logsigmoid, 0, IP_NO }, { "F.softsign", h_shrinkish, SMELT_OP_DIV, IP_NO },
-    { "F.tanhshrink", h_shrinkish, SMELT_OP_SUB, IP_NO },
-    { "F.hardshrink torch.hardshrink T.hardshrink", h_shrink, SMELT_OP_ABS, IP_NO },
-    { "F.softshrink", h_shrink, SMELT_OP_SUB, IP_NO }, { "F.threshold", h_threshold, 0, IPOS(3) },
-    { "F.glu", h_glu, 0, IP_NO }, { "F.prelu torch.prelu", h_prelu, 0, IP_NO },
-    { "F.dropout torch.dropout", h_dropout, 0, IPOS(3) },
-    { "F.dropout1d F.dropout2d F.dropout3d F.alpha_dropout F.feature_alpha_dropout", h_dropout, 1, IPOS(3) },
-    { "F.mse_loss", h_loss, SMELT_OP_MUL, IP_NO }, { "F.l1_loss", h_loss, SMELT_OP_ABS, IP_NO },
-    { "F.smooth_l1_loss", h_loss, SMELT_OP_SUB, IP_NO },
-    { "F.binary_cross_entropy_with_logits", h_bce_logits, 0, IP_NO },
-    { "F.cosine_similarity torch.cosine_similarity", h_cosine_similarity, 0, IP_NO },
-    { "T.contiguous", h_contiguous, 0, IP_NO }, { "T.is_contiguous", h_is_contiguous, 0, IP_NO },
-    { "T.clone torch.clone", h_clone, 0, IP_NO }, { "T.detach torch.detach", h_identity, 0, IP_NO },
-    { "T.zero_", h_fill, 0, IP_ALWAYS }, { "T.fill_", h_fill, SMELT_OP_FULL, IP_ALWAYS },
-    { "T.copy_", h_copy, 0, IP_ALWAYS },
-    { "torch.square T.square", h_square, 0, IP_NO }, { "torch.lerp T.lerp", h_lerp, 0, IP_NO },
-    { "torch.addcmul T.addcmul", h_addc, SMELT_OP_MUL, IP_NO }, { "torch.addcdiv T.addcdiv", h_addc, SMELT_OP_DIV, IP_NO },
-    { "T.view T.reshape torch.reshape", h_view, 0, IP_NO }, { "T.view_as T.reshape_as", h_view_as, 0, IP_NO },
-    { "T.unflatten torch.unflatten", h_unflatten, 0, IP_NO },
-    { "T.permute torch.permute", h_permute, 0, IP_NO },
-    { "T.transpose torch.transpose T.swapaxes torch.swapaxes T.swapdims torch.swapdims", h_transpose, 0, IP_NO },
-    { "T.t torch.t", h_t, 0, IP_NO },
-    { "T.movedim torch.movedim T.moveaxis torch.moveaxis", h_movedim, 0, IP_NO },
-    { "T.unsqueeze torch.unsqueeze", h_unsqueeze, 0, IP_NO },
-    { "T.squeeze torch.squeeze", h_squeeze, 0, IP_NO },
-    { "T.flatten torch.flatten", h_flatten, 0, IP_NO },
-    { "T.expand", h_expand, 0, IP_NO }, { "T.expand_as", h_expand_as, 0, IP_NO },
-    { "T.broadcast_to torch.broadcast_to", h_broadcast_to, 0, IP_NO },
-    { "T.repeat", h_repeat, 0, IP_NO },
-    { "T.select torch.select", h_select, 0, IP_NO }, { "T.narrow torch.narrow", h_narrow, 0, IP_NO },
-    { "T.unbind torch.unbind", h_unbind, 0, IP_NO },
-    { "T.diagonal torch.diagonal", h_diagonal, 0, IP_NO },
-    { "T.roll torch.roll", h_roll, 0, IP_NO },
-    { "T.size", h_size, 0, IP_NO }, { "T.dim T.ndimension", h_dim, 0, IP_NO },
-    { "T.numel torch.numel T.nelement", h_numel, 0, IP_NO },
-    { "T.is_floating_point torch.is_floating_point", h_is_floating_point, 0, IP_NO },
-    { "T.element_size", h_element_size, 0, IP_NO },
-    { "torch.cat torch.concat torch.concatenate", h_cat, 0, IP_NO },
-    { "torch.stack", h_cat, SMELT_OP_UNSQUEEZE, IP_NO },
-    { "torch.where T.where", h_where, 0, IP_NO },
-    { "T.masked_fill torch.masked_fill", h_masked_fill, 0, IP_NO },
-    { "torch.clamp T.clamp torch.clip T.clip", h_clamp, 0, IP_NO },
-    { "torch.clamp_min T.clamp_min", h_clamp, SMELT_OP_MAXIMUM, IP_NO },
-    { "torch.clamp_max T.clamp_max", h_clamp, SMELT_OP_MINIMUM, IP_NO },
-    { "T.to", h_to, 0, IP_NO },
-    { "T.float", h_to, 1000 + SMELT_F32, IP_NO }, { "T.double", h_to, 1000 + SMELT_F64, IP_NO },
-    { "T.half", h_to, 1000 + SMELT_F16, IP_NO }, { "T.bfloat16", h_to, 1000 + SMELT_BF16, IP_NO },
-    { "T.int", h_to, 1000 + SMELT_I32, IP_NO }, { "T.long", h_to, 1000 + SMELT_I64, IP_NO },
-    { "T.bool", h_to, 1000 + SMELT_BOOL, IP_NO },
-    { "T.type_as", h_type_as, 0, IP_NO },
-    { "torch.zeros", h_full, SMELT_OP_ADD, IP_NO }, { "torch.ones", h_full, SMELT_OP_MUL, IP_NO },
-    { "torch.full", h_full, SMELT_OP_CLAMP, IP_NO }, { "torch.empty", h_full, SMELT_OP_ADD, IP_NO },
-    { "torch.zeros_like", h_full, 100 + SMELT_OP_ADD, IP_NO }, { "torch.ones_like", h_full, 100 + SMELT_OP_MUL, IP_NO },
-    { "torch.full_like", h_full, 100 + SMELT_OP_CLAMP, IP_NO }, { "torch.empty_like", h_full, 100 + SMELT_OP_ADD, IP_NO },
-    { "T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO }, { "T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO },
-    { "T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO }, { "T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO },
-    { "torch.arange", h_arange, 0, IP_NO }, { "torch.eye", h_eye, 0, IP_NO }, { "torch.tensor", h_tensor, 0, IP_NO },
-    { "torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO }, { "torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO },
-    { "torch.split T.split", h_split, 0, IP_NO }, { "torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO },
-    { "F.scaled_dot_product_attention", h_sdpa, 0, IP_NO },
-    { "F.pad", h_pad, 0, IP_NO }, { "T.cpu", h_identity, 0, IP_NO },
-    { "F.adaptive_max_pool1d", h_adaptive_max, 1, IP_NO }, { "F.adaptive_max_pool2d", h_adaptive_max, 2, IP_NO },
-    { "F.adaptive_max_pool3d", h_adaptive_max, 3, IP_NO },
+    ROW("torch.max T.max", h_minmax, SMELT_OP_AMAX, IP_NO), ROW("torch.min T.min", h_minmax, SMELT_OP_AMIN, IP_NO),
+    ROW("torch.var T.var", h_var, SMELT_OP_VAR, IP_NO), ROW("torch.std T.std", h_var, SMELT_OP_STD, IP_NO),
+    ROW("torch.logsumexp T.logsumexp", h_logsumexp, 0, IP_NO),
+    ROW("torch.norm T.norm", h_norm, 0, IP_NO), ROW("torch.linalg.vector_norm", h_norm, SMELT_OP_MEAN, IP_NO),
+    ROW("torch.softmax F.softmax T.softmax", h_softmax, SMELT_OP_EXP, IP_NO),
+    ROW("torch.log_softmax F.log_softmax T.log_softmax", h_softmax, SMELT_OP_LOG, IP_NO),
+    ROW("F.softmin", h_softmin, 0, IP_NO),
+    ROW("F.layer_norm torch.layer_norm", h_layer_norm, 0, IP_NO),
+    ROW("F.rms_norm", h_rms_norm, 0, IP_NO),
+    ROW("F.group_norm torch.group_norm", h_group_norm, 0, IP_NO),
+    ROW("F.batch_norm", h_batch_norm, 0, IP_NO),
+    ROW("F.normalize", h_normalize, 0, IP_NO),
+    ROW("F.linear", h_linear, 0, IP_NO),
+    ROW("torch.matmul T.matmul torch.mm T.mm torch.bmm T.bmm", h_matmul, 0, IP_NO),
+    ROW("torch.addmm T.addmm torch.baddbmm T.baddbmm", h_addmm, 0, IP_NO),
+    ROW("torch.outer T.outer torch.ger T.ger", h_outer, 0, IP_NO),
+    ROW("F.gelu", h_gelu, 0, IP_NO), ROW("F.silu", h_silu, 0, IPOS(1)),
+    ROW("F.leaky_relu", h_relu_family, SMELT_OP_MUL, IPOS(2)), ROW("F.elu", h_relu_family, SMELT_OP_EXP, IPOS(2)),
+    ROW("F.celu", h_relu_family, SMELT_OP_EXPM1, IPOS(2)), ROW("F.selu torch.selu", h_relu_family, SMELT_OP_ABS, IPOS(1)),
+    ROW("F.softplus", h_softplus, 0, IP_NO), ROW("F.hardtanh", h_hardtanh, SMELT_OP_CLAMP, IPOS(3)),
+    ROW("F.relu6", h_hardtanh, SMELT_OP_RELU, IPOS(1)), ROW("F.hardsigmoid", h_hard, SMELT_OP_SIGMOID, IPOS(1)),
+    ROW("F.hardswish", h_hard, SMELT_OP_MUL, IPOS(1)), ROW("F.mish", h_mish, 0, IPOS(1)),
+    ROW("F.logsigmoid", h_logsigmoid, 0, IP_NO), ROW("F.softsign", h_shrinkish, SMELT_OP_DIV, IP_NO),
+    ROW("F.tanhshrink", h_shrinkish, SMELT_OP_SUB, IP_NO),
+    ROW("F.hardshrink torch.hardshrink T.hardshrink", h_shrink, SMELT_OP_ABS, IP_NO),
+    ROW("F.softshrink", h_shrink, SMELT_OP_SUB, IP_NO), ROW("F.threshold", h_threshold, 0, IPOS(3)),
+    ROW("F.glu", h_glu, 0, IP_NO), ROW("F.prelu torch.prelu", h_prelu, 0, IP_NO),
+    ROW("F.dropout torch.dropout", h_dropout, 0, IPOS(3)),
+    ROW("F.dropout1d F.dropout2d F.dropout3d F.alpha_dropout F.feature_alpha_dropout", h_dropout, 1, IPOS(3)),
+    ROW("F.mse_loss", h_loss, SMELT_OP_MUL, IP_NO), ROW("F.l1_loss", h_loss, SMELT_OP_ABS, IP_NO),
+    ROW("F.smooth_l1_loss", h_loss, SMELT_OP_SUB, IP_NO),
+    ROW("F.binary_cross_entropy_with_logits", h_bce_logits, 0, IP_NO),
+    ROW("F.cosine_similarity torch.cosine_similarity", h_cosine_similarity, 0, IP_NO),
+    ROW("T.contiguous", h_contiguous, 0, IP_NO), ROW("T.is_contiguous", h_is_contiguous, 0, IP_NO),
+    ROW("T.clone torch.clone", h_clone, 0, IP_NO), ROW("T.detach torch.detach", h_identity, 0, IP_NO),
+    ROW("T.zero_", h_fill, 0, IP_ALWAYS), ROW("T.fill_", h_fill, SMELT_OP_FULL, IP_ALWAYS),
+    ROW("T.copy_", h_copy, 0, IP_ALWAYS),
+    ROW("torch.square T.square", h_square, 0, IP_NO), ROW("torch.lerp T.lerp", h_lerp, 0, IP_NO),
+    ROW("torch.addcmul T.addcmul", h_addc, SMELT_OP_MUL, IP_NO), ROW("torch.addcdiv T.addcdiv", h_addc, SMELT_OP_DIV, IP_NO),
+    ROW("T.view", h_view, 1, IP_NO), ROW("T.reshape torch.reshape", h_view, 0, IP_NO),
+    ROW("T.view_as", h_view_as, 1, IP_NO), ROW("T.reshape_as", h_view_as, 0, IP_NO),
+    ROW("T.unflatten torch.unflatten", h_unflatten, 0, IP_NO),
+    ROW("T.permute torch.permute", h_permute, 0, IP_NO),
+    ROW("T.transpose torch.transpose T.swapaxes torch.swapaxes T.swapdims torch.swapdims", h_transpose, 0, IP_NO),
+    ROW("T.t torch.t", h_t, 0, IP_NO),
+    ROW("T.movedim torch.movedim T.moveaxis torch.moveaxis", h_movedim, 0, IP_NO),
+    ROW("T.unsqueeze torch.unsqueeze", h_unsqueeze, 0, IP_NO),
+    ROW("T.squeeze torch.squeeze", h_squeeze, 0, IP_NO),
+    ROW("T.flatten torch.flatten", h_flatten, 0, IP_NO),
+    ROW("T.expand", h_expand, 0, IP_NO), ROW("T.expand_as", h_expand_as, 0, IP_NO),
+    ROW("T.broadcast_to torch.broadcast_to", h_broadcast_to, 0, IP_NO),
+    ROW("T.repeat", h_repeat, 0, IP_NO),
+    ROW("T.select torch.select", h_select, 0, IP_NO), ROW("T.narrow torch.narrow", h_narrow, 0, IP_NO),
+    ROW("T.unbind torch.unbind", h_unbind, 0, IP_NO),
+    ROW("T.diagonal torch.diagonal", h_diagonal, 0, IP_NO),
+    ROW("T.roll torch.roll", h_roll, 0, IP_NO),
+    ROW("T.size", h_size, 0, IP_NO), ROW("T.dim T.ndimension", h_dim, 0, IP_NO),
+    ROW("T.numel torch.numel T.nelement", h_numel, 0, IP_NO),
+    ROW("T.is_floating_point torch.is_floating_point", h_is_floating_point, 0, IP_NO),
+    ROW("T.element_size", h_element_size, 0, IP_NO),
+    ROW("torch.cat torch.concat torch.concatenate", h_cat, 0, IP_NO),
+    ROW("torch.stack", h_cat, SMELT_OP_UNSQUEEZE, IP_NO),
+    ROW("torch.where T.where", h_where, 0, IP_NO),
+    ROW("T.masked_fill torch.masked_fill", h_masked_fill, 0, IP_NO),
+    ROW("torch.clamp T.clamp torch.clip T.clip", h_clamp, 0, IP_NO),
+    ROW("torch.clamp_min T.clamp_min", h_clamp, SMELT_OP_MAXIMUM, IP_NO),
+    ROW("torch.clamp_max T.clamp_max", h_clamp, SMELT_OP_MINIMUM, IP_NO),
+    ROW("T.to", h_to, 0, IP_NO),
+    ROW("T.float", h_to, 1000 + SMELT_F32, IP_NO), ROW("T.double", h_to, 1000 + SMELT_F64, IP_NO),
+    ROW("T.half", h_to, 1000 + SMELT_F16, IP_NO), ROW("T.bfloat16", h_to, 1000 + SMELT_BF16, IP_NO),
+    ROW("T.int", h_to, 1000 + SMELT_I32, IP_NO), ROW("T.long", h_to, 1000 + SMELT_I64, IP_NO),
+    ROW("T.bool", h_to, 1000 + SMELT_BOOL, IP_NO),
+    ROW("T.type_as", h_type_as, 0, IP_NO),
+    ROW("torch.zeros", h_full, SMELT_OP_ADD, IP_NO), ROW("torch.ones", h_full, SMELT_OP_MUL, IP_NO),
+    ROW("torch.full", h_full, SMELT_OP_CLAMP, IP_NO), ROW("torch.empty", h_full, SMELT_OP_ADD, IP_NO),
+    ROW("torch.zeros_like", h_full, 100 + SMELT_OP_ADD, IP_NO), ROW("torch.ones_like", h_full, 100 + SMELT_OP_MUL, IP_NO),
+    ROW("torch.full_like", h_full, 100 + SMELT_OP_CLAMP, IP_NO), ROW("torch.empty_like", h_full, 100 + SMELT_OP_ADD, IP_NO),
+    ROW("T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO), ROW("T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO),
+    ROW("T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO), ROW("T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO),
+    ROW("torch.arange", h_arange, 0, IP_NO), ROW("torch.eye", h_eye, 0, IP_NO), ROW("torch.tensor", h_tensor, 0, IP_NO),
+    ROW("torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO), ROW("torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO),
+    ROW("torch.split T.split", h_split, 0, IP_NO), ROW("torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO),
+    ROW("F.scaled_dot_product_attention", h_sdpa, 0, IP_NO),
+    ROW("torch._native_multi_head_attention", h_native_mha, 0, IP_NO),
+    ROW("F.pad", h_pad, 0, IP_NO), ROW("T.cpu", h_identity, 0, IP_NO),
+    ROW("torch._C._log_api_usage_once", h_none, 0, IP_NO),
+    ROW("F.adaptive_max_pool1d", h_adaptive_max, 1, IP_NO), ROW("F.adaptive_max_pool2d", h_adaptive_max, 2, IP_NO),
+    ROW("F.adaptive_max_pool3d", h_adaptive_max, 3, IP_NO),
+    NATIVE("torch.conv1d torch.conv2d torch.conv3d torch.conv_transpose1d torch.conv_transpose2d "
+           "torch.conv_transpose3d"),
+    NATIVE("torch.max_pool1d torch.max_pool2d torch.max_pool3d torch.max_pool1d_with_indices "
+           "torch._C._nn.max_pool2d_with_indices torch._C._nn.max_pool3d_with_indices"),
+    NATIVE("torch.avg_pool1d torch._C._nn.avg_pool2d torch._C._nn.avg_pool3d"),
+    NATIVE("torch.adaptive_avg_pool1d torch._C._nn.adaptive_avg_pool2d torch._C._nn.adaptive_avg_pool3d "
+           "torch.adaptive_max_pool1d torch._C._nn.adaptive_max_pool2d torch._C._nn.adaptive_max_pool3d"),
+    NATIVE("torch._C._nn.upsample_nearest1d torch._C._nn.upsample_nearest2d torch._C._nn.upsample_nearest3d "
+           "torch._C._nn._upsample_nearest_exact1d torch._C._nn._upsample_nearest_exact2d "
+           "torch._C._nn._upsample_nearest_exact3d"),
+    NATIVE("T.unfold"),
 };
 
 static PyObject *resolve(PyObject *torch, PyObject *F, const char *name)
@@ -2709,6 +3147,8 @@ int ops_init(void)
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     dropout_fn = resolve(torch, F, "torch.dropout");
+    index_put_fn = resolve(torch, F, "torch.index_put");
+    native_mha_fn = resolve(torch, F, "torch._native_multi_head_attention");
     adaptive_max_fn[1] = resolve(torch, F, "torch.adaptive_max_pool1d");
     adaptive_max_fn[2] = resolve(torch, F, "torch._C._nn.adaptive_max_pool2d");
     adaptive_max_fn[3] = resolve(torch, F, "torch._C._nn.adaptive_max_pool3d");
@@ -2742,12 +3182,47 @@ fail:
     return -1;
 }
 
-/* Runs table entry idx; writes the result into argument 0 when the call
- * is in place (inplace: a method named x.op_; or the entry says so). */
-static int32_t dispatch(tracer *T, PyObject *idx, const call_args *a, int inplace)
+/* fn(..., out=o) for entry e: with OUT_CAST the result written into o as
+ * an in-place update (cast to o's dtype as eager casts, o returned); o of
+ * another shape (eager resizes it) or an entry without out= support is a
+ * break, so eager runs the frame. */
+static int32_t out_call(tracer *T, const op_entry *e, const call_args *a, int32_t o)
+{
+    if (e->out != OUT_CAST)
+        return tr_break(T, "%s with out= is not supported", e->names);
+    if (T->vals[o].kind != V_TENSOR)
+        return tr_break(T, "out= that is not a tensor");
+    int32_t r = e->fn(T, a, (smelt_op)e->op);   /* OUT_CAST rows have fn */
+    if (r < 0 || T->vals[r].kind != V_TENSOR)
+        return r < 0 ? r : tr_break(T, "out= of a call without a tensor result");
+    const smelt_node *on = node(T, o), *rn = node(T, r);
+    if (on->ndim != rn->ndim || memcmp(on->shape, rn->shape, sizeof(int64_t) * rn->ndim))
+        return tr_break(T, "out= of another shape than the result (eager resizes it)");
+    return ops_inplace(T, o, r);
+}
+
+/* Runs entry e's handler: e->fn, or e->call with the callable fn (for a
+ * method, fn NULL: torch.Tensor's attribute `name`). */
+static int32_t run_entry(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a)
+{
+    if (!e->call)
+        return e->fn(T, a, (smelt_op)e->op);
+    PyObject *m = fn ? Py_NewRef(fn) : PyObject_GetAttr(tensor_type, name);
+    int32_t r = m ? e->call(T, m, a, 0) : -1;
+    Py_XDECREF(m);
+    return r;
+}
+
+/* Runs table entry idx for callable fn (a torch function) or method
+ * `name` (fn NULL); writes the result into argument 0 when the call is in
+ * place (inplace: a method named x.op_; or the entry says so). */
+static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, const call_args *a, int inplace)
 {
     const op_entry *e = &table[PyLong_AsSsize_t(idx)];
-    int32_t r = e->fn(T, a, (smelt_op)e->op);
+    int32_t o = arg(a, -1, "out");
+    if (!is_none(T, o))
+        return out_call(T, e, a, o);
+    int32_t r = run_entry(T, e, fn, name, a);
     if (r < 0)
         return r;
     int ip = inplace || e->ip == IP_ALWAYS;
@@ -2778,7 +3253,7 @@ int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
     }
     if (a->npos == 0 && a->nkw == 0)
         return tr_break(T, "torch call without arguments");
-    return dispatch(T, idx, a, 0);
+    return dispatch(T, idx, fn, NULL, a, 0);
 }
 
 /* x.name(...) as a host call of torch.Tensor.name when that is one of
@@ -2803,7 +3278,7 @@ static int32_t inplace_method(tracer *T, PyObject *name, const call_args *a)
         return -2;
     PyObject *base = PyUnicode_Substring(name, 0, n - 1);
     PyObject *bi = base ? PyDict_GetItemWithError(by_name, base) : NULL;
-    int32_t r = bi ? dispatch(T, bi, a, 1) : !base || PyErr_Occurred() ? -1 : method_host_call(T, base, a);
+    int32_t r = bi ? dispatch(T, bi, NULL, base, a, 1) : !base || PyErr_Occurred() ? -1 : method_host_call(T, base, a);
     if (!bi && r >= 0)
         r = ops_inplace(T, a->pos[0], r);
     Py_XDECREF(base);
@@ -2814,9 +3289,11 @@ static int32_t inplace_method(tracer *T, PyObject *name, const call_args *a)
  * methods of torch.Tensor that are torch builtins are host calls. */
 int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a)
 {
+    if (arg(a, -1, "out") >= 0)
+        return tr_break(T, "tensor method %U with out= (eager raises)", name);
     PyObject *idx = PyDict_GetItemWithError(by_name, name);
     if (idx)
-        return dispatch(T, idx, a, 0);
+        return dispatch(T, idx, NULL, name, a, 0);
     int32_t r = PyErr_Occurred() ? -1 : inplace_method(T, name, a);
     if (r == -2)
         r = method_host_call(T, name, a);
@@ -3044,15 +3521,103 @@ static int index_region(tracer *T, int32_t x, int32_t index, int64_t *st, int64_
     return 0;
 }
 
+/* Whether slice value v is the full slice `:`. */
+static int full_slice(tracer *T, int32_t v)
+{
+    tv *k = &T->vals[v];
+    return k->kind == V_SLICE && is_none(T, k->sl[0]) && is_none(T, k->sl[1]) && is_none(T, k->sl[2]);
+}
+
+/* Index item v as an index_put index: a tensor of integers or bools, or
+ * a list of them made one (h_tensor); -1 after a break otherwise. */
+static int32_t put_index(tracer *T, int32_t v)
+{
+    if (T->vals[v].kind == V_LIST) {
+        call_args b = { .pos = &v, .npos = 1 };
+        v = h_tensor(T, &b, 0);
+    }
+    if (v < 0 || T->vals[v].kind != V_TENSOR)
+        return v < 0 ? -1 : tr_break(T, "item assignment with this index is not supported");
+    smelt_dtype dt = (smelt_dtype)node(T, v)->dtype;
+    if (dt != SMELT_I64 && dt != SMELT_I32 && dt != SMELT_BOOL)
+        return tr_break(T, "item assignment with a %s index (eager raises or warns)", smelt_dtype_name(dt));
+    return v;
+}
+
+/* x[index] = ... with tensors or lists in index (advanced indexing) as the
+ * indices tuple of torch.index_put: the index tensors in order, full
+ * slices and Ellipsis after the last of them dropped (index_put leaves
+ * the remaining dims whole). -2 when index holds no tensor or list; a
+ * break for the forms this does not express (ints, partial or leading
+ * slices, None, bools beside tensors). */
+static int32_t put_indices(tracer *T, int32_t x, int32_t index)
+{
+    int32_t *it = &index, n = 1, items[SMELT_MAX_DIMS];
+    if (T->vals[index].kind == V_TUPLE) {
+        it = T->vals[index].items;
+        n = T->vals[index].n;
+    }
+    int last = -1, covered = 0, k = 0;
+    for (int i = 0; i < n; i++)
+        if (T->vals[it[i]].kind == V_TENSOR || T->vals[it[i]].kind == V_LIST)
+            last = i;
+    if (last < 0)
+        return -2;
+    for (int i = 0; i < n; i++) {
+        tv *v = &T->vals[it[i]];
+        if (i > last && (full_slice(T, it[i]) || (v->kind == V_OBJ && v->obj == Py_Ellipsis)))
+            continue;
+        if (v->kind != V_TENSOR && v->kind != V_LIST)
+            return tr_break(T, "item assignment mixing tensor indices with this index is not supported");
+        int32_t r = k < SMELT_MAX_DIMS ? put_index(T, it[i]) : tr_break(T, "too many indices");
+        if (r < 0)
+            return -1;
+        covered += node(T, r)->dtype == SMELT_BOOL ? node(T, r)->ndim : 1;
+        items[k++] = r;
+    }
+    if (covered > node(T, x)->ndim)
+        return tr_break(T, "too many indices for a %d-d tensor (eager raises)", node(T, x)->ndim);
+    return tv_tuple(T, items, k);
+}
+
+/* x[index] = value with advanced indexing: torch.index_put(x, indices,
+ * value) as a host call (a number as a 0-d tensor of x's dtype), x
+ * rebound to its result. */
+static int32_t setitem_put(tracer *T, int32_t x, int32_t indices, int32_t value)
+{
+    int dt = node(T, x)->dtype;
+    int32_t v;
+    if (T->vals[value].kind == V_TENSOR) {
+        v = value;   /* of another dtype: index_put raises, as eager */
+    } else {
+        PyObject *o = tr_const(T, value);
+        if (o && !PyLong_Check(o) && !PyFloat_Check(o))
+            return tr_break(T, "item assignment of a %s", Py_TYPE(o)->tp_name);
+        v = o ? full_of(T, o, dt, (int64_t[]){ 0 }, 0) : -1;
+    }
+    if (v < 0 || !index_put_fn)
+        return v < 0 ? -1 : tr_break(T, "item assignment without torch.index_put");
+    call_args b = { .pos = (int32_t[]){ x, indices, v }, .npos = 3 };
+    int32_t r = keep_layout(T, x, ext_call(T, index_put_fn, &b));
+    if (r < 0)
+        return r == -2 ? tr_break(T, "torch.index_put is not a host call") : -1;
+    T->vals[x].node = T->vals[r].node;
+    return x;
+}
+
 /* x[index] = value on a tensor made in the graph (ints, slices with step
  * 1, Ellipsis): value broadcast to the region and cast to x's dtype, x
- * rebound to the spliced result. */
+ * rebound to the spliced result; with tensors or lists in index, a host
+ * call of torch.index_put (setitem_put). */
 int32_t ops_setitem(tracer *T, int32_t x, int32_t index, int32_t value)
 {
     int64_t st[SMELT_MAX_DIMS], en[SMELT_MAX_DIMS], sub[SMELT_MAX_DIMS], reg[SMELT_MAX_DIMS];
     uint8_t dropped[SMELT_MAX_DIMS];
     if (mutable_value(T, x) <= 0)
         return -1;
+    int32_t pi = put_indices(T, x, index);
+    if (pi != -2)
+        return pi < 0 ? -1 : setitem_put(T, x, pi, value);
     if (index_region(T, x, index, st, en, dropped))
         return -1;
     const smelt_node *xn = node(T, x);
@@ -3077,7 +3642,7 @@ int32_t ops_setitem(tracer *T, int32_t x, int32_t index, int32_t value)
             return tr_break(T, "item assignment of a %s", Py_TYPE(o)->tp_name);
         v = o ? full_of(T, o, dt, reg, nd) : -1;
     }
-    int32_t r = v < 0 ? -1 : splice(T, x, v, st, en, 0);
+    int32_t r = v < 0 ? -1 : keep_layout(T, x, splice(T, x, v, st, en, 0));
     if (r < 0)
         return -1;
     T->vals[x].node = T->vals[r].node;

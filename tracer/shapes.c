@@ -13,7 +13,7 @@
  */
 #include "tstate.h"
 
-#include "../pyext/hostcall.h"
+#include "hostcall.h"
 
 #include <math.h>
 #include <string.h>
@@ -43,7 +43,7 @@ typedef struct sh_call {
     int nsrc;
     const smelt_node *const *srcs;   /* Slot(k) stands for srcs[k] */
     uint32_t dts;                    /* dtypes (bit per smelt_dtype) the op takes for its data */
-    pyext_call_meta *m;
+    tracer_call_meta *m;
     sh_args *sa;                     /* what conv, pooling and unfold handlers read (never NULL) */
 } sh_call;
 
@@ -51,8 +51,6 @@ typedef struct sh_call {
  * would reject the arguments. Never leaves a Python error set. */
 typedef int (*sh_fn)(sh_call *c, int arg);
 
-static PyTypeObject *slot_type;   /* smelt._C.Slot */
-static PyObject *slot_index;      /* "index" */
 
 /* ---------- reading arguments ---------- */
 
@@ -66,13 +64,8 @@ static PyObject *given(PyObject *o)
  * of this call. */
 static int sh_slot(const sh_call *c, PyObject *o)
 {
-    if (!o || Py_TYPE(o) != slot_type)
-        return -1;
-    PyObject *i = PyObject_GetAttr(o, slot_index);
-    long k = i ? PyLong_AsLong(i) : -1;
-    Py_XDECREF(i);
-    PyErr_Clear();
-    return k >= 0 && k < c->nsrc ? (int)k : -1;
+    int k = tracer_slot_index(o);
+    return k < c->nsrc ? k : -1;
 }
 
 /* The node Slot o stands for; NULL when o is not a Slot of this call. */
@@ -180,7 +173,7 @@ static int sh_scalar(PyObject *o)
  * input). 1, or 0 when smelt cannot hold it. */
 static int sh_out(sh_call *c, int dt, int ndim, const int64_t *shape)
 {
-    pyext_call_meta *m = c->m;
+    tracer_call_meta *m = c->m;
     if (ndim < 0 || ndim > SMELT_MAX_DIMS || m->nout >= SMELT_MAX_SRC)
         return 0;
     m->dtypes[m->nout] = (uint8_t)dt;
@@ -593,6 +586,31 @@ static int sh_index_op(sh_call *c, int arg)
         if (src->shape[i] != (i == d ? smelt_node_numel(ix) : x->shape[i]))
             return 0;
     return sh_like(c, x, x->dtype);
+}
+
+/* torch.index_put(input, indices, values, accumulate): indices a tuple or
+ * list of index tensors (int64, int32, bool) or None, at most input's
+ * rank of them; values of input's dtype; the result is input's shape and
+ * dtype. Values that do not broadcast to the indexed shape (it may depend
+ * on a bool mask's data) raise when the call runs, as eager raises. */
+static int sh_index_put(sh_call *c, int arg)
+{
+    const smelt_node *x = sh_src(c, c->p[0]), *v = sh_src(c, c->p[2]);
+    PyObject *ix = c->p[1];
+    int acc;
+    (void)arg;
+    if (!dt_ok(c, x) || !v || v->dtype != x->dtype || !ix || (!PyTuple_Check(ix) && !PyList_Check(ix)) ||
+        !sh_bool(c->p[3], 0, &acc))
+        return 0;
+    int covered = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ix); i++) {
+        PyObject *o = PySequence_Fast_GET_ITEM(ix, i);
+        const smelt_node *t = sh_src(c, o);
+        if (o != Py_None && (!t || (t->dtype != SMELT_I64 && t->dtype != SMELT_I32 && t->dtype != SMELT_BOOL)))
+            return 0;
+        covered += t && t->dtype == SMELT_BOOL ? t->ndim : 1;
+    }
+    return covered <= x->ndim && sh_like(c, x, x->dtype);
 }
 
 /* ---------- reshaping ops ---------- */
@@ -1167,6 +1185,7 @@ static const sh_op ops[] = {
     { "torch.index_add T.index_add", "input dim index source *alpha", sh_index_op, 0, M_ALL, RT_TENSOR },
     { "torch.index_copy T.index_copy", "input dim index source", sh_index_op, 1, M_ALL, RT_TENSOR },
     { "torch.index_fill T.index_fill", "input dim index value", sh_index_op, 2, M_ALL, RT_TENSOR },
+    { "torch.index_put", "input indices values accumulate", sh_index_put, 0, M_ALL, RT_TENSOR },
     { "torch.flip", "input dims", sh_flip, 0, M_ALL, RT_TENSOR },
     { "torch.dropout", "input p train", sh_dropout, 0, M_FLOAT, RT_TENSOR },
     { "T.flip", "input dims+", sh_flip, 1, M_ALL, RT_TENSOR },
@@ -1293,20 +1312,13 @@ static int rtypes_init(void)
     return rc;
 }
 
-/* The Slot type, the result types and the key table, made once (what one
- * failed attempt made stays for the next). 0, or -1 with an error. */
+/* The result types and the key table, made once (what one failed attempt
+ * made stays for the next). 0, or -1 with an error. */
 static int sh_init(void)
 {
     if (by_key)
         return 0;
-    if (!slot_type) {
-        PyObject *slot = pyext_slot_new(0);
-        if (!slot)
-            return -1;
-        slot_type = (PyTypeObject *)Py_NewRef((PyObject *)Py_TYPE(slot));
-        Py_DECREF(slot);
-    }
-    if ((!slot_index && !(slot_index = PyUnicode_InternFromString("index"))) || rtypes_init())
+    if (rtypes_init())
         return -1;
     PyObject *d = PyDict_New();
     for (int i = 0; d && i < NOPS; i++)
@@ -1347,7 +1359,7 @@ static const sh_op *find_op(PyObject *fn)
 }
 
 int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
-                struct pyext_call_meta *m, PyObject **rtype, sh_args *sa)
+                struct tracer_call_meta *m, PyObject **rtype, sh_args *sa)
 {
     sh_args scratch;
     *rtype = NULL;

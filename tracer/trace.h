@@ -108,7 +108,7 @@ typedef struct tr_result {
     int32_t nmut;
     PyObject *keep;        /* list keeping keys and constants alive */
     PyObject *calls;       /* list of (fn, args, kwargs) by host call id, or NULL
-                              (see pyext/hostcall.h); the reference is held in
+                              (see tracer/hostcall.h); the reference is held in
                               keep, so tracer_result_clear releases it */
     char reason[512];      /* graph break: why, at file:line */
     int32_t stop_pc;       /* partial trace: the instruction it stopped before (-1: whole trace) */

@@ -5,6 +5,7 @@
 #define SMELT_TSTATE_H
 
 #include "trace.h"
+#include "hostcall.h"
 
 
 /* ---------- bytecode (interp.c's tables, shared with resume.c) ---------- */
@@ -268,7 +269,7 @@ int32_t ops_pad_node(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, doub
 int ops_eager_contiguous(tracer *T, int32_t x);
 
 /* extern.c: host calls (CALL nodes running a torch op at run time; see
- * pyext/hostcall.h) */
+ * tracer/hostcall.h) */
 /* Whether fn may become a host call: one of torch's own builtins (torch.*,
  * torch._C._nn / _linalg / _special / _fft functions, torch.Tensor method
  * descriptors, torch.ops OpOverload/OpOverloadPacket) that is not in place
@@ -286,15 +287,33 @@ int ext_eligible(PyObject *fn);
  * -2 when no argument is a tensor (nothing was recorded); -1 on a break
  * (the reason names fn) or an error. */
 int32_t ext_call(tracer *T, PyObject *fn, const call_args *a);
-/* ext_call for the first result alone: a tuple or list result gives its
- * first item, and graph ops may compute just that one (native_call). */
-int32_t ext_call_first(tracer *T, PyObject *fn, const call_args *a);
+
+/* The tensor sources of a host call: slot k stands for node[k]. */
+typedef struct ext_srcs {
+    int32_t node[SMELT_MAX_SRC];
+    PyObject *slot[SMELT_MAX_SRC];   /* owned */
+    int n;
+} ext_srcs;
+
+/* A host call between its two halves: templates over sources s, the
+ * results m of type rtype (tracer_call_infer or shape_infer), and what
+ * shape_infer read of the arguments (sa; kind SK_NONE when it did not
+ * know the op). Python objects owned (ext_release). */
+typedef struct ext_pending ext_pending;
+
+/* ext_call in two halves: ext_prepare makes the templates and infers the
+ * results (0; -2 when no argument is a tensor; -1 on a break or error,
+ * nothing kept), ext_emit adds the CALL nodes and returns the results'
+ * value (as ext_call), ext_release drops what the pending call holds
+ * (after ext_prepare returned 0). */
+int ext_prepare(tracer *T, PyObject *fn, const call_args *a, ext_pending *p);
+int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a);
+void ext_release(ext_pending *p);
 
 /* shapes.c: the results of common host calls (conv, pooling, upsampling,
  * embedding, cumsum, topk, sort, gather/scatter, einsum, advanced
  * indexing, ...) from torch's shape rules, without a meta-tensor run: the
  * first Python meta kernel a process runs costs 0.4-2.4 s of imports. */
-struct pyext_call_meta;
 
 /* What shape_infer read from the arguments of a convolution, pooling or
  * Tensor.unfold call it accepted (native.c makes graph ops of them).
@@ -323,6 +342,14 @@ typedef struct sh_args {
     double scale[3];
 } sh_args;
 
+struct ext_pending {
+    PyObject *fn;                  /* borrowed */
+    PyObject *name, *args, *kwargs, *rtype;
+    ext_srcs s;
+    tracer_call_meta m;
+    sh_args sa;
+};
+
 /* fn(*args, **kwargs) over a host call's argument templates (Slot(k)
  * stands for srcs[k]; kwargs a dict, None or NULL): 1 with *m filled (nout,
  * dtypes, ndims, shapes; is_view for results that view an input) and
@@ -333,17 +360,20 @@ typedef struct sh_args {
  * torch's own message). *sa (when not NULL) is filled on 1 and has kind
  * SK_NONE on 0. Never sets a Python error. */
 int shape_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
-                struct pyext_call_meta *m, PyObject **rtype, sh_args *sa);
+                tracer_call_meta *m, PyObject **rtype, sh_args *sa);
 
-/* native.c: convolution, pooling and Tensor.unfold as graph ops instead
- * of host calls. A call shape_infer accepted (sa; node[k] the graph node
- * of slot k; m the results torch gives): CONV for float32 convolutions,
- * constant padding + UNFOLD + amax/sum for pooling of floating tensors
- * (adaptive pooling when every output size divides the input size),
- * UNFOLD for Tensor.unfold. first: the caller wants the call's first
- * result only (the values of an adaptive max pooling without indices).
- * A tensor value; -2 when the call stays a host call; -1 (break/error). */
-int32_t native_call(tracer *T, const sh_args *sa, const int32_t *node, const struct pyext_call_meta *m, int first);
+/* native.c: the home of convolution, pooling, Tensor.unfold and nearest
+ * upsampling (rows of ops.c's table): fn(*a) as graph ops where it takes
+ * a form they express (shape_infer read and checked the arguments; the
+ * graph ops' result must have the shape torch gives): CONV for float32
+ * convolutions, constant padding + UNFOLD + amax/sum for pooling of
+ * floating tensors (adaptive pooling when every output size divides the
+ * input size), UNFOLD for Tensor.unfold, views for nearest upsampling by
+ * even integer ratios; else a host call of fn. first: only the first
+ * result is wanted (the values of an adaptive max pooling without
+ * indices): a tuple or list result gives its first item. A value, or -1
+ * (break/error). */
+int32_t native_call(tracer *T, PyObject *fn, const call_args *a, int first);
 
 /* views.c: eager's geometry of graph node id when it is a chain of VIEW
  * nodes over node base whose eager strides are base_stride: 1 with id's
