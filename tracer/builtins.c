@@ -18,8 +18,10 @@
 static PyObject *s_modules, *s_keys;   /* "_modules", "keys" */
 
 static int32_t pure(tracer *T, const call_args *a, PyObject *fn);
+static int all_consts(tracer *T, const int32_t *it, int n);
 static PyObject *by_obj, *finfo, *iinfo, *device;   /* builtin -> table index; torch.finfo, iinfo, device */
 static PyObject *itertools_repeat;                  /* itertools.repeat */
+static PyObject *partial_type;                      /* functools.partial */
 static PyObject *torch_queries[5];         /* torch._C._has_torch_function{,_unary,_variadic}, _is_tracing, _get_tracing_state */
 
 /* ---------- iteration ---------- */
@@ -439,7 +441,7 @@ static PyObject *type_of(tracer *T, int32_t v)
     case V_FUNC: return (PyObject *)&PyFunction_Type;
     case V_SLICE: return (PyObject *)&PySlice_Type;
     case V_ITER: if (x->sub == IT_GEN) return (PyObject *)&PyGen_Type; break;
-    case V_INST: if (!x->sub) return x->obj; break;
+    case V_INST: if (x->sub != INST_SUPER) return x->obj; break;
     default: break;
     }
     tr_break(T, "type of a %s", x->kind == V_BOUND ? "bound method" : "special value");
@@ -572,6 +574,20 @@ static int dict_fill(tracer *T, int32_t d, int32_t src)
             return -1;
     }
     return 0;
+}
+
+/* set(iterable) / frozenset(iterable): a set made here (sets.c); a
+ * frozenset of constants is a constant. */
+static int32_t b_set(tracer *T, const call_args *a, PyObject *fn)
+{
+    if (a->nkw || a->npos > 1)
+        return pure(T, a, fn);   /* eager's TypeError */
+    if (fn == (PyObject *)&PyFrozenSet_Type && (!a->npos || all_consts(T, a->pos, 1)) &&
+        (!a->npos || T->vals[a->pos[0]].kind != V_OBJ || tr_is_plain_const(T->vals[a->pos[0]].obj) ||
+         PyTuple_CheckExact(T->vals[a->pos[0]].obj) || PyAnySet_CheckExact(T->vals[a->pos[0]].obj)))
+        return pure(T, a, fn);
+    int32_t s = set_new(T, fn, NULL, 0);
+    return s < 0 || (a->npos && set_update_from(T, s, a->pos[0])) ? -1 : s;
 }
 
 static int32_t b_dict(tracer *T, const call_args *a, PyObject *fn)
@@ -772,7 +788,7 @@ static int32_t pure(tracer *T, const call_args *a, PyObject *fn)
     PyObject *args = PyTuple_New(a->npos), *kw = a->nkw ? PyDict_New() : NULL, *r = NULL;
     int ok = args && (!a->nkw || kw);
     for (int i = 0; ok && i < a->npos; i++) {
-        PyObject *o = tr_pyobj(T, a->pos[i]);
+        PyObject *o = set_is(T, a->pos[i]) ? set_pyobj(T, a->pos[i]) : tr_pyobj(T, a->pos[i]);
         if (!(ok = o != NULL))
             break;
         PyTuple_SET_ITEM(args, i, o);
@@ -807,7 +823,7 @@ static const struct { const char *name; bi_fn fn; } builtin_table[] = {
     { "int", b_number }, { "float", b_number }, { "bool", b_number }, { "abs", b_abs_round },
     { "round", b_abs_round }, { "pow", b_pow }, { "getattr", b_getattr }, { "hasattr", b_hasattr },
     { "str", pure }, { "repr", pure }, { "divmod", pure }, { "issubclass", pure }, { "sorted", pure },
-    { "set", pure }, { "frozenset", pure }, { "hash", pure }, { "ord", pure }, { "chr", pure },
+    { "set", b_set }, { "frozenset", b_set }, { "hash", pure }, { "ord", pure }, { "chr", pure },
     { "format", pure }, { "slice", b_slice },
 };
 
@@ -891,7 +907,7 @@ int bi_init(void)
     by_obj = PyDict_New();
     s_modules = PyUnicode_InternFromString("_modules");
     s_keys = PyUnicode_InternFromString("keys");
-    if (!b || !torch || !by_obj || !s_modules || !s_keys)
+    if (!b || !torch || !by_obj || !s_modules || !s_keys || set_init())
         goto fail;
     for (size_t i = 0; i < sizeof builtin_table / sizeof builtin_table[0]; i++) {
         PyObject *f = PyObject_GetAttrString(b, builtin_table[i].name), *idx = PyLong_FromSize_t(i);
@@ -904,7 +920,10 @@ int bi_init(void)
     PyObject *it = PyImport_ImportModule("itertools");
     itertools_repeat = it ? PyObject_GetAttrString(it, "repeat") : NULL;
     Py_XDECREF(it);
-    if (!itertools_repeat)
+    PyObject *ft = PyImport_ImportModule("functools");
+    partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
+    Py_XDECREF(ft);
+    if (!itertools_repeat || !partial_type)
         goto fail;
     finfo = PyObject_GetAttrString(torch, "finfo");
     device = PyObject_GetAttrString(torch, "device");
@@ -981,6 +1000,8 @@ int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
 {
     if (fn == itertools_repeat)
         return b_repeat(T, a);
+    if (fn == partial_type)
+        return obj_partial_new(T, a);
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
     if (idx)
         return builtin_table[PyLong_AsSsize_t(idx)].fn(T, a, fn);
@@ -1259,6 +1280,10 @@ int32_t bi_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
         if ((is_name(name, "index") || is_name(name, "count")) && !a->nkw)
             return seq_query(T, self, name, a);
         return tuple_const_method(T, self, name, a);
+    case V_INST:
+        if (set_is(T, self))
+            return set_method(T, self, name, a);
+        return tr_break(T, "method %U of this value is not supported", name);
     default:
         return tr_break(T, "method %U of this value is not supported", name);
     }

@@ -886,7 +886,23 @@ static tframe *frame_new(PyObject *co, PyObject *func, PyObject *globals, int32_
 typedef struct fdefaults {
     PyObject *pos, *kw;    /* __defaults__ tuple, __kwdefaults__ dict (NULL: none) */
     int32_t vpos, vkw;     /* V_TUPLE / V_DICT values (-1: none) */
+    int32_t fn_src;        /* source of the real function (-1: none, or torch's own code) */
 } fdefaults;
+
+/* Source of a real function's default: fn.__defaults__[k] (name NULL) or
+ * fn.__kwdefaults__[name]; -1 when the function has no source. Functions
+ * are guarded by identity, but their defaults can be rebound or mutated. */
+static int32_t default_src(tracer *T, const fdefaults *d, int k, PyObject *name)
+{
+    static PyObject *s_defaults, *s_kwdefaults;
+    if (d->fn_src < 0)
+        return -1;
+    if (!s_defaults && (!(s_defaults = PyUnicode_InternFromString("__defaults__")) ||
+                        !(s_kwdefaults = PyUnicode_InternFromString("__kwdefaults__"))))
+        return -1;
+    int32_t p = tr_src_new(T, SRC_ATTR, d->fn_src, 0, name ? s_kwdefaults : s_defaults);
+    return name ? tr_src_new(T, SRC_DICT, p, 0, name) : tr_src_new(T, SRC_ITEM, p, k, NULL);
+}
 
 /* Default of parameter i (name) among nargs positional ones: a value id,
  * -2 when there is none, -1 on error. */
@@ -897,12 +913,11 @@ static int32_t default_of(tracer *T, const fdefaults *d, int i, int nargs, PyObj
         if (i < nargs - nd)
             return -2;
         int k = i - (nargs - nd);
-        /* defaults are part of the function, guarded by its identity */
-        return d->pos ? tv_obj(T, PyTuple_GET_ITEM(d->pos, k), -1) : T->vals[d->vpos].items[k];
+        return d->pos ? tv_obj(T, PyTuple_GET_ITEM(d->pos, k), default_src(T, d, k, NULL)) : T->vals[d->vpos].items[k];
     }
     if (d->kw) {
         PyObject *o = PyDict_GetItemWithError(d->kw, name);
-        return o ? tv_obj(T, o, -1) : PyErr_Occurred() ? -1 : -2;
+        return o ? tv_obj(T, o, default_src(T, d, 0, name)) : PyErr_Occurred() ? -1 : -2;
     }
     for (int k = 0; d->vkw >= 0 && k < T->vals[d->vkw].n; k++)
         if (PyUnicode_Compare(T->vals[d->vkw].keys[k], name) == 0)
@@ -1170,7 +1185,8 @@ static int32_t inline_call(tracer *T, PyObject *fn, int32_t fn_src, const call_a
     tframe *f = frame_new(co, fn, PyFunction_GET_GLOBALS(fn), fn_src, code_trusted(co));
     if (!f)
         return -1;
-    fdefaults d = { .pos = PyFunction_GET_DEFAULTS(fn), .kw = PyFunction_GET_KW_DEFAULTS(fn), .vpos = -1, .vkw = -1 };
+    fdefaults d = { .pos = PyFunction_GET_DEFAULTS(fn), .kw = PyFunction_GET_KW_DEFAULTS(fn), .vpos = -1, .vkw = -1,
+                    .fn_src = f->trusted ? -1 : fn_src };
     if (bind_args(T, f, (PyCodeObject *)co, &d, a)) {
         frame_free(f);
         return -1;
@@ -1195,7 +1211,7 @@ static int32_t call_vfunc(tracer *T, int32_t fv, const call_args *a)
     int first_free = co->co_nlocalsplus - co->co_nfreevars;
     for (int i = 0; i < T->vals[fv].n && first_free + i < f->nlocals; i++)
         f->locals[first_free + i] = T->vals[fv].items[i];
-    fdefaults d = { .vpos = T->vals[fv].sl[0], .vkw = T->vals[fv].sl[1] };
+    fdefaults d = { .vpos = T->vals[fv].sl[0], .vkw = T->vals[fv].sl[1], .fn_src = -1 };
     if (bind_args(T, f, co, &d, a)) {
         frame_free(f);
         return -1;
@@ -1612,11 +1628,14 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
         T->no_grad--;
         return tv_obj(T, Py_None, -1);
     }
+    int32_t r = obj_call_object(T, fn, a);   /* functools.partial: its parts guarded instead */
+    if (r != -2)
+        return r;
     /* a callable fetched from a source must stay the same object (modules
      * are guarded by type and structure instead, in call_module) */
     if (f->src >= 0 && !tr_is_module(o) && !tr_const(T, fn))
         return -1;
-    int32_t r = obj_query(T, o, a);
+    r = obj_query(T, o, a);
     if (r == -2)
         r = ops_call_torch(T, o, a);
     if (r != -2)
@@ -2078,6 +2097,11 @@ int32_t tr_binop(tracer *T, int nb, int32_t a, int32_t b)
         return r < 0 ? -1 : ops_inplace(T, a, r);
     }
     int base = nb >= NB_INPLACE ? nb - NB_INPLACE : nb;
+    if (x->kind == V_INST || y->kind == V_INST) {
+        int32_t r = obj_binop(T, nb, a, b);
+        if (r != -2)
+            return r;
+    }
     if ((x->kind == V_TUPLE || x->kind == V_LIST) && (base == NB_ADD || base == NB_MULTIPLY))
         return seq_binop(T, nb, a, b);
     if ((y->kind == V_TUPLE || y->kind == V_LIST) && base == NB_MULTIPLY)
@@ -2089,6 +2113,11 @@ int32_t tr_compare(tracer *T, int cmp, int32_t a, int32_t b)
 {
     if (T->vals[a].kind == V_TENSOR || T->vals[b].kind == V_TENSOR)
         return ops_compare(T, cmp, a, b);
+    if (T->vals[a].kind == V_INST || T->vals[b].kind == V_INST) {
+        int32_t r = obj_compare(T, cmp, a, b);
+        if (r != -2)
+            return r;
+    }
     PyObject *x = tr_pyobj(T, a), *y = x ? tr_pyobj(T, b) : NULL;
     PyObject *r = y ? PyObject_RichCompare(x, y, cmp) : NULL;
     Py_XDECREF(x);
@@ -2620,41 +2649,19 @@ static int unpack_ex(tracer *T, tframe *f, int arg)
     return 0;
 }
 
-/* BUILD_SET / SET_ADD / SET_UPDATE: a set of constants made here (a real
- * set object, local to the trace). */
+/* BUILD_SET / SET_ADD / SET_UPDATE: a set made here (sets.c). */
 static int32_t build_set(tracer *T, tframe *f, int n)
 {
-    PyObject *s = PySet_New(NULL);
-    for (int i = 0; s && i < n; i++) {
-        PyObject *o = tr_pyobj(T, f->stack[f->sp - n + i]);
-        if (!o || PySet_Add(s, o))
-            Py_CLEAR(s);
-        Py_XDECREF(o);
-    }
+    int32_t v = set_new(T, (PyObject *)&PySet_Type, &f->stack[f->sp - n], n);
     f->sp -= n;
-    int32_t v = s ? tv_obj(T, s, -1) : -1;
-    Py_XDECREF(s);
-    if (v >= 0)
-        T->vals[v].pos = 1;   /* made here: mutable */
     return v;
 }
 
 static int set_add(tracer *T, int32_t set, int32_t item, int update)
 {
-    tv *x = &T->vals[set];
-    if (x->kind != V_OBJ || !PySet_Check(x->obj) || x->pos != 1)
+    if (!set_is(T, set))
         return tr_break(T, "set update of a set passed in from outside");
-    int32_t *it = &item, n = 1;
-    if (update && bi_items(T, item, &it, &n))
-        return -1;
-    for (int i = 0; i < n; i++) {
-        PyObject *o = tr_pyobj(T, it[i]);
-        int bad = !o || PySet_Add(x->obj, o);
-        Py_XDECREF(o);
-        if (bad)
-            return -1;
-    }
-    return 0;
+    return update ? set_update_from(T, set, item) : set_add_values(T, set, &item, 1);
 }
 
 static int32_t build_map(tracer *T, tframe *f, int op, int nk)

@@ -34,7 +34,7 @@ static const char *sn_text[SN_N] = {
     "fget", "fset", "fdel", "__func__", "update",
 };
 static PyObject *sn[SN_N];
-static PyObject *odict_type, *lru_type, *module_base, *abc_meta;
+static PyObject *odict_type, *lru_type, *module_base, *abc_meta, *partial_type;
 static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class statement */
 
 /* What the tracer answers itself, by callable. */
@@ -71,6 +71,7 @@ int obj_init(void)
     Py_XDECREF(abc);
     odict_type = coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL;
     lru_type = ft ? PyObject_GetAttrString(ft, "_lru_cache_wrapper") : NULL;
+    partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
     module_base = nn ? PyObject_GetAttrString(nn, "Module") : NULL;
     queries = PyDict_New();
     PyObject *probe = PyObject_CallFunction((PyObject *)&PyType_Type, "s()N", "_smelt_probe", PyDict_New());
@@ -84,7 +85,7 @@ int obj_init(void)
         { "is_grad_enabled", Q_GRAD }, { "get_default_dtype", Q_DTYPE },
         { "is_autocast_enabled", Q_AUTOCAST },
     };
-    int rc = odict_type && lru_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
+    int rc = odict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
         rc = add_query(torch, qs[i].path, qs[i].k);
     rc = rc || !insp ? -1 : add_query(insp, "signature", Q_SIGNATURE);
@@ -155,12 +156,15 @@ static int32_t cls_attr_src(tracer *T, int32_t v, PyObject *name)
     return cs < 0 ? -1 : tr_src_new(T, SRC_ATTR, cs, 0, name);
 }
 
-/* Value v as an instance (not a super() proxy); -1 (break) otherwise. */
+/* Value v as an instance of a plain class (not a super() proxy, a
+ * partial or a set); -1 (break) otherwise. */
 static int real_inst(tracer *T, int32_t v, const char *what)
 {
-    if (T->vals[v].kind == V_INST && T->vals[v].sub == 0)
+    static const char *kinds[] = { "an instance", "a super() object", "a functools.partial made in the trace",
+                                   "a set made in the trace" };
+    if (T->vals[v].kind == V_INST && T->vals[v].sub == INST_PLAIN)
         return 0;
-    return tr_break(T, "%s of a super() object", what);
+    return tr_break(T, "%s of %s", what, kinds[T->vals[v].sub < 4 ? T->vals[v].sub : 0]);
 }
 
 static int32_t call_method(tracer *T, PyObject *fn, int32_t fn_src, const int32_t *pos, int n)
@@ -200,6 +204,147 @@ int32_t obj_new_instance(tracer *T, int32_t clsv, const call_args *a)
     if (T->vals[r].kind != V_OBJ || T->vals[r].obj != Py_None)
         return tr_break(T, "__init__ of %s returned a value", ((PyTypeObject *)cls)->tp_name);
     return v;
+}
+
+/* ---------- functools.partial ---------- */
+
+/* func(*args, *a->pos, **{**kw, **a's keywords}): a call of a partial's
+ * parts (args a V_TUPLE, kw a V_DICT). */
+static int32_t partial_apply(tracer *T, int32_t func, int32_t args, int32_t kw, const call_args *a)
+{
+    int32_t pos[64], kwv[32];
+    PyObject *kwn[32];
+    int np = T->vals[args].n, nk = 0;
+    if (np + a->npos > 64 || T->vals[kw].n + a->nkw > 32)
+        return tr_break(T, "too many arguments to a functools.partial");
+    memcpy(pos, T->vals[args].items, sizeof(int32_t) * (size_t)np);
+    memcpy(pos + np, a->pos, sizeof(int32_t) * (size_t)a->npos);
+    for (int i = 0; i < T->vals[kw].n; i++) {
+        if (!PyUnicode_Check(T->vals[kw].keys[i]))
+            return tr_break(T, "keywords must be strings");
+        kwn[nk] = T->vals[kw].keys[i];
+        kwv[nk++] = T->vals[kw].items[i];
+    }
+    for (int k = 0; k < a->nkw; k++) {   /* the call's keywords replace the partial's */
+        int at = 0;
+        while (at < nk && PyUnicode_Compare(kwn[at], a->kwn[k]) != 0)
+            at++;
+        kwn[at] = a->kwn[k];
+        kwv[at] = a->kwv[k];
+        nk += at == nk;
+    }
+    call_args b = { .pos = pos, .npos = np + a->npos, .kwn = kwn, .kwv = kwv, .nkw = nk };
+    return tr_call(T, func, &b);
+}
+
+/* p.name of partial object attribute `name` of outside partial value pv,
+ * fetched from its own source. */
+static int32_t partial_part(tracer *T, int32_t pv, const char *name)
+{
+    PyObject *o = PyObject_GetAttrString(T->vals[pv].obj, name), *nm = o ? PyUnicode_InternFromString(name) : NULL;
+    int32_t src = nm && T->vals[pv].src >= 0 ? tr_src_new(T, SRC_ATTR, T->vals[pv].src, 0, nm) : -1;
+    int32_t v = nm && !tr_keep(T, nm) ? tv_obj(T, o, src) : -1;
+    Py_XDECREF(o);
+    Py_XDECREF(nm);
+    return v;
+}
+
+/* A call of functools.partial object pv from outside the trace: its type
+ * guarded, its function, arguments and keywords read from their sources
+ * (each guarded as it is used), so a partial rebuilt with the same parts
+ * reuses the entry and one whose keywords change does not. */
+static int32_t call_outside_partial(tracer *T, int32_t pv, const call_args *a)
+{
+    if (tr_add_guard(T, TG_TYPE, T->vals[pv].src, partial_type, 0))
+        return -1;
+    int32_t func = partial_part(T, pv, "func"), args = func < 0 ? -1 : partial_part(T, pv, "args");
+    int32_t kw = args < 0 ? -1 : partial_part(T, pv, "keywords");
+    if (kw < 0 || (kw = tr_dict_value(T, kw)) < 0)
+        return -1;
+    if (T->vals[args].kind != V_TUPLE)
+        return tr_break(T, "a functools.partial with too many arguments");
+    return partial_apply(T, func, args, kw, a);
+}
+
+int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a)
+{
+    if (T->vals[fn].kind == V_OBJ && Py_IS_TYPE(T->vals[fn].obj, (PyTypeObject *)partial_type))
+        return call_outside_partial(T, fn, a);
+    return -2;
+}
+
+/* Whether value v can be called (a value made here, or a callable object). */
+static int callable_value(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    if (x->kind == V_OBJ)
+        return PyCallable_Check(x->obj);
+    return x->kind == V_FUNC || x->kind == V_BOUND ||
+           (x->kind == V_INST && (x->sub == INST_PARTIAL ||
+                                  (x->sub == INST_PLAIN && _PyType_Lookup((PyTypeObject *)x->obj, sn[SN_CALL]))));
+}
+
+/* functools.partial(func, *args, **keywords) made in the trace; a partial
+ * made here as func is flattened into it, as CPython does. */
+int32_t obj_partial_new(tracer *T, const call_args *a)
+{
+    if (a->npos < 1)
+        return tr_break(T, "functools.partial() without a function");
+    int32_t func = a->pos[0];
+    if (!callable_value(T, func))
+        return tr_raise(T, PyObject_CallFunction(PyExc_TypeError, "s", "the first argument must be callable"));
+    int inner = T->vals[func].kind == V_INST && T->vals[func].sub == INST_PARTIAL;
+    int32_t p = tv_new(T, V_INST), args = tv_new(T, V_TUPLE), kw = tv_new(T, V_DICT);
+    if (p < 0 || args < 0 || kw < 0)
+        return -1;
+    for (int i = 0; inner && i < T->vals[T->vals[func].sl[0]].n; i++)
+        if (tv_push_item(T, args, T->vals[T->vals[func].sl[0]].items[i], NULL))
+            return -1;
+    for (int i = 1; i < a->npos; i++)
+        if (tv_push_item(T, args, a->pos[i], NULL))
+            return -1;
+    int32_t ikw = inner ? T->vals[func].sl[1] : -1;
+    for (int i = 0; ikw >= 0 && i < T->vals[ikw].n; i++)
+        if (tr_dict_set(T, kw, T->vals[ikw].keys[i], T->vals[ikw].items[i]))
+            return -1;
+    for (int k = 0; k < a->nkw; k++)
+        if (tr_dict_set(T, kw, a->kwn[k], a->kwv[k]))
+            return -1;
+    tv *x = &T->vals[p];
+    x->sub = INST_PARTIAL;
+    x->obj = partial_type;
+    x->self_ = inner ? T->vals[func].self_ : func;
+    x->sl[0] = args;
+    x->sl[1] = kw;
+    x->pos = -1;   /* the class has no source */
+    return p;
+}
+
+/* p.func / p.args / p.keywords of a partial made here. */
+static int32_t partial_attr(tracer *T, int32_t p, PyObject *name)
+{
+    tv *x = &T->vals[p];
+    int32_t f = x->self_;
+    if (T->vals[f].kind == V_OBJ && Py_IS_TYPE(T->vals[f].obj, (PyTypeObject *)partial_type))
+        return tr_break(T, "attribute %U of a functools.partial of a partial", name);   /* CPython may flatten it */
+    if (PyUnicode_CompareWithASCIIString(name, "func") == 0)
+        return f;
+    if (PyUnicode_CompareWithASCIIString(name, "args") == 0)
+        return x->sl[0];
+    if (PyUnicode_CompareWithASCIIString(name, "keywords") == 0)
+        return x->sl[1];
+    return tr_break(T, "attribute %U of a functools.partial made in the trace", name);
+}
+
+/* a op b and a cmp b with an instance operand: sets made here. */
+int32_t obj_binop(tracer *T, int nb, int32_t a, int32_t b)
+{
+    return set_binop(T, nb, a, b);
+}
+
+int32_t obj_compare(tracer *T, int cmp, int32_t a, int32_t b)
+{
+    return set_compare(T, cmp, a, b);
 }
 
 /* ---------- attribute lookup ---------- */
@@ -316,9 +461,16 @@ static int32_t raise_missing(tracer *T, int32_t v, PyObject *name)
  * (otherwise AttributeError is raised in the trace). */
 int32_t obj_attr(tracer *T, int32_t v, PyObject *name, int missing_ok)
 {
-    if (T->vals[v].sub)
-        return super_inst_attr(T, v, name);
-    int32_t r = generic_getattr(T, v, name);
+    int32_t r;
+    switch ((inst_kind)T->vals[v].sub) {
+    case INST_SUPER: return super_inst_attr(T, v, name);
+    case INST_PARTIAL: return partial_attr(T, v, name);
+    case INST_SET:
+        r = set_attr(T, v, name);
+        return r != -2 || missing_ok ? r : raise_missing(T, v, name);
+    case INST_PLAIN: break;
+    }
+    r = generic_getattr(T, v, name);
     if (r != -2)
         return r;
     PyObject *ga = _PyType_Lookup((PyTypeObject *)T->vals[v].obj, sn[SN_GETATTR]);
@@ -570,6 +722,10 @@ static const int slot_names[] = { [OS_GETITEM] = SN_GETITEM, [OS_SETITEM] = SN_S
  * -2 when the class has none. */
 int32_t obj_special(tracer *T, int32_t v, obj_slot slot, const int32_t *args, int n)
 {
+    if (T->vals[v].kind == V_INST && T->vals[v].sub == INST_SET)
+        return set_special(T, v, slot, args, n);
+    if (T->vals[v].kind == V_INST && T->vals[v].sub == INST_PARTIAL)
+        return -2;
     if (real_inst(T, v, "an operator"))
         return -1;
     PyObject *name = sn[slot_names[slot]];
@@ -611,6 +767,8 @@ int obj_truth(tracer *T, int32_t v, int *out)
 /* v(*a) for an instance whose class has a Python __call__. */
 int32_t obj_call(tracer *T, int32_t v, const call_args *a)
 {
+    if (T->vals[v].sub == INST_PARTIAL)
+        return partial_apply(T, T->vals[v].self_, T->vals[v].sl[0], T->vals[v].sl[1], a);
     if (real_inst(T, v, "a call"))
         return -1;
     PyObject *m = _PyType_Lookup((PyTypeObject *)T->vals[v].obj, sn[SN_CALL]);
@@ -635,7 +793,7 @@ int32_t obj_super(tracer *T, PyObject *cls, int32_t self)
         return tr_break(T, "super(type, obj): obj is not an instance of type");
     int32_t p = tv_new(T, V_INST);
     if (p >= 0) {
-        T->vals[p].sub = 1;
+        T->vals[p].sub = INST_SUPER;
         T->vals[p].obj = cls;
         T->vals[p].self_ = self;
     }

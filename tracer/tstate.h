@@ -33,11 +33,19 @@
  *             (objects.c): self_ a V_DICT of its attributes (its __dict__),
  *             sl[0] a V_DICT of its items for dict-based classes (-1: none),
  *             aux its C base type (object, dict, OrderedDict), pos the
- *             class's source (-1: none). With sub 1 it is super(obj, self_)
- *             for an instance self_ instead (attribute lookups only). */
+ *             class's source (-1: none). sub (inst_kind) says what else it
+ *             may be: INST_SUPER super(obj, self_) for an instance self_
+ *             (attribute lookups only); INST_PARTIAL functools.partial
+ *             (obj) made here: self_ the function, sl[0] a V_TUPLE of its
+ *             arguments, sl[1] a V_DICT of its keywords; INST_SET a set or
+ *             frozenset (obj) made here: aux its real set of keys, self_ its
+ *             identity table (sets.c). */
 typedef enum tv_kind {
     V_NULL, V_TENSOR, V_OBJ, V_TUPLE, V_LIST, V_DICT, V_BOUND, V_ITER, V_SLICE, V_FUNC, V_CELL, V_INST
 } tv_kind;
+
+/* V_INST kinds (the value's sub). */
+typedef enum inst_kind { INST_PLAIN, INST_SUPER, INST_PARTIAL, INST_SET } inst_kind;
 
 /* V_ITER kinds.
  *   IT_SEQ     over container self_ (live: a list appended to while iterated
@@ -318,5 +326,27 @@ int32_t obj_super(tracer *T, PyObject *cls, int32_t self);
 int32_t obj_query(tracer *T, PyObject *fn, const call_args *a);          /* -2: not a query */
 int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a);  /* -2: not special */
 PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
+/* A call of V_OBJ fn that objects.c answers itself before fn's identity
+ * is guarded: a functools.partial (its function, arguments and keywords
+ * are read from their own sources instead). -2: not such a callable. */
+int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a);
+int32_t obj_partial_new(tracer *T, const call_args *a);   /* functools.partial(...) in the trace */
+/* a op b / a cmp b when an operand is an instance value (sets made here);
+ * -2 when neither is. */
+int32_t obj_binop(tracer *T, int nb, int32_t a, int32_t b);
+int32_t obj_compare(tracer *T, int cmp, int32_t a, int32_t b);
+
+/* ---- sets.c: sets and frozensets made in the trace (V_INST INST_SET) ---- */
+int set_init(void);                                        /* 0 or -1 (error set) */
+int set_is(tracer *T, int32_t v);                          /* v is a set made here */
+int32_t set_new(tracer *T, PyObject *type, const int32_t *items, int n);   /* set/frozenset of the values */
+int set_add_values(tracer *T, int32_t s, const int32_t *items, int n);    /* s.add(each) */
+int set_update_from(tracer *T, int32_t s, int32_t iterable);              /* s.update(iterable) */
+int32_t set_attr(tracer *T, int32_t s, PyObject *name);   /* a bound method; -2: none */
+int32_t set_method(tracer *T, int32_t s, PyObject *name, const call_args *a);
+int32_t set_special(tracer *T, int32_t s, obj_slot slot, const int32_t *args, int n);   /* -2: none */
+int32_t set_binop(tracer *T, int nb, int32_t a, int32_t b);     /* -2: no set made here */
+int32_t set_compare(tracer *T, int cmp, int32_t a, int32_t b);  /* -2: no set made here */
+PyObject *set_pyobj(tracer *T, int32_t s);   /* new ref: an equal set (a break if it holds tensors) */
 
 #endif

@@ -1,0 +1,315 @@
+"""The tracer's reach into Python (issue 11): functools.partial, sets,
+collections, default arguments, copy, itertools/operator helpers, sorting,
+context managers and nested compiled modules.
+
+Each case runs eagerly and through smelt.compile on random inputs and
+compares values, types and container structure; where the construct is
+supported the call must compile as one graph. Staleness cases change an
+outside value after the first call: the compiled call must give eager's
+new answer.
+"""
+import collections
+import contextlib
+import copy
+import dataclasses
+import functools
+import itertools
+import operator
+import typing
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import smelt
+from test_tracer import check
+
+G = torch.Generator().manual_seed(11)
+
+
+def rnd(*shape):
+    return torch.randn(*shape, generator=G)
+
+
+def clones(args):
+    return tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def stats(c):
+    return c._smelt.stats()
+
+
+def whole(fn, *args, calls=2):
+    """fn compiled gives eager's results on `calls` calls, as one graph
+    with no eager entry. The compiled callable."""
+    c = smelt.compile(fn)
+    for _ in range(calls):
+        check(c(*clones(args)), fn(*clones(args)))
+    st = stats(c)
+    assert st["breaks"] == 0 and st["eager_entries"] == 0 and st["compiles"] == 1, st
+    return c
+
+
+def same_as_eager(c, fn, *args):
+    check(c(*clones(args)), fn(*clones(args)))
+
+
+# ================================================================ functools.partial
+
+def affine(t, a, b=0.0):
+    return t * a + b
+
+
+GELU_TANH = functools.partial(F.gelu, approximate="tanh")
+LEAKY = functools.partial(F.leaky_relu, negative_slope=0.3)
+SUM_LAST = functools.partial(torch.sum, dim=-1)
+
+
+def partial_of_torch_functions(x):
+    return GELU_TANH(x), LEAKY(x) + SUM_LAST(x, keepdim=True)
+
+
+def partial_made_inside(x):
+    f = functools.partial(affine, a=2.0)
+    g = functools.partial(affine, x)
+    return f(x, b=1.0), g(3.0), g(0.5, 2.0)
+
+
+def nested_partials(x):
+    f = functools.partial(functools.partial(affine, a=2.0), b=-1.0)
+    return f(x), f.func is affine, f.keywords["b"], len(f.args)
+
+
+def partial_of_lambda_and_method(x):
+    f = functools.partial(lambda t, k: t * k, k=3.0)
+    g = functools.partial(x.add, alpha=2.0)
+    return f(x), g(x), callable(f), isinstance(f, functools.partial)
+
+
+def partial_attributes(x):
+    return x * len(LEAKY.keywords), LEAKY.func is F.leaky_relu
+
+
+@pytest.mark.parametrize("fn", [partial_of_torch_functions, partial_made_inside, nested_partials,
+                                partial_of_lambda_and_method, partial_attributes])
+def test_partial(fn):
+    whole(fn, rnd(3, 5))
+
+
+class ActModule(nn.Module):
+    """Gemma/Starcoder2's activation: a partial stored on the module."""
+
+    def __init__(self, act):
+        super().__init__()
+        self.fc = nn.Linear(5, 5)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+def test_partial_as_module_activation():
+    m = ActModule(functools.partial(F.gelu, approximate="tanh")).eval()
+    x = rnd(3, 5)
+    with torch.no_grad():
+        c = smelt.compile(m)
+        check(c(x), m(x))
+        assert stats(c)["breaks"] == 0
+        m.act = functools.partial(F.gelu, approximate="tanh")   # a new partial, same parts: same entry
+        check(c(x), m(x))
+        assert stats(c)["compiles"] == 1
+        m.act.keywords["approximate"] = "none"   # same partial, changed keywords: eager's new answer
+        check(c(x), m(x))
+        m.act = functools.partial(F.softmax, dim=0)
+        check(c(x), m(x))
+
+
+def test_partial_argument_changes():
+    def f(x, p):
+        return p(x)
+    c = smelt.compile(f)
+    x = rnd(4, 3)
+    for p in (functools.partial(torch.clamp, min=-0.5), functools.partial(torch.clamp, max=0.1),
+              functools.partial(affine, a=3.0), functools.partial(affine, 2.0)):
+        check(c(x, p), f(x, p))
+
+
+def test_partial_global_rebound():
+    global ACT
+    ACT = functools.partial(affine, a=2.0)
+
+    def f(x):
+        return ACT(x)
+    c = smelt.compile(f)
+    x = rnd(3)
+    check(c(x), f(x))
+    ACT = functools.partial(affine, a=-4.0)
+    check(c(x), f(x))
+
+
+# ================================================================ sets
+
+def set_of_constants(x):
+    s = {1, 2, 3}
+    s.add(4)
+    s.discard(1)
+    t = {a * 2 for a in range(4)}
+    u = set("abc") | {"d"}
+    return x * len(s | t), 3 in s, sorted(s & t), sorted(s - t), sorted(s ^ t), sorted(u), s <= {2, 3, 4, 5}
+
+
+def set_of_tensors(x, y):
+    m = set()
+    m.add(x)
+    m.add(x)
+    n = {x, y}
+    return (x * 2 if x in m else x), y in m, len(m), len(n), len(m & n), (n - m).pop() is y
+
+
+def set_methods(x):
+    s = set([1, 2, 3])
+    s.update([3, 4], (5,))
+    s.remove(1)
+    s -= {5}
+    s |= {9}
+    c = s.copy()
+    c.clear()
+    f = frozenset(s)
+    return (x + sum(s), s.issubset({2, 3, 4, 9, 10}), s.isdisjoint({7}), len(c), sorted(s.union([11])),
+            sorted(s.intersection({2, 3}, [3])), sorted(s.difference({2})), type(f) is frozenset, sorted(f))
+
+
+def set_iteration(x):
+    tot = x
+    for k in set({"a": 1, "b": 2}) | {"c"}:   # strings: iteration order of this process
+        tot = tot + len(k)
+    names = {"w", "b", "q"}
+    return tot, [n for n in names], sorted(names), list(set(range(5)))
+
+
+def set_remove_missing(x):
+    s = {1}
+    try:
+        s.remove(2)
+    except KeyError:
+        return x + 1
+    return x
+
+
+@pytest.mark.parametrize("fn,n", [(set_of_constants, 1), (set_of_tensors, 2), (set_methods, 1),
+                                  (set_iteration, 1), (set_remove_missing, 1)])
+def test_sets(fn, n):
+    whole(fn, *[rnd(3, 4) for _ in range(n)])
+
+
+def test_set_iteration_of_tensors_breaks():
+    def f(x, y):
+        return [t + 1 for t in {x, y}]
+    c = smelt.compile(f)
+    x, y = rnd(3), rnd(3)
+    r = c(x, y)
+    assert stats(c)["breaks"] == 1
+    assert len(r) == 2 and sorted(float((t - 1).sum()) for t in r) == pytest.approx(sorted([float(x.sum()), float(y.sum())]))
+
+
+def test_returning_a_set_runs_eagerly():
+    def f(x):
+        return x + 1, {1, 2}
+    c = smelt.compile(f)
+    a, b = c(rnd(2)), c(rnd(2))
+    assert a[1] == {1, 2} and a[1] is not b[1]
+
+
+def test_outside_set_used_in_trace_is_guarded():
+    S = {1, 2}
+
+    def f(x):
+        return x * (3 in S), x * len(S | {7})
+    c = smelt.compile(f)
+    x = rnd(3)
+    check(c(x), f(x))
+    S.add(3)
+    check(c(x), f(x))
+
+
+class Twice(nn.Module):
+    def __init__(self, shared=False):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = self.a if shared else nn.Linear(4, 4)
+
+    def forward(self, x):
+        for c in self.children():
+            x = c(x)
+        n = sum(1 for _ in self.parameters())
+        dt = next(self.parameters()).dtype
+        return x + sum(p.sum() for p in self.parameters()), n, dt, [k for k, _ in self.named_modules()]
+
+
+def test_module_iteration_helpers():
+    """children()/parameters()/named_modules() keep a set of seen objects."""
+    x = rnd(3, 4)
+    for shared in (False, True):
+        m = Twice(shared).eval()
+        with torch.no_grad():
+            c = smelt.compile(m)
+            check(c(x), m(x))
+            check(c(x), m(x))
+            assert stats(c)["breaks"] == 0 and stats(c)["compiles"] == 1
+
+
+def test_module_iteration_sees_a_module_shared_later():
+    m = Twice().eval()
+    x = rnd(3, 4)
+    with torch.no_grad():
+        c = smelt.compile(m)
+        check(c(x), m(x))
+        m.b = m.a   # now one module twice: children() and parameters() dedupe it
+        check(c(x), m(x))
+
+
+# ================================================================ default arguments
+
+def scaled(t, k=2.0):
+    return t * k
+
+
+def shifted(t, *, k=3.0):
+    return t + k
+
+
+ACC = []
+
+
+def counted(t, acc=ACC):
+    return t * (len(acc) + 1)
+
+
+ONES = torch.ones(4)
+
+
+def plus_default_tensor(t, b=ONES):
+    return t + b
+
+
+def calls_defaults(x):
+    return scaled(x), shifted(x), counted(x), plus_default_tensor(x)
+
+
+def test_defaults_are_guarded():
+    c = whole(calls_defaults, rnd(3, 4))
+    x = rnd(3, 4)
+    scaled.__defaults__ = (7.0,)
+    same_as_eager(c, calls_defaults, x)
+    shifted.__kwdefaults__["k"] = -1.0
+    same_as_eager(c, calls_defaults, x)
+    ACC.append(1)
+    same_as_eager(c, calls_defaults, x)
+    ONES.add_(2)   # a tensor default is a graph input
+    same_as_eager(c, calls_defaults, x)
+    plus_default_tensor.__defaults__ = (torch.full((4,), -3.0),)
+    same_as_eager(c, calls_defaults, x)
+    scaled.__defaults__ = (2.0,)
+    shifted.__kwdefaults__["k"] = 3.0
+    ACC.clear()
