@@ -313,3 +313,115 @@ def test_defaults_are_guarded():
     scaled.__defaults__ = (2.0,)
     shifted.__kwdefaults__["k"] = 3.0
     ACC.clear()
+
+
+# ================================================================ collections
+
+Pair = collections.namedtuple("Pair", ["lo", "hi"])
+Triple = collections.namedtuple("Triple", "a b c", defaults=(7,))
+
+
+class Stats(typing.NamedTuple):
+    mean: torch.Tensor
+    spread: torch.Tensor
+    n: int = 3
+
+    def total(self):
+        return self.mean + self.spread * self.n
+
+
+def ordered_dict_made_here(x):
+    d = collections.OrderedDict()
+    d["second"] = x * 2
+    d["first"] = x
+    d.move_to_end("second")
+    e = collections.OrderedDict([("a", x), ("b", 2)], c=3)
+    e.move_to_end("a", last=False)
+    k = e.popitem(last=False)
+    c = e.copy()
+    c["z"] = x.sum()
+    return d, k, c, list(e), e
+
+
+def defaultdict_made_here(x):
+    d = collections.defaultdict(list)
+    for i in range(4):
+        d[i % 2].append(x * i)
+    n = collections.defaultdict(int)
+    n["a"] += 1
+    n["b"] += 2
+    return {k: torch.stack(v) for k, v in d.items()}, x * n["a"] + n["b"], n, n.default_factory is int
+
+
+def counter_made_here(x):
+    c = collections.Counter(["a", "b", "a"])
+    return x * c["a"] + c["b"] + c["zz"]
+
+
+def dict_methods(x):
+    d = dict.fromkeys(["a", "b"], 2)
+    d.update([("c", x)], z=1)
+    e = d.pop("a")
+    d.setdefault("q", 5)
+    d.setdefault("c", -x)
+    try:
+        d.pop("missing")
+    except KeyError:
+        e = e + 1
+    last = d.popitem()
+    t = {(1, "a"): x, (2, "b"): x * 2}
+    t[(3, "c")] = x * 3
+    return d, e, last, t[(2, "b")], t.get((3, "c")), (1, "a") in t, sorted(t)
+
+
+def namedtuples_made_here(x):
+    p = Pair(x.min(), hi=x.max())
+    q = p._replace(hi=x * 3)
+    r = Triple(1, x)
+    s = Stats(x.mean(0), x.std(0))
+    lo, hi = p
+    return (p, q.hi - q.lo, p._asdict()["lo"], Pair._fields, p._fields, type(p) is Pair, isinstance(q, tuple),
+            r, r.c, s, s.total(), Stats(x, x, 2), lo + hi, p[1], Pair._make([x, x]))
+
+
+@pytest.mark.parametrize("fn", [ordered_dict_made_here, defaultdict_made_here, counter_made_here, dict_methods,
+                                namedtuples_made_here])
+def test_collections(fn):
+    whole(fn, rnd(3, 4))
+
+
+def test_defaultdict_without_factory_raises_like_eager():
+    def f(x):
+        d = collections.defaultdict()
+        try:
+            return d["k"]
+        except KeyError:
+            return x + 1
+    whole(f, rnd(3))
+
+
+# ================================================================ ordering, itertools, operator
+
+def sort_by_keys(x):
+    items = [(3, x), (1, x * 2), (2, x * 3)]
+    items.sort(key=lambda kv: kv[0])
+    order = sorted(range(3), key=lambda i: -i)
+    ts = [x * 3, x, x * 2]
+    by_name = sorted({"b": x, "a": x * 2, "c": x + 1}.items(), key=operator.itemgetter(0), reverse=True)
+    ks = sorted([3, 1, 2], reverse=True)
+    return ([v for _, v in items], order, sorted(zip([2, 1, 3], ts), key=lambda p: p[0]), by_name, ks,
+            min(ts, key=lambda t: t.shape[0]), max([(1, x), (4, x * 4), (2, x)], key=lambda p: p[0]),
+            min([], default=x), max(3, 7, 5), sorted({"z": 1, "y": x}))
+
+
+def test_ordering():
+    whole(sort_by_keys, rnd(3, 4))
+
+
+def test_sorting_tensors_by_value_runs_eagerly():
+    def f(x, y):
+        return sorted([x.sum(), y.sum()])
+    c = smelt.compile(f)
+    x, y = rnd(3), rnd(3)
+    check(c(x, y), f(x, y))
+    assert stats(c)["breaks"] == 1

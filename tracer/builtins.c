@@ -18,10 +18,19 @@
 static PyObject *s_modules, *s_keys;   /* "_modules", "keys" */
 
 static int32_t pure(tracer *T, const call_args *a, PyObject *fn);
+
+static int32_t none(tracer *T)
+{
+    return tv_obj(T, Py_None, -1);
+}
 static int all_consts(tracer *T, const int32_t *it, int n);
 static PyObject *by_obj, *finfo, *iinfo, *device;   /* builtin -> table index; torch.finfo, iinfo, device */
 static PyObject *itertools_repeat;                  /* itertools.repeat */
 static PyObject *partial_type;                      /* functools.partial */
+static PyObject *tuple_new, *dict_fromkeys;         /* tuple.__new__, dict.fromkeys */
+static PyObject *count_elements;                    /* collections._count_elements (Counter's helper) */
+static PyObject *sorted_fn;                         /* builtins.sorted */
+static PyObject *getters[3];                        /* operator.itemgetter, attrgetter, methodcaller */
 static PyObject *torch_queries[5];         /* torch._C._has_torch_function{,_unary,_variadic}, _is_tracing, _get_tracing_state */
 
 /* ---------- iteration ---------- */
@@ -435,7 +444,7 @@ static PyObject *type_of(tracer *T, int32_t v)
     switch (x->kind) {
     case V_TENSOR: return x->obj ? x->obj : ops_tensor_type();   /* inputs keep their own type */
     case V_OBJ: return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) ? NULL : (PyObject *)Py_TYPE(x->obj);
-    case V_TUPLE: return x->obj ? x->obj : (PyObject *)&PyTuple_Type;
+    case V_TUPLE: return !x->obj ? (PyObject *)&PyTuple_Type : obj_namedtuple_of(x->obj) ? obj_namedtuple_of(x->obj) : x->obj;
     case V_LIST: return (PyObject *)&PyList_Type;
     case V_DICT: return (PyObject *)&PyDict_Type;
     case V_FUNC: return (PyObject *)&PyFunction_Type;
@@ -570,7 +579,7 @@ static int dict_fill(tracer *T, int32_t d, int32_t src)
         PyObject *key;
         if (bi_items(T, it[i], &kv, &m) || m != 2)
             return m != 2 ? tr_break(T, "dict() item of length %d", m) : -1;
-        if (!(key = tr_const(T, kv[0])) || tr_dict_set(T, d, key, kv[1]))
+        if (!(key = bi_key(T, kv[0])) || tr_dict_set(T, d, key, kv[1]))
             return -1;
     }
     return 0;
@@ -586,8 +595,7 @@ static int32_t b_set(tracer *T, const call_args *a, PyObject *fn)
         (!a->npos || T->vals[a->pos[0]].kind != V_OBJ || tr_is_plain_const(T->vals[a->pos[0]].obj) ||
          PyTuple_CheckExact(T->vals[a->pos[0]].obj) || PyAnySet_CheckExact(T->vals[a->pos[0]].obj)))
         return pure(T, a, fn);
-    int32_t s = set_new(T, fn, NULL, 0);
-    return s < 0 || (a->npos && set_update_from(T, s, a->pos[0])) ? -1 : s;
+    return a->npos ? set_from(T, fn, a->pos[0]) : set_new(T, fn, NULL, 0);
 }
 
 static int32_t b_dict(tracer *T, const call_args *a, PyObject *fn)
@@ -656,19 +664,161 @@ static int32_t b_any_all(tracer *T, const call_args *a, PyObject *fn)
     return it < 0 ? -1 : tv_obj(T, want ? Py_False : Py_True, -1);
 }
 
-/* min/max over constants (over tensors the answer depends on their data). */
+/* ---------- ordering by keys: sorted, list.sort, min/max(key=) ---------- */
+
+/* Items of value v copied into a new array (*out, PyMem_Free it): calls
+ * made while ordering may grow the arena. */
+static int items_copy(tracer *T, int32_t v, int32_t **out, int *n)
+{
+    int32_t *it;
+    if (bi_items(T, v, &it, n))
+        return -1;
+    if (!(*out = PyMem_Malloc(sizeof(int32_t) * (size_t)(*n + 1))))
+        return PyErr_NoMemory(), -1;
+    memcpy(*out, it, sizeof(int32_t) * (size_t)*n);
+    return 0;
+}
+
+/* The Python list of the sort keys of items[0..n): key(item) (key -1 or
+ * None: the item), each a trace-time value. New reference, or NULL. */
+static PyObject *sort_keys(tracer *T, const int32_t *items, int n, int32_t key)
+{
+    int by_fn = key >= 0 && !(T->vals[key].kind == V_OBJ && T->vals[key].obj == Py_None);
+    PyObject *l = PyList_New(n);
+    for (int i = 0; l && i < n; i++) {
+        call_args b = { .pos = (int32_t *)&items[i], .npos = 1 };
+        int32_t k = by_fn ? tr_call(T, key, &b) : items[i];
+        PyObject *o = k < 0 ? NULL : T->vals[k].kind == V_TENSOR ? NULL : tr_pyobj(T, k);
+        if (!o) {
+            if (k >= 0 && T->vals[k].kind == V_TENSOR)
+                tr_break(T, "ordering tensors depends on their data");
+            Py_CLEAR(l);
+        } else {
+            PyList_SET_ITEM(l, i, o);
+        }
+    }
+    return l;
+}
+
+/* fn(range(n), key=keys.__getitem__, **extra) for builtin fn (sorted,
+ * min, max): Python's own answer over the key values, as indices. New
+ * reference, or NULL (the trace raises what eager would). */
+static PyObject *by_index(tracer *T, PyObject *fn, PyObject *keys, PyObject *extra)
+{
+    PyObject *get = PyObject_GetAttrString(keys, "__getitem__");
+    PyObject *rng = get ? PyObject_CallFunction((PyObject *)&PyRange_Type, "n", PyList_GET_SIZE(keys)) : NULL;
+    PyObject *args = rng ? PyTuple_Pack(1, rng) : NULL, *kw = args ? PyDict_Copy(extra) : NULL;
+    PyObject *r = kw && !PyDict_SetItemString(kw, "key", get) ? PyObject_Call(fn, args, kw) : NULL;
+    Py_XDECREF(get);
+    Py_XDECREF(rng);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    if (!r)
+        tr_raise_error(T);
+    return r;
+}
+
+/* The keyword arguments of an ordering call other than key (reverse,
+ * default) as a dict of their values; *key the key function (-1: none). */
+static PyObject *order_kwargs(tracer *T, const call_args *a, int32_t *key)
+{
+    PyObject *kw = PyDict_New();
+    *key = -1;
+    for (int k = 0; kw && k < a->nkw; k++) {
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], "key") == 0) {
+            *key = a->kwv[k];
+            continue;
+        }
+        PyObject *o = tr_pyobj(T, a->kwv[k]);
+        if (!o || PyDict_SetItem(kw, a->kwn[k], o))
+            Py_CLEAR(kw);
+        Py_XDECREF(o);
+    }
+    return kw;
+}
+
+/* The items of v ordered as fn (sorted) orders them by key: a new list
+ * value; in place into v (a list made here) when inplace. */
+static int32_t sort_values(tracer *T, int32_t v, const call_args *a, int inplace)
+{
+    int32_t key, *items, l = -1;
+    int n;
+    PyObject *kw = order_kwargs(T, a, &key);
+    if (!kw || items_copy(T, v, &items, &n)) {
+        Py_XDECREF(kw);
+        return -1;
+    }
+    PyObject *keys = sort_keys(T, items, n, key), *order = keys ? by_index(T, sorted_fn, keys, kw) : NULL;
+    if (order)
+        l = inplace ? v : tv_new(T, V_LIST);
+    if (l >= 0 && inplace)
+        T->vals[l].n = 0;
+    for (Py_ssize_t i = 0; l >= 0 && order && i < PyList_GET_SIZE(order); i++)
+        if (tv_push_item(T, l, items[PyLong_AsSsize_t(PyList_GET_ITEM(order, i))], NULL))
+            l = -1;
+    PyMem_Free(items);
+    Py_XDECREF(kw);
+    Py_XDECREF(keys);
+    Py_XDECREF(order);
+    return l < 0 ? -1 : inplace ? none(T) : l;
+}
+
+/* sorted(iterable, key=None, reverse=False). */
+static int32_t b_sorted(tracer *T, const call_args *a, PyObject *fn)
+{
+    if (a->npos != 1)
+        return pure(T, a, fn);   /* eager's TypeError */
+    return sort_values(T, a->pos[0], a, 0);
+}
+
+/* min/max(iterable or *args, key=None[, default]): over constants,
+ * Python's own; with key=, the item whose key Python picks (tensors
+ * ordered by a constant key); over tensors themselves: a break (their
+ * order depends on their data). */
 static int32_t b_minmax(tracer *T, const call_args *a, PyObject *fn)
 {
-    int32_t *it = a->pos, seq;
+    int32_t *it = a->pos, key = -1, seq;
     int n = a->npos;
     if (n == 1 && bi_items(T, a->pos[0], &it, &n))
         return -1;
-    if (!all_consts(T, it, n))
-        return tr_break(T, "min()/max() of tensors depends on tensor data");
-    if ((seq = tv_tuple(T, it, n)) < 0)
+    for (int k = 0; k < a->nkw; k++)
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], "key") == 0)
+            key = a->kwv[k];
+    if (all_consts(T, it, n) && key < 0 && all_consts(T, a->kwv, a->nkw)) {
+        if ((seq = tv_tuple(T, it, n)) < 0)
+            return -1;
+        call_args b = { .pos = &seq, .npos = 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+        return pure(T, &b, fn);
+    }
+    int32_t *items, r = -1, dflt = kwarg(a, "default");
+    if ((seq = tv_tuple(T, it, n)) < 0 || items_copy(T, seq, &items, &n))
         return -1;
-    call_args b = { .pos = &seq, .npos = 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
-    return pure(T, &b, fn);
+    call_args rest = { .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+    PyObject *kn[32];
+    int32_t kv[32];
+    if (dflt >= 0 && n == 0) {
+        PyMem_Free(items);
+        return dflt;
+    }
+    if (dflt >= 0) {   /* only used when empty */
+        rest.nkw = 0;
+        for (int k = 0; k < a->nkw && k < 32; k++)
+            if (a->kwv[k] != dflt) {
+                kn[rest.nkw] = a->kwn[k];
+                kv[rest.nkw++] = a->kwv[k];
+            }
+        rest.kwn = kn;
+        rest.kwv = kv;
+    }
+    PyObject *kw = order_kwargs(T, &rest, &key), *keys = kw ? sort_keys(T, items, n, key) : NULL;
+    PyObject *at = keys ? by_index(T, fn, keys, kw) : NULL;
+    if (at)
+        r = items[PyLong_AsSsize_t(at)];
+    PyMem_Free(items);
+    Py_XDECREF(kw);
+    Py_XDECREF(keys);
+    Py_XDECREF(at);
+    return r;
 }
 
 static int32_t b_number(tracer *T, const call_args *a, PyObject *fn)
@@ -822,7 +972,7 @@ static const struct { const char *name; bi_fn fn; } builtin_table[] = {
     { "any", b_any_all }, { "all", b_any_all }, { "min", b_minmax }, { "max", b_minmax },
     { "int", b_number }, { "float", b_number }, { "bool", b_number }, { "abs", b_abs_round },
     { "round", b_abs_round }, { "pow", b_pow }, { "getattr", b_getattr }, { "hasattr", b_hasattr },
-    { "str", pure }, { "repr", pure }, { "divmod", pure }, { "issubclass", pure }, { "sorted", pure },
+    { "str", pure }, { "repr", pure }, { "divmod", pure }, { "issubclass", pure }, { "sorted", b_sorted },
     { "set", b_set }, { "frozenset", b_set }, { "hash", pure }, { "ord", pure }, { "chr", pure },
     { "format", pure }, { "slice", b_slice },
 };
@@ -923,7 +1073,20 @@ int bi_init(void)
     PyObject *ft = PyImport_ImportModule("functools");
     partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
     Py_XDECREF(ft);
-    if (!itertools_repeat || !partial_type)
+    tuple_new = PyObject_GetAttrString((PyObject *)&PyTuple_Type, "__new__");
+    dict_fromkeys = PyObject_GetAttrString((PyObject *)&PyDict_Type, "fromkeys");
+    sorted_fn = PyObject_GetAttrString(b, "sorted");
+    PyObject *op = PyImport_ImportModule("operator");
+    static const char *gn[3] = { "itemgetter", "attrgetter", "methodcaller" };
+    for (int i = 0; i < 3; i++)
+        getters[i] = op ? PyObject_GetAttrString(op, gn[i]) : NULL;
+    Py_XDECREF(op);
+    PyObject *coll = PyImport_ImportModule("collections");
+    count_elements = coll ? PyObject_GetAttrString(coll, "_count_elements") : NULL;
+    Py_XDECREF(coll);
+    if (!itertools_repeat || !partial_type || !tuple_new || !dict_fromkeys || !PyCFunction_Check(dict_fromkeys) ||
+        !count_elements || !PyCFunction_Check(count_elements) || !sorted_fn || !getters[0] || !getters[1] ||
+        !getters[2])
         goto fail;
     finfo = PyObject_GetAttrString(torch, "finfo");
     device = PyObject_GetAttrString(torch, "device");
@@ -995,6 +1158,138 @@ static int32_t b_repeat(tracer *T, const call_args *a)
     return tv_tuple(T, items, (int)n);
 }
 
+/* dict.fromkeys(iterable, value=None): a dict made here. */
+static int32_t b_fromkeys(tracer *T, const call_args *a)
+{
+    int32_t *it, d = tv_new(T, V_DICT), val = a->npos == 2 ? a->pos[1] : tv_obj(T, Py_None, -1);
+    int n;
+    if (a->nkw || a->npos < 1 || a->npos > 2)
+        return tr_break(T, "dict.fromkeys() arguments");
+    if (d < 0 || val < 0 || bi_items(T, a->pos[0], &it, &n))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        PyObject *key = bi_key(T, it[i]);
+        if (!key || tr_dict_set(T, d, key, val))
+            return -1;
+    }
+    return d;
+}
+
+/* collections._count_elements(mapping, iterable): mapping[e] =
+ * mapping.get(e, 0) + 1 for each element, through the mapping's own
+ * methods (a Counter made in the trace). */
+static int32_t b_count_elements(tracer *T, const call_args *a)
+{
+    int32_t *it, zero = tv_int(T, 0), one = tv_int(T, 1);
+    int n;
+    PyObject *get = PyUnicode_InternFromString("get");
+    int32_t getv = get && !tr_keep(T, get) && a->npos == 2 && !a->nkw ? tr_load_attr(T, a->pos[0], get) : -1;
+    Py_XDECREF(get);
+    if (getv < 0 || zero < 0 || one < 0 || bi_items(T, a->pos[1], &it, &n))
+        return getv < 0 && a->npos != 2 ? tr_break(T, "_count_elements() arguments") : -1;
+    int32_t *items = PyMem_Malloc(sizeof(int32_t) * (size_t)(n + 1));
+    if (!items)
+        return PyErr_NoMemory(), -1;
+    memcpy(items, it, sizeof(int32_t) * (size_t)n);   /* the calls may grow the arena */
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        int32_t pos[2] = { items[i], zero };
+        call_args b = { .pos = pos, .npos = 2 };
+        int32_t c = tr_call(T, getv, &b), s = c < 0 ? -1 : tr_binop(T, NB_ADD, c, one);
+        rc = s < 0 || tr_store_subscr(T, a->pos[0], items[i], s) ? -1 : 0;
+    }
+    PyMem_Free(items);
+    return rc ? -1 : none(T);
+}
+
+/* attrgetter's lookup of dotted name `path` (a str) on value v. */
+static int32_t dotted_attr(tracer *T, int32_t v, PyObject *path)
+{
+    PyObject *dot = PyUnicode_FromString("."), *parts = dot ? PyUnicode_Split(path, dot, -1) : NULL;
+    Py_XDECREF(dot);
+    for (Py_ssize_t i = 0; parts && v >= 0 && i < PyList_GET_SIZE(parts); i++) {
+        PyObject *name = PyList_GET_ITEM(parts, i);
+        PyUnicode_InternInPlace(&name);   /* the list still owns it */
+        PyList_SET_ITEM(parts, i, name);
+        v = tr_keep(T, name) ? -1 : tr_load_attr(T, v, name);
+    }
+    Py_XDECREF(parts);
+    return parts ? v : -1;
+}
+
+/* methodcaller's call of method `name` of value obj with constant
+ * arguments, from its __reduce__: (methodcaller, (name, *args)) or
+ * (partial(methodcaller, name, **kwargs), args). */
+static int32_t call_method_of(tracer *T, PyObject *head, PyObject *args, int32_t obj)
+{
+    PyObject *name = NULL, *kw = NULL;
+    Py_ssize_t first = 0;
+    if (PyType_Check(head) && PyTuple_GET_SIZE(args) >= 1) {
+        name = PyTuple_GET_ITEM(args, 0);
+        first = 1;
+    } else if (Py_IS_TYPE(head, (PyTypeObject *)partial_type)) {
+        PyObject *pa = PyObject_GetAttrString(head, "args");
+        kw = PyObject_GetAttrString(head, "keywords");
+        name = pa && PyTuple_Check(pa) && PyTuple_GET_SIZE(pa) == 1 ? PyTuple_GET_ITEM(pa, 0) : NULL;
+        if (name && tr_keep(T, name))
+            name = NULL;
+        Py_XDECREF(pa);
+    }
+    int32_t pos[64], kwv[32], m = -1;
+    PyObject *kwn[32];
+    int nk = 0, np = (int)(PyTuple_GET_SIZE(args) - first);
+    Py_ssize_t p = 0;
+    PyObject *k, *v;
+    if (name && PyUnicode_Check(name) && np <= 64 && (!kw || (PyDict_Check(kw) && PyDict_GET_SIZE(kw) <= 32)) &&
+        !(kw && tr_keep(T, kw)))
+        m = tr_load_attr(T, obj, name);
+    else
+        m = PyErr_Occurred() ? -1 : tr_break(T, "operator.methodcaller of this form");
+    for (int i = 0; m >= 0 && i < np; i++)
+        if ((pos[i] = tv_obj(T, PyTuple_GET_ITEM(args, first + i), -1)) < 0)
+            m = -1;
+    while (m >= 0 && kw && PyDict_Next(kw, &p, &k, &v)) {
+        kwn[nk] = k;
+        if ((kwv[nk++] = tv_obj(T, v, -1)) < 0)
+            m = -1;
+    }
+    Py_XDECREF(kw);
+    call_args b = { .pos = pos, .npos = np, .kwn = kwn, .kwv = kwv, .nkw = nk };
+    return m < 0 ? -1 : tr_call(T, m, &b);
+}
+
+/* g(obj) for an itemgetter / attrgetter / methodcaller object g (which,
+ * its index in getters): what it does, on the traced value obj. Its
+ * items, names and arguments are constants read from its __reduce__. */
+static int32_t call_getter(tracer *T, PyObject *g, int which, const call_args *a)
+{
+    if (a->npos != 1 || a->nkw)
+        return tr_break(T, "%s called with %d arguments", Py_TYPE(g)->tp_name, a->npos);
+    PyObject *red = PyObject_CallMethod(g, "__reduce__", NULL), *args = red ? PyTuple_GetItem(red, 1) : NULL;
+    int32_t out[64], r = -1;
+    Py_ssize_t n = args && PyTuple_Check(args) ? PyTuple_GET_SIZE(args) : -1;
+    if (n < 0 || n > 64) {
+        Py_XDECREF(red);
+        PyErr_Clear();
+        return tr_break(T, "%s of this form", Py_TYPE(g)->tp_name);
+    }
+    if (which == 2) {
+        r = call_method_of(T, PyTuple_GET_ITEM(red, 0), args, a->pos[0]);
+        Py_DECREF(red);
+        return r;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = PyTuple_GET_ITEM(args, i);
+        int32_t k = tv_obj(T, it, -1);
+        out[i] = k < 0 ? -1 : which == 0 ? tr_subscr(T, a->pos[0], k) : dotted_attr(T, a->pos[0], it);
+        if (out[i] < 0)
+            break;
+        r = n == 1 ? out[0] : i == n - 1 ? tv_tuple(T, out, (int)n) : 0;
+    }
+    Py_DECREF(red);
+    return r;
+}
+
 /* A call of builtin/C callable fn; -2 when fn is none smelt knows. */
 int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
 {
@@ -1002,6 +1297,19 @@ int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
         return b_repeat(T, a);
     if (fn == partial_type)
         return obj_partial_new(T, a);
+    if (fn == tuple_new)
+        return obj_tuple_new(T, a);
+    for (int i = 0; i < 3; i++) {
+        if (fn == getters[i])   /* making one: its items/names are constants */
+            return all_consts(T, a->pos, a->npos) && all_consts(T, a->kwv, a->nkw) ? pure(T, a, fn) : -2;
+        if (Py_IS_TYPE(fn, (PyTypeObject *)getters[i]))
+            return call_getter(T, fn, i, a);
+    }
+    if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == (PyObject *)&PyDict_Type &&
+        ((PyCFunctionObject *)fn)->m_ml == ((PyCFunctionObject *)dict_fromkeys)->m_ml)
+        return b_fromkeys(T, a);   /* dict.fromkeys (a new bound method at each lookup) */
+    if (PyCFunction_Check(fn) && ((PyCFunctionObject *)fn)->m_ml == ((PyCFunctionObject *)count_elements)->m_ml)
+        return b_count_elements(T, a);
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
     if (idx)
         return builtin_table[PyLong_AsSsize_t(idx)].fn(T, a, fn);
@@ -1034,6 +1342,20 @@ int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
 }
 
 /* ---------- list, tuple and dict methods ---------- */
+
+/* Key value k of a dict made here, as the object stored (borrowed, kept
+ * alive by the trace): a constant (guarded as tr_const does) or a tuple of
+ * constants (built by value). NULL: a break or an error. */
+PyObject *bi_key(tracer *T, int32_t k)
+{
+    if (T->vals[k].kind != V_TUPLE)
+        return tr_const(T, k);
+    PyObject *o = tr_pyobj(T, k);
+    if (o && tr_keep(T, o))
+        Py_CLEAR(o);
+    Py_XDECREF(o);   /* the keep list holds it */
+    return o;
+}
 
 static int is_name(PyObject *name, const char *s)
 {
@@ -1100,10 +1422,6 @@ static int32_t tuple_const_method(tracer *T, int32_t self, PyObject *name, const
     return r;
 }
 
-static int32_t none(tracer *T)
-{
-    return tv_obj(T, Py_None, -1);
-}
 
 static int32_t list_mutate(tracer *T, int32_t self, PyObject *name, const call_args *a)
 {
@@ -1160,6 +1478,8 @@ static int32_t list_mutate(tracer *T, int32_t self, PyObject *name, const call_a
 
 static int32_t list_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
 {
+    if (is_name(name, "sort") && !a->npos)
+        return T->vals[self].frozen ? tr_break(T, "mutating a list passed in from outside") : sort_values(T, self, a, 1);
     if (a->nkw)
         return tr_break(T, "list.%U with keywords", name);
     if (is_name(name, "index") || is_name(name, "count"))
@@ -1206,39 +1526,42 @@ static int32_t dict_mutate(tracer *T, int32_t d, PyObject *name, const call_args
     int at;
     if (T->vals[d].frozen)
         return tr_break(T, "mutating a dict passed in from outside");
-    if (is_name(name, "update") && a->npos <= 1) {
-        int32_t src = a->npos ? tr_dict_value(T, a->pos[0]) : -2;
-        for (int i = 0; src >= 0 && i < T->vals[src].n; i++) {
-            int32_t key = tv_obj(T, T->vals[src].keys[i], -1);
-            if (key < 0 || dict_find(T, d, key, &at))
+    if (is_name(name, "update") && a->npos <= 1) {   /* a dict, a mapping or (key, value) pairs */
+        if (a->npos && dict_fill(T, d, a->pos[0]))
+            return -1;
+        for (int k = 0; k < a->nkw; k++)
+            if (tr_dict_set(T, d, a->kwn[k], a->kwv[k]))
                 return -1;
-            if (at >= 0)
-                T->vals[d].items[at] = T->vals[src].items[i];
-            else if (tv_push_item(T, d, T->vals[src].items[i], T->vals[src].keys[i]))
-                return -1;
-        }
-        for (int k = 0; src != -1 && k < a->nkw; k++) {
-            int32_t key = tv_obj(T, a->kwn[k], -1);
-            if (key < 0 || dict_find(T, d, key, &at))
-                return -1;
-            if (at >= 0)
-                T->vals[d].items[at] = a->kwv[k];
-            else if (tv_push_item(T, d, a->kwv[k], a->kwn[k]))
-                return -1;
-        }
-        return src == -1 ? -1 : none(T);
+        return none(T);
+    }
+    if (is_name(name, "clear") && !a->npos && !a->nkw) {
+        T->vals[d].n = 0;
+        return none(T);
+    }
+    if (is_name(name, "popitem") && !a->npos && !a->nkw) {
+        tv *x = &T->vals[d];
+        if (!x->n)
+            return tr_raise(T, PyObject_CallFunction(PyExc_KeyError, "s", "popitem(): dictionary is empty"));
+        int32_t pair[2] = { tv_obj(T, x->keys[x->n - 1], -1), x->items[x->n - 1] };
+        T->vals[d].n--;
+        return pair[0] < 0 ? -1 : tv_tuple(T, pair, 2);
     }
     if ((is_name(name, "pop") || is_name(name, "setdefault")) && a->npos >= 1 && a->npos <= 2) {
         if (dict_find(T, d, a->pos[0], &at))
             return -1;
         if (is_name(name, "setdefault")) {
-            PyObject *key = at < 0 ? tr_const(T, a->pos[0]) : NULL;
+            PyObject *key = at < 0 ? bi_key(T, a->pos[0]) : NULL;
             if (at < 0 && (!key || tv_push_item(T, d, a->npos == 2 ? a->pos[1] : none(T), key)))
                 return -1;
             return at >= 0 ? T->vals[d].items[at] : T->vals[d].items[T->vals[d].n - 1];
         }
-        if (at < 0)
-            return a->npos == 2 ? a->pos[1] : tr_break(T, "dict.pop of a missing key");
+        if (at < 0 && a->npos == 2)
+            return a->pos[1];
+        if (at < 0) {
+            PyObject *key = tr_pyobj(T, a->pos[0]), *e = key ? PyObject_CallOneArg(PyExc_KeyError, key) : NULL;
+            Py_XDECREF(key);
+            return key ? tr_raise(T, e) : -1;
+        }
         tv *x = &T->vals[d];
         int32_t v = x->items[at];
         memmove(&x->items[at], &x->items[at + 1], sizeof(int32_t) * (size_t)(x->n - at - 1));

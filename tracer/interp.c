@@ -1900,6 +1900,8 @@ int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name)
         return tv_bound(T, name, v, -1);
     case V_TUPLE: {
         int32_t r = x->obj ? tuple_field(T, v, name) : -2;
+        if (r == -2 && x->obj)
+            r = obj_tuple_attr(T, v, name);   /* a named tuple's methods and class attributes */
         return r != -2 ? r : tv_bound(T, name, v, -1);
     }
     case V_OBJ:
@@ -2300,7 +2302,7 @@ static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
         x->items[i] = v;
         return 0;
     }
-    PyObject *key = tr_const(T, k);
+    PyObject *key = bi_key(T, k);
     return key ? dict_set(T, c, key, v) : -1;
 }
 
@@ -2674,7 +2676,7 @@ static int32_t build_map(tracer *T, tframe *f, int op, int nk)
         if (T->vals[keys].kind != V_TUPLE || T->vals[keys].n != nk)
             return tr_break(T, "BUILD_CONST_KEY_MAP keys");
         for (int i = 0; i < nk; i++) {
-            PyObject *key = tr_const(T, T->vals[keys].items[i]);
+            PyObject *key = bi_key(T, T->vals[keys].items[i]);
             if (!key || tv_push_item(T, d, f->stack[f->sp - nk + i], key))
                 return -1;
         }
@@ -2682,7 +2684,7 @@ static int32_t build_map(tracer *T, tframe *f, int op, int nk)
         return d;
     }
     for (int i = 0; i < nk; i++) {
-        PyObject *key = tr_const(T, f->stack[f->sp - 2 * nk + 2 * i]);
+        PyObject *key = bi_key(T, f->stack[f->sp - 2 * nk + 2 * i]);
         if (!key || tv_push_item(T, d, f->stack[f->sp - 2 * nk + 2 * i + 1], key))
             return -1;
     }

@@ -26,15 +26,16 @@
 /* Special method names, interned once. */
 enum { SN_INIT, SN_NEW, SN_SETATTR, SN_DELATTR, SN_GETATTR, SN_GETATTRIBUTE, SN_DICT, SN_CLASS, SN_GETITEM,
        SN_SETITEM, SN_DELITEM, SN_CONTAINS, SN_LEN, SN_ITER, SN_BOOL, SN_CALL, SN_SLOTS, SN_WRAPPED,
-       SN_MARKED, SN_OBJCLASS, SN_NAME, SN_FGET, SN_FSET, SN_FDEL, SN_FUNC, SN_UPDATE, SN_N };
+       SN_MARKED, SN_OBJCLASS, SN_NAME, SN_FGET, SN_FSET, SN_FDEL, SN_FUNC, SN_UPDATE, SN_MISSING, SN_COPY,
+       SN_FACTORY, SN_FIELDS, SN_MAKE, SN_N };
 static const char *sn_text[SN_N] = {
     "__init__", "__new__", "__setattr__", "__delattr__", "__getattr__", "__getattribute__", "__dict__",
     "__class__", "__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__",
     "__bool__", "__call__", "__slots__", "__wrapped__", "_dynamo_marked_constant", "__objclass__", "__name__",
-    "fget", "fset", "fdel", "__func__", "update",
+    "fget", "fset", "fdel", "__func__", "update", "__missing__", "copy", "default_factory", "_fields", "_make",
 };
 static PyObject *sn[SN_N];
-static PyObject *odict_type, *lru_type, *module_base, *abc_meta, *partial_type;
+static PyObject *odict_type, *ddict_type, *lru_type, *module_base, *abc_meta, *partial_type;
 static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class statement */
 
 /* What the tracer answers itself, by callable. */
@@ -70,6 +71,7 @@ int obj_init(void)
     abc_meta = abc ? PyObject_GetAttrString(abc, "ABCMeta") : NULL;
     Py_XDECREF(abc);
     odict_type = coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL;
+    ddict_type = coll ? PyObject_GetAttrString(coll, "defaultdict") : NULL;
     lru_type = ft ? PyObject_GetAttrString(ft, "_lru_cache_wrapper") : NULL;
     partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
     module_base = nn ? PyObject_GetAttrString(nn, "Module") : NULL;
@@ -85,7 +87,7 @@ int obj_init(void)
         { "is_grad_enabled", Q_GRAD }, { "get_default_dtype", Q_DTYPE },
         { "is_autocast_enabled", Q_AUTOCAST },
     };
-    int rc = odict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
+    int rc = odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
         rc = add_query(torch, qs[i].path, qs[i].k);
     rc = rc || !insp ? -1 : add_query(insp, "signature", Q_SIGNATURE);
@@ -115,13 +117,16 @@ static PyObject *own_attr(PyTypeObject *t, PyObject *name)
 }
 
 /* The C base whose instance layout a plain Python class keeps (object,
- * dict or OrderedDict), or NULL when cls is not one smelt models: its
- * metaclass must be `type` (or ABCMeta, with no abstract methods left), it
- * must have an instance dict and no non-empty __slots__, no Python __new__ or
- * __getattribute__, no other C base (nor a heap type made in C) in its MRO,
- * and not be an nn.Module. */
+ * dict, OrderedDict or defaultdict), or NULL when cls is not one smelt
+ * models: its metaclass must be `type` (or ABCMeta, with no abstract
+ * methods left), it must have an instance dict and no non-empty __slots__,
+ * no Python __new__ or __getattribute__, no other C base (nor a heap type
+ * made in C) in its MRO, and not be an nn.Module. OrderedDict and
+ * defaultdict themselves are their own bases. */
 static PyTypeObject *plain_base(PyObject *cls)
 {
+    if (cls == odict_type || cls == ddict_type)
+        return (PyTypeObject *)cls;
     if (!PyType_Check(cls) || !(Py_IS_TYPE(cls, &PyType_Type) || Py_IS_TYPE(cls, (PyTypeObject *)abc_meta)))
         return NULL;
     PyTypeObject *t = (PyTypeObject *)cls, *b = t;
@@ -130,7 +135,8 @@ static PyTypeObject *plain_base(PyObject *cls)
         return NULL;
     while (b && (b->tp_flags & Py_TPFLAGS_HEAPTYPE))
         b = b->tp_base;
-    if (b != &PyBaseObject_Type && b != &PyDict_Type && b != (PyTypeObject *)odict_type)
+    if (b != &PyBaseObject_Type && b != &PyDict_Type && b != (PyTypeObject *)odict_type &&
+        b != (PyTypeObject *)ddict_type)
         return NULL;
     PyObject *mro = t->tp_mro;
     for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); i++) {
@@ -156,6 +162,12 @@ static int32_t cls_attr_src(tracer *T, int32_t v, PyObject *name)
     return cs < 0 ? -1 : tr_src_new(T, SRC_ATTR, cs, 0, name);
 }
 
+/* Source of attribute `name` of the object fetched from src (-1: none). */
+static int32_t sub_src(tracer *T, int32_t src, int name)
+{
+    return src < 0 ? -1 : tr_src_new(T, SRC_ATTR, src, 0, sn[name]);
+}
+
 /* Value v as an instance of a plain class (not a super() proxy, a
  * partial or a set); -1 (break) otherwise. */
 static int real_inst(tracer *T, int32_t v, const char *what)
@@ -173,14 +185,10 @@ static int32_t call_method(tracer *T, PyObject *fn, int32_t fn_src, const int32_
     return tr_inline(T, fn, fn_src, &a);
 }
 
-/* cls(*a) for a plain Python class (value clsv, already guarded): a new
- * instance, its Python __init__ inlined. -2 when cls is not such a class. */
-int32_t obj_new_instance(tracer *T, int32_t clsv, const call_args *a)
+/* A new instance of class cls (C base `base`, the class fetched from
+ * source cls_src) with no attributes and no items; its __init__ not run. */
+static int32_t inst_alloc(tracer *T, PyObject *cls, PyTypeObject *base, int32_t cls_src)
 {
-    PyObject *cls = T->vals[clsv].obj;
-    PyTypeObject *base = plain_base(cls);
-    if (!base)
-        return -2;
     int32_t v = tv_new(T, V_INST), attrs = tv_new(T, V_DICT), items = base == &PyBaseObject_Type ? -1 : tv_new(T, V_DICT);
     if (v < 0 || attrs < 0 || (base != &PyBaseObject_Type && items < 0) || tr_keep(T, cls))
         return -1;
@@ -189,7 +197,24 @@ int32_t obj_new_instance(tracer *T, int32_t clsv, const call_args *a)
     x->aux = (PyObject *)base;
     x->self_ = attrs;
     x->sl[0] = items;
-    x->pos = T->vals[clsv].src;
+    x->pos = cls_src;
+    return v;
+}
+
+static int32_t namedtuple_new(tracer *T, int32_t clsv, const call_args *a);
+
+/* cls(*a) for a plain Python class (value clsv, already guarded): a new
+ * instance, its Python __init__ inlined; a named tuple class: its __new__
+ * inlined. -2 when cls is neither. */
+int32_t obj_new_instance(tracer *T, int32_t clsv, const call_args *a)
+{
+    PyObject *cls = T->vals[clsv].obj;
+    PyTypeObject *base = plain_base(cls);
+    if (!base)
+        return obj_namedtuple_class(cls) ? namedtuple_new(T, clsv, a) : -2;
+    int32_t v = inst_alloc(T, cls, base, T->vals[clsv].src);
+    if (v < 0)
+        return -1;
     PyObject *init = _PyType_Lookup((PyTypeObject *)cls, sn[SN_INIT]);
     int32_t pos[64], r;
     if (a->npos > 62)
@@ -347,6 +372,111 @@ int32_t obj_compare(tracer *T, int cmp, int32_t a, int32_t b)
     return set_compare(T, cmp, a, b);
 }
 
+/* ---------- named tuples ---------- */
+
+/* Whether cls is a named tuple class (collections.namedtuple or
+ * typing.NamedTuple): a Python subclass of tuple with _fields and the
+ * classmethod _make. */
+int obj_namedtuple_class(PyObject *cls)
+{
+    if (!PyType_Check(cls) || !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE) ||
+        !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type))
+        return 0;
+    PyObject *f = _PyType_Lookup((PyTypeObject *)cls, sn[SN_FIELDS]), *mk = _PyType_Lookup((PyTypeObject *)cls, sn[SN_MAKE]);
+    return f && PyTuple_Check(f) && mk && PyObject_TypeCheck(mk, &PyClassMethod_Type);
+}
+
+/* cls(*a) for a named tuple class value clsv: its Python __new__ inlined
+ * (it ends in tuple.__new__, obj_tuple_new). */
+static int32_t namedtuple_new(tracer *T, int32_t clsv, const call_args *a)
+{
+    PyObject *cls = T->vals[clsv].obj, *nw = _PyType_Lookup((PyTypeObject *)cls, sn[SN_NEW]);
+    PyObject *fn = nw && PyObject_TypeCheck(nw, &PyStaticMethod_Type) ? PyObject_GetAttr(nw, sn[SN_FUNC]) : NULL;
+    int32_t r;
+    if (!fn || !PyFunction_Check(fn) || tr_keep(T, fn))
+        r = PyErr_Occurred() ? -1 : tr_break(T, "named tuple %s without a Python __new__", ((PyTypeObject *)cls)->tp_name);
+    else {
+        int32_t pos[64];
+        if (a->npos > 62) {
+            Py_DECREF(fn);
+            return tr_break(T, "too many arguments");
+        }
+        pos[0] = clsv;
+        memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
+        call_args b = { .pos = pos, .npos = a->npos + 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+        r = tr_inline(T, fn, sub_src(T, T->vals[clsv].src, SN_NEW), &b);
+    }
+    Py_XDECREF(fn);
+    return r;
+}
+
+/* tuple.__new__(cls[, iterable]) for tuple or a named tuple class: a
+ * tuple value; a named tuple's carries cls._make, which rebuilds it from
+ * a plain tuple (on return, or when a trace-time value is needed). */
+int32_t obj_tuple_new(tracer *T, const call_args *a)
+{
+    if (a->nkw || a->npos < 1 || a->npos > 2)
+        return tr_break(T, "tuple.__new__ arguments");
+    PyObject *cls = tr_const(T, a->pos[0]);
+    if (!cls)
+        return -1;
+    int32_t *items = NULL;
+    int n = 0;
+    if (cls != (PyObject *)&PyTuple_Type && !obj_namedtuple_class(cls))
+        return tr_break(T, "tuple.__new__ of %R", cls);
+    if (a->npos == 2 && bi_items(T, a->pos[1], &items, &n))
+        return -1;
+    int32_t t = tv_tuple(T, items, n);
+    if (t < 0 || cls == (PyObject *)&PyTuple_Type)
+        return t;
+    PyObject *mk = PyObject_GetAttr(cls, sn[SN_MAKE]);
+    if (!mk || tr_keep(T, mk)) {
+        Py_XDECREF(mk);
+        return -1;
+    }
+    T->vals[t].obj = mk;
+    Py_DECREF(mk);
+    return t;
+}
+
+/* The class of a named tuple value's obj (cls._make), or NULL. */
+PyObject *obj_namedtuple_of(PyObject *tuple_obj)
+{
+    return tuple_obj && PyMethod_Check(tuple_obj) && obj_namedtuple_class(PyMethod_GET_SELF(tuple_obj))
+               ? PyMethod_GET_SELF(tuple_obj) : NULL;
+}
+
+/* Attribute `name` of named tuple value v found on its class (fields are
+ * read by the caller): methods bound to v, class methods to the class,
+ * properties traced, other class attributes read. -2 when v is no named
+ * tuple or its class has no such attribute. */
+int32_t obj_tuple_attr(tracer *T, int32_t v, PyObject *name)
+{
+    PyObject *cls = obj_namedtuple_of(T->vals[v].obj);
+    PyObject *ca = cls ? _PyType_Lookup((PyTypeObject *)cls, name) : NULL;
+    if (!ca)
+        return -2;
+    if (PyFunction_Check(ca))
+        return tr_bound(T, ca, v, -1);
+    if (PyObject_TypeCheck(ca, &PyClassMethod_Type) || PyObject_TypeCheck(ca, &PyStaticMethod_Type)) {
+        PyObject *fn = PyObject_GetAttr(ca, sn[SN_FUNC]);
+        int32_t c = fn && PyObject_TypeCheck(ca, &PyClassMethod_Type) ? tv_obj(T, cls, -1) : -2;
+        int32_t r = !fn || tr_keep(T, fn) || c == -1 ? -1 : c == -2 ? tv_obj(T, fn, -1) : tr_bound(T, fn, c, -1);
+        Py_XDECREF(fn);
+        return r;
+    }
+    if (PyObject_TypeCheck(ca, &PyProperty_Type)) {
+        PyObject *get = PyObject_GetAttr(ca, sn[SN_FGET]);
+        int32_t r = get && PyFunction_Check(get) && !tr_keep(T, get) ? call_method(T, get, -1, &v, 1)
+                  : get ? tr_break(T, "property %U without a Python getter", name) : -1;
+        Py_XDECREF(get);
+        return r;
+    }
+    if (Py_TYPE(ca)->tp_descr_get)
+        return tr_break(T, "attribute %U of a named tuple is a %s descriptor", name, Py_TYPE(ca)->tp_name);
+    return tv_obj(T, ca, -1);
+}
+
 /* ---------- attribute lookup ---------- */
 
 static int is_name(PyObject *a, int which)
@@ -365,11 +495,6 @@ static int dict_index(tracer *T, int32_t d, PyObject *name)
     return -1;
 }
 
-/* Source of attribute `name` of the object fetched from src (-1: none). */
-static int32_t sub_src(tracer *T, int32_t src, int name)
-{
-    return src < 0 ? -1 : tr_src_new(T, SRC_ATTR, src, 0, sn[name]);
-}
 
 /* What class attribute ca (found for `name` on instance self's class, or a
  * base class for super()) gives when read through self: functions bound,
@@ -470,6 +595,8 @@ int32_t obj_attr(tracer *T, int32_t v, PyObject *name, int missing_ok)
         return r != -2 || missing_ok ? r : raise_missing(T, v, name);
     case INST_PLAIN: break;
     }
+    if (T->vals[v].aux == ddict_type && is_name(name, SN_FACTORY))
+        return T->vals[v].sl[1] >= 0 ? T->vals[v].sl[1] : tv_obj(T, Py_None, -1);
     r = generic_getattr(T, v, name);
     if (r != -2)
         return r;
@@ -501,6 +628,8 @@ static int inst_set_generic(tracer *T, int32_t v, PyObject *name, int32_t val)
     }
     if (ca && Py_TYPE(ca)->tp_descr_set)
         return tr_break(T, "STORE_ATTR: attribute %U of %s is a %s descriptor", name, cls->tp_name, Py_TYPE(ca)->tp_name);
+    if (!cls->tp_dictoffset)
+        return tr_break(T, "STORE_ATTR: %s instances have no attribute dict", cls->tp_name);
     int32_t d = T->vals[v].self_;
     if (val >= 0)
         return tr_dict_set(T, d, name, val);
@@ -629,23 +758,130 @@ int obj_finish(tracer *T)
 
 /* ---------- C methods of object, dict and OrderedDict on instances ---------- */
 
-/* dict/OrderedDict method `name` (its C implementation) on the items of
- * instance self, with arguments a (self excluded). */
-static int32_t items_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
+/* inst[key] through dict.__getitem__: a missing key goes to the class's
+ * Python __missing__, or a defaultdict's default factory (its result
+ * stored under key), as dict does; otherwise KeyError is raised. */
+static int32_t items_getitem(tracer *T, int32_t self, int32_t key)
+{
+    int32_t items = T->vals[self].sl[0], in = tr_contains(T, key, items);
+    if (in < 0)
+        return -1;
+    if (T->vals[in].obj == Py_True)
+        return tr_subscr(T, items, key);
+    PyObject *m = _PyType_Lookup((PyTypeObject *)T->vals[self].obj, sn[SN_MISSING]);
+    if (m && PyFunction_Check(m)) {
+        int32_t pos[2] = { self, key };
+        return call_method(T, m, cls_attr_src(T, self, sn[SN_MISSING]), pos, 2);
+    }
+    int32_t fac = T->vals[self].sl[1];
+    if (T->vals[self].aux != ddict_type || fac < 0 || (T->vals[fac].kind == V_OBJ && T->vals[fac].obj == Py_None))
+        return tr_subscr(T, items, key);   /* KeyError */
+    call_args none = { 0 };
+    int32_t v = tr_call(T, fac, &none);
+    return v < 0 || tr_store_subscr(T, items, key, v) ? -1 : v;
+}
+
+/* defaultdict.__init__(self, default_factory=None, *args, **kwargs). */
+static int32_t ddict_init(tracer *T, int32_t self, const call_args *a)
+{
+    int32_t fac = a->npos ? a->pos[0] : -1;
+    if (fac >= 0 && !(T->vals[fac].kind == V_OBJ && T->vals[fac].obj == Py_None) && !callable_value(T, fac))
+        return tr_raise(T, PyObject_CallFunction(PyExc_TypeError, "s", "first argument must be callable or None"));
+    T->vals[self].sl[1] = fac;
+    call_args rest = { .pos = a->pos + (a->npos > 0), .npos = a->npos - (a->npos > 0), .kwn = a->kwn, .kwv = a->kwv,
+                       .nkw = a->nkw };
+    return rest.npos || rest.nkw ? bi_method(T, T->vals[self].sl[0], sn[SN_UPDATE], &rest) : tv_obj(T, Py_None, -1);
+}
+
+/* d.popitem() (the last item; an OrderedDict's first with last=False) or
+ * d.move_to_end(key, last=True) on dict value items. */
+static int32_t items_reorder(tracer *T, int32_t items, int pop, const call_args *a)
+{
+    tv *x = &T->vals[items];
+    int last = 1, at = x->n - 1;
+    if (a->npos > (pop ? 1 : 2))
+        return tr_break(T, "%s arguments", pop ? "popitem()" : "move_to_end()");
+    if (a->npos > (pop ? 0 : 1) && tr_truth(T, a->pos[pop ? 0 : 1], &last))
+        return -1;
+    if (!pop) {
+        PyObject *key = tr_const(T, a->pos[0]);
+        for (at = 0; key && at < T->vals[items].n && PyObject_RichCompareBool(T->vals[items].keys[at], key, Py_EQ) != 1; at++)
+            ;
+        if (!key || PyErr_Occurred())
+            return -1;
+        if (at == T->vals[items].n)
+            return tr_raise(T, PyObject_CallOneArg(PyExc_KeyError, key));
+    } else if (x->n == 0) {
+        return tr_raise(T, PyObject_CallFunction(PyExc_KeyError, "s", "dictionary is empty"));
+    } else if (!last) {
+        at = 0;
+    }
+    x = &T->vals[items];
+    PyObject *k = x->keys[at];
+    int32_t v = x->items[at];
+    memmove(&x->items[at], &x->items[at + 1], sizeof(int32_t) * (size_t)(x->n - at - 1));
+    memmove(&x->keys[at], &x->keys[at + 1], sizeof(PyObject *) * (size_t)(x->n - at - 1));
+    x->n--;
+    if (pop) {
+        int32_t pair[2] = { tv_obj(T, k, -1), v };
+        return pair[0] < 0 ? -1 : tv_tuple(T, pair, 2);
+    }
+    if (!last) {
+        memmove(&x->items[1], &x->items[0], sizeof(int32_t) * (size_t)x->n);
+        memmove(&x->keys[1], &x->keys[0], sizeof(PyObject *) * (size_t)x->n);
+        x->items[0] = v;
+        x->keys[0] = k;
+        x->n++;
+        return tv_obj(T, Py_None, -1);
+    }
+    return tv_push_item(T, items, v, k) ? -1 : tv_obj(T, Py_None, -1);
+}
+
+/* d.copy() of a dict-based instance: a dict for dict's own copy; a new
+ * OrderedDict or defaultdict (same factory) for those exact classes. */
+static int32_t items_copy(tracer *T, int32_t self, PyObject *oc)
+{
+    int32_t items = T->vals[self].sl[0];
+    call_args none = { 0 };
+    if (oc == (PyObject *)&PyDict_Type)
+        return bi_method(T, items, sn[SN_COPY], &none);
+    if (T->vals[self].obj != oc)
+        return tr_break(T, "copy() of a %s subclass", ((PyTypeObject *)oc)->tp_name);
+    int32_t c = inst_alloc(T, oc, (PyTypeObject *)oc, T->vals[self].pos);
+    for (int i = 0; c >= 0 && i < T->vals[items].n; i++)
+        if (tv_push_item(T, T->vals[c].sl[0], T->vals[items].items[i], T->vals[items].keys[i]))
+            return -1;
+    if (c >= 0)
+        T->vals[c].sl[1] = T->vals[self].sl[1];
+    return c;
+}
+
+/* dict/OrderedDict/defaultdict method `name` (its C implementation, of
+ * class oc) on the items of instance self, with arguments a (self
+ * excluded). */
+static int32_t items_method(tracer *T, int32_t self, PyObject *name, const call_args *a, PyObject *oc)
 {
     int32_t items = T->vals[self].sl[0];
     const char *s = PyUnicode_AsUTF8(name);
     if (!s)
         return -1;
+    if (oc == ddict_type && !strcmp(s, "__init__"))
+        return ddict_init(T, self, a);
+    int n = a->npos;
+    if ((!strcmp(s, "popitem") || !strcmp(s, "move_to_end")) && a->nkw == 1 && n <= 1 &&
+        PyUnicode_CompareWithASCIIString(a->kwn[0], "last") == 0) {   /* last= given by name */
+        int32_t pos[2] = { n ? a->pos[0] : -1, a->kwv[0] };
+        call_args b = { .pos = n ? pos : pos + 1, .npos = n + 1 };
+        return items_method(T, self, name, &b, oc);
+    }
     if (a->nkw && strcmp(s, "update") && strcmp(s, "__init__"))
         return tr_break(T, "dict.%s with keywords", s);
-    int n = a->npos;
     if (!strcmp(s, "__setitem__") && n == 2)
         return tr_store_subscr(T, items, a->pos[0], a->pos[1]) ? -1 : tv_obj(T, Py_None, -1);
     if (!strcmp(s, "__delitem__") && n == 1)
         return tr_delete_subscr(T, items, a->pos[0]) ? -1 : tv_obj(T, Py_None, -1);
     if (!strcmp(s, "__getitem__") && n == 1)
-        return tr_subscr(T, items, a->pos[0]);
+        return items_getitem(T, self, a->pos[0]);
     if (!strcmp(s, "__contains__") && n == 1)
         return tr_contains(T, a->pos[0], items);
     if (!strcmp(s, "__len__") && n == 0)
@@ -656,7 +892,11 @@ static int32_t items_method(tracer *T, int32_t self, PyObject *name, const call_
         return tv_obj(T, Py_None, -1);
     if (!strcmp(s, "__init__"))   /* dict.__init__(self, ...) is self.update(...) */
         return bi_method(T, items, sn[SN_UPDATE], a);
-    static const char *plain[] = { "keys", "values", "items", "get", "pop", "setdefault", "update" };
+    if (!strcmp(s, "copy") && n == 0)
+        return items_copy(T, self, oc);
+    if ((!strcmp(s, "popitem") && (!n || oc == odict_type)) || (!strcmp(s, "move_to_end") && oc == odict_type && n >= 1))
+        return items_reorder(T, items, s[0] == 'p', a);
+    static const char *plain[] = { "keys", "values", "items", "get", "pop", "setdefault", "update", "clear" };
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
         if (!strcmp(s, plain[i]))
             return bi_method(T, items, name, a);
@@ -702,8 +942,8 @@ int32_t obj_cmethod(tracer *T, PyObject *descr, const call_args *a)
         r = -2;
     else if (oc == (PyObject *)&PyBaseObject_Type)
         r = object_method(T, self, name, &rest);
-    else if ((oc == (PyObject *)&PyDict_Type || oc == odict_type) && T->vals[self].sl[0] >= 0)
-        r = items_method(T, self, name, &rest);
+    else if ((oc == (PyObject *)&PyDict_Type || oc == odict_type || oc == ddict_type) && T->vals[self].sl[0] >= 0)
+        r = items_method(T, self, name, &rest, oc);
     else
         r = tr_break(T, "%R on a %s instance", descr, ((PyTypeObject *)T->vals[self].obj)->tp_name);
     Py_XDECREF(oc);
@@ -926,6 +1166,12 @@ PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n)
     }
     x->done = 1;
     int32_t at = x->self_, it = x->sl[0];
+    if (x->aux == ddict_type) {   /* the factory is rebuilt as an attribute (a member, set last) */
+        int32_t fac = x->sl[1] >= 0 ? x->sl[1] : tv_obj(T, Py_None, -1);
+        if (fac < 0 || tr_dict_set(T, at, sn[SN_FACTORY], fac))
+            return NULL;
+        x = &T->vals[v];
+    }
     int na = T->vals[at].n, ni = it >= 0 ? T->vals[it].n : 0, nc = 0;
     PyObject *an = PyTuple_New(na), *ik = PyTuple_New(ni), *where = PyTuple_New(na + ni);
     int32_t *all = PyMem_Malloc(sizeof(int32_t) * (size_t)(na + ni + 1));
@@ -965,11 +1211,13 @@ PyObject *tracer_build_instance(PyObject *spec, PyObject *vals)
     PyObject *empty = PyTuple_New(0);
     PyObject *o = empty ? cls->tp_new(cls, empty, NULL) : NULL;
     Py_XDECREF(empty);
-    PyObject *d = o ? PyObject_GenericGetDict(o, NULL) : NULL;
-    int bad = !d;
+    PyObject *d = o && cls->tp_dictoffset ? PyObject_GenericGetDict(o, NULL) : NULL;
+    int bad = !o || (cls->tp_dictoffset && !d);
     for (Py_ssize_t i = 0; !bad && i < na + ni; i++) {
         PyObject *val = PyTuple_GET_ITEM(vals, PyLong_AsSsize_t(PyTuple_GET_ITEM(where, i)));
-        bad = i < na ? PyDict_SetItem(d, PyTuple_GET_ITEM(an, i), val)
+        int member = i == na - 1 && base == (PyTypeObject *)ddict_type;   /* default_factory */
+        bad = member ? PyObject_SetAttr(o, PyTuple_GET_ITEM(an, i), val)
+            : i < na ? PyDict_SetItem(d, PyTuple_GET_ITEM(an, i), val)
                      : base->tp_as_mapping->mp_ass_subscript(o, PyTuple_GET_ITEM(ik, i - na), val);
     }
     Py_XDECREF(d);

@@ -224,15 +224,59 @@ int32_t set_new(tracer *T, PyObject *type, const int32_t *items, int n)
     return s < 0 || set_add_values(T, s, items, n) ? -1 : s;
 }
 
-/* Adds the elements of iterable value it to set s: another set's keys
- * (and table), or each item's key. */
-int set_update_from(tracer *T, int32_t s, int32_t it)
+/* ---------- operands ---------- */
+
+/* A Python object standing for operand v of set s's method (a set:
+ * its real set; another iterable: the list of its keys; a set or
+ * frozenset from outside: itself, guarded by value). New reference. */
+static PyObject *operand(tracer *T, int32_t s, int32_t v)
 {
-    if (set_is(T, it))
-        return _PySet_Update(T->vals[s].aux, T->vals[it].aux) || table_merge(T, s, it) ? -1 : 0;
+    if (set_is(T, v))
+        return table_merge(T, s, v) ? NULL : Py_NewRef(T->vals[v].aux);
+    if (T->vals[v].kind == V_OBJ && PyAnySet_Check(T->vals[v].obj)) {
+        PyObject *o = tr_value(T, v);
+        return Py_XNewRef(o);
+    }
     int32_t *items;
     int n;
-    return bi_items(T, it, &items, &n) ? -1 : set_add_values(T, s, items, n);
+    if (bi_items(T, v, &items, &n))
+        return NULL;
+    PyObject *l = PyList_New(n);
+    for (int i = 0; l && i < n; i++) {
+        PyObject *k = key_of(T, items[i], s);
+        if (!k)
+            Py_CLEAR(l);
+        else
+            PyList_SET_ITEM(l, i, k);
+    }
+    return l;
+}
+
+/* Adds the elements of iterable value it to set s (made here, still a
+ * real `set`), as set.update(it) does: the same operation on the real
+ * objects, so the table ends up as eager's. */
+int set_update_from(tracer *T, int32_t s, int32_t it)
+{
+    PyObject *o = operand(T, s, it);
+    int r = o ? _PySet_Update(T->vals[s].aux, o) : -1;
+    Py_XDECREF(o);
+    return r;
+}
+
+/* set(iterable) / frozenset(iterable) (type) made here: the real type
+ * applied to the real operand, as eager does. */
+int32_t set_from(tracer *T, PyObject *type, int32_t it)
+{
+    int32_t s = set_wrap(T, type, NULL);
+    PyObject *o = s < 0 ? NULL : operand(T, s, it);
+    PyObject *r = o ? PyObject_CallOneArg(type, o) : NULL;
+    Py_XDECREF(o);
+    if (!r)
+        return s < 0 || !o ? -1 : tr_raise_error(T);
+    T->vals[s].aux = r;   /* replaces the empty set (kept alive by the trace) */
+    int bad = tr_keep(T, r);
+    Py_DECREF(r);
+    return bad ? -1 : s;
 }
 
 /* 0 when iterating set s gives eager's order (it holds no tokens, or one
@@ -280,35 +324,9 @@ PyObject *set_pyobj(tracer *T, int32_t s)
             tr_break(T, "a set of tensors has no value at trace time");
             return NULL;
         }
+    if ((PyObject *)Py_TYPE(real) == T->vals[s].obj)
+        return Py_NewRef(real);   /* eager's own layout (calls at trace time do not mutate it) */
     return T->vals[s].obj == (PyObject *)&PySet_Type ? PySet_New(real) : PyFrozenSet_New(real);
-}
-
-/* ---------- operands ---------- */
-
-/* A Python object standing for operand v of set s's method (a set:
- * its real set; another iterable: the list of its keys; a set or
- * frozenset from outside: itself, guarded by value). New reference. */
-static PyObject *operand(tracer *T, int32_t s, int32_t v)
-{
-    if (set_is(T, v))
-        return table_merge(T, s, v) ? NULL : Py_NewRef(T->vals[v].aux);
-    if (T->vals[v].kind == V_OBJ && PyAnySet_Check(T->vals[v].obj)) {
-        PyObject *o = tr_value(T, v);
-        return Py_XNewRef(o);
-    }
-    int32_t *items;
-    int n;
-    if (bi_items(T, v, &items, &n))
-        return NULL;
-    PyObject *l = PyList_New(n);
-    for (int i = 0; l && i < n; i++) {
-        PyObject *k = key_of(T, items[i], s);
-        if (!k)
-            Py_CLEAR(l);
-        else
-            PyList_SET_ITEM(l, i, k);
-    }
-    return l;
 }
 
 /* Whether value v is a set or frozenset (made here or from outside). */
@@ -328,9 +346,7 @@ static int32_t result(tracer *T, int32_t s, PyObject *type, PyObject *r)
         Py_DECREF(r);
         return v;
     }
-    if (PyFrozenSet_CheckExact(r))
-        Py_SETREF(r, PySet_New(r));
-    int32_t n = r ? set_wrap(T, type, r) : -1;
+    int32_t n = set_wrap(T, type, r);   /* a frozenset result stays one (never mutated) */
     return n < 0 || table_merge(T, n, s) ? -1 : n;
 }
 
@@ -427,10 +443,6 @@ int32_t set_method(tracer *T, int32_t s, PyObject *name, const call_args *a)
             if (set_update_from(T, s, a->pos[k]))
                 return -1;
         return tv_obj(T, Py_None, -1);
-    }
-    if (!strcmp(n, "copy")) {
-        PyObject *c = PySet_New(T->vals[s].aux);
-        return result(T, s, T->vals[s].obj, c);
     }
     return real_method(T, s, name, a);
 }

@@ -173,6 +173,7 @@ int32_t bi_method(tracer *T, int32_t self, PyObject *name, const call_args *a); 
 int32_t bi_iter(tracer *T, int32_t v);                    /* iter(v) */
 int bi_next(tracer *T, int32_t it, int32_t *out);         /* 1 value, 0 exhausted, -1 */
 int bi_items(tracer *T, int32_t v, int32_t **items, int *n);   /* a sequence's items (drains iterators) */
+PyObject *bi_key(tracer *T, int32_t k);   /* a dict key: a constant or a tuple of them (borrowed, kept) */
 
 /* ops.c */
 int ops_init(void);
@@ -331,6 +332,10 @@ PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
  * are read from their own sources instead). -2: not such a callable. */
 int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a);
 int32_t obj_partial_new(tracer *T, const call_args *a);   /* functools.partial(...) in the trace */
+int obj_namedtuple_class(PyObject *cls);                   /* cls is a named tuple class */
+PyObject *obj_namedtuple_of(PyObject *tuple_obj);          /* a V_TUPLE's obj -> its named tuple class, or NULL */
+int32_t obj_tuple_new(tracer *T, const call_args *a);      /* tuple.__new__(cls, iterable) */
+int32_t obj_tuple_attr(tracer *T, int32_t v, PyObject *name);   /* a named tuple's class attribute; -2: none */
 /* a op b / a cmp b when an operand is an instance value (sets made here);
  * -2 when neither is. */
 int32_t obj_binop(tracer *T, int nb, int32_t a, int32_t b);
@@ -342,6 +347,7 @@ int set_is(tracer *T, int32_t v);                          /* v is a set made he
 int32_t set_new(tracer *T, PyObject *type, const int32_t *items, int n);   /* set/frozenset of the values */
 int set_add_values(tracer *T, int32_t s, const int32_t *items, int n);    /* s.add(each) */
 int set_update_from(tracer *T, int32_t s, int32_t iterable);              /* s.update(iterable) */
+int32_t set_from(tracer *T, PyObject *type, int32_t iterable);            /* set(it) / frozenset(it) */
 int32_t set_attr(tracer *T, int32_t s, PyObject *name);   /* a bound method; -2: none */
 int32_t set_method(tracer *T, int32_t s, PyObject *name, const call_args *a);
 int32_t set_special(tracer *T, int32_t s, obj_slot slot, const int32_t *args, int n);   /* -2: none */
