@@ -425,3 +425,97 @@ def test_sorting_tensors_by_value_runs_eagerly():
     x, y = rnd(3), rnd(3)
     check(c(x, y), f(x, y))
     assert stats(c)["breaks"] == 1
+
+
+# ================================================================ copy
+
+class Cfg:
+    def __init__(self):
+        self.a = 2.0
+        self.d = {"k": [1, 2]}
+        self.name = "n"
+
+
+CFG = Cfg()
+
+
+def copies(x):
+    y = copy.copy(x)          # a view of x's storage
+    z = copy.deepcopy(x)      # a clone
+    c = copy.deepcopy(CFG)
+    c.a = 5.0
+    c.d["k"].append(3)
+    s = copy.copy(CFG)
+    lst = [x, x * 2, {"a": x}]
+    d = copy.deepcopy(lst)
+    d[2]["a"] = d[2]["a"] + 1
+    return (y * 2, z + 1, x * c.a * len(c.d["k"]) + s.a, CFG.a, len(CFG.d["k"]), s.d is CFG.d, c.d is CFG.d,
+            d, lst, copy.copy(lst) is not lst, copy.deepcopy((1, "a")), type(c) is Cfg)
+
+
+def test_copy():
+    whole(copies, rnd(3, 4))
+
+
+def test_deepcopy_of_outside_object_is_guarded():
+    c = whole(copies, rnd(3, 4))
+    x = rnd(3, 4)
+    CFG.a = -1.0
+    same_as_eager(c, copies, x)
+    CFG.d["k"].append(9)
+    same_as_eager(c, copies, x)
+    CFG.extra = 1   # a new attribute: the copy has it too
+    same_as_eager(c, copies, x)
+    del CFG.extra
+    CFG.a, CFG.d = 2.0, {"k": [1, 2]}
+
+
+def test_copy_shares_storage_like_eager():
+    def f(x):
+        y = copy.copy(x)
+        y.mul_(2)
+        return x + 0
+    x = rnd(3)
+    c = smelt.compile(f)
+    check(c(x.clone()), f(x.clone()))
+
+
+@dataclasses.dataclass
+class Out:
+    y: torch.Tensor
+    aux: dict
+    tag: str = "out"
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    a: torch.Tensor
+    b: float
+
+
+def dataclass_helpers(x):
+    f = Frozen(x, 2.5)
+    r = dataclasses.replace(f, b=1.0)
+    return f.a * f.b, r.a, r.b, type(r), dataclasses.asdict(Out(x, {"k": 1}))
+
+
+def test_dataclass_helpers():
+    whole(dataclass_helpers, rnd(3, 4))
+
+
+def test_t5_with_cache_compiles_whole():
+    """T5's decoder builds its cache from a deep copy of the config."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model("t5", vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                                            num_decoder_layers=2, num_heads=4)
+    torch.manual_seed(0)
+    m = transformers.AutoModelForSeq2SeqLM.from_config(cfg).eval()
+    ids = torch.randint(3, 60, (2, 9), generator=G)
+    with torch.no_grad():
+        c = smelt.compile(m)
+        for n in (9, 9):
+            kw = dict(input_ids=ids[:, :n], decoder_input_ids=ids[:, :5], use_cache=True)
+            got, ref = c(**kw), m(**kw)
+            torch.testing.assert_close(got.logits, ref.logits, rtol=1e-4, atol=1e-4)
+            assert type(got.past_key_values) is type(ref.past_key_values)
+        assert stats(c)["breaks"] == 0 and stats(c)["compiles"] == 1

@@ -846,6 +846,29 @@ static int32_t b_pow(tracer *T, const call_args *a, PyObject *fn)
 }
 
 /* attr_or_missing without the exceptions the lookup raises. */
+/* Guards that class value v (a type) keeps having no attribute `name`:
+ * its identity, and the key's absence from each class's __dict__ along
+ * its MRO (fetched from v's source). 0, or -1. */
+static int class_attr_absent(tracer *T, int32_t v, PyObject *name)
+{
+    static PyObject *s_mro, *s_dict;
+    int32_t src = T->vals[v].src;
+    if (src < 0)
+        return 0;
+    if (!s_mro && (!(s_mro = PyUnicode_InternFromString("__mro__")) || !(s_dict = PyUnicode_InternFromString("__dict__"))))
+        return -1;
+    PyObject *mro = ((PyTypeObject *)T->vals[v].obj)->tp_mro;
+    int32_t ms = tr_src_new(T, SRC_ATTR, src, 0, s_mro);
+    if (!tr_const(T, v) || !mro || tr_keep(T, name))
+        return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        int32_t ds = tr_src_new(T, SRC_ATTR, tr_src_new(T, SRC_ITEM, ms, i, NULL), 0, s_dict);
+        if (tr_add_guard(T, TG_HAS_KEY, ds, name, 0))
+            return -1;
+    }
+    return 0;
+}
+
 static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
 {
     PyObject *name = tr_const(T, namev);
@@ -867,6 +890,8 @@ static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
             return -1;
         if (!has)
             return -2;
+    } else if (x->kind == V_OBJ && PyType_Check(x->obj) && !PyObject_HasAttr(x->obj, name)) {
+        return class_attr_absent(T, v, name) ? -1 : -2;
     } else if (x->kind != V_OBJ) {   /* tensors and containers: what their type has */
         PyObject *t = type_of(T, v);
         if (!t)
@@ -904,6 +929,24 @@ static int32_t b_getattr(tracer *T, const call_args *a, PyObject *fn)
     PyObject *e = msg ? PyObject_CallOneArg(PyExc_AttributeError, msg) : NULL;
     Py_XDECREF(msg);
     return tr_raise(T, e);
+}
+
+/* setattr(o, name, value) / delattr(o, name): STORE_ATTR / DELETE_ATTR. */
+static int32_t b_setattr(tracer *T, const call_args *a, PyObject *fn)
+{
+    int del = !strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "delattr");
+    if (arg_count(T, a, 3 - del, 3 - del, del ? "delattr" : "setattr") || a->nkw)
+        return a->nkw ? tr_break(T, "setattr() with keywords") : -1;
+    PyObject *name = tr_const(T, a->pos[1]);
+    if (!name)
+        return -1;
+    if (!PyUnicode_CheckExact(name))
+        return tr_break(T, "attribute name is not a str");
+    PyObject *in = Py_NewRef(name);
+    PyUnicode_InternInPlace(&in);   /* the overlay and instance dicts compare by value; kept by the trace */
+    int bad = tr_keep(T, in) || obj_setattr(T, a->pos[0], in, del ? -1 : a->pos[2]);
+    Py_DECREF(in);
+    return bad ? -1 : none(T);
 }
 
 static int32_t b_hasattr(tracer *T, const call_args *a, PyObject *fn)
@@ -972,6 +1015,7 @@ static const struct { const char *name; bi_fn fn; } builtin_table[] = {
     { "any", b_any_all }, { "all", b_any_all }, { "min", b_minmax }, { "max", b_minmax },
     { "int", b_number }, { "float", b_number }, { "bool", b_number }, { "abs", b_abs_round },
     { "round", b_abs_round }, { "pow", b_pow }, { "getattr", b_getattr }, { "hasattr", b_hasattr },
+    { "setattr", b_setattr }, { "delattr", b_setattr },
     { "str", pure }, { "repr", pure }, { "divmod", pure }, { "issubclass", pure }, { "sorted", b_sorted },
     { "set", b_set }, { "frozenset", b_set }, { "hash", pure }, { "ord", pure }, { "chr", pure },
     { "format", pure }, { "slice", b_slice },

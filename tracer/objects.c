@@ -36,6 +36,7 @@ static const char *sn_text[SN_N] = {
 };
 static PyObject *sn[SN_N];
 static PyObject *odict_type, *ddict_type, *lru_type, *module_base, *abc_meta, *partial_type;
+static PyObject *copy_fns[2], *copy_dispatch;   /* copy.copy, copy.deepcopy; copyreg.dispatch_table */
 static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class statement */
 
 /* What the tracer answers itself, by callable. */
@@ -68,6 +69,12 @@ int obj_init(void)
     PyObject *torch = PyImport_ImportModule("torch"), *nn = PyImport_ImportModule("torch.nn");
     PyObject *insp = PyImport_ImportModule("inspect");
     PyObject *abc = PyImport_ImportModule("abc");
+    PyObject *cp = PyImport_ImportModule("copy"), *creg = PyImport_ImportModule("copyreg");
+    copy_fns[0] = cp ? PyObject_GetAttrString(cp, "copy") : NULL;
+    copy_fns[1] = cp ? PyObject_GetAttrString(cp, "deepcopy") : NULL;
+    copy_dispatch = creg ? PyObject_GetAttrString(creg, "dispatch_table") : NULL;
+    Py_XDECREF(cp);
+    Py_XDECREF(creg);
     abc_meta = abc ? PyObject_GetAttrString(abc, "ABCMeta") : NULL;
     Py_XDECREF(abc);
     odict_type = coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL;
@@ -87,7 +94,7 @@ int obj_init(void)
         { "is_grad_enabled", Q_GRAD }, { "get_default_dtype", Q_DTYPE },
         { "is_autocast_enabled", Q_AUTOCAST },
     };
-    int rc = odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
+    int rc = copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
         rc = add_query(torch, qs[i].path, qs[i].k);
     rc = rc || !insp ? -1 : add_query(insp, "signature", Q_SIGNATURE);
@@ -121,8 +128,8 @@ static PyObject *own_attr(PyTypeObject *t, PyObject *name)
  * models: its metaclass must be `type` (or ABCMeta, with no abstract
  * methods left), it must have an instance dict and no non-empty __slots__,
  * no Python __new__ or __getattribute__, no other C base (nor a heap type
- * made in C) in its MRO, and not be an nn.Module. OrderedDict and
- * defaultdict themselves are their own bases. */
+ * made in C) in its MRO, and not be an nn.Module (a Python __getattribute__
+ * is inlined). OrderedDict and defaultdict themselves are their own bases. */
 static PyTypeObject *plain_base(PyObject *cls)
 {
     if (cls == odict_type || cls == ddict_type)
@@ -147,8 +154,9 @@ static PyTypeObject *plain_base(PyObject *cls)
             (heap && m->tp_dealloc != py_class_dealloc))   /* a heap type from C: its own layout */
             return NULL;
     }
+    PyObject *ga = _PyType_Lookup(t, sn[SN_GETATTRIBUTE]);
     if (PyErr_Occurred() || _PyType_Lookup(t, sn[SN_NEW]) != _PyType_Lookup(b, sn[SN_NEW]) ||
-        _PyType_Lookup(t, sn[SN_GETATTRIBUTE]) != _PyType_Lookup(b, sn[SN_GETATTRIBUTE])) {
+        (ga != _PyType_Lookup(b, sn[SN_GETATTRIBUTE]) && !PyFunction_Check(ga))) {
         PyErr_Clear();
         return NULL;
     }
@@ -581,6 +589,26 @@ static int32_t raise_missing(tracer *T, int32_t v, PyObject *name)
     return tr_raise(T, e);
 }
 
+/* v.name through the class's Python __getattribute__ (inlined), then its
+ * __getattr__ when that raises AttributeError, as type slots do. */
+static int32_t python_getattribute(tracer *T, int32_t v, PyObject *gat, PyObject *name, int missing_ok)
+{
+    int32_t pos[2] = { v, tv_obj(T, name, -1) };
+    if (pos[1] < 0)
+        return -1;
+    int32_t r = call_method(T, gat, cls_attr_src(T, v, sn[SN_GETATTRIBUTE]), pos, 2);
+    PyObject *ga = _PyType_Lookup((PyTypeObject *)T->vals[v].obj, sn[SN_GETATTR]);
+    if (r >= 0 || !T->exc || T->broke || !PyErr_GivenExceptionMatches(T->exc, PyExc_AttributeError))
+        return r;
+    if (ga && PyFunction_Check(ga)) {
+        Py_CLEAR(T->exc);
+        return call_method(T, ga, cls_attr_src(T, v, sn[SN_GETATTR]), pos, 2);
+    }
+    if (missing_ok)
+        Py_CLEAR(T->exc);
+    return missing_ok ? -2 : -1;
+}
+
 /* Attribute `name` of instance value v: object.__getattribute__'s lookup,
  * then the class's Python __getattr__. -2 when missing and missing_ok
  * (otherwise AttributeError is raised in the trace). */
@@ -597,6 +625,9 @@ int32_t obj_attr(tracer *T, int32_t v, PyObject *name, int missing_ok)
     }
     if (T->vals[v].aux == ddict_type && is_name(name, SN_FACTORY))
         return T->vals[v].sl[1] >= 0 ? T->vals[v].sl[1] : tv_obj(T, Py_None, -1);
+    PyObject *gat = _PyType_Lookup((PyTypeObject *)T->vals[v].obj, sn[SN_GETATTRIBUTE]);
+    if (gat && PyFunction_Check(gat))
+        return python_getattribute(T, v, gat, name, missing_ok);
     r = generic_getattr(T, v, name);
     if (r != -2)
         return r;
@@ -1120,9 +1151,13 @@ int32_t obj_query(tracer *T, PyObject *fn, const call_args *a)
  * is called now; an lru_cache wrapper of a Python function is traced
  * through it (fn_src: where fn is fetched from, -1: nowhere). -2 when fn
  * is neither. */
+static int32_t copy_call(tracer *T, int deep, const call_args *a);
+
 int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a)
 {
     PyObject *target = fn;
+    if (fn == copy_fns[0] || fn == copy_fns[1])
+        return copy_call(T, fn == copy_fns[1], a);
     if (Py_IS_TYPE(fn, (PyTypeObject *)lru_type)) {
         target = PyObject_GetAttr(fn, sn[SN_WRAPPED]);
         if (!target || tr_keep(T, target)) {
@@ -1146,6 +1181,235 @@ int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_
         return tr_break(T, "lru_cache wrapper of a builtin");
     int32_t ws = fn_src < 0 ? -1 : tr_src_new(T, SRC_ATTR, fn_src, 0, sn[SN_WRAPPED]);
     return tr_inline(T, target, ws, a);
+}
+
+/* ---------- copy.copy / copy.deepcopy ---------- */
+
+/* What one copy call has copied already (deepcopy's memo): values made
+ * here by value id, objects from outside by identity. */
+#define MAX_MEMO 256
+typedef struct cmemo {
+    int n;
+    int32_t from[MAX_MEMO], to[MAX_MEMO];
+    PyObject *obj[MAX_MEMO];
+} cmemo;
+
+static int32_t memo_get(const cmemo *m, int32_t v, PyObject *o)
+{
+    for (int i = 0; i < m->n; i++)
+        if (o ? m->obj[i] == o : m->from[i] == v)
+            return m->to[i];
+    return -1;
+}
+
+static int memo_put(tracer *T, cmemo *m, int32_t v, PyObject *o, int32_t to)
+{
+    if (m->n == MAX_MEMO)
+        return tr_break(T, "copy of more than %d objects", MAX_MEMO);
+    m->from[m->n] = v;
+    m->obj[m->n] = o;
+    m->to[m->n++] = to;
+    return 0;
+}
+
+/* Objects copy and deepcopy return as they are (copy's atomic types). */
+static int copy_atomic(PyObject *o)
+{
+    return tr_is_plain_const(o) || PyBytes_CheckExact(o) || PyComplex_CheckExact(o) || PyType_Check(o) ||
+           PyFunction_Check(o) || PyCFunction_Check(o) || PyCode_Check(o) || PyRange_Check(o) ||
+           o == Py_NotImplemented || PyObject_TypeCheck(o, &PyProperty_Type) || ops_dtype_of(o) >= 0 ||
+           (PyErr_Clear(), 0);
+}
+
+/* Whether copying an instance of class t is copy's default protocol:
+ * object.__reduce_ex__ (a new object of t, its __dict__ copied in), with
+ * no __copy__/__deepcopy__, reduce or state hooks and no copyreg entry. */
+static int default_copy_protocol(PyTypeObject *t)
+{
+    static const char *hooks[] = { "__copy__", "__deepcopy__", "__reduce_ex__", "__reduce__", "__getstate__",
+                                   "__setstate__", "__getnewargs__", "__getnewargs_ex__" };
+    for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++) {
+        PyObject *nm = PyUnicode_InternFromString(hooks[i]);
+        int same = nm && _PyType_Lookup(t, nm) == _PyType_Lookup(&PyBaseObject_Type, nm);
+        Py_XDECREF(nm);
+        if (!same)
+            return 0;
+    }
+    int reg = PyDict_Check(copy_dispatch) ? PyDict_Contains(copy_dispatch, (PyObject *)t) : 1;
+    PyErr_Clear();
+    return reg == 0;
+}
+
+static int32_t copy_value(tracer *T, int32_t v, int deep, cmemo *m);
+
+/* Whether graph input v's tensor object has Python attributes (which a
+ * copy would copy too): 1, or 0 with that emptiness guarded, or -1. */
+static int tensor_has_attrs(tracer *T, int32_t v)
+{
+    PyObject *d = PyObject_GenericGetDict(tr_tensor_obj(T, v), NULL);
+    Py_ssize_t n = d && PyDict_Check(d) ? PyDict_GET_SIZE(d) : 0;
+    Py_XDECREF(d);
+    PyErr_Clear();
+    int32_t s = tr_src_new(T, SRC_ATTR, T->vals[v].src, 0, sn[SN_DICT]);
+    return n ? 1 : tr_add_guard(T, TG_LEN, s, NULL, 0);
+}
+
+/* The items of container value v copied (deep) or not into a new value
+ * of v's kind; a tuple whose items all copy to themselves is v itself. */
+static int32_t copy_container(tracer *T, int32_t v, int deep, cmemo *m)
+{
+    tv_kind k = (tv_kind)T->vals[v].kind;
+    if (k == V_TUPLE && !deep)
+        return v;
+    int32_t c = tv_new(T, k);
+    if (c < 0 || (k != V_TUPLE && memo_put(T, m, v, NULL, c)))
+        return -1;
+    int same = 1;
+    for (int i = 0; i < T->vals[v].n; i++) {
+        int32_t it = T->vals[v].items[i], ci = deep ? copy_value(T, it, 1, m) : it;
+        if (ci < 0 || tv_push_item(T, c, ci, k == V_DICT ? T->vals[v].keys[i] : NULL))
+            return -1;
+        same &= ci == it;
+    }
+    T->vals[c].obj = T->vals[v].obj;   /* a named tuple stays one */
+    return k == V_TUPLE && same ? v : c;
+}
+
+/* Fills new instance c's attributes (and items) from instance v's, copied
+ * or not. */
+static int copy_inst_state(tracer *T, int32_t v, int32_t c, int deep, cmemo *m)
+{
+    for (int part = 0; part < 2; part++) {
+        int32_t from = part ? T->vals[v].sl[0] : T->vals[v].self_, to = part ? T->vals[c].sl[0] : T->vals[c].self_;
+        for (int i = 0; from >= 0 && i < T->vals[from].n; i++) {
+            int32_t it = T->vals[from].items[i], ci = deep ? copy_value(T, it, 1, m) : it;
+            if (ci < 0 || tv_push_item(T, to, ci, T->vals[from].keys[i]))
+                return -1;
+        }
+    }
+    T->vals[c].sl[1] = T->vals[v].sl[1];   /* a defaultdict's factory (a type or function: atomic) */
+    return 0;
+}
+
+/* A copy of instance value v made here: a new instance of its class with
+ * its state (plain classes under copy's default protocol, and exact
+ * OrderedDict / defaultdict). */
+static int32_t copy_inst(tracer *T, int32_t v, int deep, cmemo *m)
+{
+    tv *x = &T->vals[v];
+    if (x->sub != INST_PLAIN)
+        return x->sub == INST_SET && !deep ? set_from(T, x->obj, v)
+                                           : tr_break(T, "copy of %s", x->sub == INST_SET ? "a set holding values"
+                                                                                           : "a partial or super()");
+    PyObject *cls = x->obj;
+    int exact_dict = cls == odict_type || cls == ddict_type;
+    if (!exact_dict && (x->aux != (PyObject *)&PyBaseObject_Type || !default_copy_protocol((PyTypeObject *)cls)))
+        return tr_break(T, "copy of a %s instance (its own copy protocol)", ((PyTypeObject *)cls)->tp_name);
+    int32_t c = inst_alloc(T, cls, (PyTypeObject *)x->aux, x->pos);
+    return c < 0 || memo_put(T, m, v, NULL, c) || copy_inst_state(T, v, c, deep, m) ? -1 : c;
+}
+
+/* A copy of plain object o from outside (value v, fetched from its
+ * source): a new instance made here whose attributes are o's __dict__
+ * items, each read from its own source (guarded as it is used; the
+ * dict's keys and their order are guarded), copied or not. */
+static int32_t copy_outside_inst(tracer *T, int32_t v, int deep, cmemo *m)
+{
+    PyObject *o = T->vals[v].obj;
+    PyTypeObject *t = Py_TYPE(o), *base = plain_base((PyObject *)t);
+    int32_t src = T->vals[v].src;
+    if (base != &PyBaseObject_Type || !default_copy_protocol(t) || (T->nattrw && obj_overlaid(T, o)))
+        return tr_break(T, "copy of a %s object", t->tp_name);
+    PyObject *d = PyObject_GenericGetDict(o, NULL), *keys = d ? PyDict_Keys(d) : NULL, *kt = keys ? PyList_AsTuple(keys) : NULL;
+    Py_XDECREF(keys);
+    int32_t dsrc = src >= 0 ? tr_src_new(T, SRC_ATTR, src, 0, sn[SN_DICT]) : -1;
+    int32_t c = kt && PyTuple_GET_SIZE(kt) <= 256 ? inst_alloc(T, (PyObject *)t, base, tr_src_new(T, SRC_TYPE, src, 0, NULL)) : -1;
+    if (c < 0 || tr_add_guard(T, TG_TYPE, src, (PyObject *)t, 0) || tr_add_guard(T, TG_KEYS, dsrc, kt, 0) ||
+        memo_put(T, m, v, o, c))
+        c = -1;
+    for (Py_ssize_t i = 0; c >= 0 && i < PyTuple_GET_SIZE(kt); i++) {
+        PyObject *k = PyTuple_GET_ITEM(kt, i);
+        int32_t it = PyUnicode_CheckExact(k) && !tr_keep(T, k) ? tv_obj(T, PyDict_GetItem(d, k), tr_src_new(T, SRC_DICT, dsrc, 0, k)) : -1;
+        int32_t ci = it < 0 ? -1 : deep ? copy_value(T, it, 1, m) : it;
+        if (ci < 0 || tr_dict_set(T, T->vals[c].self_, k, ci))
+            c = PyErr_Occurred() || T->broke ? -1 : tr_break(T, "copy of an object with a non-str attribute name");
+    }
+    Py_XDECREF(d);
+    Py_XDECREF(kt);
+    return c;
+}
+
+/* A copy of object value v (from outside, or a constant). */
+static int32_t copy_object(tracer *T, int32_t v, int deep, cmemo *m)
+{
+    PyObject *o = T->vals[v].obj;
+    if (copy_atomic(o))
+        return v;
+    int32_t c = memo_get(m, -1, o);
+    if (c >= 0)
+        return c;
+    if (PyDict_CheckExact(o)) {
+        int32_t d = tr_dict_value(T, v);
+        return d < 0 ? -1 : copy_container(T, d, deep, m);
+    }
+    if (PyAnySet_CheckExact(o))
+        return set_from(T, (PyObject *)Py_TYPE(o), v);   /* its elements are constants (or it breaks) */
+    if (PyTuple_CheckExact(o) || PyFrozenSet_CheckExact(o))
+        return tr_value(T, v) ? v : -1;
+    if (tr_is_module(o) || ops_is_tensor(o))
+        return tr_break(T, "copy of a %s inside the traced code", Py_TYPE(o)->tp_name);
+    return copy_outside_inst(T, v, deep, m);
+}
+
+/* copy.copy (deep 0) / copy.deepcopy (deep 1) of value v, as the copy
+ * module does it for the values the trace holds: tensors cloned (deep)
+ * or viewed (shallow: the copy shares the storage), containers and
+ * instances rebuilt, atomic objects returned as they are. */
+static int32_t copy_value(tracer *T, int32_t v, int deep, cmemo *m)
+{
+    tv *x = &T->vals[v];
+    int32_t c = x->kind != V_OBJ ? memo_get(m, v, NULL) : -1;
+    if (c >= 0)
+        return c;
+    switch (x->kind) {
+    case V_OBJ: return copy_object(T, v, deep, m);
+    case V_FUNC: return v;
+    case V_TUPLE: case V_LIST: case V_DICT: return copy_container(T, v, deep, m);
+    case V_INST: return copy_inst(T, v, deep, m);
+    case V_TENSOR: {
+        PyObject *t = tr_tensor_obj(T, v), *rg = t ? PyObject_GetAttrString(t, "requires_grad") : NULL;
+        int plain = !t || (Py_TYPE(t) == (PyTypeObject *)ops_tensor_type() && rg == Py_False);
+        Py_XDECREF(rg);
+        if (!plain)
+            return PyErr_Occurred() ? -1 : tr_break(T, "copy of a Parameter or a tensor that requires grad");
+        int has = t ? tensor_has_attrs(T, v) : 0;
+        if (has)
+            return has < 0 ? -1 : tr_break(T, "copy of a tensor with Python attributes");
+        PyObject *name = PyUnicode_InternFromString(deep ? "clone" : "__getitem__");
+        int32_t pos[2] = { v, tv_obj(T, Py_Ellipsis, -1) };
+        call_args a = { .pos = pos, .npos = deep ? 1 : 2 };
+        c = !name || tr_keep(T, name) || pos[1] < 0 ? -1 : deep ? ops_call_method(T, name, &a) : tr_subscr(T, v, pos[1]);
+        Py_XDECREF(name);
+        return c < 0 || memo_put(T, m, v, NULL, c) ? -1 : c;
+    }
+    default:
+        return tr_break(T, "copy of a %s", tr_kind_name(T, v));
+    }
+}
+
+/* copy.copy(x) / copy.deepcopy(x[, memo=None]) called in the trace. */
+static int32_t copy_call(tracer *T, int deep, const call_args *a)
+{
+    int32_t memo = a->npos > 1 ? a->pos[1] : a->nkw == 1 ? a->kwv[0] : -1;
+    if (a->npos < 1 || a->npos + a->nkw > 1 + deep ||
+        (memo >= 0 && !(T->vals[memo].kind == V_OBJ && T->vals[memo].obj == Py_None)))
+        return tr_break(T, "copy.%s with a memo or other arguments", deep ? "deepcopy" : "copy");
+    cmemo *m = PyMem_Calloc(1, sizeof *m);
+    if (!m)
+        return PyErr_NoMemory(), -1;
+    int32_t r = copy_value(T, a->pos[0], deep, m);
+    PyMem_Free(m);
+    return r;
 }
 
 /* ---------- results ---------- */
