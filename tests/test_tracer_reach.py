@@ -519,3 +519,34 @@ def test_t5_with_cache_compiles_whole():
             torch.testing.assert_close(got.logits, ref.logits, rtol=1e-4, atol=1e-4)
             assert type(got.past_key_values) is type(ref.past_key_values)
         assert stats(c)["breaks"] == 0 and stats(c)["compiles"] == 1
+
+
+def scaled_gen(t, n):
+    for i in range(n):
+        yield t * (i + 1)
+
+
+def itertools_helpers(x):
+    a = list(itertools.islice(itertools.chain(scaled_gen(x, 2), scaled_gen(-x, 2)), 3))
+    b = [p + q for p, q in itertools.product([x, x * 2], [1, 2])]
+    c = list(itertools.chain.from_iterable([[1, 2], (3,)]))
+    d = list(itertools.islice(range(10), 2, 9, 3))
+    g = scaled_gen(x, 6)
+    e = list(itertools.islice(g, 0, 5, 3))   # consumes up to the stop, as CPython does
+    return a, b, c, d, e, len(list(g)), list(itertools.product(range(2), repeat=2))
+
+
+def operator_getters(x):
+    get = operator.itemgetter(0, 2)
+    one = operator.itemgetter(1)
+    shape = operator.attrgetter("shape")
+    dt = operator.attrgetter("dtype", "shape")
+    call = operator.methodcaller("sum", dim=0)
+    add = operator.methodcaller("add", 2.0)
+    a, b = get([x, x * 2, x * 3])
+    return a + b, one((x, x - 1)), shape(x), dt(x), call(x), add(x)
+
+
+@pytest.mark.parametrize("fn", [itertools_helpers, operator_getters])
+def test_iteration_helpers(fn):
+    whole(fn, rnd(3, 4))

@@ -26,6 +26,7 @@ static int32_t none(tracer *T)
 static int all_consts(tracer *T, const int32_t *it, int n);
 static PyObject *by_obj, *finfo, *iinfo, *device;   /* builtin -> table index; torch.finfo, iinfo, device */
 static PyObject *itertools_repeat;                  /* itertools.repeat */
+static PyObject *itertools_fns[4];                  /* itertools.chain, islice, product, chain.from_iterable */
 static PyObject *partial_type;                      /* functools.partial */
 static PyObject *tuple_new, *dict_fromkeys;         /* tuple.__new__, dict.fromkeys */
 static PyObject *count_elements;                    /* collections._count_elements (Counter's helper) */
@@ -96,6 +97,63 @@ static int next_filtered(tracer *T, int32_t it, int32_t *out)
     return tr_break(T, "filter too long");
 }
 
+/* chain: the next item of the current iterable, moving on to the next
+ * iterable (from the outer iterator self_) as each is exhausted. */
+static int next_chained(tracer *T, int32_t it, int32_t *out)
+{
+    for (long k = 0; k < MAX_ITEMS; k++) {
+        if (T->vals[it].n) {
+            int r = bi_next(T, T->vals[it].items[0], out);
+            if (r)
+                return r;
+        }
+        int32_t nxt, cur;
+        int r = bi_next(T, T->vals[it].self_, &nxt);
+        if (r <= 0) {
+            T->vals[it].done = r == 0;
+            return r;
+        }
+        if ((cur = bi_iter(T, nxt)) < 0)
+            return -1;
+        if (T->vals[it].n)
+            T->vals[it].items[0] = cur;
+        else if (tv_push_item(T, it, cur, NULL))
+            return -1;
+    }
+    return tr_break(T, "chain of too many iterables");
+}
+
+/* islice, as CPython steps it: stop once `stop` items were consumed,
+ * consume (and drop) items up to the next index to yield, then yield one. */
+static int next_sliced(tracer *T, int32_t it, int32_t *out)
+{
+    for (int take = 0;; take = 1) {
+        tv *x = &T->vals[it];
+        if (x->sl[1] >= 0 && x->pos >= x->sl[1]) {
+            x->done = 1;
+            return 0;
+        }
+        if (take || x->pos >= x->sl[0])
+            break;
+        for (int r; T->vals[it].pos < T->vals[it].sl[0]; T->vals[it].pos++)
+            if ((r = bi_next(T, T->vals[it].items[0], out)) <= 0) {
+                T->vals[it].done = r == 0;
+                return r;
+            }
+    }
+    int r = bi_next(T, T->vals[it].items[0], out);
+    tv *x = &T->vals[it];
+    if (r <= 0) {
+        x->done = r == 0;
+        return r;
+    }
+    x->pos++;
+    x->sl[0] += x->sl[2];
+    if (x->sl[1] >= 0 && x->sl[0] > x->sl[1])
+        x->sl[0] = x->sl[1];
+    return 1;
+}
+
 /* next(it): 1 and *out, 0 when exhausted, -1 on a break. */
 int bi_next(tracer *T, int32_t it, int32_t *out)
 {
@@ -137,6 +195,10 @@ int bi_next(tracer *T, int32_t it, int32_t *out)
     }
     case IT_FILTER:
         return next_filtered(T, it, out);
+    case IT_CHAIN:
+        return next_chained(T, it, out);
+    case IT_ISLICE:
+        return next_sliced(T, it, out);
     }
     return tr_break(T, "unknown iterator");
 }
@@ -1113,6 +1175,10 @@ int bi_init(void)
     }
     PyObject *it = PyImport_ImportModule("itertools");
     itertools_repeat = it ? PyObject_GetAttrString(it, "repeat") : NULL;
+    static const char *itn[3] = { "chain", "islice", "product" };
+    for (int i = 0; i < 3; i++)
+        itertools_fns[i] = it ? PyObject_GetAttrString(it, itn[i]) : NULL;
+    itertools_fns[3] = itertools_fns[0] ? PyObject_GetAttrString(itertools_fns[0], "from_iterable") : NULL;
     Py_XDECREF(it);
     PyObject *ft = PyImport_ImportModule("functools");
     partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
@@ -1128,7 +1194,8 @@ int bi_init(void)
     PyObject *coll = PyImport_ImportModule("collections");
     count_elements = coll ? PyObject_GetAttrString(coll, "_count_elements") : NULL;
     Py_XDECREF(coll);
-    if (!itertools_repeat || !partial_type || !tuple_new || !dict_fromkeys || !PyCFunction_Check(dict_fromkeys) ||
+    if (!itertools_repeat || !itertools_fns[0] || !itertools_fns[1] || !itertools_fns[2] || !itertools_fns[3] ||
+        !PyCFunction_Check(itertools_fns[3]) || !partial_type || !tuple_new || !dict_fromkeys || !PyCFunction_Check(dict_fromkeys) ||
         !count_elements || !PyCFunction_Check(count_elements) || !sorted_fn || !getters[0] || !getters[1] ||
         !getters[2])
         goto fail;
@@ -1182,6 +1249,81 @@ static int32_t torch_query(tracer *T, int which, const call_args *a)
         if (overrides_torch(T, a->pos[i]))
             return tr_break(T, "an argument overrides __torch_function__");
     return tv_obj(T, Py_False, -1);
+}
+
+/* itertools.chain(*iterables): lazy over iter(iterables); from_iterable
+ * (outer): lazy over iter(outer) itself. */
+static int32_t b_chain(tracer *T, const call_args *a, int from_iterable)
+{
+    if (a->nkw || (from_iterable && a->npos != 1))
+        return tr_break(T, "itertools.chain arguments");
+    int32_t outer = from_iterable ? a->pos[0] : tv_tuple(T, a->pos, a->npos);
+    int32_t o = outer < 0 ? -1 : bi_iter(T, outer), it = o < 0 ? -1 : new_iter(T, IT_CHAIN, o);
+    return it;
+}
+
+/* itertools.islice(iterable, stop) / islice(iterable, start, stop[, step]). */
+static int32_t b_islice(tracer *T, const call_args *a)
+{
+    int64_t v[3] = { 0, -1, 1 };
+    if (a->nkw || a->npos < 2 || a->npos > 4)
+        return tr_break(T, "itertools.islice arguments");
+    for (int i = 1; i < a->npos; i++) {
+        int at = a->npos == 2 ? 1 : i - 1;
+        int32_t p = a->pos[i];
+        if (T->vals[p].kind == V_OBJ && T->vals[p].obj == Py_None)
+            continue;
+        if (tr_int(T, p, &v[at]))
+            return -1;
+        if (v[at] < 0 || v[at] > MAX_ITEMS || (at == 2 && v[at] == 0))
+            return tr_raise(T, PyObject_CallFunction(PyExc_ValueError, "s", "bad islice() arguments"));
+    }
+    int32_t src = bi_iter(T, a->pos[0]), it = src < 0 ? -1 : new_iter(T, IT_ISLICE, -1);
+    if (it < 0 || tv_push_item(T, it, src, NULL))
+        return -1;
+    T->vals[it].sl[0] = (int32_t)v[0];
+    T->vals[it].sl[1] = (int32_t)v[1];
+    T->vals[it].sl[2] = (int32_t)v[2];
+    return it;
+}
+
+/* itertools.product(*iterables, repeat=1): its tuples (it reads its
+ * inputs in full first, as CPython does), iterated. */
+static int32_t b_product(tracer *T, const call_args *a)
+{
+    int64_t rep = 1;
+    int32_t rv = kwarg(a, "repeat"), pools[64], sizes[64], idx[64];
+    int np = a->npos;
+    if (a->nkw > (rv >= 0) || (rv >= 0 && tr_int(T, rv, &rep)) || rep < 0 || np * rep > 64)
+        return T->broke || PyErr_Occurred() ? -1 : tr_break(T, "itertools.product arguments");
+    long total = 1;
+    for (int i = 0; i < np; i++) {
+        int32_t *it;
+        int n;
+        if (bi_items(T, a->pos[i], &it, &n) || (pools[i] = tv_tuple(T, it, n)) < 0)
+            return -1;
+        sizes[i] = n;
+    }
+    for (int i = np; i < np * rep; i++) {
+        pools[i] = pools[i % np];
+        sizes[i] = sizes[i % np];
+    }
+    np *= (int)rep;
+    for (int i = 0; i < np; i++)
+        total *= sizes[i];
+    if (total > MAX_ITEMS / (np + 1))
+        return tr_break(T, "itertools.product of %ld tuples", total);
+    int32_t l = tv_new(T, V_LIST), t[64];
+    memset(idx, 0, sizeof idx);
+    for (long k = 0; l >= 0 && k < total; k++) {
+        for (int i = 0; i < np; i++)
+            t[i] = T->vals[pools[i]].items[idx[i]];
+        if (tv_push_item(T, l, tv_tuple(T, t, np), NULL))
+            return -1;
+        for (int i = np - 1; i >= 0 && ++idx[i] == sizes[i]; i--)
+            idx[i] = 0;
+    }
+    return l < 0 ? -1 : bi_iter(T, l);
 }
 
 /* itertools.repeat(obj, times): the tuple of `times` obj (a finite
@@ -1339,6 +1481,10 @@ int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
 {
     if (fn == itertools_repeat)
         return b_repeat(T, a);
+    if (fn == itertools_fns[0] || fn == itertools_fns[1] || fn == itertools_fns[2])
+        return fn == itertools_fns[0] ? b_chain(T, a, 0) : fn == itertools_fns[1] ? b_islice(T, a) : b_product(T, a);
+    if (PyCFunction_Check(fn) && ((PyCFunctionObject *)fn)->m_ml == ((PyCFunctionObject *)itertools_fns[3])->m_ml)
+        return b_chain(T, a, 1);
     if (fn == partial_type)
         return obj_partial_new(T, a);
     if (fn == tuple_new)

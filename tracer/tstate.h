@@ -54,8 +54,12 @@ typedef enum inst_kind { INST_PLAIN, INST_SUPER, INST_PARTIAL, INST_SET } inst_k
  *   IT_ZIP     items[0..n) iterators, advanced in order
  *   IT_ENUM    items[0] iterator, pos the next count
  *   IT_MAP     self_ the function, items[0..n) iterators
- *   IT_FILTER  self_ the predicate (-1: truth), items[0] iterator */
-typedef enum it_kind { IT_SEQ, IT_GEN, IT_ZIP, IT_ENUM, IT_MAP, IT_FILTER } it_kind;
+ *   IT_FILTER  self_ the predicate (-1: truth), items[0] iterator
+ *   IT_CHAIN   self_ an iterator over the iterables, items[0] the current
+ *              one's iterator (n 0: none yet)
+ *   IT_ISLICE  items[0] iterator, pos how many items it gave, sl[0] the
+ *              next index to yield, sl[1] the stop (-1: none), sl[2] the step */
+typedef enum it_kind { IT_SEQ, IT_GEN, IT_ZIP, IT_ENUM, IT_MAP, IT_FILTER, IT_CHAIN, IT_ISLICE } it_kind;
 
 typedef struct tv {
     uint8_t kind;
