@@ -550,3 +550,153 @@ def operator_getters(x):
 @pytest.mark.parametrize("fn", [itertools_helpers, operator_getters])
 def test_iteration_helpers(fn):
     whole(fn, rnd(3, 4))
+
+
+# ================================================================ context managers
+
+class Recorder:
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class Scale:
+    def __init__(self, k):
+        self.k = k
+
+    def __enter__(self):
+        return self.k
+
+    def __exit__(self, typ, val, tb):
+        return None
+
+
+SCALE3 = Scale(3.0)
+
+
+@contextlib.contextmanager
+def doubled(k):
+    yield k * 2
+
+
+def context_managers(x):
+    with Recorder("a") as r:
+        y = x * 2
+    with Scale(3.0) as k:
+        y = y * k
+    with SCALE3 as k3:
+        y = y - k3
+    with contextlib.nullcontext(5) as n:
+        y = y * n
+    with doubled(3.0) as s:
+        y = y + s
+    return y, r.name
+
+
+def grad_modes(x):
+    with torch.enable_grad():
+        a = torch.is_grad_enabled()
+        y = x * 2
+    prev = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)
+    y = y * 3
+    b = torch.is_grad_enabled()
+    torch.set_grad_enabled(prev)
+    with torch.set_grad_enabled(False):
+        c = torch.is_grad_enabled()
+    with torch.no_grad():
+        with torch.enable_grad():
+            d = torch.is_grad_enabled()
+        e = torch.is_grad_enabled()
+    return y, a, b, c, d, e, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("grad", [True, False])
+@pytest.mark.parametrize("fn", [context_managers, grad_modes])
+def test_context_managers(fn, grad):
+    with torch.set_grad_enabled(grad):
+        whole(fn, rnd(3, 4))
+        assert torch.is_grad_enabled() == grad
+
+
+def test_context_manager_state_is_guarded():
+    c = whole(context_managers, rnd(3, 4))
+    SCALE3.k = -2.0
+    same_as_eager(c, context_managers, rnd(3, 4))
+    SCALE3.k = 3.0
+
+
+def test_grad_mode_left_changed_runs_eagerly():
+    def f(x):
+        torch.set_grad_enabled(False)
+        return x * 2
+    c = smelt.compile(f)
+    with torch.enable_grad():
+        x = rnd(3)
+        r = c(x)
+        assert not torch.is_grad_enabled()   # eager's side effect happened
+        torch.set_grad_enabled(True)
+        check(r, f(x))
+        assert stats(c)["breaks"] == 1
+
+
+def test_enable_grad_over_inputs_that_require_grad_runs_eagerly():
+    def f(x, w):
+        with torch.enable_grad():
+            return x * w
+    c = smelt.compile(f)
+    x, w = rnd(3), rnd(3).requires_grad_()
+    with torch.no_grad():
+        r = c(x, w)
+        assert r.requires_grad and stats(c)["breaks"] == 1
+
+
+def test_autocast_runs_eagerly():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x.t()
+        return y.float() + 1
+    c = smelt.compile(f)
+    x = rnd(3, 4)
+    check(c(x), f(x))
+    assert stats(c)["breaks"] == 1
+
+
+# ================================================================ nested compiled modules
+
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x).relu()
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = smelt.compile(Inner())
+        self.b = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def test_compiled_submodule_is_traced_through():
+    m = Outer().eval()
+    x = rnd(3, 4)
+    with torch.no_grad():
+        c = smelt.compile(m)
+        check(c(x), m(x))
+        assert stats(c)["breaks"] == 0 and stats(c)["compiles"] == 1
+        m.a._orig_mod.fc.weight.mul_(2)   # weights are graph inputs
+        check(c(x), m(x))
+        m.a.register_forward_hook(lambda mod, i, o: o * 3)   # registered on the original
+        check(c(x), m(x))
+        assert stats(c)["breaks"] == 0

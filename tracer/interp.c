@@ -120,7 +120,6 @@ static PyObject *device_type, *param_type, *strided;   /* torch.device, nn.Param
 /* Types whose instances never change (value_stable): torch.layout,
  * torch.memory_format, torch.finfo, torch.iinfo; and enum.Enum. */
 static PyObject *value_types[4], *enum_type;
-static PyObject *ctx_grad_off, *ctx_exit;        /* markers: a grad-off manager, its __exit__ */
 
 static int init_names(void)
 {
@@ -133,8 +132,6 @@ static int init_names(void)
     s_self = PyUnicode_InternFromString("__self__");
     s_call = PyUnicode_InternFromString("__call__");
     s_func = PyUnicode_InternFromString("__func__");
-    ctx_grad_off = PyUnicode_InternFromString("<smelt: grad-off context manager>");
-    ctx_exit = PyUnicode_InternFromString("<smelt: context manager exit>");
     PyObject *torch = PyImport_ImportModule("torch");
     if (!torch)
         return -1;
@@ -156,7 +153,7 @@ static int init_names(void)
     Py_XDECREF(nn);
     Py_DECREF(torch);
     return s_forward && s_globals && s_modules && s_params && s_buffers && s_dict && s_self && s_call && s_func &&
-           ctx_grad_off && ctx_exit && ctx_classes[0] && ctx_classes[1] && device_type && strided && param_type &&
+           ctx_classes[0] && ctx_classes[1] && device_type && strided && param_type &&
            value_types[0] && value_types[1] && value_types[2] && value_types[3] && enum_type ? 0 : -1;
 }
 
@@ -1101,7 +1098,9 @@ int tr_mutate_input(tracer *T, int32_t x)
     int needs = rg == Py_True;
     Py_DECREF(rg);
     int grad = 0;
-    if (needs && T->no_grad <= 0) {   /* grad mode outside the trace (guarded) */
+    if (needs && T->no_grad < 0)
+        grad = 1;   /* torch.enable_grad() inside the trace */
+    else if (needs && T->no_grad == 0) {   /* grad mode outside the trace (guarded) */
         PyObject *torch = PyImport_AddModule("torch");
         PyObject *on = torch ? PyObject_CallMethod(torch, "is_grad_enabled", NULL) : NULL;
         if (!on)
@@ -1496,6 +1495,9 @@ static int run_post_hooks(tracer *T, int32_t mv, const mod_hooks *h, int32_t arg
  * it runs them (inlined, each hook guarded by its id and identity). */
 static int32_t call_module(tracer *T, int32_t mv, const call_args *a)
 {
+    int32_t inner = obj_compiled_inner(T, mv);   /* a smelt.compile'd submodule: its original's call */
+    if (inner != -2)
+        return inner < 0 ? -1 : call_module(T, inner, a);
     tv *m = &T->vals[mv];
     mod_hooks pre, post;
     if (tr_add_guard(T, TG_TYPE, m->src, (PyObject *)Py_TYPE(m->obj), 0) || module_hooks(T, mv, &pre, &post) ||
@@ -1557,7 +1559,8 @@ static int32_t call_unknown(tracer *T, PyObject *o)
     return -1;
 }
 
-/* torch.no_grad() / torch.inference_mode(): a marker `with` can enter. */
+/* torch.no_grad() / torch.inference_mode(): a grad-mode manager
+ * (objects.c) `with` can enter. */
 static int32_t grad_off_manager(tracer *T, const call_args *a)
 {
     if (a->nkw || a->npos > 1)
@@ -1567,7 +1570,7 @@ static int32_t grad_off_manager(tracer *T, const call_args *a)
         return -1;
     if (m != Py_True)
         return tr_break(T, "inference_mode(%R) is not supported", m);
-    return tv_obj(T, ctx_grad_off, -1);
+    return obj_grad_manager(T, 0);
 }
 
 /* A bound method object (o.method fetched as an object): its function
@@ -1624,10 +1627,6 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
     if (f->kind != V_OBJ)
         return tr_break(T, "call of a %s", kind_name(T, fn));
     PyObject *o = f->obj;
-    if (o == ctx_exit) {
-        T->no_grad--;
-        return tv_obj(T, Py_None, -1);
-    }
     int32_t r = obj_call_object(T, fn, a);   /* functools.partial: its parts guarded instead */
     if (r != -2)
         return r;
@@ -2613,17 +2612,12 @@ static int jump_if(tracer *T, tframe *f, int op, int *pc, int arg)
     return 0;
 }
 
-/* BEFORE_WITH: only the grad-off managers (no effect on a graph without
- * autograd); pushes their __exit__ marker and __enter__'s None. */
+/* BEFORE_WITH: pushes the manager's __exit__ and what __enter__ returned
+ * (objects.c: grad-mode managers, user context managers inlined). */
 static int before_with(tracer *T, tframe *f)
 {
-    int32_t m = f->stack[--f->sp];
-    if (T->vals[m].kind != V_OBJ || T->vals[m].obj != ctx_grad_off) {
-        PyObject *o = T->vals[m].kind == V_OBJ ? T->vals[m].obj : NULL;
-        return tr_break(T, "context manager %s is not supported", o ? Py_TYPE(o)->tp_name : kind_name(T, m));
-    }
-    T->no_grad++;   /* until the __exit__ call */
-    return push(f, tv_obj(T, ctx_exit, -1)) || push(f, tv_obj(T, Py_None, -1)) ? -1 : 0;
+    int32_t m = f->stack[--f->sp], ex, en;
+    return obj_enter(T, m, &ex, &en) || push(f, ex) || push(f, en) ? -1 : 0;
 }
 
 /* UNPACK_EX: `a, *rest, b = seq`. */

@@ -27,20 +27,23 @@
 enum { SN_INIT, SN_NEW, SN_SETATTR, SN_DELATTR, SN_GETATTR, SN_GETATTRIBUTE, SN_DICT, SN_CLASS, SN_GETITEM,
        SN_SETITEM, SN_DELITEM, SN_CONTAINS, SN_LEN, SN_ITER, SN_BOOL, SN_CALL, SN_SLOTS, SN_WRAPPED,
        SN_MARKED, SN_OBJCLASS, SN_NAME, SN_FGET, SN_FSET, SN_FDEL, SN_FUNC, SN_UPDATE, SN_MISSING, SN_COPY,
-       SN_FACTORY, SN_FIELDS, SN_MAKE, SN_N };
+       SN_FACTORY, SN_FIELDS, SN_MAKE, SN_API, SN_N };
 static const char *sn_text[SN_N] = {
     "__init__", "__new__", "__setattr__", "__delattr__", "__getattr__", "__getattribute__", "__dict__",
     "__class__", "__getitem__", "__setitem__", "__delitem__", "__contains__", "__len__", "__iter__",
     "__bool__", "__call__", "__slots__", "__wrapped__", "_dynamo_marked_constant", "__objclass__", "__name__",
     "fget", "fset", "fdel", "__func__", "update", "__missing__", "copy", "default_factory", "_fields", "_make",
+    "smelt._api",
 };
 static PyObject *sn[SN_N];
 static PyObject *odict_type, *ddict_type, *lru_type, *module_base, *abc_meta, *partial_type;
 static PyObject *copy_fns[2], *copy_dispatch;   /* copy.copy, copy.deepcopy; copyreg.dispatch_table */
+static PyObject *grad_mgr, *grad_exit;           /* markers: a grad-mode manager, its __exit__ */
+static PyObject *autocast_type, *grad_enabled_fn;   /* torch.autocast, torch.is_grad_enabled */
 static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class statement */
 
 /* What the tracer answers itself, by callable. */
-typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE } query_kind;
+typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD } query_kind;
 static PyObject *queries;   /* dict: callable -> query_kind */
 
 static int add_query(PyObject *root, const char *path, query_kind k)
@@ -75,6 +78,10 @@ int obj_init(void)
     copy_dispatch = creg ? PyObject_GetAttrString(creg, "dispatch_table") : NULL;
     Py_XDECREF(cp);
     Py_XDECREF(creg);
+    grad_mgr = PyUnicode_InternFromString("<smelt: grad-mode context manager>");
+    grad_exit = PyUnicode_InternFromString("<smelt: grad-mode manager exit>");
+    autocast_type = torch ? PyObject_GetAttrString(torch, "autocast") : NULL;
+    grad_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : NULL;
     abc_meta = abc ? PyObject_GetAttrString(abc, "ABCMeta") : NULL;
     Py_XDECREF(abc);
     odict_type = coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL;
@@ -92,9 +99,9 @@ int obj_init(void)
         { "_utils.is_compiling", Q_TRUE }, { "compiler.is_exporting", Q_FALSE },
         { "jit.is_scripting", Q_FALSE }, { "jit.is_tracing", Q_FALSE },
         { "is_grad_enabled", Q_GRAD }, { "get_default_dtype", Q_DTYPE },
-        { "is_autocast_enabled", Q_AUTOCAST },
+        { "is_autocast_enabled", Q_AUTOCAST }, { "enable_grad", Q_ENABLE_GRAD }, { "set_grad_enabled", Q_SET_GRAD },
     };
-    int rc = copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
+    int rc = grad_mgr && grad_exit && autocast_type && grad_enabled_fn && copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
         rc = add_query(torch, qs[i].path, qs[i].k);
     rc = rc || !insp ? -1 : add_query(insp, "signature", Q_SIGNATURE);
@@ -303,6 +310,10 @@ int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a)
 {
     if (T->vals[fn].kind == V_OBJ && Py_IS_TYPE(T->vals[fn].obj, (PyTypeObject *)partial_type))
         return call_outside_partial(T, fn, a);
+    if (T->vals[fn].kind == V_OBJ && T->vals[fn].obj == grad_exit) {   /* a grad-mode manager's __exit__ */
+        T->no_grad = T->vals[fn].pos;
+        return tv_obj(T, Py_None, -1);
+    }
     return -2;
 }
 
@@ -767,8 +778,12 @@ int obj_overlaid(tracer *T, PyObject *o)
  * hold its original object again (then it is guarded to keep holding it,
  * so the net effect stays nothing); anything else would be a side effect
  * the compiled code does not replay. 0, or -1 (break). */
+static int grad_finish(tracer *T);
+
 int obj_finish(tracer *T)
 {
+    if (grad_finish(T))
+        return -1;
     for (int32_t i = 0; i < T->nattrw; i++) {
         struct tr_attrw *w = &T->attrw[i];
         PyObject *d = PyObject_GenericGetDict(w->obj, NULL);
@@ -1119,6 +1134,157 @@ static int32_t signature_query(tracer *T, PyObject *fn, const call_args *a)
     return v;
 }
 
+/* ---------- compiled submodules ---------- */
+
+int32_t obj_compiled_inner(tracer *T, int32_t mv)
+{
+    static PyObject *cm_type, *s_orig, *s_modules;
+    if (!cm_type) {
+        PyObject *api = PyImport_GetModule(sn[SN_API]);   /* imported with smelt itself */
+        cm_type = api ? PyObject_GetAttrString(api, "CompiledModule") : NULL;
+        s_orig = PyUnicode_InternFromString("_orig_mod");
+        s_modules = PyUnicode_InternFromString("_modules");
+        Py_XDECREF(api);
+        if (!cm_type || !s_orig || !s_modules) {
+            PyErr_Clear();
+            Py_CLEAR(cm_type);
+            return -2;
+        }
+    }
+    PyObject *o = T->vals[mv].obj;
+    if (!Py_IS_TYPE(o, (PyTypeObject *)cm_type))
+        return -2;
+    int32_t src = T->vals[mv].src, ms = tr_src_new(T, SRC_ATTR, src, 0, s_modules);
+    PyObject *mods = PyObject_GetAttr(o, s_modules), *orig = mods && PyDict_Check(mods) ? PyDict_GetItemWithError(mods, s_orig) : NULL;
+    int32_t r = orig && tr_is_module(orig) && !tr_add_guard(T, TG_TYPE, src, cm_type, 0)
+              ? tv_obj(T, orig, tr_src_new(T, SRC_DICT, ms, 0, s_orig)) : -1;
+    Py_XDECREF(mods);
+    return r >= 0 || PyErr_Occurred() ? r : tr_break(T, "a CompiledModule without its original module");
+}
+
+/* ---------- grad mode and context managers ---------- */
+
+/* The trace's grad state for grad mode `on` (T->no_grad's encoding): 0
+ * when it is the mode outside the trace (guarded by every entry). */
+static int grad_state(tracer *T, int on)
+{
+    PyObject *r = PyObject_CallNoArgs(grad_enabled_fn);
+    int outer = r == Py_True;
+    Py_XDECREF(r);
+    if (!r)
+        return -2;
+    if (on && !outer)
+        T->grad_on = 1;
+    return on == outer ? 0 : on ? -1 : 1;
+}
+
+int32_t obj_grad_manager(tracer *T, int on)
+{
+    int32_t m = tv_obj(T, grad_mgr, -1);
+    if (m >= 0) {
+        T->vals[m].pos = on ? -1 : 1;
+        T->vals[m].sl[0] = -2;   /* not applied yet (set_grad_enabled applies it when called) */
+    }
+    return m;
+}
+
+/* torch.set_grad_enabled(mode): the mode changes at the call (as in eager);
+ * the manager it returns restores the mode before it on __exit__. */
+static int32_t set_grad_enabled(tracer *T, const call_args *a)
+{
+    int on;
+    int32_t mode = a->npos == 1 && !a->nkw ? a->pos[0] : a->nkw == 1 && !a->npos ? a->kwv[0] : -1;
+    if (mode < 0)
+        return tr_break(T, "torch.set_grad_enabled() arguments");
+    if (T->vals[mode].kind != V_OBJ || !PyBool_Check(T->vals[mode].obj))
+        return tr_break(T, "torch.set_grad_enabled() of a non-bool");
+    if (tr_truth(T, mode, &on))
+        return -1;
+    int saved = T->no_grad, st = grad_state(T, on);
+    int32_t m = st == -2 ? -1 : tv_obj(T, grad_mgr, -1);
+    if (m < 0)
+        return -1;
+    T->no_grad = st;
+    T->vals[m].pos = st;
+    T->vals[m].sl[0] = saved;
+    return m;
+}
+
+/* Whether function fn is torch's own code (its context managers change
+ * global state smelt does not model). */
+static int torch_code(PyObject *fn)
+{
+    const char *f = PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(fn))->co_filename);
+    if (!f)
+        PyErr_Clear();
+    return !f || strstr(f, "/torch/") != NULL;
+}
+
+/* `with m:` for an instance of a class with Python __enter__ and __exit__
+ * (not torch's: autocast and the like change state smelt does not model):
+ * __enter__ inlined, __exit__ bound for the exit call. */
+static int user_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
+{
+    tv *x = &T->vals[m];
+    PyTypeObject *cls = x->kind == V_INST && x->sub == INST_PLAIN ? (PyTypeObject *)x->obj
+                      : x->kind == V_OBJ ? Py_TYPE(x->obj) : NULL;
+    PyObject *ne = PyUnicode_InternFromString("__enter__"), *nx = PyUnicode_InternFromString("__exit__");
+    PyObject *fe = cls && ne ? _PyType_Lookup(cls, ne) : NULL, *fx = cls && nx ? _PyType_Lookup(cls, nx) : NULL;
+    int ok = fe && fx && PyFunction_Check(fe) && PyFunction_Check(fx) && !torch_code(fe) && !torch_code(fx) &&
+             !PyType_IsSubtype(cls, (PyTypeObject *)autocast_type) && !tr_keep(T, ne) && !tr_keep(T, nx);
+    Py_XDECREF(ne);
+    Py_XDECREF(nx);
+    if (!ok)
+        return PyErr_Occurred() ? -1 : tr_break(T, "context manager %s is not supported",
+                                                cls ? cls->tp_name : tr_kind_name(T, m));
+    int32_t src = x->kind == V_OBJ ? x->src : -1, ts = tr_src_new(T, SRC_TYPE, src, 0, NULL);
+    int32_t se = x->kind == V_INST ? cls_attr_src(T, m, ne) : tr_src_new(T, SRC_ATTR, ts, 0, ne);
+    int32_t sx = x->kind == V_INST ? cls_attr_src(T, m, nx) : tr_src_new(T, SRC_ATTR, ts, 0, nx);
+    if (x->kind == V_OBJ && tr_add_guard(T, TG_TYPE, src, (PyObject *)cls, 0))
+        return -1;
+    *en = call_method(T, fe, se, &m, 1);
+    *ex = *en < 0 ? -1 : tr_bound(T, fx, m, sx);
+    return *ex < 0 ? -1 : 0;
+}
+
+int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
+{
+    tv *x = &T->vals[m];
+    if (!(x->kind == V_OBJ && x->obj == grad_mgr))
+        return user_enter(T, m, ex, en);
+    int saved = x->sl[0] != -2 ? x->sl[0] : T->no_grad;
+    if (x->sl[0] == -2) {   /* no_grad() / enable_grad(): set on entry */
+        int st = grad_state(T, x->pos < 0);
+        if (st == -2)
+            return -1;
+        T->no_grad = st;
+    }
+    *ex = tv_obj(T, grad_exit, -1);
+    *en = tv_obj(T, Py_None, -1);
+    if (*ex < 0 || *en < 0)
+        return -1;
+    T->vals[*ex].pos = saved;
+    return 0;
+}
+
+/* The grad state checks at the end of a trace: the mode is as it was (a
+ * set_grad_enabled() left in place would be a side effect), and no input
+ * requires grad where the trace turned grad on (the results would). */
+static int grad_finish(tracer *T)
+{
+    if (T->no_grad != 0)
+        return tr_break(T, "the traced code leaves grad mode changed");
+    for (int32_t i = 0; T->grad_on && i < T->r->nguards; i++) {
+        PyObject *rg = T->r->guards[i].kind == TG_TENSOR ? PyObject_GetAttrString(T->r->guards[i].obj, "requires_grad") : NULL;
+        int needs = rg == Py_True;
+        Py_XDECREF(rg);
+        if (needs)
+            return tr_break(T, "grad mode turned on inside the trace over inputs that require grad");
+    }
+    PyErr_Clear();
+    return 0;
+}
+
 /* fn(*a) when fn is a query the compiler answers (is_compiling, grad
  * mode, ...); -2 when it is not one. */
 int32_t obj_query(tracer *T, PyObject *fn, const call_args *a)
@@ -1133,12 +1299,16 @@ int32_t obj_query(tracer *T, PyObject *fn, const call_args *a)
         return autocast_query(T, fn, a);
     if (q == Q_SIGNATURE)
         return signature_query(T, fn, a);
+    if (q == Q_ENABLE_GRAD)
+        return a->npos || a->nkw ? tr_break(T, "torch.enable_grad() arguments") : obj_grad_manager(T, 1);
+    if (q == Q_SET_GRAD)
+        return set_grad_enabled(T, a);
     if (a->npos || a->nkw)
         return tr_break(T, "arguments to a compile-time query");
     if (q == Q_TRUE || q == Q_FALSE)
         return tv_obj(T, q == Q_TRUE ? Py_True : Py_False, -1);
-    if (q == Q_GRAD && T->no_grad > 0)
-        return tv_obj(T, Py_False, -1);
+    if (q == Q_GRAD && T->no_grad != 0)
+        return tv_obj(T, T->no_grad > 0 ? Py_False : Py_True, -1);
     PyObject *r = PyObject_CallNoArgs(fn);   /* grad mode / default dtype: guarded by the guard tree */
     int32_t v = r ? tv_obj(T, r, -1) : -1;
     Py_XDECREF(r);

@@ -103,7 +103,9 @@ typedef struct tracer {
     int broke;             /* a graph break reason is set */
     struct tr_attrw *attrw;   /* attribute writes to outside objects (objects.c) */
     int32_t nattrw;
-    int no_grad;           /* grad-off `with` blocks the trace is inside */
+    int no_grad;           /* grad mode set by the traced code (objects.c): 0 as outside the trace
+                              (guarded), 1 off, -1 on */
+    int grad_on;           /* grad was turned on in the trace: no input may require grad */
     PyObject *exc;         /* the exception being raised in the trace (owned), or NULL */
     int32_t handled;       /* value of the exception being handled (except blocks), -1: none */
 } tracer;
@@ -336,6 +338,17 @@ PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
  * are read from their own sources instead). -2: not such a callable. */
 int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a);
 int32_t obj_partial_new(tracer *T, const call_args *a);   /* functools.partial(...) in the trace */
+/* A grad-mode manager value for `with` (torch.no_grad(): on 0;
+ * torch.enable_grad(): on 1): entering sets T->no_grad, its __exit__
+ * restores it. */
+int32_t obj_grad_manager(tracer *T, int on);
+/* BEFORE_WITH on manager value m: *ex its __exit__ (a value to call with
+ * (None, None, None)), *en what __enter__ returned. 0, or -1 (break). */
+int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en);
+/* For module value mv a smelt CompiledModule (python/smelt/_api.py): its
+ * original module `_orig_mod`, fetched from its source (a call of it runs
+ * nn.Module.__call__ of the original). -2 when mv is no CompiledModule. */
+int32_t obj_compiled_inner(tracer *T, int32_t mv);
 int obj_namedtuple_class(PyObject *cls);                   /* cls is a named tuple class */
 PyObject *obj_namedtuple_of(PyObject *tuple_obj);          /* a V_TUPLE's obj -> its named tuple class, or NULL */
 int32_t obj_tuple_new(tracer *T, const call_args *a);      /* tuple.__new__(cls, iterable) */
