@@ -700,3 +700,40 @@ def test_compiled_submodule_is_traced_through():
         m.a.register_forward_hook(lambda mod, i, o: o * 3)   # registered on the original
         check(c(x), m(x))
         assert stats(c)["breaks"] == 0
+
+
+# ================================================================ callables and named tuples from outside
+
+class Affine:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def __call__(self, t, scale=1.0):
+        return (t * self.a + self.b) * scale
+
+
+AFF = Affine(2.0, 0.5)
+
+
+def test_callable_object_from_outside():
+    def f(x):
+        return AFF(x), AFF(x, scale=3.0)
+    c = whole(f, rnd(3, 4))
+    AFF.a = -1.0
+    same_as_eager(c, f, rnd(3, 4))
+    c2 = smelt.compile(lambda x, g: g(x))
+    x = rnd(2)
+    for g in (Affine(1.0, 2.0), Affine(1.0, 2.0), Affine(3.0, -1.0)):   # attributes guarded, not identity
+        check(c2(x, g), g(x))
+    assert stats(c2)["compiles"] == 2
+
+
+def test_named_tuple_input():
+    def f(p):
+        return p.hi - p.lo, p[0], type(p) is Pair, p._replace(lo=p.hi)
+    c = smelt.compile(f)
+    for _ in range(3):
+        p = Pair(rnd(3), rnd(3))
+        check(c(p), f(p))
+    st = stats(c)
+    assert st["compiles"] == 1 and st["breaks"] == 0, st

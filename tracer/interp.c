@@ -553,7 +553,8 @@ int32_t tv_obj(tracer *T, PyObject *o, int32_t src)
 {
     if (ops_is_tensor(o))
         return tensor_input(T, o, src);
-    if ((PyTuple_CheckExact(o) || PyList_CheckExact(o)) && PySequence_Size(o) <= 256) {
+    int named = !PyTuple_CheckExact(o) && PyTuple_Check(o) && obj_namedtuple_class((PyObject *)Py_TYPE(o));
+    if ((PyTuple_CheckExact(o) || PyList_CheckExact(o) || named) && PySequence_Size(o) <= 256) {
         int isl = PyList_CheckExact(o);
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
         if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || tr_add_guard(T, TG_LEN, src, NULL, n))
@@ -568,6 +569,14 @@ int32_t tv_obj(tracer *T, PyObject *o, int32_t src)
         if (c >= 0) {
             T->vals[c].src = src;
             T->vals[c].frozen = 1;   /* an existing list: its updates would be lost */
+        }
+        if (c >= 0 && named) {   /* a named tuple: rebuilt by its class's _make */
+            PyObject *mk = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "_make");
+            if (!mk || tr_keep(T, mk))
+                c = -1;
+            else
+                T->vals[c].obj = mk;
+            Py_XDECREF(mk);
         }
         return c;
     }

@@ -306,6 +306,30 @@ static int32_t call_outside_partial(tracer *T, int32_t pv, const call_args *a)
     return partial_apply(T, func, args, kw, a);
 }
 
+static int torch_code(PyObject *fn);
+
+/* o(*a) for an object from outside whose class (not a module's, not
+ * torch's) has a Python __call__: inlined with o first, o's type guarded
+ * (its attributes are read from their sources). -2 when o is not such an
+ * object. */
+static int32_t call_user_object(tracer *T, int32_t fn, const call_args *a)
+{
+    PyObject *o = T->vals[fn].obj;
+    PyObject *c = PyType_Check(o) || PyFunction_Check(o) || PyMethod_Check(o) || PyCFunction_Check(o)
+                ? NULL : _PyType_Lookup(Py_TYPE(o), sn[SN_CALL]);
+    if (!c || !PyFunction_Check(c) || torch_code(c) || tr_is_module(o))
+        return -2;
+    int32_t pos[64], src = T->vals[fn].src;
+    if (a->npos > 62)
+        return tr_break(T, "too many arguments");
+    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || tr_keep(T, c))
+        return -1;
+    pos[0] = fn;
+    memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
+    call_args b = { .pos = pos, .npos = a->npos + 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+    return tr_inline(T, c, sub_src(T, tr_src_new(T, SRC_TYPE, src, 0, NULL), SN_CALL), &b);
+}
+
 int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a)
 {
     if (T->vals[fn].kind == V_OBJ && Py_IS_TYPE(T->vals[fn].obj, (PyTypeObject *)partial_type))
@@ -314,7 +338,7 @@ int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a)
         T->no_grad = T->vals[fn].pos;
         return tv_obj(T, Py_None, -1);
     }
-    return -2;
+    return T->vals[fn].kind == V_OBJ ? call_user_object(T, fn, a) : -2;
 }
 
 /* Whether value v can be called (a value made here, or a callable object). */

@@ -335,7 +335,9 @@ int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_
 PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
 /* A call of V_OBJ fn that objects.c answers itself before fn's identity
  * is guarded: a functools.partial (its function, arguments and keywords
- * are read from their own sources instead). -2: not such a callable. */
+ * are read from their own sources instead), an instance of a user class
+ * with a Python __call__ (inlined, its type guarded), a grad-mode
+ * manager's __exit__. -2: not such a callable. */
 int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a);
 int32_t obj_partial_new(tracer *T, const call_args *a);   /* functools.partial(...) in the trace */
 /* A grad-mode manager value for `with` (torch.no_grad(): on 0;
