@@ -737,3 +737,14 @@ def test_named_tuple_input():
         check(c(p), f(p))
     st = stats(c)
     assert st["compiles"] == 1 and st["breaks"] == 0, st
+
+
+def test_dict_from_outside_iteration_order_is_guarded():
+    """Same keys, other insertion order: eager iterates differently."""
+    def f(x, d):
+        return [x * v for v in d.values()], list(d)
+    c = smelt.compile(f)
+    x = rnd(2)
+    for d in ({"a": 1.0, "b": 2.0}, {"b": 2.0, "a": 1.0}, {"a": 1.0, "b": 2.0}):
+        check(c(x, d), f(x, d))
+    assert stats(c)["compiles"] == 2

@@ -763,6 +763,25 @@ int tr_int(tracer *T, int32_t v, int64_t *out)
  * (through a type guard on its item), so iteration order and membership
  * are sound. Such a dict belongs to the caller: it is never mutated.
  * subclass: a dict subclass is read as dict's own methods see it. */
+/* Guards the keys of dict o (from src) in their order when they are all
+ * exact str or int (a dict with the same keys inserted in another order
+ * iterates differently), else its length. 0, or -1. */
+static int dict_order_guard(tracer *T, int32_t src, PyObject *o)
+{
+    Py_ssize_t p = 0, i = 0;
+    PyObject *k, *val, *keys = PyDict_CheckExact(o) && src >= 0 ? PyTuple_New(PyDict_GET_SIZE(o)) : NULL;
+    while (keys && PyDict_Next(o, &p, &k, &val)) {
+        if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+            Py_CLEAR(keys);
+        else
+            PyTuple_SET_ITEM(keys, i++, Py_NewRef(k));
+    }
+    PyErr_Clear();
+    int rc = keys ? tr_add_guard(T, TG_KEYS, src, keys, 0) : tr_add_guard(T, TG_LEN, src, NULL, PyDict_GET_SIZE(o));
+    Py_XDECREF(keys);
+    return rc;
+}
+
 static int32_t dict_snapshot(tracer *T, int32_t v, int subclass)
 {
     tv *x = &T->vals[v];
@@ -774,7 +793,7 @@ static int32_t dict_snapshot(tracer *T, int32_t v, int subclass)
     int32_t src = x->src;
     if (PyDict_GET_SIZE(o) > 256)
         return tr_break(T, "dict with %zd items is too large to trace through", PyDict_GET_SIZE(o));
-    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || tr_add_guard(T, TG_LEN, src, NULL, PyDict_GET_SIZE(o)))
+    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || dict_order_guard(T, src, o))
         return -1;
     int32_t d = tv_new(T, V_DICT);
     PyObject *k, *val;
