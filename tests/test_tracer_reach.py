@@ -748,3 +748,17 @@ def test_dict_from_outside_iteration_order_is_guarded():
     for d in ({"a": 1.0, "b": 2.0}, {"b": 2.0, "a": 1.0}, {"a": 1.0, "b": 2.0}):
         check(c(x, d), f(x, d))
     assert stats(c)["compiles"] == 2
+
+
+def test_iteration_over_a_tensor():
+    def f(x):
+        a, b, c = x.view(3, 2)
+        return [v * 2 for v in x.view(3, 2)], a + c, list(x.t())[1], len(list(x[:0]))
+    whole(f, rnd(3, 2))
+
+    def g(x):
+        try:
+            return [t for t in x.sum()]
+        except TypeError:
+            return x + 1
+    whole(g, rnd(3))

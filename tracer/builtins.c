@@ -250,6 +250,29 @@ static int const_items(tracer *T, int32_t v, int32_t l)
     return rc;
 }
 
+/* The items of tensor value v: v[0], v[1], ... along its first dim
+ * (static: the shape is guarded), as iterating a tensor gives them. */
+static int tensor_items(tracer *T, int32_t v, int32_t **items, int *n)
+{
+    const smelt_node *nd = &T->g->nodes[T->vals[v].node];
+    if (nd->ndim == 0)
+        return tr_raise(T, PyObject_CallFunction(PyExc_TypeError, "s", "iteration over a 0-d tensor"));
+    if (nd->shape[0] > 4096)
+        return tr_break(T, "iteration over a tensor of %lld rows", (long long)nd->shape[0]);
+    int64_t rows = nd->shape[0];
+    int32_t l = tv_new(T, V_LIST);
+    for (int64_t i = 0; l >= 0 && i < rows; i++) {
+        int32_t k = tv_int(T, i), r = k < 0 ? -1 : tr_subscr(T, v, k);
+        if (r < 0 || tv_push_item(T, l, r, NULL))
+            return -1;
+    }
+    if (l < 0)
+        return -1;
+    *items = T->vals[l].items;
+    *n = T->vals[l].n;
+    return 0;
+}
+
 /* Items of a sequence-like value: a tuple/list's own items, a dict's keys,
  * an iterator drained to its end, a container module's children, a
  * constant's items. The pointer stays valid until that container grows. */
@@ -264,7 +287,7 @@ int bi_items(tracer *T, int32_t v, int32_t **items, int *n)
         return 0;
     }
     if (x->kind == V_TENSOR)
-        return tr_break(T, "iteration over a tensor");
+        return tensor_items(T, v, items, n);
     if (x->kind == V_INST) {
         int32_t it = obj_special(T, v, OS_ITER, NULL, 0);
         if (it == -2)
