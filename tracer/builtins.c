@@ -1332,7 +1332,7 @@ static int32_t b_product(tracer *T, const call_args *a)
         sizes[i] = sizes[i % np];
     }
     np *= (int)rep;
-    for (int i = 0; i < np; i++)
+    for (int i = 0; i < np && total <= MAX_ITEMS; i++)
         total *= sizes[i];
     if (total > MAX_ITEMS / (np + 1))
         return tr_break(T, "itertools.product of %ld tuples", total);
