@@ -762,3 +762,21 @@ def test_iteration_over_a_tensor():
         except TypeError:
             return x + 1
     whole(g, rnd(3))
+
+
+NAMES = {"w", "b", "q"}
+
+
+def test_set_from_outside_iteration_runs_eagerly():
+    """Equal sets can iterate in different orders: a set from outside is
+    guarded by its elements only, so its order must not reach the graph."""
+    def f(x):
+        return [x * len(n) for n in NAMES], "w" in NAMES, len(NAMES | {"z"}), sorted(NAMES)
+    c = smelt.compile(f)
+    x = rnd(2)
+    check(c(x), f(x))
+    assert stats(c)["breaks"] == 1
+
+    def g(x):
+        return x * len(NAMES), "w" in NAMES, len(NAMES | {"z"}), ("q" in (NAMES - {"q"}))
+    whole(g, x)

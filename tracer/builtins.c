@@ -236,6 +236,8 @@ static int const_items(tracer *T, int32_t v, int32_t l)
     PyObject *o = tr_value(T, v);
     if (!o)
         return -1;
+    if (PyAnySet_Check(o) && T->vals[v].src >= 0 && PySet_GET_SIZE(o) > 1)   /* guarded by its elements only */
+        return tr_break(T, "iteration order of a set from outside the trace is not guarded");
     PyObject *seq = PySequence_Fast(o, "not iterable");
     if (!seq) {
         PyErr_Clear();
@@ -713,10 +715,46 @@ static int all_consts(tracer *T, const int32_t *it, int n)
 
 /* sum(iterable, start=0): of constants, Python's own sum; with tensors,
  * start + x0 + x1 + ... as graph adds. */
+/* Whether value v is a set (from outside, or made here without tensors)
+ * whose elements are all of `ints` (ints and bools) or anything: then an
+ * answer that does not depend on the iteration order (sorted, min, max,
+ * any, all; sum of ints) may be computed on the set itself. Its
+ * elements are guarded, its order is not. */
+static int order_free_set(tracer *T, int32_t v, int ints)
+{
+    tv *x = &T->vals[v];
+    PyObject *o = x->kind == V_OBJ && PyAnySet_Check(x->obj) ? x->obj : set_is(T, v) ? x->aux : NULL;
+    Py_ssize_t pos = 0;
+    PyObject *k;
+    Py_hash_t h;
+    while (o && _PySet_NextEntry(o, &pos, &k, &h))
+        if (!tr_is_plain_const(k) || (ints && !PyLong_Check(k)))
+            return 0;
+    return o != NULL;
+}
+
+/* fn(set v, *rest) computed on the set itself (order_free_set). */
+static int32_t on_set(tracer *T, int32_t v, const call_args *a, PyObject *fn)
+{
+    PyObject *o = T->vals[v].kind == V_OBJ ? tr_value(T, v) : T->vals[v].aux;
+    int32_t c = o ? tv_obj(T, o, -1) : -1;   /* its value guarded by tr_value, or made here */
+    if (c < 0)
+        return -1;
+    int32_t pos[8] = { c };
+    call_args b = *a;
+    if (a->npos > 8)
+        return tr_break(T, "too many arguments");
+    memcpy(pos + 1, a->pos + 1, sizeof(int32_t) * (size_t)(a->npos - 1));
+    b.pos = pos;
+    return pure(T, &b, fn);
+}
+
 static int32_t b_sum(tracer *T, const call_args *a, PyObject *fn)
 {
     int32_t *it;
     int n;
+    if (a->npos >= 1 && order_free_set(T, a->pos[0], 1) && all_consts(T, a->pos + 1, a->npos - 1))
+        return on_set(T, a->pos[0], a, fn);   /* integers add up the same in any order */
     if (arg_count(T, a, 1, 2, "sum") || bi_items(T, a->pos[0], &it, &n))
         return -1;
     int32_t acc = a->npos > 1 ? a->pos[1] : kwarg(a, "start");
@@ -738,6 +776,8 @@ static int32_t b_any_all(tracer *T, const call_args *a, PyObject *fn)
     int want = strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "any") == 0;
     if (arg_count(T, a, 1, 1, want ? "any" : "all"))
         return -1;
+    if (order_free_set(T, a->pos[0], 0))
+        return on_set(T, a->pos[0], a, fn);
     int32_t it = bi_iter(T, a->pos[0]), v;
     int more, t;
     while (it >= 0 && (more = bi_next(T, it, &v)) != 0) {
@@ -853,6 +893,8 @@ static int32_t b_sorted(tracer *T, const call_args *a, PyObject *fn)
 {
     if (a->npos != 1)
         return pure(T, a, fn);   /* eager's TypeError */
+    if (!a->nkw && order_free_set(T, a->pos[0], 0))   /* a set's elements are distinct: one order */
+        return on_set(T, a->pos[0], a, fn);
     return sort_values(T, a->pos[0], a, 0);
 }
 
@@ -864,6 +906,8 @@ static int32_t b_minmax(tracer *T, const call_args *a, PyObject *fn)
 {
     int32_t *it = a->pos, key = -1, seq;
     int n = a->npos;
+    if (n == 1 && !a->nkw && order_free_set(T, a->pos[0], 0))
+        return on_set(T, a->pos[0], a, fn);
     if (n == 1 && bi_items(T, a->pos[0], &it, &n))
         return -1;
     for (int k = 0; k < a->nkw; k++)

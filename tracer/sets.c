@@ -18,7 +18,8 @@
  *     (a tensor is one value id however it is reached).
  * Eager iterates a set of tensors in the order of their addresses, which
  * no trace can know: iterating (or pop()) such a set of more than one
- * element breaks. Membership, len, add/discard/remove and the algebra do
+ * element breaks. So does one whose layout came from a set read from
+ * outside (its elements are guarded, not its order: `frozen` marks it). Membership, len, add/discard/remove and the algebra do
  * not depend on order. A set never leaves the trace: returning one breaks
  * (the compiled code would hand every call the same object).
  */
@@ -226,15 +227,29 @@ int32_t set_new(tracer *T, PyObject *type, const int32_t *items, int n)
 
 /* ---------- operands ---------- */
 
+/* Whether value v is a set from outside whose iteration order the guards
+ * do not fix (equal sets can iterate differently), or a set made here
+ * from one. */
+static int order_unguarded(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    if (set_is(T, v))
+        return x->frozen;
+    return x->kind == V_OBJ && PyAnySet_Check(x->obj) && x->src >= 0 && PySet_GET_SIZE(x->obj) > 1;
+}
+
 /* A Python object standing for operand v of set s's method (a set:
  * its real set; another iterable: the list of its keys; a set or
  * frozenset from outside: itself, guarded by value). New reference. */
 static PyObject *operand(tracer *T, int32_t s, int32_t v)
 {
-    if (set_is(T, v))
+    if (set_is(T, v)) {
+        T->vals[s].frozen |= T->vals[v].frozen;
         return table_merge(T, s, v) ? NULL : Py_NewRef(T->vals[v].aux);
+    }
     if (T->vals[v].kind == V_OBJ && PyAnySet_Check(T->vals[v].obj)) {
         PyObject *o = tr_value(T, v);
+        T->vals[s].frozen |= o && order_unguarded(T, v);
         return Py_XNewRef(o);
     }
     int32_t *items;
@@ -286,6 +301,8 @@ static int check_order(tracer *T, int32_t s, const char *what)
     PyObject *real = T->vals[s].aux;
     if (PySet_GET_SIZE(real) <= 1)
         return 0;
+    if (T->vals[s].frozen)
+        return tr_break(T, "%s a set made from a set from outside (its order is not guarded)", what);
     Py_ssize_t pos = 0;
     PyObject *k;
     Py_hash_t h;
@@ -316,6 +333,8 @@ static int32_t set_list(tracer *T, int32_t s)
 PyObject *set_pyobj(tracer *T, int32_t s)
 {
     PyObject *real = T->vals[s].aux;
+    if (check_order(T, s, "a call at trace time on"))
+        return NULL;
     Py_ssize_t pos = 0;
     PyObject *k;
     Py_hash_t h;
@@ -347,6 +366,8 @@ static int32_t result(tracer *T, int32_t s, PyObject *type, PyObject *r)
         return v;
     }
     int32_t n = set_wrap(T, type, r);   /* a frozenset result stays one (never mutated) */
+    if (n >= 0)
+        T->vals[n].frozen = T->vals[s].frozen;
     return n < 0 || table_merge(T, n, s) ? -1 : n;
 }
 
@@ -499,15 +520,20 @@ int32_t set_binop(tracer *T, int nb, int32_t a, int32_t b)
     int32_t keep = set_is(T, a) ? a : b, other = keep == a ? b : a;
     if (set_is(T, other) && table_merge(T, keep, other))
         return -1;
+    int unordered = order_unguarded(T, a) || order_unguarded(T, b);
     if (nb >= NB_INPLACE && set_is(T, a) && ta == (PyObject *)&PySet_Type) {
         PyObject *r = base == NB_OR ? PyNumber_InPlaceOr(x, y) : base == NB_AND ? PyNumber_InPlaceAnd(x, y)
                     : base == NB_SUBTRACT ? PyNumber_InPlaceSubtract(x, y) : PyNumber_InPlaceXor(x, y);
         Py_XDECREF(r);   /* x itself */
+        T->vals[a].frozen |= unordered;
         return r ? a : tr_raise_error(T);
     }
     PyObject *r = base == NB_OR ? PyNumber_Or(x, y) : base == NB_AND ? PyNumber_And(x, y)
                 : base == NB_SUBTRACT ? PyNumber_Subtract(x, y) : PyNumber_Xor(x, y);
-    return result(T, keep, ta, r);
+    int32_t n = result(T, keep, ta, r);
+    if (n >= 0 && set_is(T, n))
+        T->vals[n].frozen |= unordered;
+    return n;
 }
 
 /* a cmp b for sets (==, !=, <, <=, >, >=: subset relations); -2 when
