@@ -780,3 +780,21 @@ def test_set_from_outside_iteration_runs_eagerly():
     def g(x):
         return x * len(NAMES), "w" in NAMES, len(NAMES | {"z"}), ("q" in (NAMES - {"q"}))
     whole(g, x)
+
+
+def test_replaced_special_methods_are_seen():
+    """__call__ / __enter__ / __exit__ found on a class are guarded by
+    identity: replacing one after the first call gives eager's answer."""
+    def f(x):
+        with SCALE3 as k:
+            y = x * k
+        return AFF(y)
+    c = whole(f, rnd(3))
+    old_call, old_enter = Affine.__call__, Scale.__enter__
+    try:
+        Affine.__call__ = lambda self, t, scale=1.0: t - 100
+        same_as_eager(c, f, rnd(3))
+        Scale.__enter__ = lambda self: -7.0
+        same_as_eager(c, f, rnd(3))
+    finally:
+        Affine.__call__, Scale.__enter__ = old_call, old_enter

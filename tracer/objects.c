@@ -327,7 +327,8 @@ static int32_t call_user_object(tracer *T, int32_t fn, const call_args *a)
     pos[0] = fn;
     memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
     call_args b = { .pos = pos, .npos = a->npos + 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
-    return tr_inline(T, c, sub_src(T, tr_src_new(T, SRC_TYPE, src, 0, NULL), SN_CALL), &b);
+    int32_t cs = sub_src(T, tr_src_new(T, SRC_TYPE, src, 0, NULL), SN_CALL);
+    return tr_add_guard(T, TG_ID, cs, c, 0) ? -1 : tr_inline(T, c, cs, &b);   /* a class's method can be replaced */
 }
 
 int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a)
@@ -447,7 +448,8 @@ static int32_t namedtuple_new(tracer *T, int32_t clsv, const call_args *a)
         pos[0] = clsv;
         memcpy(pos + 1, a->pos, sizeof(int32_t) * (size_t)a->npos);
         call_args b = { .pos = pos, .npos = a->npos + 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
-        r = tr_inline(T, fn, sub_src(T, T->vals[clsv].src, SN_NEW), &b);
+        int32_t ns = sub_src(T, T->vals[clsv].src, SN_NEW);
+        r = tr_add_guard(T, TG_ID, ns, fn, 0) ? -1 : tr_inline(T, fn, ns, &b);
     }
     Py_XDECREF(fn);
     return r;
@@ -631,7 +633,8 @@ static int32_t python_getattribute(tracer *T, int32_t v, PyObject *gat, PyObject
     int32_t pos[2] = { v, tv_obj(T, name, -1) };
     if (pos[1] < 0)
         return -1;
-    int32_t r = call_method(T, gat, cls_attr_src(T, v, sn[SN_GETATTRIBUTE]), pos, 2);
+    int32_t gs = cls_attr_src(T, v, sn[SN_GETATTRIBUTE]);
+    int32_t r = tr_add_guard(T, TG_ID, gs, gat, 0) ? -1 : call_method(T, gat, gs, pos, 2);
     PyObject *ga = _PyType_Lookup((PyTypeObject *)T->vals[v].obj, sn[SN_GETATTR]);
     if (r >= 0 || !T->exc || T->broke || !PyErr_GivenExceptionMatches(T->exc, PyExc_AttributeError))
         return r;
@@ -841,7 +844,8 @@ static int32_t items_getitem(tracer *T, int32_t self, int32_t key)
     PyObject *m = _PyType_Lookup((PyTypeObject *)T->vals[self].obj, sn[SN_MISSING]);
     if (m && PyFunction_Check(m)) {
         int32_t pos[2] = { self, key };
-        return call_method(T, m, cls_attr_src(T, self, sn[SN_MISSING]), pos, 2);
+        int32_t ms = cls_attr_src(T, self, sn[SN_MISSING]);
+        return tr_add_guard(T, TG_ID, ms, m, 0) ? -1 : call_method(T, m, ms, pos, 2);
     }
     int32_t fac = T->vals[self].sl[1];
     if (T->vals[self].aux != ddict_type || fac < 0 || (T->vals[fac].kind == V_OBJ && T->vals[fac].obj == Py_None))
@@ -1265,6 +1269,8 @@ static int user_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
     int32_t se = x->kind == V_INST ? cls_attr_src(T, m, ne) : tr_src_new(T, SRC_ATTR, ts, 0, ne);
     int32_t sx = x->kind == V_INST ? cls_attr_src(T, m, nx) : tr_src_new(T, SRC_ATTR, ts, 0, nx);
     if (x->kind == V_OBJ && tr_add_guard(T, TG_TYPE, src, (PyObject *)cls, 0))
+        return -1;
+    if (tr_add_guard(T, TG_ID, se, fe, 0) || tr_add_guard(T, TG_ID, sx, fx, 0))   /* methods can be replaced */
         return -1;
     *en = call_method(T, fe, se, &m, 1);
     *ex = *en < 0 ? -1 : tr_bound(T, fx, m, sx);
