@@ -22,6 +22,7 @@ typedef struct guard_buf {
  *   EQUALS      obj: the constant             LEN_EQ          n: the length
  *   VALUE_EQ    obj: a value object (torch.device): same exact type and ==
  *   HAS_KEY     obj: a key, n: 1 if `key in v` must hold, 0 if it must not
+ *   SAME_AS     n: the id of another node, whose value v must be (identity)
  *   DICT_KEYS   obj: tuple of keys            EMPTY_DICT_OR_NONE  -
  *   TENSOR      ts: the spec                  CALL_IS  obj: callable (no
  *               arguments), aux: expected result (identity), text: call text
@@ -36,6 +37,7 @@ typedef enum guard_leaf_kind {
     LEAF_EQUALS,
     LEAF_VALUE_EQ,
     LEAF_HAS_KEY,
+    LEAF_SAME_AS,
     LEAF_LEN_EQ,
     LEAF_DICT_KEYS,
     LEAF_EMPTY_DICT_OR_NONE,
@@ -133,6 +135,10 @@ int guard_fail(guard_ctx *c, const char *fmt, ...);
  * guard "<what>: <Type>: <message>" (returns 0, exception cleared); any
  * other BaseException stays set (returns -1). */
 int guard_fail_exc(guard_ctx *c, const char *what);
+
+/* Node n's value fetched again from the frame (its whole path): a new
+ * reference; NULL when a fetch failed (reason written) or with an error. */
+PyObject *guard_node_value(guard_ctx *c, const guard_node *n);
 
 /* ---- leaves.c */
 

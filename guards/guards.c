@@ -430,6 +430,19 @@ static int fetch(guard_ctx *c, const guard_node *n, PyObject *v, PyObject **out)
     return -1;
 }
 
+PyObject *guard_node_value(guard_ctx *c, const guard_node *n)
+{
+    if (n->kind == GUARD_ROOT)
+        return NULL;
+    PyObject *pv = NULL;
+    if (n->parent->kind != GUARD_ROOT && !(pv = guard_node_value(c, n->parent)))
+        return NULL;
+    PyObject *out = NULL;
+    int r = fetch(c, n, pv, &out);
+    Py_XDECREF(pv);
+    return r == 1 ? out : NULL;
+}
+
 /* Leaves of n on v, then every child subtree that has leaves: 1, 0 or -1. */
 static int eval_node(guard_ctx *c, const guard_node *n, PyObject *v)
 {

@@ -146,6 +146,11 @@ int guard_add_equals(guard_node *n, PyObject *value);
  * == is C code without side effects (torch.device). */
 int guard_add_value_eq(guard_node *n, PyObject *value);
 
+/* v is the object node other holds (a tensor reached through two paths
+ * when traced: aliasing is part of what was compiled). other must belong
+ * to n's tree. */
+int guard_add_same_as(guard_node *n, const guard_node *other);
+
 /* (key in v) is present: a dict's keys (dict subclasses and other
  * mappings through `in`). key: a constant guard_add_equals accepts,
  * hashable. */

@@ -265,10 +265,12 @@ static guard_node *src_node(guard_tree *t, const tr_src *src, guard_node **nodes
     return NULL;
 }
 
-/* Adds the leaf for tracer guard gd on node n. 0, or -1 with an exception. */
-static int add_leaf(guard_node *n, const tr_guard *gd)
+/* Adds the leaf for tracer guard gd on node n (nodes: by source). 0, or -1
+ * with an exception. */
+static int add_leaf(guard_node *n, const tr_guard *gd, guard_node *const *nodes)
 {
     switch ((tr_guard_kind)gd->kind) {
+    case TG_SAME: return guard_add_same_as(n, nodes[gd->n]);
     case TG_TYPE: return guard_add_type_is(n, (PyTypeObject *)gd->obj);
     case TG_ID: return guard_add_id_is(n, gd->obj);
     case TG_EQ:
@@ -306,7 +308,7 @@ static guard_tree *build_tree(PyObject *fn, int nargs, PyObject *names, tr_resul
     for (int32_t i = 0; ok && i < r->nsrcs; i++)
         ok = (nodes[i] = src_node(t, &r->srcs[i], nodes, vars, cells, nargs)) != NULL;
     for (int32_t i = 0; ok && i < r->nguards; i++)
-        ok = add_leaf(nodes[r->guards[i].src], &r->guards[i]) == 0;
+        ok = add_leaf(nodes[r->guards[i].src], &r->guards[i], nodes) == 0;
     for (int32_t k = 0; ok && k < r->ninputs; k++)
         input_node[k] = guard_node_id(nodes[r->input_src[k]]);
     for (int32_t i = 0; ok && i < r->nouts; i++)
@@ -510,10 +512,16 @@ static PyObject *resume_eager(FunctionObject *self, const call_frame *f, const t
     resume_req.code = PyFunction_GET_CODE(self->fn);
     resume_req.state = st;
     resume_req.pc = pc;
+    tracer_hook_force(resume_req.code);   /* offered even where skip rules apply (smelt's own trampolines) */
     const tracer_callback *prev = tracer_hook_enter(&hook_cb);
     PyObject *r = PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
     tracer_hook_exit(prev);
-    resume_req.code = NULL;
+    tracer_hook_force(NULL);
+    if (resume_req.code) {   /* never offered: it ran from its start, so eager effects ran twice */
+        resume_req.code = NULL;
+        Py_XDECREF(r);
+        return PyErr_Format(PyExc_SystemError, "smelt: the frame of %R was not resumed", self->fn);
+    }
     return r;
 }
 

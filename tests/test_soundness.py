@@ -441,3 +441,54 @@ def test_monkeypatched_methods_and_functions():
     finally:
         F.relu = old
     same(f(x), uses_relu(x))
+
+
+def test_same_tensor_passed_twice_then_two():
+    f = smelt.compile(lambda a, b: a + b * 2)
+    x, y = rnd(3), rnd(4)[:3].clone()
+    same(f(x, x), x + x * 2)
+    same(f(x, y), x + y * 2)     # the entry traced with one tensor must not match two
+    same(f(y, y), y + y * 2)
+
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * k + 1
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.k, None
+
+
+class Triple(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * 3
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+
+def test_autograd_function_forward_traced():
+    def fn(x):
+        return Double.apply(x, 2.0) + Triple.apply(x)
+
+    f = smelt.compile(fn)
+    x = rnd(4)
+    with torch.no_grad():
+        same(f(x), fn(x))
+    assert f.stats()["breaks"] == 0
+    xg = rnd(4).requires_grad_()
+    y = f(xg)                     # grad needed: eager, with autograd's graph
+    y.sum().backward()
+    xe = xg.detach().clone().requires_grad_()
+    fn(xe).sum().backward()
+    same(xg.grad, xe.grad)

@@ -1767,7 +1767,7 @@ def print_call(a):
 
 
 def set_grad_false(a):
-    with torch.set_grad_enabled(False):   # changes global state when called: not modelled
+    with torch.set_grad_enabled(False):   # changes grad mode when called, restored by __exit__
         y = a + 1
     return y
 
@@ -1869,9 +1869,6 @@ FALLBACKS = [
     ("random", random_op, lambda: (rnd(4, 5),), "randn"),
     ("setattr", setattr_side_effect, lambda: (rnd(4, 5),), "STORE_ATTR"),
     ("print", print_call, lambda: (rnd(4, 5),), "print"),
-    ("enable_grad", enable_grad_block, lambda: (rnd(4, 5),), "enable_grad"),
-    ("set_grad_enabled", set_grad_false, lambda: (rnd(4, 5),), "set_grad_enabled"),
-    ("unknown_context", unknown_context, lambda: (rnd(4, 5),), "context manager"),
     ("generator_send", generator_send, lambda: (rnd(4, 5),), "send"),
     ("live_view_update", live_view_update, lambda: (rnd(4, 5),), "live view"),
     ("mutate_default_list", mutate_default, lambda: (rnd(4, 5),), "list passed in from outside"),
@@ -1884,7 +1881,8 @@ FALLBACKS = [
 
 # Once fallbacks, now compiled: torch ops without a graph op run as host
 # calls inside the graph (embedding, conv, einsum, cumsum, tensor indexing,
-# reflect padding); yield from is interpreted.
+# reflect padding); yield from is interpreted; grad-mode managers and
+# context managers with Python __enter__/__exit__ are traced.
 HOST_CALLED = [
     ("embedding", EmbedModel, lambda: (torch.tensor([[1, 2], [3, 9]]),), "embedding"),
     ("conv2d", ConvModel, lambda: (rnd(1, 2, 5, 5),), "conv"),
@@ -1894,6 +1892,9 @@ HOST_CALLED = [
     ("einsum", einsum_op, lambda: (rnd(4, 5),), "einsum"),
     ("yield_from", yield_from, lambda: (rnd(4, 5),), "GET_YIELD_FROM_ITER"),
     ("pad_reflect", pad_reflect, lambda: (rnd(2, 4, 5),), "pad mode"),
+    ("enable_grad", enable_grad_block, lambda: (rnd(4, 5),), "enable_grad"),   # no input requires grad
+    ("set_grad_enabled", set_grad_false, lambda: (rnd(4, 5),), "set_grad_enabled"),
+    ("context_manager", unknown_context, lambda: (rnd(4, 5),), "context manager"),
 ]
 
 

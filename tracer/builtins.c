@@ -18,8 +18,20 @@
 static PyObject *s_modules, *s_keys;   /* "_modules", "keys" */
 
 static int32_t pure(tracer *T, const call_args *a, PyObject *fn);
+
+static int32_t none(tracer *T)
+{
+    return tv_obj(T, Py_None, -1);
+}
+static int all_consts(tracer *T, const int32_t *it, int n);
 static PyObject *by_obj, *finfo, *iinfo, *device;   /* builtin -> table index; torch.finfo, iinfo, device */
 static PyObject *itertools_repeat;                  /* itertools.repeat */
+static PyObject *itertools_fns[4];                  /* itertools.chain, islice, product, chain.from_iterable */
+static PyObject *partial_type;                      /* functools.partial */
+static PyObject *tuple_new, *dict_fromkeys;         /* tuple.__new__, dict.fromkeys */
+static PyObject *count_elements;                    /* collections._count_elements (Counter's helper) */
+static PyObject *sorted_fn;                         /* builtins.sorted */
+static PyObject *getters[3];                        /* operator.itemgetter, attrgetter, methodcaller */
 static PyObject *torch_queries[5];         /* torch._C._has_torch_function{,_unary,_variadic}, _is_tracing, _get_tracing_state */
 
 /* ---------- iteration ---------- */
@@ -85,6 +97,63 @@ static int next_filtered(tracer *T, int32_t it, int32_t *out)
     return tr_break(T, "filter too long");
 }
 
+/* chain: the next item of the current iterable, moving on to the next
+ * iterable (from the outer iterator self_) as each is exhausted. */
+static int next_chained(tracer *T, int32_t it, int32_t *out)
+{
+    for (long k = 0; k < MAX_ITEMS; k++) {
+        if (T->vals[it].n) {
+            int r = bi_next(T, T->vals[it].items[0], out);
+            if (r)
+                return r;
+        }
+        int32_t nxt, cur;
+        int r = bi_next(T, T->vals[it].self_, &nxt);
+        if (r <= 0) {
+            T->vals[it].done = r == 0;
+            return r;
+        }
+        if ((cur = bi_iter(T, nxt)) < 0)
+            return -1;
+        if (T->vals[it].n)
+            T->vals[it].items[0] = cur;
+        else if (tv_push_item(T, it, cur, NULL))
+            return -1;
+    }
+    return tr_break(T, "chain of too many iterables");
+}
+
+/* islice, as CPython steps it: stop once `stop` items were consumed,
+ * consume (and drop) items up to the next index to yield, then yield one. */
+static int next_sliced(tracer *T, int32_t it, int32_t *out)
+{
+    for (int take = 0;; take = 1) {
+        tv *x = &T->vals[it];
+        if (x->sl[1] >= 0 && x->pos >= x->sl[1]) {
+            x->done = 1;
+            return 0;
+        }
+        if (take || x->pos >= x->sl[0])
+            break;
+        for (int r; T->vals[it].pos < T->vals[it].sl[0]; T->vals[it].pos++)
+            if ((r = bi_next(T, T->vals[it].items[0], out)) <= 0) {
+                T->vals[it].done = r == 0;
+                return r;
+            }
+    }
+    int r = bi_next(T, T->vals[it].items[0], out);
+    tv *x = &T->vals[it];
+    if (r <= 0) {
+        x->done = r == 0;
+        return r;
+    }
+    x->pos++;
+    x->sl[0] += x->sl[2];
+    if (x->sl[1] >= 0 && x->sl[0] > x->sl[1])
+        x->sl[0] = x->sl[1];
+    return 1;
+}
+
 /* next(it): 1 and *out, 0 when exhausted, -1 on a break. */
 int bi_next(tracer *T, int32_t it, int32_t *out)
 {
@@ -126,6 +195,10 @@ int bi_next(tracer *T, int32_t it, int32_t *out)
     }
     case IT_FILTER:
         return next_filtered(T, it, out);
+    case IT_CHAIN:
+        return next_chained(T, it, out);
+    case IT_ISLICE:
+        return next_sliced(T, it, out);
     }
     return tr_break(T, "unknown iterator");
 }
@@ -163,6 +236,8 @@ static int const_items(tracer *T, int32_t v, int32_t l)
     PyObject *o = tr_value(T, v);
     if (!o)
         return -1;
+    if (PyAnySet_Check(o) && T->vals[v].src >= 0 && PySet_GET_SIZE(o) > 1)   /* guarded by its elements only */
+        return tr_break(T, "iteration order of a set from outside the trace is not guarded");
     PyObject *seq = PySequence_Fast(o, "not iterable");
     if (!seq) {
         PyErr_Clear();
@@ -175,6 +250,29 @@ static int const_items(tracer *T, int32_t v, int32_t l)
     }
     Py_DECREF(seq);
     return rc;
+}
+
+/* The items of tensor value v: v[0], v[1], ... along its first dim
+ * (static: the shape is guarded), as iterating a tensor gives them. */
+static int tensor_items(tracer *T, int32_t v, int32_t **items, int *n)
+{
+    const smelt_node *nd = &T->g->nodes[T->vals[v].node];
+    if (nd->ndim == 0)
+        return tr_raise(T, PyObject_CallFunction(PyExc_TypeError, "s", "iteration over a 0-d tensor"));
+    if (nd->shape[0] > 4096)
+        return tr_break(T, "iteration over a tensor of %lld rows", (long long)nd->shape[0]);
+    int64_t rows = nd->shape[0];
+    int32_t l = tv_new(T, V_LIST);
+    for (int64_t i = 0; l >= 0 && i < rows; i++) {
+        int32_t k = tv_int(T, i), r = k < 0 ? -1 : tr_subscr(T, v, k);
+        if (r < 0 || tv_push_item(T, l, r, NULL))
+            return -1;
+    }
+    if (l < 0)
+        return -1;
+    *items = T->vals[l].items;
+    *n = T->vals[l].n;
+    return 0;
 }
 
 /* Items of a sequence-like value: a tuple/list's own items, a dict's keys,
@@ -191,7 +289,7 @@ int bi_items(tracer *T, int32_t v, int32_t **items, int *n)
         return 0;
     }
     if (x->kind == V_TENSOR)
-        return tr_break(T, "iteration over a tensor");
+        return tensor_items(T, v, items, n);
     if (x->kind == V_INST) {
         int32_t it = obj_special(T, v, OS_ITER, NULL, 0);
         if (it == -2)
@@ -433,13 +531,13 @@ static PyObject *type_of(tracer *T, int32_t v)
     switch (x->kind) {
     case V_TENSOR: return x->obj ? x->obj : ops_tensor_type();   /* inputs keep their own type */
     case V_OBJ: return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) ? NULL : (PyObject *)Py_TYPE(x->obj);
-    case V_TUPLE: return x->obj ? x->obj : (PyObject *)&PyTuple_Type;
-    case V_LIST: return (PyObject *)&PyList_Type;
+    case V_TUPLE: return !x->obj ? (PyObject *)&PyTuple_Type : obj_namedtuple_of(x->obj) ? obj_namedtuple_of(x->obj) : x->obj;
+    case V_LIST: return x->obj ? x->obj : (PyObject *)&PyList_Type;   /* a module container's slice */
     case V_DICT: return (PyObject *)&PyDict_Type;
     case V_FUNC: return (PyObject *)&PyFunction_Type;
     case V_SLICE: return (PyObject *)&PySlice_Type;
     case V_ITER: if (x->sub == IT_GEN) return (PyObject *)&PyGen_Type; break;
-    case V_INST: if (!x->sub) return x->obj; break;
+    case V_INST: if (x->sub != INST_SUPER) return x->obj; break;
     default: break;
     }
     tr_break(T, "type of a %s", x->kind == V_BOUND ? "bound method" : "special value");
@@ -568,10 +666,23 @@ static int dict_fill(tracer *T, int32_t d, int32_t src)
         PyObject *key;
         if (bi_items(T, it[i], &kv, &m) || m != 2)
             return m != 2 ? tr_break(T, "dict() item of length %d", m) : -1;
-        if (!(key = tr_const(T, kv[0])) || tr_dict_set(T, d, key, kv[1]))
+        if (!(key = bi_key(T, kv[0])) || tr_dict_set(T, d, key, kv[1]))
             return -1;
     }
     return 0;
+}
+
+/* set(iterable) / frozenset(iterable): a set made here (sets.c); a
+ * frozenset of constants is a constant. */
+static int32_t b_set(tracer *T, const call_args *a, PyObject *fn)
+{
+    if (a->nkw || a->npos > 1)
+        return pure(T, a, fn);   /* eager's TypeError */
+    if (fn == (PyObject *)&PyFrozenSet_Type && (!a->npos || all_consts(T, a->pos, 1)) &&
+        (!a->npos || T->vals[a->pos[0]].kind != V_OBJ || tr_is_plain_const(T->vals[a->pos[0]].obj) ||
+         PyTuple_CheckExact(T->vals[a->pos[0]].obj) || PyAnySet_CheckExact(T->vals[a->pos[0]].obj)))
+        return pure(T, a, fn);
+    return a->npos ? set_from(T, fn, a->pos[0]) : set_new(T, fn, NULL, 0);
 }
 
 static int32_t b_dict(tracer *T, const call_args *a, PyObject *fn)
@@ -604,10 +715,46 @@ static int all_consts(tracer *T, const int32_t *it, int n)
 
 /* sum(iterable, start=0): of constants, Python's own sum; with tensors,
  * start + x0 + x1 + ... as graph adds. */
+/* Whether value v is a set (from outside, or made here without tensors)
+ * whose elements are all of `ints` (ints and bools) or anything: then an
+ * answer that does not depend on the iteration order (sorted, min, max,
+ * any, all; sum of ints) may be computed on the set itself. Its
+ * elements are guarded, its order is not. */
+static int order_free_set(tracer *T, int32_t v, int ints)
+{
+    tv *x = &T->vals[v];
+    PyObject *o = x->kind == V_OBJ && PyAnySet_Check(x->obj) ? x->obj : set_is(T, v) ? x->aux : NULL;
+    Py_ssize_t pos = 0;
+    PyObject *k;
+    Py_hash_t h;
+    while (o && _PySet_NextEntry(o, &pos, &k, &h))
+        if (!tr_is_plain_const(k) || (ints && !PyLong_Check(k)))
+            return 0;
+    return o != NULL;
+}
+
+/* fn(set v, *rest) computed on the set itself (order_free_set). */
+static int32_t on_set(tracer *T, int32_t v, const call_args *a, PyObject *fn)
+{
+    PyObject *o = T->vals[v].kind == V_OBJ ? tr_value(T, v) : T->vals[v].aux;
+    int32_t c = o ? tv_obj(T, o, -1) : -1;   /* its value guarded by tr_value, or made here */
+    if (c < 0)
+        return -1;
+    int32_t pos[8] = { c };
+    call_args b = *a;
+    if (a->npos > 8)
+        return tr_break(T, "too many arguments");
+    memcpy(pos + 1, a->pos + 1, sizeof(int32_t) * (size_t)(a->npos - 1));
+    b.pos = pos;
+    return pure(T, &b, fn);
+}
+
 static int32_t b_sum(tracer *T, const call_args *a, PyObject *fn)
 {
     int32_t *it;
     int n;
+    if (a->npos >= 1 && order_free_set(T, a->pos[0], 1) && all_consts(T, a->pos + 1, a->npos - 1))
+        return on_set(T, a->pos[0], a, fn);   /* integers add up the same in any order */
     if (arg_count(T, a, 1, 2, "sum") || bi_items(T, a->pos[0], &it, &n))
         return -1;
     int32_t acc = a->npos > 1 ? a->pos[1] : kwarg(a, "start");
@@ -629,6 +776,8 @@ static int32_t b_any_all(tracer *T, const call_args *a, PyObject *fn)
     int want = strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "any") == 0;
     if (arg_count(T, a, 1, 1, want ? "any" : "all"))
         return -1;
+    if (order_free_set(T, a->pos[0], 0))
+        return on_set(T, a->pos[0], a, fn);
     int32_t it = bi_iter(T, a->pos[0]), v;
     int more, t;
     while (it >= 0 && (more = bi_next(T, it, &v)) != 0) {
@@ -640,19 +789,165 @@ static int32_t b_any_all(tracer *T, const call_args *a, PyObject *fn)
     return it < 0 ? -1 : tv_obj(T, want ? Py_False : Py_True, -1);
 }
 
-/* min/max over constants (over tensors the answer depends on their data). */
+/* ---------- ordering by keys: sorted, list.sort, min/max(key=) ---------- */
+
+/* Items of value v copied into a new array (*out, PyMem_Free it): calls
+ * made while ordering may grow the arena. */
+static int items_copy(tracer *T, int32_t v, int32_t **out, int *n)
+{
+    int32_t *it;
+    if (bi_items(T, v, &it, n))
+        return -1;
+    if (!(*out = PyMem_Malloc(sizeof(int32_t) * (size_t)(*n + 1))))
+        return PyErr_NoMemory(), -1;
+    memcpy(*out, it, sizeof(int32_t) * (size_t)*n);
+    return 0;
+}
+
+/* The Python list of the sort keys of items[0..n): key(item) (key -1 or
+ * None: the item), each a trace-time value. New reference, or NULL. */
+static PyObject *sort_keys(tracer *T, const int32_t *items, int n, int32_t key)
+{
+    int by_fn = key >= 0 && !(T->vals[key].kind == V_OBJ && T->vals[key].obj == Py_None);
+    PyObject *l = PyList_New(n);
+    for (int i = 0; l && i < n; i++) {
+        call_args b = { .pos = (int32_t *)&items[i], .npos = 1 };
+        int32_t k = by_fn ? tr_call(T, key, &b) : items[i];
+        PyObject *o = k < 0 ? NULL : T->vals[k].kind == V_TENSOR ? NULL : tr_pyobj(T, k);
+        if (!o) {
+            if (k >= 0 && T->vals[k].kind == V_TENSOR)
+                tr_break(T, "ordering tensors depends on their data");
+            Py_CLEAR(l);
+        } else {
+            PyList_SET_ITEM(l, i, o);
+        }
+    }
+    return l;
+}
+
+/* fn(range(n), key=keys.__getitem__, **extra) for builtin fn (sorted,
+ * min, max): Python's own answer over the key values, as indices. New
+ * reference, or NULL (the trace raises what eager would). */
+static PyObject *by_index(tracer *T, PyObject *fn, PyObject *keys, PyObject *extra)
+{
+    PyObject *get = PyObject_GetAttrString(keys, "__getitem__");
+    PyObject *rng = get ? PyObject_CallFunction((PyObject *)&PyRange_Type, "n", PyList_GET_SIZE(keys)) : NULL;
+    PyObject *args = rng ? PyTuple_Pack(1, rng) : NULL, *kw = args ? PyDict_Copy(extra) : NULL;
+    PyObject *r = kw && !PyDict_SetItemString(kw, "key", get) ? PyObject_Call(fn, args, kw) : NULL;
+    Py_XDECREF(get);
+    Py_XDECREF(rng);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    if (!r)
+        tr_raise_error(T);
+    return r;
+}
+
+/* The keyword arguments of an ordering call other than key (reverse,
+ * default) as a dict of their values; *key the key function (-1: none). */
+static PyObject *order_kwargs(tracer *T, const call_args *a, int32_t *key)
+{
+    PyObject *kw = PyDict_New();
+    *key = -1;
+    for (int k = 0; kw && k < a->nkw; k++) {
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], "key") == 0) {
+            *key = a->kwv[k];
+            continue;
+        }
+        PyObject *o = tr_pyobj(T, a->kwv[k]);
+        if (!o || PyDict_SetItem(kw, a->kwn[k], o))
+            Py_CLEAR(kw);
+        Py_XDECREF(o);
+    }
+    return kw;
+}
+
+/* The items of v ordered as fn (sorted) orders them by key: a new list
+ * value; in place into v (a list made here) when inplace. */
+static int32_t sort_values(tracer *T, int32_t v, const call_args *a, int inplace)
+{
+    int32_t key, *items, l = -1;
+    int n;
+    PyObject *kw = order_kwargs(T, a, &key);
+    if (!kw || items_copy(T, v, &items, &n)) {
+        Py_XDECREF(kw);
+        return -1;
+    }
+    PyObject *keys = sort_keys(T, items, n, key), *order = keys ? by_index(T, sorted_fn, keys, kw) : NULL;
+    if (order)
+        l = inplace ? v : tv_new(T, V_LIST);
+    if (l >= 0 && inplace)
+        T->vals[l].n = 0;
+    for (Py_ssize_t i = 0; l >= 0 && order && i < PyList_GET_SIZE(order); i++)
+        if (tv_push_item(T, l, items[PyLong_AsSsize_t(PyList_GET_ITEM(order, i))], NULL))
+            l = -1;
+    PyMem_Free(items);
+    Py_XDECREF(kw);
+    Py_XDECREF(keys);
+    Py_XDECREF(order);
+    return l < 0 ? -1 : inplace ? none(T) : l;
+}
+
+/* sorted(iterable, key=None, reverse=False). */
+static int32_t b_sorted(tracer *T, const call_args *a, PyObject *fn)
+{
+    if (a->npos != 1)
+        return pure(T, a, fn);   /* eager's TypeError */
+    if (!a->nkw && order_free_set(T, a->pos[0], 0))   /* a set's elements are distinct: one order */
+        return on_set(T, a->pos[0], a, fn);
+    return sort_values(T, a->pos[0], a, 0);
+}
+
+/* min/max(iterable or *args, key=None[, default]): over constants,
+ * Python's own; with key=, the item whose key Python picks (tensors
+ * ordered by a constant key); over tensors themselves: a break (their
+ * order depends on their data). */
 static int32_t b_minmax(tracer *T, const call_args *a, PyObject *fn)
 {
-    int32_t *it = a->pos, seq;
+    int32_t *it = a->pos, key = -1, seq;
     int n = a->npos;
+    if (n == 1 && !a->nkw && order_free_set(T, a->pos[0], 0))
+        return on_set(T, a->pos[0], a, fn);
     if (n == 1 && bi_items(T, a->pos[0], &it, &n))
         return -1;
-    if (!all_consts(T, it, n))
-        return tr_break(T, "min()/max() of tensors depends on tensor data");
-    if ((seq = tv_tuple(T, it, n)) < 0)
+    for (int k = 0; k < a->nkw; k++)
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], "key") == 0)
+            key = a->kwv[k];
+    if (all_consts(T, it, n) && key < 0 && all_consts(T, a->kwv, a->nkw)) {
+        if ((seq = tv_tuple(T, it, n)) < 0)
+            return -1;
+        call_args b = { .pos = &seq, .npos = 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+        return pure(T, &b, fn);
+    }
+    int32_t *items, r = -1, dflt = kwarg(a, "default");
+    if ((seq = tv_tuple(T, it, n)) < 0 || items_copy(T, seq, &items, &n))
         return -1;
-    call_args b = { .pos = &seq, .npos = 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
-    return pure(T, &b, fn);
+    call_args rest = { .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+    PyObject *kn[32];
+    int32_t kv[32];
+    if (dflt >= 0 && n == 0) {
+        PyMem_Free(items);
+        return dflt;
+    }
+    if (dflt >= 0) {   /* only used when empty */
+        rest.nkw = 0;
+        for (int k = 0; k < a->nkw && k < 32; k++)
+            if (a->kwv[k] != dflt) {
+                kn[rest.nkw] = a->kwn[k];
+                kv[rest.nkw++] = a->kwv[k];
+            }
+        rest.kwn = kn;
+        rest.kwv = kv;
+    }
+    PyObject *kw = order_kwargs(T, &rest, &key), *keys = kw ? sort_keys(T, items, n, key) : NULL;
+    PyObject *at = keys ? by_index(T, fn, keys, kw) : NULL;
+    if (at)
+        r = items[PyLong_AsSsize_t(at)];
+    PyMem_Free(items);
+    Py_XDECREF(kw);
+    Py_XDECREF(keys);
+    Py_XDECREF(at);
+    return r;
 }
 
 static int32_t b_number(tracer *T, const call_args *a, PyObject *fn)
@@ -680,6 +975,29 @@ static int32_t b_pow(tracer *T, const call_args *a, PyObject *fn)
 }
 
 /* attr_or_missing without the exceptions the lookup raises. */
+/* Guards that class value v (a type) keeps having no attribute `name`:
+ * its identity, and the key's absence from each class's __dict__ along
+ * its MRO (fetched from v's source). 0, or -1. */
+static int class_attr_absent(tracer *T, int32_t v, PyObject *name)
+{
+    static PyObject *s_mro, *s_dict;
+    int32_t src = T->vals[v].src;
+    if (src < 0)
+        return 0;
+    if (!s_mro && (!(s_mro = PyUnicode_InternFromString("__mro__")) || !(s_dict = PyUnicode_InternFromString("__dict__"))))
+        return -1;
+    PyObject *mro = ((PyTypeObject *)T->vals[v].obj)->tp_mro;
+    int32_t ms = tr_src_new(T, SRC_ATTR, src, 0, s_mro);
+    if (!tr_const(T, v) || !mro || tr_keep(T, name))
+        return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        int32_t ds = tr_src_new(T, SRC_ATTR, tr_src_new(T, SRC_ITEM, ms, i, NULL), 0, s_dict);
+        if (tr_add_guard(T, TG_HAS_KEY, ds, name, 0))
+            return -1;
+    }
+    return 0;
+}
+
 static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
 {
     PyObject *name = tr_const(T, namev);
@@ -701,6 +1019,8 @@ static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
             return -1;
         if (!has)
             return -2;
+    } else if (x->kind == V_OBJ && PyType_Check(x->obj) && !PyObject_HasAttr(x->obj, name)) {
+        return class_attr_absent(T, v, name) ? -1 : -2;
     } else if (x->kind != V_OBJ) {   /* tensors and containers: what their type has */
         PyObject *t = type_of(T, v);
         if (!t)
@@ -740,6 +1060,24 @@ static int32_t b_getattr(tracer *T, const call_args *a, PyObject *fn)
     return tr_raise(T, e);
 }
 
+/* setattr(o, name, value) / delattr(o, name): STORE_ATTR / DELETE_ATTR. */
+static int32_t b_setattr(tracer *T, const call_args *a, PyObject *fn)
+{
+    int del = !strcmp(((PyCFunctionObject *)fn)->m_ml->ml_name, "delattr");
+    if (arg_count(T, a, 3 - del, 3 - del, del ? "delattr" : "setattr") || a->nkw)
+        return a->nkw ? tr_break(T, "setattr() with keywords") : -1;
+    PyObject *name = tr_const(T, a->pos[1]);
+    if (!name)
+        return -1;
+    if (!PyUnicode_CheckExact(name))
+        return tr_break(T, "attribute name is not a str");
+    PyObject *in = Py_NewRef(name);
+    PyUnicode_InternInPlace(&in);   /* the overlay and instance dicts compare by value; kept by the trace */
+    int bad = tr_keep(T, in) || obj_setattr(T, a->pos[0], in, del ? -1 : a->pos[2]);
+    Py_DECREF(in);
+    return bad ? -1 : none(T);
+}
+
 static int32_t b_hasattr(tracer *T, const call_args *a, PyObject *fn)
 {
     (void)fn;
@@ -772,7 +1110,7 @@ static int32_t pure(tracer *T, const call_args *a, PyObject *fn)
     PyObject *args = PyTuple_New(a->npos), *kw = a->nkw ? PyDict_New() : NULL, *r = NULL;
     int ok = args && (!a->nkw || kw);
     for (int i = 0; ok && i < a->npos; i++) {
-        PyObject *o = tr_pyobj(T, a->pos[i]);
+        PyObject *o = set_is(T, a->pos[i]) ? set_pyobj(T, a->pos[i]) : tr_pyobj(T, a->pos[i]);
         if (!(ok = o != NULL))
             break;
         PyTuple_SET_ITEM(args, i, o);
@@ -806,8 +1144,9 @@ static const struct { const char *name; bi_fn fn; } builtin_table[] = {
     { "any", b_any_all }, { "all", b_any_all }, { "min", b_minmax }, { "max", b_minmax },
     { "int", b_number }, { "float", b_number }, { "bool", b_number }, { "abs", b_abs_round },
     { "round", b_abs_round }, { "pow", b_pow }, { "getattr", b_getattr }, { "hasattr", b_hasattr },
-    { "str", pure }, { "repr", pure }, { "divmod", pure }, { "issubclass", pure }, { "sorted", pure },
-    { "set", pure }, { "frozenset", pure }, { "hash", pure }, { "ord", pure }, { "chr", pure },
+    { "setattr", b_setattr }, { "delattr", b_setattr },
+    { "str", pure }, { "repr", pure }, { "divmod", pure }, { "issubclass", pure }, { "sorted", b_sorted },
+    { "set", b_set }, { "frozenset", b_set }, { "hash", pure }, { "ord", pure }, { "chr", pure },
     { "format", pure }, { "slice", b_slice },
 };
 
@@ -891,7 +1230,7 @@ int bi_init(void)
     by_obj = PyDict_New();
     s_modules = PyUnicode_InternFromString("_modules");
     s_keys = PyUnicode_InternFromString("keys");
-    if (!b || !torch || !by_obj || !s_modules || !s_keys)
+    if (!b || !torch || !by_obj || !s_modules || !s_keys || set_init())
         goto fail;
     for (size_t i = 0; i < sizeof builtin_table / sizeof builtin_table[0]; i++) {
         PyObject *f = PyObject_GetAttrString(b, builtin_table[i].name), *idx = PyLong_FromSize_t(i);
@@ -903,8 +1242,29 @@ int bi_init(void)
     }
     PyObject *it = PyImport_ImportModule("itertools");
     itertools_repeat = it ? PyObject_GetAttrString(it, "repeat") : NULL;
+    static const char *itn[3] = { "chain", "islice", "product" };
+    for (int i = 0; i < 3; i++)
+        itertools_fns[i] = it ? PyObject_GetAttrString(it, itn[i]) : NULL;
+    itertools_fns[3] = itertools_fns[0] ? PyObject_GetAttrString(itertools_fns[0], "from_iterable") : NULL;
     Py_XDECREF(it);
-    if (!itertools_repeat)
+    PyObject *ft = PyImport_ImportModule("functools");
+    partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
+    Py_XDECREF(ft);
+    tuple_new = PyObject_GetAttrString((PyObject *)&PyTuple_Type, "__new__");
+    dict_fromkeys = PyObject_GetAttrString((PyObject *)&PyDict_Type, "fromkeys");
+    sorted_fn = PyObject_GetAttrString(b, "sorted");
+    PyObject *op = PyImport_ImportModule("operator");
+    static const char *gn[3] = { "itemgetter", "attrgetter", "methodcaller" };
+    for (int i = 0; i < 3; i++)
+        getters[i] = op ? PyObject_GetAttrString(op, gn[i]) : NULL;
+    Py_XDECREF(op);
+    PyObject *coll = PyImport_ImportModule("collections");
+    count_elements = coll ? PyObject_GetAttrString(coll, "_count_elements") : NULL;
+    Py_XDECREF(coll);
+    if (!itertools_repeat || !itertools_fns[0] || !itertools_fns[1] || !itertools_fns[2] || !itertools_fns[3] ||
+        !PyCFunction_Check(itertools_fns[3]) || !partial_type || !tuple_new || !dict_fromkeys || !PyCFunction_Check(dict_fromkeys) ||
+        !count_elements || !PyCFunction_Check(count_elements) || !sorted_fn || !getters[0] || !getters[1] ||
+        !getters[2])
         goto fail;
     finfo = PyObject_GetAttrString(torch, "finfo");
     device = PyObject_GetAttrString(torch, "device");
@@ -958,6 +1318,81 @@ static int32_t torch_query(tracer *T, int which, const call_args *a)
     return tv_obj(T, Py_False, -1);
 }
 
+/* itertools.chain(*iterables): lazy over iter(iterables); from_iterable
+ * (outer): lazy over iter(outer) itself. */
+static int32_t b_chain(tracer *T, const call_args *a, int from_iterable)
+{
+    if (a->nkw || (from_iterable && a->npos != 1))
+        return tr_break(T, "itertools.chain arguments");
+    int32_t outer = from_iterable ? a->pos[0] : tv_tuple(T, a->pos, a->npos);
+    int32_t o = outer < 0 ? -1 : bi_iter(T, outer), it = o < 0 ? -1 : new_iter(T, IT_CHAIN, o);
+    return it;
+}
+
+/* itertools.islice(iterable, stop) / islice(iterable, start, stop[, step]). */
+static int32_t b_islice(tracer *T, const call_args *a)
+{
+    int64_t v[3] = { 0, -1, 1 };
+    if (a->nkw || a->npos < 2 || a->npos > 4)
+        return tr_break(T, "itertools.islice arguments");
+    for (int i = 1; i < a->npos; i++) {
+        int at = a->npos == 2 ? 1 : i - 1;
+        int32_t p = a->pos[i];
+        if (T->vals[p].kind == V_OBJ && T->vals[p].obj == Py_None)
+            continue;
+        if (tr_int(T, p, &v[at]))
+            return -1;
+        if (v[at] < 0 || v[at] > MAX_ITEMS || (at == 2 && v[at] == 0))
+            return tr_raise(T, PyObject_CallFunction(PyExc_ValueError, "s", "bad islice() arguments"));
+    }
+    int32_t src = bi_iter(T, a->pos[0]), it = src < 0 ? -1 : new_iter(T, IT_ISLICE, -1);
+    if (it < 0 || tv_push_item(T, it, src, NULL))
+        return -1;
+    T->vals[it].sl[0] = (int32_t)v[0];
+    T->vals[it].sl[1] = (int32_t)v[1];
+    T->vals[it].sl[2] = (int32_t)v[2];
+    return it;
+}
+
+/* itertools.product(*iterables, repeat=1): its tuples (it reads its
+ * inputs in full first, as CPython does), iterated. */
+static int32_t b_product(tracer *T, const call_args *a)
+{
+    int64_t rep = 1;
+    int32_t rv = kwarg(a, "repeat"), pools[64], sizes[64], idx[64];
+    int np = a->npos;
+    if (a->nkw > (rv >= 0) || (rv >= 0 && tr_int(T, rv, &rep)) || rep < 0 || np * rep > 64)
+        return T->broke || PyErr_Occurred() ? -1 : tr_break(T, "itertools.product arguments");
+    long total = 1;
+    for (int i = 0; i < np; i++) {
+        int32_t *it;
+        int n;
+        if (bi_items(T, a->pos[i], &it, &n) || (pools[i] = tv_tuple(T, it, n)) < 0)
+            return -1;
+        sizes[i] = n;
+    }
+    for (int i = np; i < np * rep; i++) {
+        pools[i] = pools[i % np];
+        sizes[i] = sizes[i % np];
+    }
+    np *= (int)rep;
+    for (int i = 0; i < np && total <= MAX_ITEMS; i++)
+        total *= sizes[i];
+    if (total > MAX_ITEMS / (np + 1))
+        return tr_break(T, "itertools.product of %ld tuples", total);
+    int32_t l = tv_new(T, V_LIST), t[64];
+    memset(idx, 0, sizeof idx);
+    for (long k = 0; l >= 0 && k < total; k++) {
+        for (int i = 0; i < np; i++)
+            t[i] = T->vals[pools[i]].items[idx[i]];
+        if (tv_push_item(T, l, tv_tuple(T, t, np), NULL))
+            return -1;
+        for (int i = np - 1; i >= 0 && ++idx[i] == sizes[i]; i--)
+            idx[i] = 0;
+    }
+    return l < 0 ? -1 : bi_iter(T, l);
+}
+
 /* itertools.repeat(obj, times): the tuple of `times` obj (a finite
  * iterable, as torch's _ntuple helpers use it); without times: a break. */
 static int32_t b_repeat(tracer *T, const call_args *a)
@@ -976,11 +1411,162 @@ static int32_t b_repeat(tracer *T, const call_args *a)
     return tv_tuple(T, items, (int)n);
 }
 
+/* dict.fromkeys(iterable, value=None): a dict made here. */
+static int32_t b_fromkeys(tracer *T, const call_args *a)
+{
+    int32_t *it, d = tv_new(T, V_DICT), val = a->npos == 2 ? a->pos[1] : tv_obj(T, Py_None, -1);
+    int n;
+    if (a->nkw || a->npos < 1 || a->npos > 2)
+        return tr_break(T, "dict.fromkeys() arguments");
+    if (d < 0 || val < 0 || bi_items(T, a->pos[0], &it, &n))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        PyObject *key = bi_key(T, it[i]);
+        if (!key || tr_dict_set(T, d, key, val))
+            return -1;
+    }
+    return d;
+}
+
+/* collections._count_elements(mapping, iterable): mapping[e] =
+ * mapping.get(e, 0) + 1 for each element, through the mapping's own
+ * methods (a Counter made in the trace). */
+static int32_t b_count_elements(tracer *T, const call_args *a)
+{
+    int32_t *it, zero = tv_int(T, 0), one = tv_int(T, 1);
+    int n;
+    PyObject *get = PyUnicode_InternFromString("get");
+    int32_t getv = get && !tr_keep(T, get) && a->npos == 2 && !a->nkw ? tr_load_attr(T, a->pos[0], get) : -1;
+    Py_XDECREF(get);
+    if (getv < 0 || zero < 0 || one < 0 || bi_items(T, a->pos[1], &it, &n))
+        return getv < 0 && a->npos != 2 ? tr_break(T, "_count_elements() arguments") : -1;
+    int32_t *items = PyMem_Malloc(sizeof(int32_t) * (size_t)(n + 1));
+    if (!items)
+        return PyErr_NoMemory(), -1;
+    memcpy(items, it, sizeof(int32_t) * (size_t)n);   /* the calls may grow the arena */
+    int rc = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        int32_t pos[2] = { items[i], zero };
+        call_args b = { .pos = pos, .npos = 2 };
+        int32_t c = tr_call(T, getv, &b), s = c < 0 ? -1 : tr_binop(T, NB_ADD, c, one);
+        rc = s < 0 || tr_store_subscr(T, a->pos[0], items[i], s) ? -1 : 0;
+    }
+    PyMem_Free(items);
+    return rc ? -1 : none(T);
+}
+
+/* attrgetter's lookup of dotted name `path` (a str) on value v. */
+static int32_t dotted_attr(tracer *T, int32_t v, PyObject *path)
+{
+    PyObject *dot = PyUnicode_FromString("."), *parts = dot ? PyUnicode_Split(path, dot, -1) : NULL;
+    Py_XDECREF(dot);
+    for (Py_ssize_t i = 0; parts && v >= 0 && i < PyList_GET_SIZE(parts); i++) {
+        PyObject *name = PyList_GET_ITEM(parts, i);
+        PyUnicode_InternInPlace(&name);   /* the list still owns it */
+        PyList_SET_ITEM(parts, i, name);
+        v = tr_keep(T, name) ? -1 : tr_load_attr(T, v, name);
+    }
+    Py_XDECREF(parts);
+    return parts ? v : -1;
+}
+
+/* methodcaller's call of method `name` of value obj with constant
+ * arguments, from its __reduce__: (methodcaller, (name, *args)) or
+ * (partial(methodcaller, name, **kwargs), args). */
+static int32_t call_method_of(tracer *T, PyObject *head, PyObject *args, int32_t obj)
+{
+    PyObject *name = NULL, *kw = NULL;
+    Py_ssize_t first = 0;
+    if (PyType_Check(head) && PyTuple_GET_SIZE(args) >= 1) {
+        name = PyTuple_GET_ITEM(args, 0);
+        first = 1;
+    } else if (Py_IS_TYPE(head, (PyTypeObject *)partial_type)) {
+        PyObject *pa = PyObject_GetAttrString(head, "args");
+        kw = PyObject_GetAttrString(head, "keywords");
+        name = pa && PyTuple_Check(pa) && PyTuple_GET_SIZE(pa) == 1 ? PyTuple_GET_ITEM(pa, 0) : NULL;
+        if (name && tr_keep(T, name))
+            name = NULL;
+        Py_XDECREF(pa);
+    }
+    int32_t pos[64], kwv[32], m = -1;
+    PyObject *kwn[32];
+    int nk = 0, np = (int)(PyTuple_GET_SIZE(args) - first);
+    Py_ssize_t p = 0;
+    PyObject *k, *v;
+    if (name && PyUnicode_Check(name) && np <= 64 && (!kw || (PyDict_Check(kw) && PyDict_GET_SIZE(kw) <= 32)) &&
+        !(kw && tr_keep(T, kw)))
+        m = tr_load_attr(T, obj, name);
+    else
+        m = PyErr_Occurred() ? -1 : tr_break(T, "operator.methodcaller of this form");
+    for (int i = 0; m >= 0 && i < np; i++)
+        if ((pos[i] = tv_obj(T, PyTuple_GET_ITEM(args, first + i), -1)) < 0)
+            m = -1;
+    while (m >= 0 && kw && PyDict_Next(kw, &p, &k, &v)) {
+        kwn[nk] = k;
+        if ((kwv[nk++] = tv_obj(T, v, -1)) < 0)
+            m = -1;
+    }
+    Py_XDECREF(kw);
+    call_args b = { .pos = pos, .npos = np, .kwn = kwn, .kwv = kwv, .nkw = nk };
+    return m < 0 ? -1 : tr_call(T, m, &b);
+}
+
+/* g(obj) for an itemgetter / attrgetter / methodcaller object g (which,
+ * its index in getters): what it does, on the traced value obj. Its
+ * items, names and arguments are constants read from its __reduce__. */
+static int32_t call_getter(tracer *T, PyObject *g, int which, const call_args *a)
+{
+    if (a->npos != 1 || a->nkw)
+        return tr_break(T, "%s called with %d arguments", Py_TYPE(g)->tp_name, a->npos);
+    PyObject *red = PyObject_CallMethod(g, "__reduce__", NULL), *args = red ? PyTuple_GetItem(red, 1) : NULL;
+    int32_t out[64], r = -1;
+    Py_ssize_t n = args && PyTuple_Check(args) ? PyTuple_GET_SIZE(args) : -1;
+    if (n < 0 || n > 64) {
+        Py_XDECREF(red);
+        PyErr_Clear();
+        return tr_break(T, "%s of this form", Py_TYPE(g)->tp_name);
+    }
+    if (which == 2) {
+        r = call_method_of(T, PyTuple_GET_ITEM(red, 0), args, a->pos[0]);
+        Py_DECREF(red);
+        return r;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *it = PyTuple_GET_ITEM(args, i);
+        int32_t k = tv_obj(T, it, -1);
+        out[i] = k < 0 ? -1 : which == 0 ? tr_subscr(T, a->pos[0], k) : dotted_attr(T, a->pos[0], it);
+        if (out[i] < 0)
+            break;
+        r = n == 1 ? out[0] : i == n - 1 ? tv_tuple(T, out, (int)n) : 0;
+    }
+    Py_DECREF(red);
+    return r;
+}
+
 /* A call of builtin/C callable fn; -2 when fn is none smelt knows. */
 int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
 {
     if (fn == itertools_repeat)
         return b_repeat(T, a);
+    if (fn == itertools_fns[0] || fn == itertools_fns[1] || fn == itertools_fns[2])
+        return fn == itertools_fns[0] ? b_chain(T, a, 0) : fn == itertools_fns[1] ? b_islice(T, a) : b_product(T, a);
+    if (PyCFunction_Check(fn) && ((PyCFunctionObject *)fn)->m_ml == ((PyCFunctionObject *)itertools_fns[3])->m_ml)
+        return b_chain(T, a, 1);
+    if (fn == partial_type)
+        return obj_partial_new(T, a);
+    if (fn == tuple_new)
+        return obj_tuple_new(T, a);
+    for (int i = 0; i < 3; i++) {
+        if (fn == getters[i])   /* making one: its items/names are constants */
+            return all_consts(T, a->pos, a->npos) && all_consts(T, a->kwv, a->nkw) ? pure(T, a, fn) : -2;
+        if (Py_IS_TYPE(fn, (PyTypeObject *)getters[i]))
+            return call_getter(T, fn, i, a);
+    }
+    if (PyCFunction_Check(fn) && PyCFunction_GET_SELF(fn) == (PyObject *)&PyDict_Type &&
+        ((PyCFunctionObject *)fn)->m_ml == ((PyCFunctionObject *)dict_fromkeys)->m_ml)
+        return b_fromkeys(T, a);   /* dict.fromkeys (a new bound method at each lookup) */
+    if (PyCFunction_Check(fn) && ((PyCFunctionObject *)fn)->m_ml == ((PyCFunctionObject *)count_elements)->m_ml)
+        return b_count_elements(T, a);
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
     if (idx)
         return builtin_table[PyLong_AsSsize_t(idx)].fn(T, a, fn);
@@ -1013,6 +1599,20 @@ int32_t bi_call(tracer *T, PyObject *fn, const call_args *a)
 }
 
 /* ---------- list, tuple and dict methods ---------- */
+
+/* Key value k of a dict made here, as the object stored (borrowed, kept
+ * alive by the trace): a constant (guarded as tr_const does) or a tuple of
+ * constants (built by value). NULL: a break or an error. */
+PyObject *bi_key(tracer *T, int32_t k)
+{
+    if (T->vals[k].kind != V_TUPLE)
+        return tr_const(T, k);
+    PyObject *o = tr_pyobj(T, k);
+    if (o && tr_keep(T, o))
+        Py_CLEAR(o);
+    Py_XDECREF(o);   /* the keep list holds it */
+    return o;
+}
 
 static int is_name(PyObject *name, const char *s)
 {
@@ -1079,10 +1679,6 @@ static int32_t tuple_const_method(tracer *T, int32_t self, PyObject *name, const
     return r;
 }
 
-static int32_t none(tracer *T)
-{
-    return tv_obj(T, Py_None, -1);
-}
 
 static int32_t list_mutate(tracer *T, int32_t self, PyObject *name, const call_args *a)
 {
@@ -1139,6 +1735,8 @@ static int32_t list_mutate(tracer *T, int32_t self, PyObject *name, const call_a
 
 static int32_t list_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
 {
+    if (is_name(name, "sort") && !a->npos)
+        return T->vals[self].frozen ? tr_break(T, "mutating a list passed in from outside") : sort_values(T, self, a, 1);
     if (a->nkw)
         return tr_break(T, "list.%U with keywords", name);
     if (is_name(name, "index") || is_name(name, "count"))
@@ -1185,39 +1783,42 @@ static int32_t dict_mutate(tracer *T, int32_t d, PyObject *name, const call_args
     int at;
     if (T->vals[d].frozen)
         return tr_break(T, "mutating a dict passed in from outside");
-    if (is_name(name, "update") && a->npos <= 1) {
-        int32_t src = a->npos ? tr_dict_value(T, a->pos[0]) : -2;
-        for (int i = 0; src >= 0 && i < T->vals[src].n; i++) {
-            int32_t key = tv_obj(T, T->vals[src].keys[i], -1);
-            if (key < 0 || dict_find(T, d, key, &at))
+    if (is_name(name, "update") && a->npos <= 1) {   /* a dict, a mapping or (key, value) pairs */
+        if (a->npos && dict_fill(T, d, a->pos[0]))
+            return -1;
+        for (int k = 0; k < a->nkw; k++)
+            if (tr_dict_set(T, d, a->kwn[k], a->kwv[k]))
                 return -1;
-            if (at >= 0)
-                T->vals[d].items[at] = T->vals[src].items[i];
-            else if (tv_push_item(T, d, T->vals[src].items[i], T->vals[src].keys[i]))
-                return -1;
-        }
-        for (int k = 0; src != -1 && k < a->nkw; k++) {
-            int32_t key = tv_obj(T, a->kwn[k], -1);
-            if (key < 0 || dict_find(T, d, key, &at))
-                return -1;
-            if (at >= 0)
-                T->vals[d].items[at] = a->kwv[k];
-            else if (tv_push_item(T, d, a->kwv[k], a->kwn[k]))
-                return -1;
-        }
-        return src == -1 ? -1 : none(T);
+        return none(T);
+    }
+    if (is_name(name, "clear") && !a->npos && !a->nkw) {
+        T->vals[d].n = 0;
+        return none(T);
+    }
+    if (is_name(name, "popitem") && !a->npos && !a->nkw) {
+        tv *x = &T->vals[d];
+        if (!x->n)
+            return tr_raise(T, PyObject_CallFunction(PyExc_KeyError, "s", "popitem(): dictionary is empty"));
+        int32_t pair[2] = { tv_obj(T, x->keys[x->n - 1], -1), x->items[x->n - 1] };
+        T->vals[d].n--;
+        return pair[0] < 0 ? -1 : tv_tuple(T, pair, 2);
     }
     if ((is_name(name, "pop") || is_name(name, "setdefault")) && a->npos >= 1 && a->npos <= 2) {
         if (dict_find(T, d, a->pos[0], &at))
             return -1;
         if (is_name(name, "setdefault")) {
-            PyObject *key = at < 0 ? tr_const(T, a->pos[0]) : NULL;
+            PyObject *key = at < 0 ? bi_key(T, a->pos[0]) : NULL;
             if (at < 0 && (!key || tv_push_item(T, d, a->npos == 2 ? a->pos[1] : none(T), key)))
                 return -1;
             return at >= 0 ? T->vals[d].items[at] : T->vals[d].items[T->vals[d].n - 1];
         }
-        if (at < 0)
-            return a->npos == 2 ? a->pos[1] : tr_break(T, "dict.pop of a missing key");
+        if (at < 0 && a->npos == 2)
+            return a->pos[1];
+        if (at < 0) {
+            PyObject *key = tr_pyobj(T, a->pos[0]), *e = key ? PyObject_CallOneArg(PyExc_KeyError, key) : NULL;
+            Py_XDECREF(key);
+            return key ? tr_raise(T, e) : -1;
+        }
         tv *x = &T->vals[d];
         int32_t v = x->items[at];
         memmove(&x->items[at], &x->items[at + 1], sizeof(int32_t) * (size_t)(x->n - at - 1));
@@ -1259,6 +1860,10 @@ int32_t bi_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
         if ((is_name(name, "index") || is_name(name, "count")) && !a->nkw)
             return seq_query(T, self, name, a);
         return tuple_const_method(T, self, name, a);
+    case V_INST:
+        if (set_is(T, self))
+            return set_method(T, self, name, a);
+        return tr_break(T, "method %U of this value is not supported", name);
     default:
         return tr_break(T, "method %U of this value is not supported", name);
     }

@@ -28,6 +28,7 @@
 #define SKIP_YES ((void *)2)
 
 static _Thread_local const tracer_callback *tls_callback;
+static _Thread_local PyObject *tls_forced;   /* code whose next fresh frame is offered whatever the skip rules */
 static int n_active;                 /* callbacks entered, all threads (GIL) */
 static _PyFrameEvalFunction prev_eval = _PyEval_EvalFrameDefault;
 static Py_ssize_t skip_index = -1, extra_index = -1;
@@ -53,7 +54,11 @@ static PyObject *eval_frame(PyThreadState *ts, struct _PyInterpreterFrame *frame
 {
     const tracer_callback *cb = tls_callback;
     tracer_frame_view v;
-    if (cb == NULL || throwflag || !tracer_frame_open(frame, &v) || tracer_code_skipped(v.code))
+    if (cb == NULL || throwflag || !tracer_frame_open(frame, &v))
+        return prev_eval(ts, frame, throwflag);
+    if ((PyObject *)v.code == tls_forced)
+        tls_forced = NULL;
+    else if (tracer_code_skipped(v.code))
         return prev_eval(ts, frame, throwflag);
     tls_callback = NULL;
     PyObject *r = cb->on_frame(cb->ctx, &v);
@@ -95,6 +100,11 @@ void tracer_hook_exit(const tracer_callback *prev)
     if (tls_callback != NULL && --n_active == 0)
         uninstall();
     tls_callback = prev;
+}
+
+void tracer_hook_force(PyObject *code)
+{
+    tls_forced = code;
 }
 
 const tracer_callback *tracer_hook_current(void)

@@ -97,6 +97,12 @@ const tracer_callback *tracer_hook_enter(const tracer_callback *cb);
  * when no thread has a callback left. */
 void tracer_hook_exit(const tracer_callback *prev);
 
+/* The next fresh frame of `code` started on this thread (inside the hook)
+ * is offered to on_frame even if the skip rules would skip it (NULL:
+ * none). For code that smelt itself calls to run a frame it then sets up
+ * (tracer_frame_resume). */
+void tracer_hook_force(PyObject *code);
+
 /* This thread's callback (NULL outside the hook and inside on_frame). */
 const tracer_callback *tracer_hook_current(void);
 

@@ -64,7 +64,6 @@ static PyObject *device_type, *param_type, *strided;   /* torch.device, nn.Param
 /* Types whose instances never change (value_stable): torch.layout,
  * torch.memory_format, torch.finfo, torch.iinfo; and enum.Enum. */
 static PyObject *value_types[4], *enum_type;
-static PyObject *ctx_grad_off, *ctx_exit;        /* markers: a grad-off manager, its __exit__ */
 
 static int init_names(void)
 {
@@ -77,8 +76,6 @@ static int init_names(void)
     s_self = PyUnicode_InternFromString("__self__");
     s_call = PyUnicode_InternFromString("__call__");
     s_func = PyUnicode_InternFromString("__func__");
-    ctx_grad_off = PyUnicode_InternFromString("<smelt: grad-off context manager>");
-    ctx_exit = PyUnicode_InternFromString("<smelt: context manager exit>");
     PyObject *torch = PyImport_ImportModule("torch");
     if (!torch)
         return -1;
@@ -100,7 +97,7 @@ static int init_names(void)
     Py_XDECREF(nn);
     Py_DECREF(torch);
     return s_forward && s_globals && s_modules && s_params && s_buffers && s_dict && s_self && s_call && s_func &&
-           ctx_grad_off && ctx_exit && ctx_classes[0] && ctx_classes[1] && device_type && strided && param_type &&
+           ctx_classes[0] && ctx_classes[1] && device_type && strided && param_type &&
            value_types[0] && value_types[1] && value_types[2] && value_types[3] && enum_type ? 0 : -1;
 }
 
@@ -424,9 +421,12 @@ static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
     if (!key)
         return -1;
     PyObject *have = PyDict_GetItemWithError(T->tensor_of, key);
-    if (have) {
+    if (have) {   /* one tensor reached through two sources: they must stay one object */
         Py_DECREF(key);
-        return (int32_t)PyLong_AsLong(have);
+        int32_t v = (int32_t)PyLong_AsLong(have), first = T->vals[v].src;
+        if (src >= 0 && first >= 0 && src != first && tr_add_guard(T, TG_SAME, src, NULL, first))
+            return -1;
+        return v;
     }
     if (src < 0) {
         Py_DECREF(key);
@@ -503,7 +503,8 @@ int32_t tv_obj(tracer *T, PyObject *o, int32_t src)
 {
     if (ops_is_tensor(o))
         return tensor_input(T, o, src);
-    if ((PyTuple_CheckExact(o) || PyList_CheckExact(o)) && PySequence_Size(o) <= 256) {
+    int named = !PyTuple_CheckExact(o) && PyTuple_Check(o) && obj_namedtuple_class((PyObject *)Py_TYPE(o));
+    if ((PyTuple_CheckExact(o) || PyList_CheckExact(o) || named) && PySequence_Size(o) <= 256) {
         int isl = PyList_CheckExact(o);
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
         if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || tr_add_guard(T, TG_LEN, src, NULL, n))
@@ -518,6 +519,14 @@ int32_t tv_obj(tracer *T, PyObject *o, int32_t src)
         if (c >= 0) {
             T->vals[c].src = src;
             T->vals[c].frozen = 1;   /* an existing list: its updates would be lost */
+        }
+        if (c >= 0 && named) {   /* a named tuple: rebuilt by its class's _make */
+            PyObject *mk = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "_make");
+            if (!mk || tr_keep(T, mk))
+                c = -1;
+            else
+                T->vals[c].obj = mk;
+            Py_XDECREF(mk);
         }
         return c;
     }
@@ -704,6 +713,25 @@ int tr_int(tracer *T, int32_t v, int64_t *out)
  * (through a type guard on its item), so iteration order and membership
  * are sound. Such a dict belongs to the caller: it is never mutated.
  * subclass: a dict subclass is read as dict's own methods see it. */
+/* Guards the keys of dict o (from src) in their order when they are all
+ * exact str or int (a dict with the same keys inserted in another order
+ * iterates differently), else its length. 0, or -1. */
+static int dict_order_guard(tracer *T, int32_t src, PyObject *o)
+{
+    Py_ssize_t p = 0, i = 0;
+    PyObject *k, *val, *keys = PyDict_CheckExact(o) && src >= 0 ? PyTuple_New(PyDict_GET_SIZE(o)) : NULL;
+    while (keys && PyDict_Next(o, &p, &k, &val)) {
+        if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k))
+            Py_CLEAR(keys);
+        else
+            PyTuple_SET_ITEM(keys, i++, Py_NewRef(k));
+    }
+    PyErr_Clear();
+    int rc = keys ? tr_add_guard(T, TG_KEYS, src, keys, 0) : tr_add_guard(T, TG_LEN, src, NULL, PyDict_GET_SIZE(o));
+    Py_XDECREF(keys);
+    return rc;
+}
+
 static int32_t dict_snapshot(tracer *T, int32_t v, int subclass)
 {
     tv *x = &T->vals[v];
@@ -715,7 +743,7 @@ static int32_t dict_snapshot(tracer *T, int32_t v, int subclass)
     int32_t src = x->src;
     if (PyDict_GET_SIZE(o) > 256)
         return tr_break(T, "dict with %zd items is too large to trace through", PyDict_GET_SIZE(o));
-    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || tr_add_guard(T, TG_LEN, src, NULL, PyDict_GET_SIZE(o)))
+    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || dict_order_guard(T, src, o))
         return -1;
     int32_t d = tv_new(T, V_DICT);
     PyObject *k, *val;
@@ -844,7 +872,23 @@ static tframe *frame_new(PyObject *co, PyObject *func, PyObject *globals, int32_
 typedef struct fdefaults {
     PyObject *pos, *kw;    /* __defaults__ tuple, __kwdefaults__ dict (NULL: none) */
     int32_t vpos, vkw;     /* V_TUPLE / V_DICT values (-1: none) */
+    int32_t fn_src;        /* source of the real function (-1: none, or torch's own code) */
 } fdefaults;
+
+/* Source of a real function's default: fn.__defaults__[k] (name NULL) or
+ * fn.__kwdefaults__[name]; -1 when the function has no source. Functions
+ * are guarded by identity, but their defaults can be rebound or mutated. */
+static int32_t default_src(tracer *T, const fdefaults *d, int k, PyObject *name)
+{
+    static PyObject *s_defaults, *s_kwdefaults;
+    if (d->fn_src < 0)
+        return -1;
+    if (!s_defaults && (!(s_defaults = PyUnicode_InternFromString("__defaults__")) ||
+                        !(s_kwdefaults = PyUnicode_InternFromString("__kwdefaults__"))))
+        return -1;
+    int32_t p = tr_src_new(T, SRC_ATTR, d->fn_src, 0, name ? s_kwdefaults : s_defaults);
+    return name ? tr_src_new(T, SRC_DICT, p, 0, name) : tr_src_new(T, SRC_ITEM, p, k, NULL);
+}
 
 /* Default of parameter i (name) among nargs positional ones: a value id,
  * -2 when there is none, -1 on error. */
@@ -855,12 +899,11 @@ static int32_t default_of(tracer *T, const fdefaults *d, int i, int nargs, PyObj
         if (i < nargs - nd)
             return -2;
         int k = i - (nargs - nd);
-        /* defaults are part of the function, guarded by its identity */
-        return d->pos ? tv_obj(T, PyTuple_GET_ITEM(d->pos, k), -1) : T->vals[d->vpos].items[k];
+        return d->pos ? tv_obj(T, PyTuple_GET_ITEM(d->pos, k), default_src(T, d, k, NULL)) : T->vals[d->vpos].items[k];
     }
     if (d->kw) {
         PyObject *o = PyDict_GetItemWithError(d->kw, name);
-        return o ? tv_obj(T, o, -1) : PyErr_Occurred() ? -1 : -2;
+        return o ? tv_obj(T, o, default_src(T, d, 0, name)) : PyErr_Occurred() ? -1 : -2;
     }
     for (int k = 0; d->vkw >= 0 && k < T->vals[d->vkw].n; k++)
         if (PyUnicode_Compare(T->vals[d->vkw].keys[k], name) == 0)
@@ -1044,7 +1087,9 @@ int tr_mutate_input(tracer *T, int32_t x)
     int needs = rg == Py_True;
     Py_DECREF(rg);
     int grad = 0;
-    if (needs && T->no_grad <= 0) {   /* grad mode outside the trace (guarded) */
+    if (needs && T->no_grad < 0)
+        grad = 1;   /* torch.enable_grad() inside the trace */
+    else if (needs && T->no_grad == 0) {   /* grad mode outside the trace (guarded) */
         PyObject *torch = PyImport_AddModule("torch");
         PyObject *on = torch ? PyObject_CallMethod(torch, "is_grad_enabled", NULL) : NULL;
         if (!on)
@@ -1128,7 +1173,8 @@ static int32_t inline_call(tracer *T, PyObject *fn, int32_t fn_src, const call_a
     tframe *f = frame_new(co, fn, PyFunction_GET_GLOBALS(fn), fn_src, code_trusted(co));
     if (!f)
         return -1;
-    fdefaults d = { .pos = PyFunction_GET_DEFAULTS(fn), .kw = PyFunction_GET_KW_DEFAULTS(fn), .vpos = -1, .vkw = -1 };
+    fdefaults d = { .pos = PyFunction_GET_DEFAULTS(fn), .kw = PyFunction_GET_KW_DEFAULTS(fn), .vpos = -1, .vkw = -1,
+                    .fn_src = f->trusted ? -1 : fn_src };
     if (bind_args(T, f, (PyCodeObject *)co, &d, a)) {
         frame_free(f);
         return -1;
@@ -1153,7 +1199,7 @@ static int32_t call_vfunc(tracer *T, int32_t fv, const call_args *a)
     int first_free = co->co_nlocalsplus - co->co_nfreevars;
     for (int i = 0; i < T->vals[fv].n && first_free + i < f->nlocals; i++)
         f->locals[first_free + i] = T->vals[fv].items[i];
-    fdefaults d = { .vpos = T->vals[fv].sl[0], .vkw = T->vals[fv].sl[1] };
+    fdefaults d = { .vpos = T->vals[fv].sl[0], .vkw = T->vals[fv].sl[1], .fn_src = -1 };
     if (bind_args(T, f, co, &d, a)) {
         frame_free(f);
         return -1;
@@ -1328,12 +1374,47 @@ static int32_t class_attr_src(tracer *T, int32_t v, PyObject *name)
  * Python function outside torch (a user class's own __getitem__, __len__,
  * __iter__, __contains__, ...: the method is inlined, v's type guarded).
  * -2 when its class has no such method. */
+/* The special methods of the containers smelt models itself (Sequential,
+ * ModuleList, ModuleDict: children by position or name, module_items /
+ * module_subscr): a set of functions. */
+static PyObject *std_container_methods;
+
+static int std_container_method(PyObject *fn)
+{
+    if (!std_container_methods) {
+        PyObject *nn = PyImport_ImportModule("torch.nn"), *set = PySet_New(NULL);
+        static const char *cls[] = { "Sequential", "ModuleList", "ModuleDict" };
+        static const char *meth[] = { "__getitem__", "__iter__", "__len__", "__contains__" };
+        for (size_t i = 0; nn && set && i < 3; i++) {
+            PyObject *c = PyObject_GetAttrString(nn, cls[i]);
+            for (size_t j = 0; c && j < 4; j++) {
+                PyObject *f = PyObject_GetAttrString(c, meth[j]);
+                if (f && PySet_Add(set, f) < 0)
+                    PyErr_Clear();
+                Py_XDECREF(f);
+                PyErr_Clear();
+            }
+            Py_XDECREF(c);
+        }
+        Py_XDECREF(nn);
+        PyErr_Clear();
+        if (!set)
+            return 0;
+        std_container_methods = set;
+    }
+    return PySet_Contains(std_container_methods, fn) == 1;
+}
+
 int32_t tr_user_special(tracer *T, int32_t v, const char *name, const int32_t *args, int n)
 {
     PyObject *o = T->vals[v].obj;
     PyObject *nm = PyUnicode_InternFromString(name);
     PyObject *fn = nm ? _PyType_Lookup(Py_TYPE(o), nm) : NULL;
-    if (!fn || !PyFunction_Check(fn) || code_trusted(PyFunction_GET_CODE(fn)) || n > 8) {
+    /* a user class's method; torch's own only for modules other than the
+     * containers smelt models (ParameterList, ParameterDict, ...) */
+    int inline_it = fn && PyFunction_Check(fn) && n <= 8 &&
+                    (!code_trusted(PyFunction_GET_CODE(fn)) || (tr_is_module(o) && !std_container_method(fn)));
+    if (!inline_it) {
         Py_XDECREF(nm);
         return nm ? -2 : -1;
     }
@@ -1438,6 +1519,9 @@ static int run_post_hooks(tracer *T, int32_t mv, const mod_hooks *h, int32_t arg
  * it runs them (inlined, each hook guarded by its id and identity). */
 static int32_t call_module(tracer *T, int32_t mv, const call_args *a)
 {
+    int32_t inner = obj_compiled_inner(T, mv);   /* a smelt.compile'd submodule: its original's call */
+    if (inner != -2)
+        return inner < 0 ? -1 : call_module(T, inner, a);
     tv *m = &T->vals[mv];
     mod_hooks pre, post;
     if (tr_add_guard(T, TG_TYPE, m->src, (PyObject *)Py_TYPE(m->obj), 0) || module_hooks(T, mv, &pre, &post) ||
@@ -1501,7 +1585,8 @@ static int32_t call_unknown(tracer *T, PyObject *o)
     return -1;
 }
 
-/* torch.no_grad() / torch.inference_mode(): a marker `with` can enter. */
+/* torch.no_grad() / torch.inference_mode(): a grad-mode manager
+ * (objects.c) `with` can enter. */
 static int32_t grad_off_manager(tracer *T, const call_args *a)
 {
     if (a->nkw || a->npos > 1)
@@ -1511,7 +1596,7 @@ static int32_t grad_off_manager(tracer *T, const call_args *a)
         return -1;
     if (m != Py_True)
         return tr_break(T, "inference_mode(%R) is not supported", m);
-    return tv_obj(T, ctx_grad_off, -1);
+    return obj_grad_manager(T, 0);
 }
 
 /* A bound method object (o.method fetched as an object): its function
@@ -1530,11 +1615,69 @@ static int32_t call_method_obj(tracer *T, int32_t fn, const call_args *a)
     return PyFunction_Check(func) ? inline_call(T, func, -1, &b) : call_unknown(T, func);
 }
 
+/* torch.autograd.Function.apply, FunctionCtx and the base setup_context
+ * (looked up on first use). */
+static PyObject *fn_apply, *fn_ctx_type, *fn_base_setup;
+
+static int autograd_fn_init(void)
+{
+    if (fn_apply)
+        return 0;
+    PyObject *m = PyImport_ImportModule("torch.autograd.function");
+    PyObject *F = m ? PyObject_GetAttrString(m, "Function") : NULL;
+    PyObject *ap = F ? PyObject_GetAttrString(F, "apply") : NULL;
+    PyObject *base = m ? PyObject_GetAttrString(m, "_SingleLevelFunction") : NULL;
+    fn_base_setup = base ? PyObject_GetAttrString(base, "setup_context") : NULL;
+    fn_ctx_type = m ? PyObject_GetAttrString(m, "FunctionCtx") : NULL;
+    fn_apply = ap && PyMethod_Check(ap) ? Py_NewRef(PyMethod_GET_FUNCTION(ap)) : NULL;
+    Py_XDECREF(ap);
+    Py_XDECREF(F);
+    Py_XDECREF(base);
+    Py_XDECREF(m);
+    return fn_apply && fn_ctx_type && fn_base_setup ? 0 : -1;
+}
+
+/* cls.apply(*args) of a torch.autograd.Function subclass (cls a value):
+ * what it computes is cls.forward, run with a FunctionCtx made in the
+ * trace (or without one when the class defines setup_context); the
+ * backward it records is autograd's business, and an entry whose inputs
+ * require grad under grad mode runs eagerly anyway. */
+static int32_t autograd_apply(tracer *T, int32_t cls, const call_args *a)
+{
+    PyObject *c = T->vals[cls].obj;
+    PyObject *fwd = PyObject_GetAttrString(c, "forward"), *setup = PyObject_GetAttrString(c, "setup_context");
+    int32_t r = -1;
+    if (!fwd || !setup || !PyFunction_Check(fwd) || tr_keep(T, fwd)) {
+        if (fwd && setup)
+            r = tr_break(T, "autograd.Function %s without a Python forward", ((PyTypeObject *)c)->tp_name);
+        goto out;
+    }
+    int with_ctx = PyMethod_Check(setup) ? PyMethod_GET_FUNCTION(setup) == fn_base_setup : setup == fn_base_setup;
+    int32_t pos[65], ctxcls = tv_obj(T, fn_ctx_type, -1);
+    call_args none = { 0 };
+    pos[0] = with_ctx && ctxcls >= 0 ? obj_new_instance(T, ctxcls, &none) : 0;
+    if (pos[0] < 0 || a->npos > 63)
+        goto out;
+    memcpy(pos + with_ctx, a->pos, sizeof(int32_t) * (size_t)a->npos);
+    call_args b = *a;
+    b.pos = pos;
+    b.npos = a->npos + with_ctx;
+    r = !tr_const(T, cls) ? -1 : inline_call(T, fwd, -1, &b);   /* the class itself guarded */
+out:
+    Py_XDECREF(fwd);
+    Py_XDECREF(setup);
+    return r;
+}
+
 static int32_t call_bound(tracer *T, int32_t fn, const call_args *a)
 {
     tv *f = &T->vals[fn];
     int32_t self = f->self_, pos[64];
     call_args b;
+    if (!PyUnicode_Check(f->obj) && !autograd_fn_init() && f->obj == fn_apply && T->vals[self].kind == V_OBJ &&
+        PyType_Check(T->vals[self].obj))
+        return autograd_apply(T, self, a);
+    PyErr_Clear();
     if (with_self(T, self, a, &b, pos))
         return -1;
     if (PyUnicode_Check(f->obj)) {
@@ -1600,6 +1743,8 @@ static int32_t new_torch_module(tracer *T, PyObject *cls, const call_args *a)
     return m;
 }
 
+static int32_t call_module_slice(tracer *T, int32_t fn, const call_args *a);
+
 /* Calls value fn with arguments a. */
 int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
 {
@@ -1610,18 +1755,19 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
         return call_vfunc(T, fn, a);
     if (f->kind == V_INST)
         return obj_call(T, fn, a);
+    if (f->kind == V_LIST && f->obj)
+        return call_module_slice(T, fn, a);
     if (f->kind != V_OBJ)
         return tr_break(T, "call of a %s", kind_name(T, fn));
     PyObject *o = f->obj;
-    if (o == ctx_exit) {
-        T->no_grad--;
-        return tv_obj(T, Py_None, -1);
-    }
+    int32_t r = obj_call_object(T, fn, a);   /* functools.partial: its parts guarded instead */
+    if (r != -2)
+        return r;
     /* a callable fetched from a source must stay the same object (modules
      * are guarded by type and structure instead, in call_module) */
     if (f->src >= 0 && !tr_is_module(o) && !tr_const(T, fn))
         return -1;
-    int32_t r = obj_query(T, o, a);
+    r = obj_query(T, o, a);
     if (r == -2)
         r = ops_call_torch(T, o, a);
     if (r != -2)
@@ -1733,6 +1879,20 @@ static int guard_class_attr(tracer *T, int32_t v, PyObject *name, PyObject *ca)
     }
     Py_XDECREF(fn);
     return rc;
+}
+
+/* A plain value set on a tensor's class (torch.Tensor.extra = 2.0):
+ * read from its source, type(x).name; -2 when the class has none (or a
+ * descriptor: a method or property of torch's). */
+static int32_t tensor_class_value(tracer *T, int32_t v, PyObject *name)
+{
+    PyObject *tp = T->vals[v].obj ? T->vals[v].obj : ops_tensor_type();
+    PyObject *ca = _PyType_Lookup((PyTypeObject *)tp, name);
+    if (!ca || Py_TYPE(ca)->tp_descr_get)
+        return -2;
+    if (T->vals[v].src < 0)
+        return tr_break(T, "class attribute %U of a tensor made in the traced code", name);
+    return tv_obj(T, ca, tr_src_new(T, SRC_ATTR, tr_src_new(T, SRC_TYPE, T->vals[v].src, 0, NULL), 0, name));
 }
 
 /* Attribute found on the class: property getters are traced, staticmethod
@@ -1917,12 +2077,16 @@ int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name)
         int32_t r = ops_tensor_attr(T, v, name);
         if (r == -2)
             r = tr_tensor_inst_attr(T, v, name, 0);
+        if (r == -2)
+            r = tensor_class_value(T, v, name);
         return r != -2 ? r : tv_bound(T, name, v, -1);   /* a method: resolved at the call */
     }
     case V_LIST: case V_DICT:
         return tv_bound(T, name, v, -1);
     case V_TUPLE: {
         int32_t r = x->obj ? tuple_field(T, v, name) : -2;
+        if (r == -2 && x->obj)
+            r = obj_tuple_attr(T, v, name);   /* a named tuple's methods and class attributes */
         return r != -2 ? r : tv_bound(T, name, v, -1);
     }
     case V_OBJ:
@@ -2120,6 +2284,11 @@ int32_t tr_binop(tracer *T, int nb, int32_t a, int32_t b)
         return r < 0 ? -1 : ops_inplace(T, a, r);
     }
     int base = nb >= NB_INPLACE ? nb - NB_INPLACE : nb;
+    if (x->kind == V_INST || y->kind == V_INST) {
+        int32_t r = obj_binop(T, nb, a, b);
+        if (r != -2)
+            return r;
+    }
     if ((x->kind == V_TUPLE || x->kind == V_LIST) && (base == NB_ADD || base == NB_MULTIPLY))
         return seq_binop(T, nb, a, b);
     if ((y->kind == V_TUPLE || y->kind == V_LIST) && base == NB_MULTIPLY)
@@ -2131,6 +2300,11 @@ int32_t tr_compare(tracer *T, int cmp, int32_t a, int32_t b)
 {
     if (T->vals[a].kind == V_TENSOR || T->vals[b].kind == V_TENSOR)
         return ops_compare(T, cmp, a, b);
+    if (T->vals[a].kind == V_INST || T->vals[b].kind == V_INST) {
+        int32_t r = obj_compare(T, cmp, a, b);
+        if (r != -2)
+            return r;
+    }
     PyObject *x = tr_pyobj(T, a), *y = x ? tr_pyobj(T, b) : NULL;
     PyObject *r = y ? PyObject_RichCompare(x, y, cmp) : NULL;
     Py_XDECREF(x);
@@ -2214,7 +2388,33 @@ static int32_t module_subscr(tracer *T, int32_t c, int32_t k)
     if (l < 0)
         return -1;
     T->vals[l].kind = V_LIST;
-    return seq_subscr(T, l, k);
+    int32_t r = seq_subscr(T, l, k);
+    if (r >= 0 && T->vals[k].kind == V_SLICE)   /* eager: a container of the same type (Sequential(...)) */
+        T->vals[r].obj = (PyObject *)Py_TYPE(T->vals[c].obj);
+    return r;
+}
+
+/* Calls a slice of a Sequential (a V_LIST of its children with the
+ * container's type in obj): each child on the previous one's result. */
+static int32_t call_module_slice(tracer *T, int32_t fn, const call_args *a)
+{
+    static PyObject *seq_type;
+    if (!seq_type) {
+        PyObject *nn = PyImport_ImportModule("torch.nn");
+        seq_type = nn ? PyObject_GetAttrString(nn, "Sequential") : NULL;
+        Py_XDECREF(nn);
+        if (!seq_type)
+            return -1;
+    }
+    tv *f = &T->vals[fn];
+    if (!PyType_IsSubtype((PyTypeObject *)f->obj, (PyTypeObject *)seq_type) || a->npos != 1 || a->nkw)
+        return tr_break(T, "call of a slice of a %s", ((PyTypeObject *)f->obj)->tp_name);
+    int32_t x = a->pos[0];
+    for (int i = 0; x >= 0 && i < T->vals[fn].n; i++) {
+        call_args b = { .pos = &x, .npos = 1 };
+        x = tr_call(T, T->vals[fn].items[i], &b);
+    }
+    return x;
 }
 
 /* d[key] for dict value c (a V_OBJ with a source): the item with its
@@ -2315,7 +2515,7 @@ static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
         x->items[i] = v;
         return 0;
     }
-    PyObject *key = tr_const(T, k);
+    PyObject *key = bi_key(T, k);
     return key ? dict_set(T, c, key, v) : -1;
 }
 
@@ -2626,17 +2826,12 @@ static int jump_if(tracer *T, tframe *f, int op, int *pc, int arg)
     return 0;
 }
 
-/* BEFORE_WITH: only the grad-off managers (no effect on a graph without
- * autograd); pushes their __exit__ marker and __enter__'s None. */
+/* BEFORE_WITH: pushes the manager's __exit__ and what __enter__ returned
+ * (objects.c: grad-mode managers, user context managers inlined). */
 static int before_with(tracer *T, tframe *f)
 {
-    int32_t m = f->stack[--f->sp];
-    if (T->vals[m].kind != V_OBJ || T->vals[m].obj != ctx_grad_off) {
-        PyObject *o = T->vals[m].kind == V_OBJ ? T->vals[m].obj : NULL;
-        return tr_break(T, "context manager %s is not supported", o ? Py_TYPE(o)->tp_name : kind_name(T, m));
-    }
-    T->no_grad++;   /* until the __exit__ call */
-    return push(f, tv_obj(T, ctx_exit, -1)) || push(f, tv_obj(T, Py_None, -1)) ? -1 : 0;
+    int32_t m = f->stack[--f->sp], ex, en;
+    return obj_enter(T, m, &ex, &en) || push(f, ex) || push(f, en) ? -1 : 0;
 }
 
 /* UNPACK_EX: `a, *rest, b = seq`. */
@@ -2664,41 +2859,19 @@ static int unpack_ex(tracer *T, tframe *f, int arg)
     return 0;
 }
 
-/* BUILD_SET / SET_ADD / SET_UPDATE: a set of constants made here (a real
- * set object, local to the trace). */
+/* BUILD_SET / SET_ADD / SET_UPDATE: a set made here (sets.c). */
 static int32_t build_set(tracer *T, tframe *f, int n)
 {
-    PyObject *s = PySet_New(NULL);
-    for (int i = 0; s && i < n; i++) {
-        PyObject *o = tr_pyobj(T, f->stack[f->sp - n + i]);
-        if (!o || PySet_Add(s, o))
-            Py_CLEAR(s);
-        Py_XDECREF(o);
-    }
+    int32_t v = set_new(T, (PyObject *)&PySet_Type, &f->stack[f->sp - n], n);
     f->sp -= n;
-    int32_t v = s ? tv_obj(T, s, -1) : -1;
-    Py_XDECREF(s);
-    if (v >= 0)
-        T->vals[v].pos = 1;   /* made here: mutable */
     return v;
 }
 
 static int set_add(tracer *T, int32_t set, int32_t item, int update)
 {
-    tv *x = &T->vals[set];
-    if (x->kind != V_OBJ || !PySet_Check(x->obj) || x->pos != 1)
+    if (!set_is(T, set))
         return tr_break(T, "set update of a set passed in from outside");
-    int32_t *it = &item, n = 1;
-    if (update && bi_items(T, item, &it, &n))
-        return -1;
-    for (int i = 0; i < n; i++) {
-        PyObject *o = tr_pyobj(T, it[i]);
-        int bad = !o || PySet_Add(x->obj, o);
-        Py_XDECREF(o);
-        if (bad)
-            return -1;
-    }
-    return 0;
+    return update ? set_update_from(T, set, item) : set_add_values(T, set, &item, 1);
 }
 
 static int32_t build_map(tracer *T, tframe *f, int op, int nk)
@@ -2711,7 +2884,7 @@ static int32_t build_map(tracer *T, tframe *f, int op, int nk)
         if (T->vals[keys].kind != V_TUPLE || T->vals[keys].n != nk)
             return tr_break(T, "BUILD_CONST_KEY_MAP keys");
         for (int i = 0; i < nk; i++) {
-            PyObject *key = tr_const(T, T->vals[keys].items[i]);
+            PyObject *key = bi_key(T, T->vals[keys].items[i]);
             if (!key || tv_push_item(T, d, f->stack[f->sp - nk + i], key))
                 return -1;
         }
@@ -2719,7 +2892,7 @@ static int32_t build_map(tracer *T, tframe *f, int op, int nk)
         return d;
     }
     for (int i = 0; i < nk; i++) {
-        PyObject *key = tr_const(T, f->stack[f->sp - 2 * nk + 2 * i]);
+        PyObject *key = bi_key(T, f->stack[f->sp - 2 * nk + 2 * i]);
         if (!key || tv_push_item(T, d, f->stack[f->sp - 2 * nk + 2 * i + 1], key))
             return -1;
     }
@@ -3644,6 +3817,8 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
         return 0;
     }
     case V_TUPLE: case V_LIST: case V_DICT: {
+        if (x->kind == V_LIST && x->obj)
+            return tr_break(T, "a slice of a %s module is live at the end of the trace", ((PyTypeObject *)x->obj)->tp_name);
         if (x->frozen && x->src >= 0) {   /* an object passed in, unchanged: that very object */
             o->kind = TO_SOURCE;
             o->index = x->src;

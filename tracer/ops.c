@@ -301,7 +301,45 @@ static int32_t copy_of(tracer *T, int32_t x);
 
 typedef int32_t (*op_fn)(tracer *T, const call_args *a, smelt_op op);
 
-static int32_t h_unary(tracer *T, const call_args *a, smelt_op op) { return op1(T, op, arg(a, 0, "input")); }
+static int default_float(void);
+
+/* torch.round(x, decimals=d) as ATen computes it: nearbyint(x * 10^d) /
+ * 10^d, or nearbyint(x / 10^-d) * 10^-d for negative d, 10^|d| a constant
+ * of x's floating dtype. */
+static int32_t round_decimals(tracer *T, int32_t x, int64_t d)
+{
+    if (d == 0)
+        return op1(T, SMELT_OP_ROUND, x);
+    if (!smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype))
+        return tr_break(T, "round(decimals=) of an integer tensor (eager raises)");
+    double p = 1.0;
+    for (int64_t i = 0; i < (d < 0 ? -d : d) && i < 400; i++)
+        p *= 10.0;
+    int32_t k = num(T, p);
+    return d > 0 ? op2(T, SMELT_OP_DIV, op1(T, SMELT_OP_ROUND, op2(T, SMELT_OP_MUL, x, k)), k)
+                 : op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_ROUND, op2(T, SMELT_OP_DIV, x, k)), k);
+}
+
+/* An element-wise function of one tensor: arguments other than the input
+ * (and out=, handled by the table) are not ignored: round's decimals is
+ * modelled, anything else breaks. */
+static int32_t h_unary(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), extra = a->npos > 1 ? a->pos[1] : -1;
+    if (extra >= 0 && T->vals[extra].kind == V_OBJ && PyBool_Check(T->vals[extra].obj))
+        extra = -1;   /* F.relu(x, inplace): the table's in-place column */
+    for (int k = 0; k < a->nkw && extra < 0; k++)
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], "input") && PyUnicode_CompareWithASCIIString(a->kwn[k], "out") &&
+            PyUnicode_CompareWithASCIIString(a->kwn[k], "inplace"))
+            extra = a->kwv[k];
+    if (extra >= 0 && op == SMELT_OP_ROUND && a->npos + a->nkw - (arg(a, -1, "out") >= 0) == 2) {
+        int64_t d;
+        return tr_int(T, arg(a, 1, "decimals"), &d) ? -1 : round_decimals(T, x, d);
+    }
+    if (extra >= 0)
+        return tr_break(T, "%s with arguments other than its input", smelt_op_name(op));
+    return op1(T, op, x);
+}
 
 /* torch.div(x, y, rounding_mode='trunc'): trunc(x / y) for floating
  * results; for integers the quotient rounded toward zero in the integer
@@ -662,11 +700,58 @@ static int32_t h_none(tracer *T, const call_args *a, smelt_op op)
     return tv_obj(T, Py_None, -1);
 }
 
+static int32_t h_tensor(tracer *T, const call_args *a, smelt_op op);
+static int device_cpu(tracer *T, const call_args *a);
+static int dtype_arg(tracer *T, const call_args *a, int dflt);
+
 static int32_t h_identity(tracer *T, const call_args *a, smelt_op op)
 {
     (void)op;
     int32_t x = arg(a, 0, "input");
     return T->vals[x].kind == V_TENSOR ? x : tr_break(T, "identity of a non-tensor");
+}
+
+/* A new tensor object sharing x's memory (detach, .data): a view of x
+ * with x's own shape. */
+static int32_t alias_of(tracer *T, int32_t x)
+{
+    if (T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "detach of a non-tensor");
+    smelt_node p = { .op = SMELT_OP_RESHAPE, .nsrc = 1, .src = { T->vals[x].node }, .ndim = node(T, x)->ndim };
+    memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
+    return mk(T, &p);
+}
+
+static int32_t h_detach(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    return alias_of(T, arg(a, 0, "input"));
+}
+
+/* torch.as_tensor(data, dtype=None, device=None): a tensor itself (cast
+ * when dtype asks: then a new tensor), anything else as torch.tensor. */
+static int32_t h_as_tensor(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "data");
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return h_tensor(T, a, op);
+    if (device_cpu(T, a))
+        return -1;
+    int dt = dtype_arg(T, a, node(T, x)->dtype);
+    return dt < 0 ? -1 : cast_to(T, x, dt);
+}
+
+/* x.type(dtype): x itself for its own dtype, else a cast; x.type() (a
+ * type name string) is not modelled. */
+static int32_t h_type(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), d = arg(a, 1, "dtype");
+    (void)op;
+    PyObject *o = d >= 0 ? tr_const(T, d) : NULL;
+    int dt = o ? ops_dtype_of(o) : -1;
+    if (dt < 0)
+        return o || d < 0 ? tr_break(T, "Tensor.type() without a dtype") : -1;
+    return cast_to(T, x, dt);
 }
 
 static int32_t view_or_copy(tracer *T, int32_t x, int32_t y, int is_view);
@@ -1012,8 +1097,13 @@ static int32_t h_to(tracer *T, const call_args *a, smelt_op op)
     int32_t x = arg(a, 0, "input");
     if ((int)op >= 1000)
         return cast_to(T, x, (int)op - 1000);
+    int32_t in = x, cp = -1;
     for (int i = 1; i < a->npos + a->nkw; i++) {
         int32_t v = i < a->npos ? a->pos[i] : a->kwv[i - a->npos];
+        if (i >= a->npos && !PyUnicode_CompareWithASCIIString(a->kwn[i - a->npos], "copy")) {
+            cp = v;
+            continue;
+        }
         if (i >= a->npos && PyUnicode_CompareWithASCIIString(a->kwn[i - a->npos], "dtype") &&
             PyUnicode_CompareWithASCIIString(a->kwn[i - a->npos], "device"))
             continue;
@@ -1033,7 +1123,10 @@ static int32_t h_to(tracer *T, const call_args *a, smelt_op op)
         if (!cpu)
             return tr_break(T, ".to(%R) is not supported", o);
     }
-    return x;
+    int copy = 0;
+    if (cp >= 0 && get_bool(T, cp, 0, &copy))
+        return -1;
+    return copy && x == in ? copy_of(T, x) : x;   /* copy=True: a new tensor even when nothing changes */
 }
 
 static int32_t h_type_as(tracer *T, const call_args *a, smelt_op op)
@@ -2013,7 +2106,8 @@ static int32_t h_addmm(tracer *T, const call_args *a, smelt_op op)
         p = op2(T, SMELT_OP_MUL, p, num(T, alpha));
     if (p < 0 || beta == 0.0)
         return p;
-    return op2(T, SMELT_OP_ADD, p, beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, num(T, beta)));
+    /* eager's result is a new contiguous tensor, whatever input's layout */
+    return fresh_contiguous(T, -1, op2(T, SMELT_OP_ADD, p, beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, num(T, beta))));
 }
 
 /* ---------- more reductions ---------- */
@@ -2302,7 +2396,7 @@ static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
         isf |= PyFloat_Check(v[i]);
     }
     double start = n > 1 ? PyFloat_AsDouble(v[0]) : 0, end = PyFloat_AsDouble(v[n > 1]), step = n > 2 ? PyFloat_AsDouble(v[2]) : 1;
-    int dt = dtype_arg(T, a, isf ? SMELT_F32 : SMELT_I64);
+    int dt = dtype_arg(T, a, isf ? default_float() : SMELT_I64);
     if (dt < 0 || PyErr_Occurred())
         return -1;
     double len = ceil((end - start) / step);
@@ -2384,7 +2478,7 @@ static int32_t h_tensor(tracer *T, const call_args *a, smelt_op op)
         Py_XDECREF(o);
         return -1;
     }
-    int dt = dtype_arg(T, a, kind == 2 ? SMELT_F32 : kind == 1 ? SMELT_I64 : SMELT_BOOL);
+    int dt = dtype_arg(T, a, kind == 2 ? default_float() : kind == 1 ? SMELT_I64 : SMELT_BOOL);
     int32_t nodes[256], r = -1;
     for (int i = 0; dt >= 0 && i < n; i++) {
         int32_t f = full_of(T, items[i], dt, (int64_t[]){ 1 }, nd ? 1 : 0);
@@ -3048,7 +3142,7 @@ static const op_entry table[] = {
     ROW("F.binary_cross_entropy_with_logits", h_bce_logits, 0, IP_NO),
     ROW("F.cosine_similarity torch.cosine_similarity", h_cosine_similarity, 0, IP_NO),
     ROW("T.contiguous", h_contiguous, 0, IP_NO), ROW("T.is_contiguous", h_is_contiguous, 0, IP_NO),
-    ROW("T.clone torch.clone", h_clone, 0, IP_NO), ROW("T.detach torch.detach", h_identity, 0, IP_NO),
+    ROW("T.clone torch.clone", h_clone, 0, IP_NO), ROW("T.detach torch.detach", h_detach, 0, IP_NO),
     ROW("T.zero_", h_fill, 0, IP_ALWAYS), ROW("T.fill_", h_fill, SMELT_OP_FULL, IP_ALWAYS),
     ROW("T.copy_", h_copy, 0, IP_ALWAYS),
     ROW("torch.square T.square", h_square, 0, IP_NO), ROW("torch.lerp T.lerp", h_lerp, 0, IP_NO),
@@ -3094,6 +3188,7 @@ static const op_entry table[] = {
     ROW("T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO), ROW("T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO),
     ROW("T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO), ROW("T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO),
     ROW("torch.arange", h_arange, 0, IP_NO), ROW("torch.eye", h_eye, 0, IP_NO), ROW("torch.tensor", h_tensor, 0, IP_NO),
+    ROW("torch.as_tensor", h_as_tensor, 0, IP_NO), ROW("T.type", h_type, 0, IP_NO),
     ROW("torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO), ROW("torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO),
     ROW("torch.split T.split", h_split, 0, IP_NO), ROW("torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO),
     ROW("F.scaled_dot_product_attention", h_sdpa, 0, IP_NO),
@@ -3332,7 +3427,9 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
         return tv_obj(T, Py_True, -1);
     if (!strcmp(s, "itemsize"))
         return int_value(T, (int64_t)smelt_dtype_size((smelt_dtype)n->dtype));
-    if (!strcmp(s, "requires_grad") || !strcmp(s, "grad") || !strcmp(s, "data") || !strcmp(s, "grad_fn") ||
+    if (!strcmp(s, "data"))   /* a new tensor object on the same memory */
+        return alias_of(T, self);
+    if (!strcmp(s, "requires_grad") || !strcmp(s, "grad") || !strcmp(s, "grad_fn") ||
         !strcmp(s, "is_leaf"))
         return tr_break(T, "tensor attribute %s is not supported yet", s);
     return -2;

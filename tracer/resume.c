@@ -157,6 +157,41 @@ static void drop(tr_fstate *st, int k)
         Py_XDECREF(pop(st));
 }
 
+/* Callables that look at their caller's frame (its globals, locals, the
+ * stack): run from here they would see smelt's caller instead, so the
+ * frame itself runs them (tracer_step returns 0). */
+static PyObject *frame_readers;
+
+static int reads_frame(PyObject *fn)
+{
+    if (!frame_readers) {
+        static const char *names[][2] = {
+            { "builtins", "globals" }, { "builtins", "locals" }, { "builtins", "vars" }, { "builtins", "dir" },
+            { "builtins", "eval" }, { "builtins", "exec" }, { "builtins", "super" }, { "builtins", "breakpoint" },
+            { "builtins", "__import__" }, { "sys", "_getframe" }, { "inspect", "currentframe" },
+            { "inspect", "stack" }, { "warnings", "warn" }, { "warnings", "warn_explicit" },
+            { "traceback", "print_stack" }, { "traceback", "extract_stack" }, { "traceback", "format_stack" },
+        };
+        PyObject *set = PySet_New(NULL);
+        for (size_t i = 0; set && i < sizeof names / sizeof names[0]; i++) {
+            PyObject *m = PyImport_ImportModule(names[i][0]);
+            PyObject *f = m ? PyObject_GetAttrString(m, names[i][1]) : NULL;
+            if (f && PySet_Add(set, f) < 0)
+                PyErr_Clear();
+            Py_XDECREF(f);
+            Py_XDECREF(m);
+            PyErr_Clear();
+        }
+        if (!set)
+            return 1;
+        frame_readers = set;
+    }
+    int r = PySet_Contains(frame_readers, fn);
+    if (r < 0)
+        PyErr_Clear();
+    return r != 0;
+}
+
 /* CALL argc: [callable or NULL, self or callable, args...], the last
  * len(kwnames) arguments by keyword. */
 static int step_call(tr_fstate *st, int argc)
@@ -166,6 +201,8 @@ static int step_call(tr_fstate *st, int argc)
         return 0;
     PyObject **base = &st->slots[st->nslots + st->sp - argc - 2];
     PyObject *fn = base[0] ? base[0] : base[1], **args = base[0] ? base + 1 : base + 2;
+    if (reads_frame(fn))
+        return 0;
     Py_ssize_t npos = (base[0] ? argc + 1 : argc) - kw;
     PyObject *r = PyObject_Vectorcall(fn, args, (size_t)npos, kw ? st->kwnames : NULL);
     st->kwnames = NULL;
@@ -180,6 +217,8 @@ static int step_call_ex(tr_fstate *st, int flags)
     if (st->sp < 3 + k)
         return 0;
     PyObject *kwargs = k ? peek(st, 1) : NULL, *args = peek(st, 1 + k), *fn = peek(st, 2 + k);
+    if (reads_frame(fn))
+        return 0;
     PyObject *t = PyTuple_CheckExact(args) ? Py_NewRef(args) : PySequence_Tuple(args);
     PyObject *d = !kwargs || PyDict_CheckExact(kwargs) ? Py_XNewRef(kwargs) : PyDict_New();
     if (d && kwargs && d != kwargs && PyDict_Update(d, kwargs))

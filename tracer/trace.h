@@ -48,7 +48,8 @@ typedef enum tr_guard_kind {
     TG_EMPTY,      /* src is None or an empty dict */
     TG_VALUE,      /* src == obj, same exact type (torch.device) */
     TG_HAS_KEY,    /* (obj in src) == n: a key of a dict or mapping */
-    TG_KEYS        /* src is a dict whose keys, in its iteration order, are the tuple obj */
+    TG_KEYS,       /* src is a dict whose keys, in its iteration order, are the tuple obj */
+    TG_SAME        /* src holds the object source n holds (identity) */
 } tr_guard_kind;
 
 typedef struct tr_guard {

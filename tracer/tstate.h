@@ -103,11 +103,19 @@ extern char tr_opname_all[256][40];   /* every CPython opcode's name */
  *             (objects.c): self_ a V_DICT of its attributes (its __dict__),
  *             sl[0] a V_DICT of its items for dict-based classes (-1: none),
  *             aux its C base type (object, dict, OrderedDict), pos the
- *             class's source (-1: none). With sub 1 it is super(obj, self_)
- *             for an instance self_ instead (attribute lookups only). */
+ *             class's source (-1: none). sub (inst_kind) says what else it
+ *             may be: INST_SUPER super(obj, self_) for an instance self_
+ *             (attribute lookups only); INST_PARTIAL functools.partial
+ *             (obj) made here: self_ the function, sl[0] a V_TUPLE of its
+ *             arguments, sl[1] a V_DICT of its keywords; INST_SET a set or
+ *             frozenset (obj) made here: aux its real set of keys, self_ its
+ *             identity table (sets.c). */
 typedef enum tv_kind {
     V_NULL, V_TENSOR, V_OBJ, V_TUPLE, V_LIST, V_DICT, V_BOUND, V_ITER, V_SLICE, V_FUNC, V_CELL, V_INST
 } tv_kind;
+
+/* V_INST kinds (the value's sub). */
+typedef enum inst_kind { INST_PLAIN, INST_SUPER, INST_PARTIAL, INST_SET } inst_kind;
 
 /* V_ITER kinds.
  *   IT_SEQ     over container self_ (live: a list appended to while iterated
@@ -116,8 +124,12 @@ typedef enum tv_kind {
  *   IT_ZIP     items[0..n) iterators, advanced in order
  *   IT_ENUM    items[0] iterator, pos the next count
  *   IT_MAP     self_ the function, items[0..n) iterators
- *   IT_FILTER  self_ the predicate (-1: truth), items[0] iterator */
-typedef enum it_kind { IT_SEQ, IT_GEN, IT_ZIP, IT_ENUM, IT_MAP, IT_FILTER } it_kind;
+ *   IT_FILTER  self_ the predicate (-1: truth), items[0] iterator
+ *   IT_CHAIN   self_ an iterator over the iterables, items[0] the current
+ *              one's iterator (n 0: none yet)
+ *   IT_ISLICE  items[0] iterator, pos how many items it gave, sl[0] the
+ *              next index to yield, sl[1] the stop (-1: none), sl[2] the step */
+typedef enum it_kind { IT_SEQ, IT_GEN, IT_ZIP, IT_ENUM, IT_MAP, IT_FILTER, IT_CHAIN, IT_ISLICE } it_kind;
 
 typedef struct tv {
     uint8_t kind;
@@ -161,7 +173,9 @@ typedef struct tracer {
     int broke;             /* a graph break reason is set */
     struct tr_attrw *attrw;   /* attribute writes to outside objects (objects.c) */
     int32_t nattrw;
-    int no_grad;           /* grad-off `with` blocks the trace is inside */
+    int no_grad;           /* grad mode set by the traced code (objects.c): 0 as outside the trace
+                              (guarded), 1 off, -1 on */
+    int grad_on;           /* grad was turned on in the trace: no input may require grad */
     PyObject *exc;         /* the exception being raised in the trace (owned), or NULL */
     int32_t handled;       /* value of the exception being handled (except blocks), -1: none */
     uint8_t *sharers;      /* output plan, per graph node: output tensors that are it or views of it (max 2) */
@@ -241,6 +255,7 @@ int32_t bi_method(tracer *T, int32_t self, PyObject *name, const call_args *a); 
 int32_t bi_iter(tracer *T, int32_t v);                    /* iter(v) */
 int bi_next(tracer *T, int32_t it, int32_t *out);         /* 1 value, 0 exhausted, -1 */
 int bi_items(tracer *T, int32_t v, int32_t **items, int *n);   /* a sequence's items (drains iterators) */
+PyObject *bi_key(tracer *T, int32_t k);   /* a dict key: a constant or a tuple of them (borrowed, kept) */
 
 /* ops.c */
 int ops_init(void);
@@ -428,5 +443,45 @@ int32_t obj_super(tracer *T, PyObject *cls, int32_t self);
 int32_t obj_query(tracer *T, PyObject *fn, const call_args *a);          /* -2: not a query */
 int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a);  /* -2: not special */
 PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
+/* A call of V_OBJ fn that objects.c answers itself before fn's identity
+ * is guarded: a functools.partial (its function, arguments and keywords
+ * are read from their own sources instead), an instance of a user class
+ * with a Python __call__ (inlined, its type guarded), a grad-mode
+ * manager's __exit__. -2: not such a callable. */
+int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a);
+int32_t obj_partial_new(tracer *T, const call_args *a);   /* functools.partial(...) in the trace */
+/* A grad-mode manager value for `with` (torch.no_grad(): on 0;
+ * torch.enable_grad(): on 1): entering sets T->no_grad, its __exit__
+ * restores it. */
+int32_t obj_grad_manager(tracer *T, int on);
+/* BEFORE_WITH on manager value m: *ex its __exit__ (a value to call with
+ * (None, None, None)), *en what __enter__ returned. 0, or -1 (break). */
+int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en);
+/* For module value mv a smelt CompiledModule (python/smelt/_api.py): its
+ * original module `_orig_mod`, fetched from its source (a call of it runs
+ * nn.Module.__call__ of the original). -2 when mv is no CompiledModule. */
+int32_t obj_compiled_inner(tracer *T, int32_t mv);
+int obj_namedtuple_class(PyObject *cls);                   /* cls is a named tuple class */
+PyObject *obj_namedtuple_of(PyObject *tuple_obj);          /* a V_TUPLE's obj -> its named tuple class, or NULL */
+int32_t obj_tuple_new(tracer *T, const call_args *a);      /* tuple.__new__(cls, iterable) */
+int32_t obj_tuple_attr(tracer *T, int32_t v, PyObject *name);   /* a named tuple's class attribute; -2: none */
+/* a op b / a cmp b when an operand is an instance value (sets made here);
+ * -2 when neither is. */
+int32_t obj_binop(tracer *T, int nb, int32_t a, int32_t b);
+int32_t obj_compare(tracer *T, int cmp, int32_t a, int32_t b);
+
+/* ---- sets.c: sets and frozensets made in the trace (V_INST INST_SET) ---- */
+int set_init(void);                                        /* 0 or -1 (error set) */
+int set_is(tracer *T, int32_t v);                          /* v is a set made here */
+int32_t set_new(tracer *T, PyObject *type, const int32_t *items, int n);   /* set/frozenset of the values */
+int set_add_values(tracer *T, int32_t s, const int32_t *items, int n);    /* s.add(each) */
+int set_update_from(tracer *T, int32_t s, int32_t iterable);              /* s.update(iterable) */
+int32_t set_from(tracer *T, PyObject *type, int32_t iterable);            /* set(it) / frozenset(it) */
+int32_t set_attr(tracer *T, int32_t s, PyObject *name);   /* a bound method; -2: none */
+int32_t set_method(tracer *T, int32_t s, PyObject *name, const call_args *a);
+int32_t set_special(tracer *T, int32_t s, obj_slot slot, const int32_t *args, int n);   /* -2: none */
+int32_t set_binop(tracer *T, int nb, int32_t a, int32_t b);     /* -2: no set made here */
+int32_t set_compare(tracer *T, int cmp, int32_t a, int32_t b);  /* -2: no set made here */
+PyObject *set_pyobj(tracer *T, int32_t s);   /* new ref: an equal set (a break if it holds tensors) */
 
 #endif
