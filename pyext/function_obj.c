@@ -81,6 +81,7 @@ typedef struct FunctionObject {
 
 static PyObject *grad_enabled_fn;   /* torch.is_grad_enabled */
 static PyObject *autocast_fn, *autocast_dev;   /* torch.is_autocast_enabled, "cpu" */
+static PyObject *mode_stack_fn[2];   /* torch._C._len_torch_function_stack, _len_torch_dispatch_stack */
 static PyObject *hook_made;   /* list of weakrefs to the CompiledFunctions the hook made */
 
 /* ---------- the frame ----------
@@ -482,6 +483,16 @@ static _Thread_local struct { PyObject *code; const tr_fstate *state; int pc; } 
  * resume mid-code: on_frame then lets it run. */
 static PyObject *resume_mark;
 
+/* The callback the frame hook runs under for what smelt runs eagerly
+ * around graph breaks (a break instruction's call, a frame resumed):
+ * hook_cb, or explain's reporting callback while _explain_partial runs. */
+static _Thread_local const tracer_callback *step_cb;
+
+static const tracer_callback *around_breaks_cb(void)
+{
+    return step_cb ? step_cb : &hook_cb;
+}
+
 static PyObject *dispatch(FunctionObject *self, const call_frame *f);
 
 /* Runs the function eagerly for call f. From a Python call: under the
@@ -513,7 +524,7 @@ static PyObject *resume_eager(FunctionObject *self, const call_frame *f, const t
     resume_req.state = st;
     resume_req.pc = pc;
     tracer_hook_force(resume_req.code);   /* offered even where skip rules apply (smelt's own trampolines) */
-    const tracer_callback *prev = tracer_hook_enter(&hook_cb);
+    const tracer_callback *prev = tracer_hook_enter(around_breaks_cb());
     PyObject *r = PyObject_Vectorcall(self->fn, f->args, f->nargsf, f->kwn);
     tracer_hook_exit(prev);
     tracer_hook_force(NULL);
@@ -584,7 +595,7 @@ static PyObject *continue_after(FunctionObject *self, entry *e, PyObject *state,
         st.slots[i] = v == null_mark ? NULL : Py_NewRef(v);
     }
     state_free_vars(self->fn, &st);
-    const tracer_callback *prev = tracer_hook_enter(&hook_cb);
+    const tracer_callback *prev = tracer_hook_enter(around_breaks_cb());
     int rc = tracer_step(self->fn, &e->insn, &st);   /* the callees it calls are compiled too */
     tracer_hook_exit(prev);
     PyObject *res = NULL;
@@ -699,6 +710,17 @@ static int eager_state(tr_result *r)
     if (rc) {
         snprintf(r->reason, sizeof r->reason, "autocast is on: compiled autocast regions are not built yet");
         return 1;
+    }
+    for (int k = 0; k < 2; k++) {   /* a TorchFunctionMode / TorchDispatchMode would not see compiled ops */
+        PyObject *n = PyObject_CallNoArgs(mode_stack_fn[k]);
+        long len = n ? PyLong_AsLong(n) : -1;
+        Py_XDECREF(n);
+        if (len < 0 && PyErr_Occurred())
+            return -1;
+        if (len > 0) {
+            snprintf(r->reason, sizeof r->reason, "a torch %s mode is active", k ? "dispatch" : "function");
+            return 1;
+        }
     }
     if (!inputs_require_grad(r))
         return 0;
@@ -1157,6 +1179,19 @@ static int frame_params(const tracer_frame_view *v, PyObject **loc)
     return n;
 }
 
+/* 1 if frame v is the one resume_eager asked for: it is then set up to
+ * run from the resume point (a failure leaves it to run from its start,
+ * with the error: the call raises it). */
+static int take_resume(const tracer_frame_view *v)
+{
+    if ((PyObject *)v->code != resume_req.code)
+        return 0;
+    const tr_fstate *st = resume_req.state;
+    resume_req.code = NULL;
+    tracer_frame_resume(v, resume_req.pc, st->slots, st->slots + st->nslots, st->sp);
+    return 1;
+}
+
 /* Hook callback: a user frame about to run under a function smelt runs
  * eagerly. Compiled entry: its result; anything else: run the frame (from
  * its start, or from where a partial entry's continuation left it). */
@@ -1167,11 +1202,8 @@ static PyObject *on_frame(void *ctx, const tracer_frame_view *v)
         skip_code = NULL;
         return NULL;
     }
-    if ((PyObject *)v->code == resume_req.code) {   /* the rest of a frame whose start ran compiled */
-        const tr_fstate *st = resume_req.state;
-        resume_req.code = NULL;
-        return tracer_frame_resume(v, resume_req.pc, st->slots, st->slots + st->nslots, st->sp) ? NULL : NULL;
-    }
+    if (take_resume(v))
+        return NULL;
     FunctionObject *self = frame_function(v);
     PyObject *loc[MAX_LOCALS + MAX_CELLS];
     int nargs = self ? frame_params(v, loc) : -1;
@@ -1209,11 +1241,16 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         grad_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : NULL;
         autocast_fn = torch ? PyObject_GetAttrString(torch, "is_autocast_enabled") : NULL;
         autocast_dev = PyUnicode_InternFromString("cpu");
+        PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
+        mode_stack_fn[0] = tc ? PyObject_GetAttrString(tc, "_len_torch_function_stack") : NULL;
+        mode_stack_fn[1] = tc ? PyObject_GetAttrString(tc, "_len_torch_dispatch_stack") : NULL;
+        Py_XDECREF(tc);
         hook_made = PyList_New(0);
         null_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         resume_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         Py_XDECREF(torch);
         if (!grad_enabled_fn || !autocast_fn || !autocast_dev || !hook_made || !null_mark || !resume_mark ||
+            !mode_stack_fn[0] || !mode_stack_fn[1] ||
             tracer_init())
             return NULL;
         cpu_jit_start();   /* ready by the time the first trace is done */
@@ -1295,6 +1332,13 @@ static PyObject *function_reset(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* 1 if entry e runs a graph that computes something (a partial entry's
+ * graph before a break may only pass the frame's values on). */
+static int computes(const entry *e)
+{
+    return e->compiled && (e->r.graph->nout > 0 || e->r.nmut > 0);
+}
+
 static PyObject *function_stats(PyObject *op, PyObject *unused)
 {
     FunctionObject *self = (FunctionObject *)op;
@@ -1303,14 +1347,14 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
     for (entry *e = self->top.entries; e; e = e->next) {
         eager += !e->compiled;
         partial += e->compiled && e->r.stop_pc >= 0;
-        graphs += !!e->compiled;
+        graphs += computes(e);
     }
     for (site *s = self->resumes; s; s = s->next, resumes++) {
         resume_entries += s->nentries;
         warned |= s->warned;
         for (entry *e = s->entries; e; e = e->next) {
             partial += e->compiled && e->r.stop_pc >= 0;
-            graphs += !!e->compiled;
+            graphs += computes(e);
         }
     }
     return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i}", "entries",
@@ -1400,22 +1444,29 @@ static int explain_compiles(tr_result *r)
 static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
 {
     PyObject *res = NULL;
+    int partial = rc == 2;   /* reported as not compiling as one graph; the graph before the break shown */
+    if (partial)
+        rc = 0;
     if (rc == 0 && (rc = eager_state(r)) < 0) {
         tracer_result_clear(r);
         return NULL;
     }
     if (rc == 0)
         rc = explain_compiles(r);
-    int *input_node = rc == 0 ? PyMem_Calloc((size_t)r->ninputs + 1, sizeof(int)) : NULL;
+    if (rc == 0 && partial)
+        rc = 2;
+    int traced = rc == 0 || rc == 2;   /* a graph: the whole call's, or the one before the break */
+    int *input_node = traced ? PyMem_Calloc((size_t)r->ninputs + 1, sizeof(int)) : NULL;
     guard_tree *t = input_node ? build_tree(fn, nargs, NULL, r, input_node) : NULL;
-    char *graph = rc == 0 ? smelt_graph_print(r->graph) : NULL, *guards = t ? guard_tree_print(t) : NULL;
-    PyObject *calls = rc == 0 ? host_callables(r) : PyList_New(0);
-    if (rc >= 0 && calls && (rc != 0 || t))
-        res = Py_BuildValue("{s:O,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i}", "compiles", rc == 0 ? Py_True : Py_False,
+    char *graph = traced ? smelt_graph_print(r->graph) : NULL, *guards = t ? guard_tree_print(t) : NULL;
+    PyObject *calls = traced ? host_callables(r) : PyList_New(0);
+    if (rc >= 0 && calls && (!traced || t))
+        res = Py_BuildValue("{s:O,s:O,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i}", "compiles", rc == 0 ? Py_True : Py_False,
+                            "partial", rc == 2 ? Py_True : Py_False,
                             "reason", rc ? r->reason : NULL, "graph", graph, "guards", guards, "host_calls", calls,
-                            "nodes", rc == 0 ? (int)r->graph->n : 0, "inputs", rc == 0 ? (int)r->ninputs : 0,
-                            "num_guards", rc == 0 ? (int)r->nguards : 0,
-                            "inputs_updated_in_place", rc == 0 ? (int)r->nmut : 0);
+                            "nodes", traced ? (int)r->graph->n : 0, "inputs", traced ? (int)r->ninputs : 0,
+                            "num_guards", traced ? (int)r->nguards : 0,
+                            "inputs_updated_in_place", traced ? (int)r->nmut : 0);
     Py_XDECREF(calls);
     free(graph);
     free(guards);
@@ -1523,6 +1574,8 @@ static int explain_add(explain_run *x, PyCodeObject *co, PyObject *d)
 static PyObject *explain_on_frame(void *ctx, const tracer_frame_view *v)
 {
     explain_run *x = ctx;
+    if (take_resume(v))   /* the rest of the frame _explain_partial runs */
+        return NULL;
     if ((PyObject *)v->code == x->skip) {
         x->skip = NULL;
         return NULL;
@@ -1583,6 +1636,59 @@ static int profile_site(const site *st, PyObject *parts)
     return 0;
 }
 
+/* _breaks(): the graph breaks of the entries made so far, at the call
+ * and at each resume point: a list of dicts {reason, resumes (the frame
+ * goes on in compiled code after the instruction), at (the resume point's
+ * code unit, 0 for the call)}. */
+static PyObject *function_breaks(PyObject *op, PyObject *unused)
+{
+    (void)unused;
+    FunctionObject *self = (FunctionObject *)op;
+    PyObject *out = PyList_New(0);
+    for (site *s = &self->top; out && s; s = s == &self->top ? self->resumes : s->next)
+        for (entry *e = s->entries; out && e; e = e->next) {
+            if (e->compiled && e->r.stop_pc < 0)
+                continue;
+            PyObject *d = Py_BuildValue("{s:s,s:O,s:i}", "reason", e->r.reason, "resumes",
+                                        e->compiled ? Py_True : Py_False, "at", s->pc);
+            if (!d || PyList_Append(out, d))
+                Py_CLEAR(out);
+            Py_XDECREF(d);
+        }
+    return out;
+}
+
+/* _explain_partial(*args, **kwargs): runs the call once through a fresh
+ * CompiledFunction of fn (compiled around its graph breaks), with what it
+ * runs eagerly around the breaks reported as _explain_callees reports a
+ * frame's callees: {frames, breaks, graphs}. Nothing is kept. */
+static PyObject *function_explain_partial(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwn)
+{
+    FunctionObject *self = (FunctionObject *)op;
+    explain_run x = { PyList_New(0), PyDict_New(), PySet_New(NULL), NULL };
+    PyObject *probe = x.frames && x.seen && x.compiled ? PyObject_CallOneArg(function_type_obj, self->fn) : NULL;
+    PyObject *res = NULL;
+    if (probe) {
+        tracer_callback cb = { explain_on_frame, &x };
+        const tracer_callback *prev = step_cb;
+        step_cb = &cb;
+        PyObject *r = PyObject_Vectorcall(probe, args, nargsf, kwn);
+        step_cb = prev;
+        PyObject *breaks = r ? function_breaks(probe, NULL) : NULL, *st = breaks ? function_stats(probe, NULL) : NULL;
+        if (st)
+            res = Py_BuildValue("{s:O,s:O,s:O}", "frames", x.frames, "breaks", breaks, "graphs",
+                                PyDict_GetItemString(st, "graphs"));
+        Py_XDECREF(st);
+        Py_XDECREF(breaks);
+        Py_XDECREF(r);
+        Py_DECREF(probe);
+    }
+    Py_XDECREF(x.frames);
+    Py_XDECREF(x.seen);
+    Py_XDECREF(x.compiled);
+    return res;
+}
+
 static PyObject *function_profile(PyObject *op, PyObject *unused)
 {
     (void)unused;
@@ -1618,6 +1724,11 @@ static PyMethodDef function_methods[] = {
     { "_explain_callees", (PyCFunction)(void (*)(void))function_explain_callees, METH_FASTCALL | METH_KEYWORDS,
       "_explain_callees(*args, **kwargs): runs the function eagerly under the frame hook and reports what smelt "
       "would do with each function it calls (used by smelt.explain)." },
+    { "_explain_partial", (PyCFunction)(void (*)(void))function_explain_partial, METH_FASTCALL | METH_KEYWORDS,
+      "_explain_partial(*args, **kwargs): runs the call through a fresh CompiledFunction and reports its graphs, "
+      "breaks and the functions run eagerly around them (used by smelt.explain)." },
+    { "_breaks", function_breaks, METH_NOARGS,
+      "_breaks(): the graph breaks of the entries so far (reason, whether the frame resumes after it, where)." },
     { "profile", function_profile, METH_NOARGS,
       "Step times of each compiled entry (with smelt._C.set_profiling(True))." },
     { "of", function_of, METH_O | METH_STATIC, "The CompiledFunction kept for fn's code, or None." },

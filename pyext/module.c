@@ -10,6 +10,7 @@
 #include "../inductor/cpu/diskcache.h"
 #include "../inductor/cpu/jit.h"
 #include "hostcall.h"
+#include "../tracer/hostcall.h"
 #include "log.h"
 #include "module.h"
 
@@ -139,7 +140,17 @@ static void cache_log(int warning, const char *line)
     PyGILState_Release(gs);
 }
 
+static PyObject *meta_runs(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyLong_FromLong(tracer_meta_runs());
+}
+
 static PyMethodDef module_methods[] = {
+    {"_meta_runs", meta_runs, METH_NOARGS,
+     "_meta_runs()\n--\n\nHost calls whose results were inferred by running them on meta tensors (not by "
+     "smelt's shape rules) in this process."},
     {"cache_info", cache_info, METH_NOARGS,
      "cache_info()\n--\n\nThe disk cache of compiled code: a dict with hits, misses, writes, evictions "
      "and corrupt (entries discarded) since the process started, entries and bytes on disk now, "

@@ -408,7 +408,8 @@ def test_explain_a_module_with_hooks():
     m.register_forward_hook(lambda mod, args, out: print("side effect") or None)
     with torch.no_grad():
         e = smelt.explain(smelt.compile(m), rnd(2, 6))
-    assert not e["compiles"] and "print" in e["reason"]
+    assert not e["compiles"] and e["partial"] and "print" in e["reason"]
+    assert [b["resumes"] for b in e["breaks"]] == [True]   # the call's frame resumes after the module call
     (fwd,) = [f for f in e["frames"] if f["function"] == "Net.forward"]
     assert fwd["compiles"] and "matmul(" in fwd["graph"] and e["graphs"] >= 1
 

@@ -556,16 +556,17 @@ def test_printer():
     t.len_eq(t.local(1, "xs"), 2)
     text = str(t)
     lines = text.splitlines()
-    assert lines[0] == "guards: 10 checks on 3 values"   # 7 of global state
+    assert lines[0] == "guards: 13 checks on 3 values"   # 10 of global state
     assert "  | torch.is_grad_enabled() is True" in lines
     assert "  | torch.is_autocast_enabled('cpu') is False" in lines
+    assert "  | torch._C._len_torch_dispatch_stack() is 0" in lines
     assert "  | bool(nn.modules.module._global_forward_hooks) is False" in lines
     assert "  L['self']" in lines
     assert "    | type(L['self']) is Linear" in lines
     assert "    L['self'].training" in lines
     assert "      | L['self'].training is True" in lines
     assert "    | len(L['xs']) == 2" in lines
-    assert t.num_nodes == 4 and t.num_checks == 10
+    assert t.num_nodes == 4 and t.num_checks == 13
 
 
 # ---------------------------------------------------------------- timing

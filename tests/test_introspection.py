@@ -37,10 +37,20 @@ def test_explain_reports_breaks_with_location_and_runs_nothing_compiled():
         return x + 1
 
     e = smelt.explain(f, torch.randn(3))
-    assert not e["compiles"] and "test_introspection.py" in e["reason"]
-    assert "runs eagerly" in str(e)
-    assert calls == [1]   # run once, eagerly, to see what its callees would do
-    assert e["frames"] == [] and e["graphs"] == 0
+    assert not e["compiles"] and e["partial"] and "test_introspection.py" in e["reason"]
+    assert "1 graph around 1 graph break" in str(e)   # nothing computed before the break
+    assert calls == [1]   # run once, to see what the breaks lead to
+    assert e["frames"] == [] and e["graphs"] == 1
+    assert [b["resumes"] for b in e["breaks"]] == [True] and "list" in e["breaks"][0]["reason"]
+
+    def h(x):
+        for _ in range(1):
+            calls.append(2)   # a break in a loop: the frame runs eagerly
+        return x + 1
+
+    e = smelt.explain(h, torch.randn(3))
+    assert not e["compiles"] and not e["partial"] and "runs eagerly" in str(e)
+    assert calls == [1, 2] and e["graphs"] == 0
 
     def g(x):
         if x.sum() > 0:
@@ -56,8 +66,9 @@ def _scale(x):
 
 
 def _branchy(x):
-    if x.sum() > 0:              # depends on tensor data: this frame runs eagerly
-        return _scale(x)
+    for _ in range(1):
+        if x.sum() > 0:          # depends on tensor data, in a loop: this frame runs eagerly
+            return _scale(x)
     return _scale(-x)
 
 
@@ -77,7 +88,8 @@ class _Outer(nn.Module):
 
     def forward(self, x):
         y = self.b1(x)
-        self.log.append(float(y.detach().sum()))   # reads tensor data: runs eagerly
+        for _ in range(1):
+            self.log.append(float(y.detach().sum()))   # reads tensor data in a loop: runs eagerly
         return self.b2(y) + _branchy(y)
 
 
@@ -88,6 +100,8 @@ def test_explain_follows_the_callees_of_a_frame_that_runs_eagerly():
     with torch.no_grad():
         e = smelt.explain(m, x)
     assert not e["compiles"] and "test_introspection.py" in e["reason"]
+    # the compiled call is the module's __call__, which resumes after calling forward
+    assert e["partial"] and [b["resumes"] for b in e["breaks"]] == [True]
     by_name = {f["function"]: f for f in e["frames"]}
     # the compiled call is the module's __call__: its forward is the first callee
     assert list(by_name) == ["_Outer.forward", "_Block.forward", "_branchy", "_scale"]
@@ -101,7 +115,7 @@ def test_explain_follows_the_callees_of_a_frame_that_runs_eagerly():
     assert len(m.log) == 1                           # the call ran once, eagerly
     assert smelt._C.CompiledFunction.of(_Block.forward) is None   # nothing compiled or kept
     text = str(e)
-    assert "the functions it calls (2 would compile)" in text
+    assert "2 graphs around 1 graph break" in text and "the functions called around the breaks" in text
     assert f"compiles: _Block.forward ({__file__}:{blk['line']}, 2 calls)" in text
     assert "eager:    _branchy (" in text
     e = smelt.explain(m, x)                          # in grad mode, with parameters requiring grad
@@ -116,7 +130,8 @@ def test_explain_reports_closures_the_hook_runs_as_they_are():
         return x * k                 # a closure over k
 
     def outer(x):
-        print("", end="")            # not traced: outer runs eagerly
+        for _ in range(1):
+            print("", end="")        # not traced, in a loop: outer runs eagerly
         return inner(x) + 1
 
     e = smelt.explain(outer, torch.randn(4))

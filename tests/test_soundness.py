@@ -492,3 +492,34 @@ def test_autograd_function_forward_traced():
     xe = xg.detach().clone().requires_grad_()
     fn(xe).sum().backward()
     same(xg.grad, xe.grad)
+
+
+def test_torch_function_and_dispatch_modes_run_eagerly():
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Plus1(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            r = func(*args, **(kwargs or {}))
+            return r + 1 if func is torch.sin else r
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    def fn(x):
+        return torch.sin(x) * 2
+
+    f = smelt.compile(fn)
+    x = rnd(4)
+    same(f(x), fn(x))              # compiled outside any mode
+    with Plus1():
+        same(f(x), fn(x))
+    with Count():
+        Count.n = 0
+        f(x)
+        assert Count.n >= 2        # the mode saw eager's ops
+    same(f(x), fn(x))

@@ -7,8 +7,8 @@ is UNFOLD.
 Each case compiles with fullgraph=True, compares with eager on random inputs
 (odd and prime sizes, 0-size batches, 1x1 inputs, non-contiguous and
 channels-last layouts, NaNs) and checks whether torch's op still runs at run
-time: a TorchFunctionMode records the torch calls a compiled call makes,
-which are exactly its host calls. Forms that stay host calls (other dtypes,
+time: smelt.explain lists the torch ops a compiled call runs as host
+calls. Forms that stay host calls (other dtypes,
 transposed convolutions, pooling indices, uneven adaptive windows) must
 still give eager's results, and arguments eager rejects must still fail. A
 fresh interpreter with SMELT_LOGS=graph shows the graphs themselves.
@@ -23,7 +23,6 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
 
 import smelt
 
@@ -49,18 +48,6 @@ def chlast(x):
     return x.contiguous(memory_format=CL if x.dim() == 4 else torch.channels_last_3d)
 
 
-class HostCalls(TorchFunctionMode):
-    """Records the names of the torch functions called while active."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.calls.append(getattr(func, "__name__", repr(func)))
-        return func(*args, **(kwargs or {}))
-
-
 def same(got, ref, tol=None):
     assert type(got) is type(ref), (type(got), type(ref))
     if isinstance(ref, torch.Tensor):
@@ -83,13 +70,13 @@ def check(fn, *args, native=True, tol=None):
         ref = fn(*args)
         cf = smelt.compile(fn, fullgraph=True)
         same(cf(*args), ref, tol)
-        with HostCalls() as spy:
-            got = cf(*args)
+        got = cf(*args)
+        calls = smelt.explain(fn, *args)["host_calls"]
     same(got, ref, tol)
     st = cf._smelt.stats()
     assert st["compiles"] == 1 and st["hits"] == 1 and st["eager_entries"] == 0, st
-    host = [c for c in spy.calls if any(op in c for op in NATIVE_OPS)]
-    assert (not host) if native else host, spy.calls
+    host = [c for c in calls if any(op in c for op in NATIVE_OPS)]
+    assert (not host) if native else host, calls
     return cf
 
 

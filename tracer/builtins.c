@@ -512,7 +512,7 @@ static int32_t b_len(tracer *T, const call_args *a, PyObject *fn)
         return r;
     x = &T->vals[a->pos[0]];
     PyObject *o = x->obj;
-    int by_len = tr_is_module(o) || PyDict_CheckExact(o);   /* structure, not identity */
+    int by_len = tr_is_module(o) || PyDict_Check(o);   /* structure (a dict's length guarded), not identity */
     if (by_len ? tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(o), 0) : !tr_value(T, a->pos[0]))
         return -1;
     if ((n = PyObject_Length(o)) < 0) {

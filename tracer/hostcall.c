@@ -559,6 +559,13 @@ static int call_refused(void)
     return PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_MemoryError);
 }
 
+static long meta_runs;
+
+long tracer_meta_runs(void)
+{
+    return meta_runs;
+}
+
 int tracer_call_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc,
                          const smelt_node *const *srcs, tracer_call_meta *m, char *msg,
                          size_t msglen)
@@ -578,6 +585,7 @@ int tracer_call_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc,
     int rc = -1, k = 0;
     while (k < nsrc && (ins[k] = meta_tensor(srcs[k])))
         k++;
+    meta_runs += k == nsrc;
     PyObject *res = k == nsrc ? tracer_call_invoke(fn, args, kwargs, ins, nsrc) : NULL;
     if (res) {
         rc = meta_results(fn, res, ins, nsrc, m, msg, msglen);

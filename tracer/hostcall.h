@@ -68,6 +68,10 @@ typedef struct tracer_call_meta {
 int tracer_call_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
                       tracer_call_meta *m, char *msg, size_t msglen);
 
+/* Meta calls tracer_call_infer has made in this process (tests check that
+ * shape rules spare them). */
+long tracer_meta_runs(void);
+
 /* Shared by both halves of host calls: the pending exception, normalised
  * with its traceback attached and cleared (never NULL while one is set);
  * "Type: text" of exception value v into buf; the ints v[0..n) as a tuple

@@ -2179,9 +2179,9 @@ int tr_truth(tracer *T, int32_t v, int *out)
             return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) ||
                    tr_add_guard(T, TG_LEN, x->src, NULL, n);
         }
-        if (PyDict_CheckExact(x->obj)) {   /* a dict is true when not empty: its length guarded */
+        if (PyDict_Check(x->obj)) {   /* a dict is true when not empty: its length guarded */
             *out = PyDict_GET_SIZE(x->obj) > 0;
-            return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)&PyDict_Type, 0) ||
+            return tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) ||
                    tr_add_guard(T, TG_LEN, x->src, NULL, PyDict_GET_SIZE(x->obj));
         }
         PyTypeObject *tp = Py_TYPE(x->obj);
@@ -4015,7 +4015,7 @@ static int trace_end(tracer *T, tframe *f, int32_t ret)
     int aliases = 0;
     for (int32_t i = 0; i < T->r->nouts; i++)
         aliases += T->r->outs[i].kind == TO_INPUT || T->r->outs[i].kind == TO_VIEW;
-    if (T->g->nout == 0 && !aliases && !T->r->mut_in)
+    if (T->g->nout == 0 && !aliases && !T->r->mut_in && !T->r->ninputs)   /* plain Python: left to CPython */
         return tr_break(T, "no tensor computed");
     return 0;
 }

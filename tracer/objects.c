@@ -43,7 +43,8 @@ static PyObject *autocast_type, *grad_enabled_fn;   /* torch.autocast, torch.is_
 static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class statement */
 
 /* What the tracer answers itself, by callable. */
-typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD } query_kind;
+typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD,
+                          Q_DISPATCH } query_kind;
 static PyObject *queries;   /* dict: callable -> query_kind */
 
 static int add_query(PyObject *root, const char *path, query_kind k)
@@ -100,6 +101,7 @@ int obj_init(void)
         { "jit.is_scripting", Q_FALSE }, { "jit.is_tracing", Q_FALSE },
         { "is_grad_enabled", Q_GRAD }, { "get_default_dtype", Q_DTYPE },
         { "is_autocast_enabled", Q_AUTOCAST }, { "enable_grad", Q_ENABLE_GRAD }, { "set_grad_enabled", Q_SET_GRAD },
+        { "_C._len_torch_dispatch_stack", Q_DISPATCH },
     };
     int rc = grad_mgr && grad_exit && autocast_type && grad_enabled_fn && copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
@@ -1116,10 +1118,16 @@ int32_t obj_super(tracer *T, PyObject *cls, int32_t self)
 
 /* ---------- calls the tracer answers itself ---------- */
 
-/* torch.is_autocast_enabled(device): CPU only (the state the guard tree
- * guards). */
+/* torch.is_autocast_enabled(device): CPU only, or without arguments (the
+ * states the guard tree guards). */
 static int32_t autocast_query(tracer *T, PyObject *fn, const call_args *a)
 {
+    if (a->npos == 0 && a->nkw == 0) {   /* the legacy no-device form: CUDA's state, guarded as global state */
+        PyObject *r = PyObject_CallNoArgs(fn);
+        int32_t v = r ? tv_obj(T, r, -1) : -1;
+        Py_XDECREF(r);
+        return v;
+    }
     int kw = a->npos == 0 && a->nkw == 1 && PyUnicode_CompareWithASCIIString(a->kwn[0], "device_type") == 0;
     PyObject *dev = (a->npos == 1 && !a->nkw) || kw ? tr_pyobj(T, kw ? a->kwv[0] : a->pos[0]) : NULL;
     if (!dev)
@@ -1339,7 +1347,7 @@ int32_t obj_query(tracer *T, PyObject *fn, const call_args *a)
         return tv_obj(T, q == Q_TRUE ? Py_True : Py_False, -1);
     if (q == Q_GRAD && T->no_grad != 0)
         return tv_obj(T, T->no_grad > 0 ? Py_False : Py_True, -1);
-    PyObject *r = PyObject_CallNoArgs(fn);   /* grad mode / default dtype: guarded by the guard tree */
+    PyObject *r = PyObject_CallNoArgs(fn);   /* grad mode, default dtype, dispatch modes: guarded by the guard tree */
     int32_t v = r ? tv_obj(T, r, -1) : -1;
     Py_XDECREF(r);
     return v;

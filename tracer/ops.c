@@ -389,17 +389,23 @@ static int32_t h_binary(tracer *T, const call_args *a, smelt_op op)
     return op2(T, op, x, y);
 }
 
+static int dtype_arg(tracer *T, const call_args *a, int dflt);
+
 static int32_t h_reduce(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), dim = arg(a, 1, "dim"), kd = arg(a, 2, "keepdim");
     if (dim < 0)
         dim = arg(a, -1, "axis");
-    if (!is_none(T, arg(a, -1, "dtype")))
-        return tr_break(T, "%s with dtype=", smelt_op_name(op));
+    if (!is_none(T, arg(a, -1, "dtype"))) {   /* sum/mean/prod(dtype=): the input cast first, as eager */
+        int dt = op == SMELT_OP_SUM || op == SMELT_OP_MEAN || op == SMELT_OP_PROD ? dtype_arg(T, a, -1) : -1;
+        if (dt < 0 || T->vals[x].kind != V_TENSOR)
+            return T->broke ? -1 : tr_break(T, "%s with dtype=", smelt_op_name(op));
+        x = cast_to(T, x, dt);
+    }
     uint32_t mask;
     int keep;
-    if (T->vals[x].kind != V_TENSOR || dims_mask(T, dim, node(T, x)->ndim, &mask) || get_bool(T, kd, 0, &keep))
-        return T->vals[x].kind != V_TENSOR ? tr_break(T, "reduction of a non-tensor") : -1;
+    if (x < 0 || T->vals[x].kind != V_TENSOR || dims_mask(T, dim, node(T, x)->ndim, &mask) || get_bool(T, kd, 0, &keep))
+        return x >= 0 && T->vals[x].kind != V_TENSOR ? tr_break(T, "reduction of a non-tensor") : -1;
     return red(T, op, x, mask, keep, 0);
 }
 
@@ -702,7 +708,6 @@ static int32_t h_none(tracer *T, const call_args *a, smelt_op op)
 
 static int32_t h_tensor(tracer *T, const call_args *a, smelt_op op);
 static int device_cpu(tracer *T, const call_args *a);
-static int dtype_arg(tracer *T, const call_args *a, int dflt);
 
 static int32_t h_identity(tracer *T, const call_args *a, smelt_op op)
 {

@@ -295,12 +295,26 @@ class Explanation(dict):
     compiled entry), `host_calls` (torch ops that run as extern calls inside
     the graph), counts (`nodes`, `inputs`, `num_guards`,
     `inputs_updated_in_place`), `graphs` (how many graphs the call would
-    compile) and `frames`: when the frame would run eagerly, what smelt
+    compile), `partial` (True: the frame breaks but is compiled around its
+    breaks: `graph` is the graph before the first break, `breaks` lists
+    each break with its reason and whether the frame resumes in compiled
+    code after it; the call is run once to find them) and `frames`: when
+    the frame would run eagerly, what smelt
     would do with each function it calls (the same keys, plus `function`,
     `file`, `line` and `calls`), in the order they are first called.
     str() gives a readable report."""
 
     def __str__(self):
+        if self.get("partial"):
+            g, b = self["graphs"], len(self["breaks"])
+            lines = [f"smelt.explain: {g} graph{'s' * (g != 1)} around {b} graph break{'s' * (b != 1)}"]
+            lines += [f"  break ({'resumes in compiled code' if b['resumes'] else 'runs eagerly from here'}): "
+                      f"{b['reason']}" for b in self["breaks"]]
+            if self["frames"]:
+                lines.append("  the functions called around the breaks:")
+                lines += ["    " + _frame_line(f) for f in self["frames"]]
+            lines += ["graph before the first break:", self["graph"].rstrip()]
+            return "\n".join(lines)
         lines = [f"smelt.explain: {'compiles as one graph' if self['compiles'] else 'runs eagerly'}"]
         if not self["compiles"]:
             lines.append(f"  reason: {self['reason']}")
@@ -344,11 +358,13 @@ def _target(obj):
 
 def explain(obj, *args, **kwargs):
     """Trace obj (anything smelt.compile takes, or what it returned) for
-    this call and report what would be compiled, without running compiled
-    code or keeping anything: see Explanation. A call smelt cannot compile
-    gets the reason the frame would run eagerly, with file:line; the call
-    is then run once eagerly (as smelt would run it) to see what smelt would
-    do with the functions it calls."""
+    this call and report what would be compiled, without keeping anything:
+    see Explanation. A call smelt cannot compile as one graph gets the
+    reason, with file:line; the call is then run once: through a fresh
+    compiled function when the frame compiles around its graph breaks (to
+    report each break and the graphs between them), or eagerly (as smelt
+    would run it) to see what smelt would do with the functions it
+    calls."""
     t = _target(obj)
     if t is None:
         if not callable(obj):
@@ -357,10 +373,18 @@ def explain(obj, *args, **kwargs):
     target, lead, keywords = t
     args, kwargs = lead + args, {**keywords, **kwargs}
     info = target._explain(*args, **kwargs)
-    info["frames"] = [] if info["compiles"] else target._explain_callees(*args, **kwargs)
+    info["breaks"] = []
+    if info["partial"]:
+        # compiled around its breaks: the call runs once through a fresh
+        # CompiledFunction (nothing kept), which says what each part became
+        # and what the functions called around the breaks would do
+        info.update(target._explain_partial(*args, **kwargs))
+        info["graphs"] += sum(f["compiles"] for f in info["frames"])
+    else:
+        info["frames"] = [] if info["compiles"] else target._explain_callees(*args, **kwargs)
+        info["graphs"] = 1 if info["compiles"] else sum(f["compiles"] for f in info["frames"])
     for rep in [info] + info["frames"]:
         rep["host_calls"] = [_call_name(fn) for fn in rep["host_calls"]]
-    info["graphs"] = 1 if info["compiles"] else sum(f["compiles"] for f in info["frames"])
     return Explanation(info)
 
 
