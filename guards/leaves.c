@@ -234,8 +234,7 @@ static const struct {
 } global_state[] = {
     {"torch", "is_grad_enabled", NULL, "torch.is_grad_enabled()", 0},
     {"torch", "get_default_dtype", NULL, "torch.get_default_dtype()", 0},
-    {"torch", "is_autocast_enabled", "cpu", "torch.is_autocast_enabled('cpu')", 0},
-    {"torch", "is_autocast_enabled", NULL, "torch.is_autocast_enabled()", 0},
+    {"torch._C", "_is_any_autocast_enabled", NULL, "torch._C._is_any_autocast_enabled()", 0},
     {"torch._C", "_len_torch_dispatch_stack", NULL, "torch._C._len_torch_dispatch_stack()", 0},
     {"torch._C", "_len_torch_function_stack", NULL, "torch._C._len_torch_function_stack()", 0},
     {"torch.nn.modules.module", "_global_forward_hooks", NULL, "bool(nn.modules.module._global_forward_hooks)", 1},

@@ -80,7 +80,7 @@ typedef struct FunctionObject {
 } FunctionObject;
 
 static PyObject *grad_enabled_fn;   /* torch.is_grad_enabled */
-static PyObject *autocast_fn, *autocast_dev;   /* torch.is_autocast_enabled, "cpu" */
+static PyObject *autocast_fn;   /* torch._C._is_any_autocast_enabled */
 static PyObject *mode_stack_fn[2];   /* torch._C._len_torch_function_stack, _len_torch_dispatch_stack */
 static PyObject *hook_made;   /* list of weakrefs to the CompiledFunctions the hook made */
 
@@ -702,7 +702,7 @@ static int inputs_require_grad(const tr_result *r)
  * grad mode keep the decision to this state. */
 static int eager_state(tr_result *r)
 {
-    PyObject *on = autocast_fn ? PyObject_CallOneArg(autocast_fn, autocast_dev) : Py_NewRef(Py_False);
+    PyObject *on = PyObject_CallNoArgs(autocast_fn);   /* any device's: the state guards see */
     if (!on)
         return -1;
     int rc = on == Py_True;
@@ -1239,8 +1239,9 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (!grad_enabled_fn) {
         PyObject *torch = PyImport_ImportModule("torch");
         grad_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : NULL;
-        autocast_fn = torch ? PyObject_GetAttrString(torch, "is_autocast_enabled") : NULL;
-        autocast_dev = PyUnicode_InternFromString("cpu");
+        PyObject *tc0 = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
+        autocast_fn = tc0 ? PyObject_GetAttrString(tc0, "_is_any_autocast_enabled") : NULL;
+        Py_XDECREF(tc0);
         PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
         mode_stack_fn[0] = tc ? PyObject_GetAttrString(tc, "_len_torch_function_stack") : NULL;
         mode_stack_fn[1] = tc ? PyObject_GetAttrString(tc, "_len_torch_dispatch_stack") : NULL;
@@ -1249,7 +1250,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         null_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         resume_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         Py_XDECREF(torch);
-        if (!grad_enabled_fn || !autocast_fn || !autocast_dev || !hook_made || !null_mark || !resume_mark ||
+        if (!grad_enabled_fn || !autocast_fn || !hook_made || !null_mark || !resume_mark ||
             !mode_stack_fn[0] || !mode_stack_fn[1] ||
             tracer_init())
             return NULL;
