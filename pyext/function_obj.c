@@ -445,7 +445,36 @@ static int write_back(const entry *e, PyObject *const *ins, PyObject *outs)
  * Py_NotImplemented when an input it updates in place shares memory with
  * another input (eager would see the update through the other one, the
  * plan would not): the caller runs the frame eagerly. */
-static PyObject *run_compiled(entry *e, PyObject **vals)
+/* Replays the trace's side effects on objects from outside (see
+ * tr_effect), in order. 0, or -1 with the error one raised. */
+static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globals)
+{
+    for (int32_t i = 0; i < r->neffects; i++) {
+        const tr_effect *x = &r->effects[i];
+        PyObject *target = x->target >= 0 ? build_result(r, x->target, rv) : NULL;
+        PyObject *val = x->val >= 0 ? build_result(r, x->val, rv) : NULL;
+        int rc = -1;
+        if ((x->target >= 0 && !target) || (x->val >= 0 && !val))
+            rc = -1;
+        else if (x->kind == EF_GLOBAL)
+            rc = PyDict_SetItem(globals, x->name, val);
+        else if (x->kind == EF_ATTR)
+            rc = PyObject_SetAttr(target, x->name, val);   /* NULL val: delattr */
+        else if (PyList_Check(target))
+            rc = PyList_SetSlice(target, 0, PyList_GET_SIZE(target), val);
+        else if (PyDict_Check(target)) {
+            PyDict_Clear(target);
+            rc = PyDict_Update(target, val);
+        }
+        Py_XDECREF(target);
+        Py_XDECREF(val);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
     int32_t n = e->r.ninputs, k = 0;
@@ -460,7 +489,7 @@ static PyObject *run_compiled(entry *e, PyObject **vals)
         res = Py_NewRef(outs);
     else if (outs && !write_back(e, ins, outs)) {
         run_vals rv = { outs, ins, vals };
-        res = build_result(&e->r, 0, &rv);
+        res = apply_effects(&e->r, &rv, globals) ? NULL : build_result(&e->r, 0, &rv);
     }
     Py_XDECREF(outs);
     for (k = 0; k < e->nwanted; k++)
@@ -634,7 +663,7 @@ static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObje
         memset(small, 0, sizeof *small * (size_t)nn);
     int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
     if (m == 1 && e->compiled)
-        *res = run_compiled(e, vals);
+        *res = run_compiled(e, vals, f->globals);
     if (m == 1 && (!e->compiled || *res == Py_NotImplemented)) {   /* eager (also: inputs alias an updated input) */
         if (e->compiled)
             Py_DECREF(*res);
@@ -1442,6 +1471,26 @@ static int explain_compiles(tr_result *r)
     return 1;
 }
 
+/* What the trace does to objects from outside, replayed after its graph
+ * (r's effects, with their targets' tree nodes in t): one line each. */
+static PyObject *effect_lines(const tr_result *r, const guard_tree *t)
+{
+    PyObject *out = PyList_New(0);
+    for (int32_t i = 0; out && i < r->neffects; i++) {
+        const tr_effect *x = &r->effects[i];
+        const guard_node *n = x->target >= 0 ? guard_tree_node(t, r->outs[x->target].node) : NULL;
+        const char *src = n ? guard_node_source(n) : "?";
+        PyObject *line = x->kind == EF_GLOBAL ? PyUnicode_FromFormat("G['%U'] assigned", x->name) :
+                         x->kind == EF_CONTENTS ? PyUnicode_FromFormat("%s: contents changed", src) :
+                         x->val < 0 ? PyUnicode_FromFormat("%s.%U deleted", src, x->name) :
+                         PyUnicode_FromFormat("%s.%U assigned", src, x->name);
+        if (!line || PyList_Append(out, line))
+            Py_CLEAR(out);
+        Py_XDECREF(line);
+    }
+    return out;
+}
+
 static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
 {
     PyObject *res = NULL;
@@ -1461,14 +1510,16 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
     guard_tree *t = input_node ? build_tree(fn, nargs, NULL, r, input_node) : NULL;
     char *graph = traced ? smelt_graph_print(r->graph) : NULL, *guards = t ? guard_tree_print(t) : NULL;
     PyObject *calls = traced ? host_callables(r) : PyList_New(0);
-    if (rc >= 0 && calls && (!traced || t))
-        res = Py_BuildValue("{s:O,s:O,s:s,s:s,s:s,s:O,s:i,s:i,s:i,s:i}", "compiles", rc == 0 ? Py_True : Py_False,
+    PyObject *effects = t ? effect_lines(r, t) : PyList_New(0);
+    if (rc >= 0 && calls && effects && (!traced || t))
+        res = Py_BuildValue("{s:O,s:O,s:s,s:s,s:s,s:O,s:O,s:i,s:i,s:i,s:i}", "compiles", rc == 0 ? Py_True : Py_False,
                             "partial", rc == 2 ? Py_True : Py_False,
                             "reason", rc ? r->reason : NULL, "graph", graph, "guards", guards, "host_calls", calls,
-                            "nodes", traced ? (int)r->graph->n : 0, "inputs", traced ? (int)r->ninputs : 0,
+                            "side_effects", effects, "nodes", traced ? (int)r->graph->n : 0, "inputs", traced ? (int)r->ninputs : 0,
                             "num_guards", traced ? (int)r->nguards : 0,
                             "inputs_updated_in_place", traced ? (int)r->nmut : 0);
     Py_XDECREF(calls);
+    Py_XDECREF(effects);
     free(graph);
     free(guards);
     if (t)
@@ -1535,10 +1586,11 @@ static PyObject *explain_frame(const tracer_frame_view *v)
     PyObject *loc[MAX_LOCALS + MAX_CELLS] = { NULL };
     int nargs = co->co_nfreevars ? -1 : frame_params(v, loc);
     if (nargs < 0)
-        return Py_BuildValue("{s:O,s:s,s:s,s:s,s:[],s:i,s:i,s:i,s:i}", "compiles", Py_False, "reason",
+        return Py_BuildValue("{s:O,s:s,s:s,s:s,s:[],s:[],s:i,s:i,s:i,s:i}", "compiles", Py_False, "reason",
                              co->co_nfreevars ? "a closure: the frame hook runs it as it is (its callees are offered)"
                                               : "too many arguments for the frame hook",
-                             "graph", NULL, "guards", NULL, "host_calls", "nodes", 0, "inputs", 0, "num_guards", 0,
+                             "graph", NULL, "guards", NULL, "host_calls", "side_effects", "nodes", 0, "inputs", 0,
+                             "num_guards", 0,
                              "inputs_updated_in_place", 0);
     tr_result r;
     int rc = tracer_trace(v->func, loc, nargs, &r);

@@ -365,16 +365,15 @@ def test_hooks_of_the_top_level_module():
         h4 = m.register_forward_hook(lambda mod, args, out: calls.append("after") or None)
         h5 = cm.register_forward_pre_hook(lambda mod, args: calls.append("pre") or None)
         both(x, scale=0.5)
-        assert calls == ["pre", "after"] * 2      # compiled, then eager
+        assert calls == ["pre", "after"] * 2      # compiled (the appends replayed), then eager
         hits = cm._smelt.stats()["hits"]
         for h in (h1, h2, h3, h4, h5):
             h.remove()
         close(both(x), plain)
     st = cm._smelt.stats()
-    assert st["eager_entries"] == 0 and st["partial_entries"] >= 1 and st["hits"] == hits + 1, st
-    assert "mutating a list" in st["last_break"]
-    fwd = _C.CompiledFunction.of(Net.forward)    # the forward ran compiled under the hooks
-    assert fwd is not None and fwd.stats()["compiles"] >= 1
+    assert st["eager_entries"] == 0 and st["breaks"] == 0 and st["hits"] == hits + 1, st
+    # the hooks (their appends replayed) and the forward are one graph: forward never ran on its own
+    assert _C.CompiledFunction.of(Net.forward) is None
 
 
 def test_hooks_registered_before_compiling():
@@ -395,8 +394,9 @@ def test_hooks_registered_before_compiling():
         h.remove()
         both(x)
         assert calls == ["pre"] * 2
-    fwd = _C.CompiledFunction.of(Net.forward)
-    assert fwd is not None and fwd.stats()["compiles"] >= 1
+    st = cm._smelt.stats()
+    assert st["breaks"] == 0 and st["eager_entries"] == 0 and st["hits"] >= 2, st
+    assert _C.CompiledFunction.of(Net.forward) is None    # hooks and forward traced as one graph
 
 
 def test_explain_a_module_with_hooks():

@@ -493,7 +493,12 @@ static int32_t b_len(tracer *T, const call_args *a, PyObject *fn)
     (void)fn;
     if (arg_count(T, a, 1, 1, "len"))
         return -1;
-    tv *x = &T->vals[a->pos[0]];
+    int32_t v = tr_live(T, a->pos[0]);
+    if (v < 0)
+        return -1;
+    if (v != a->pos[0])
+        return tv_int(T, T->vals[v].n);
+    tv *x = &T->vals[v];
     Py_ssize_t n;
     if (x->kind == V_TUPLE || x->kind == V_LIST || x->kind == V_DICT)
         return tv_int(T, x->n);
@@ -1718,6 +1723,17 @@ static int32_t list_mutate(tracer *T, int32_t self, PyObject *name, const call_a
         x->n--;
         return v;
     }
+    if (is_name(name, "remove") && a->npos == 1) {   /* the first item equal to a constant */
+        int at;
+        if (find_const(T, x->items, x->n, a->pos[0], &at))
+            return -1;
+        if (at < 0)
+            return tr_break(T, "list.remove(): value not found");
+        x = &T->vals[self];
+        memmove(&x->items[at], &x->items[at + 1], sizeof(int32_t) * (size_t)(x->n - at - 1));
+        x->n--;
+        return none(T);
+    }
     if (is_name(name, "reverse") && a->npos == 0) {
         for (int k = 0; k < x->n / 2; k++) {
             int32_t t = x->items[k];
@@ -1736,7 +1752,7 @@ static int32_t list_mutate(tracer *T, int32_t self, PyObject *name, const call_a
 static int32_t list_method(tracer *T, int32_t self, PyObject *name, const call_args *a)
 {
     if (is_name(name, "sort") && !a->npos)
-        return T->vals[self].frozen ? tr_break(T, "mutating a list passed in from outside") : sort_values(T, self, a, 1);
+        return tr_mutable(T, self, "list.sort") ? -1 : sort_values(T, self, a, 1);
     if (a->nkw)
         return tr_break(T, "list.%U with keywords", name);
     if (is_name(name, "index") || is_name(name, "count"))
@@ -1747,8 +1763,8 @@ static int32_t list_method(tracer *T, int32_t self, PyObject *name, const call_a
             T->vals[c].kind = V_LIST;
         return c;
     }
-    if (T->vals[self].frozen)
-        return tr_break(T, "mutating a list passed in from outside");
+    if (tr_mutable(T, self, "a list method"))
+        return -1;
     return list_mutate(T, self, name, a);
 }
 
@@ -1781,8 +1797,8 @@ static int dict_find(tracer *T, int32_t d, int32_t k, int *at)
 static int32_t dict_mutate(tracer *T, int32_t d, PyObject *name, const call_args *a)
 {
     int at;
-    if (T->vals[d].frozen)
-        return tr_break(T, "mutating a dict passed in from outside");
+    if (tr_mutable(T, d, "a dict method"))
+        return -1;
     if (is_name(name, "update") && a->npos <= 1) {   /* a dict, a mapping or (key, value) pairs */
         if (a->npos && dict_fill(T, d, a->pos[0]))
             return -1;

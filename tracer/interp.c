@@ -496,6 +496,61 @@ out:
     return v;
 }
 
+/* The value standing for list or dict o already (one value per object, so
+ * that a mutation through one source is seen through every other), or
+ * -1; a second source is guarded to hold that same object. -2 on error. */
+static int32_t known_container(tracer *T, PyObject *o, int32_t src)
+{
+    if (!T->containers && !(T->containers = PyDict_New()))
+        return -2;
+    PyObject *key = PyLong_FromVoidPtr(o), *have = key ? PyDict_GetItemWithError(T->containers, key) : NULL;
+    Py_XDECREF(key);
+    if (!have)
+        return PyErr_Occurred() ? -2 : -1;
+    int32_t v = (int32_t)PyLong_AsLong(have), first = T->vals[v].src;
+    if (src >= 0 && first >= 0 && src != first && tr_add_guard(T, TG_SAME, src, NULL, first))
+        return -2;
+    return v;
+}
+
+static int remember_container(tracer *T, PyObject *o, int32_t v)
+{
+    PyObject *key = PyLong_FromVoidPtr(o), *val = PyLong_FromLong(v);
+    int rc = key && val && T->containers ? PyDict_SetItem(T->containers, key, val) : -1;
+    Py_XDECREF(key);
+    Py_XDECREF(val);
+    return rc;
+}
+
+/* v, or the model of the dict from outside that v wraps once the trace
+ * made one (reads then see the trace's own writes); -1 on error. */
+int32_t tr_live(tracer *T, int32_t v)
+{
+    tv *x = &T->vals[v];
+    if (v < 0 || x->kind != V_OBJ || x->src < 0 || !T->containers || !PyDict_CheckExact(x->obj))
+        return v;
+    int32_t k = known_container(T, x->obj, x->src);
+    return k == -1 ? v : k < 0 ? -1 : k;
+}
+
+int tr_mutable(tracer *T, int32_t c, const char *what)
+{
+    tv *x = &T->vals[c];
+    if (!x->frozen)
+        return 0;
+    if ((x->kind != V_LIST && x->kind != V_DICT) || x->src < 0 || x->obj)
+        return tr_break(T, "%s of a %s passed in from outside", what, tr_kind_name(T, c));
+    if (x->frozen == 1) {   /* first mutation: written back after the graph */
+        int32_t *nd = grow(T->dirty, &T->cdirty, T->ndirty + 1, sizeof(int32_t));
+        if (!nd)
+            return PyErr_NoMemory(), -1;
+        T->dirty = nd;
+        T->dirty[T->ndirty++] = c;
+        x->frozen = 2;
+    }
+    return 0;
+}
+
 /* Wraps object o fetched from src (-1: computed/trusted). Tensors become
  * graph inputs; tuples and lists become containers of wrapped items (their
  * length guarded). Dicts stay objects until used (tr_dict_value). */
@@ -503,9 +558,17 @@ int32_t tv_obj(tracer *T, PyObject *o, int32_t src)
 {
     if (ops_is_tensor(o))
         return tensor_input(T, o, src);
+    if (src >= 0 && T->containers && PyDict_CheckExact(o)) {   /* a dict the trace modelled already */
+        int32_t known = known_container(T, o, src);
+        if (known != -1)
+            return known < 0 ? -1 : known;
+    }
     int named = !PyTuple_CheckExact(o) && PyTuple_Check(o) && obj_namedtuple_class((PyObject *)Py_TYPE(o));
     if ((PyTuple_CheckExact(o) || PyList_CheckExact(o) || named) && PySequence_Size(o) <= 256) {
         int isl = PyList_CheckExact(o);
+        int32_t known = isl && src >= 0 ? known_container(T, o, src) : -1;
+        if (known != -1)
+            return known < 0 ? -1 : known;
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
         if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || tr_add_guard(T, TG_LEN, src, NULL, n))
             return -1;
@@ -518,7 +581,9 @@ int32_t tv_obj(tracer *T, PyObject *o, int32_t src)
         }
         if (c >= 0) {
             T->vals[c].src = src;
-            T->vals[c].frozen = 1;   /* an existing list: its updates would be lost */
+            T->vals[c].frozen = 1;   /* an existing list: mutations are written back (tr_mutable) */
+            if (isl && src >= 0 && remember_container(T, o, c))
+                return -1;
         }
         if (c >= 0 && named) {   /* a named tuple: rebuilt by its class's _make */
             PyObject *mk = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "_make");
@@ -741,6 +806,9 @@ static int32_t dict_snapshot(tracer *T, int32_t v, int subclass)
         return tr_break(T, "expected a dict, got a %s", kind_name(T, v));
     PyObject *o = x->obj;
     int32_t src = x->src;
+    int32_t known = src >= 0 && PyDict_CheckExact(o) ? known_container(T, o, src) : -1;
+    if (known != -1)
+        return known < 0 ? -1 : known;
     if (PyDict_GET_SIZE(o) > 256)
         return tr_break(T, "dict with %zd items is too large to trace through", PyDict_GET_SIZE(o));
     if (tr_add_guard(T, TG_TYPE, src, (PyObject *)Py_TYPE(o), 0) || dict_order_guard(T, src, o))
@@ -762,7 +830,9 @@ static int32_t dict_snapshot(tracer *T, int32_t v, int subclass)
     }
     if (d >= 0) {
         T->vals[d].src = src;
-        T->vals[d].frozen = 1;
+        T->vals[d].frozen = 1;   /* mutations are written back (tr_mutable) */
+        if (src >= 0 && PyDict_CheckExact(o) && remember_container(T, o, d))
+            return -1;
     }
     return d;
 }
@@ -2154,6 +2224,8 @@ static int32_t call_super(tracer *T, const call_args *a)
 
 int tr_truth(tracer *T, int32_t v, int *out)
 {
+    if ((v = tr_live(T, v)) < 0)
+        return -1;
     tv *x = &T->vals[v];
     switch (x->kind) {
     case V_TENSOR: return tr_break(T, "control flow depends on tensor data");
@@ -2253,8 +2325,8 @@ static int32_t seq_binop(tracer *T, int nb, int32_t a, int32_t b)
         return c;
     }
     if (x->kind == V_LIST && nb == NB_INPLACE + NB_ADD) {
-        if (x->frozen)
-            return tr_break(T, "`+=` on a list passed in from outside");
+        if (tr_mutable(T, a, "`+=`"))
+            return -1;
         if (bi_items(T, b, &it, &n))
             return -1;
         for (int i = 0, cnt = n; i < cnt; i++)
@@ -2438,6 +2510,8 @@ static int32_t dict_item(tracer *T, int32_t c, PyObject *key)
 
 int32_t tr_subscr(tracer *T, int32_t c, int32_t k)
 {
+    if ((c = tr_live(T, c)) < 0)
+        return -1;
     tv *x = &T->vals[c];
     if (x->kind == V_TENSOR)
         return ops_subscr(T, c, k);
@@ -2506,8 +2580,16 @@ static int store_subscr(tracer *T, int32_t c, int32_t k, int32_t v)
         int32_t args[2] = { k, v }, r = obj_special(T, c, OS_SETITEM, args, 2);
         return r >= 0 ? 0 : r == -2 ? tr_break(T, "item assignment to an instance without __setitem__") : -1;
     }
-    if ((x->kind != V_LIST && x->kind != V_DICT) || x->frozen)
-        return tr_break(T, "item assignment to a %s passed in from outside", kind_name(T, c));
+    if (x->kind == V_OBJ && PyDict_CheckExact(x->obj) && x->src >= 0) {   /* a dict from outside */
+        if ((c = tr_dict_value(T, c)) < 0)
+            return -1;
+        x = &T->vals[c];
+    }
+    if (x->kind != V_LIST && x->kind != V_DICT)
+        return tr_break(T, "item assignment to a %s", kind_name(T, c));
+    if (tr_mutable(T, c, "item assignment"))
+        return -1;
+    x = &T->vals[c];
     if (x->kind == V_LIST) {
         int64_t i;
         if (seq_index(T, k, x->n, &i))
@@ -2527,8 +2609,16 @@ static int delete_subscr(tracer *T, int32_t c, int32_t k)
         int32_t r = obj_special(T, c, OS_DELITEM, &k, 1);
         return r >= 0 ? 0 : r == -2 ? tr_break(T, "del of an item of an instance without __delitem__") : -1;
     }
-    if ((x->kind != V_LIST && x->kind != V_DICT) || x->frozen)
-        return tr_break(T, "del of an item of a %s passed in from outside", kind_name(T, c));
+    if (x->kind == V_OBJ && PyDict_CheckExact(x->obj) && x->src >= 0) {   /* a dict from outside */
+        if ((c = tr_dict_value(T, c)) < 0)
+            return -1;
+        x = &T->vals[c];
+    }
+    if (x->kind != V_LIST && x->kind != V_DICT)
+        return tr_break(T, "del of an item of a %s", kind_name(T, c));
+    if (tr_mutable(T, c, "del of an item"))
+        return -1;
+    x = &T->vals[c];
     int at = -1;
     if (x->kind == V_LIST) {
         int64_t i;
@@ -2701,8 +2791,29 @@ static int32_t call_ex_args(tracer *T, int32_t fn, int32_t args, int32_t kwd)
     return tr_call(T, fn, &a);
 }
 
+/* STORE_GLOBAL name = v in frame f: in the traced function's own module
+ * (replayed after the graph: EF_GLOBAL); later reads in the trace see it. */
+static int store_global(tracer *T, tframe *f, PyObject *name, int32_t v)
+{
+    if (f->globals != T->globals || f->trusted)
+        return tr_break(T, "assignment to a global of another module");
+    if (!T->globalw && !(T->globalw = PyDict_New()))
+        return -1;
+    PyObject *id = PyLong_FromLong(v);
+    int rc = id ? PyDict_SetItem(T->globalw, name, id) : -1;
+    Py_XDECREF(id);
+    return rc;
+}
+
 static int32_t load_global(tracer *T, tframe *f, PyObject *name)
 {
+    if (T->globalw && f->globals == T->globals) {   /* assigned by the traced code */
+        PyObject *id = PyDict_GetItemWithError(T->globalw, name);
+        if (id)
+            return (int32_t)PyLong_AsLong(id);
+        if (PyErr_Occurred())
+            return -1;
+    }
     PyObject *o = PyDict_GetItemWithError(f->globals, name);
     int builtin = 0;
     if (!o && !PyErr_Occurred()) {
@@ -3395,6 +3506,7 @@ static int32_t run_frame(tracer *T, tframe *f)
             r = push(f, load_global(T, f, PyTuple_GET_ITEM(f->names, arg >> 1)));
             break;
         case OP_LOAD_ATTR: r = load_attr(T, f, PyTuple_GET_ITEM(f->names, ATTR_NAME(arg)), ATTR_METHOD(arg)); break;
+        case OP_STORE_GLOBAL: r = store_global(T, f, PyTuple_GET_ITEM(f->names, arg), f->stack[--f->sp]); break;
         case OP_LOAD_METHOD: r = load_attr(T, f, PyTuple_GET_ITEM(f->names, arg), 1); break;
         case OP_LOAD_SUPER_ATTR: r = load_super_attr(T, f, arg); break;
         case OP_STORE_ATTR:   /* owner.name = value: owner on top, value under it */
@@ -3878,6 +3990,101 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
     }
 }
 
+/* Values the side effects of the trace write (mutated outside containers,
+ * attributes left changed, globals assigned) appended to roots[*n..]
+ * (room: T->ndirty + T->nattrw + len(globalw)); *changed gets, per
+ * attribute write, 1 when it is replayed. 0, or -1 (a break). */
+static int effect_roots(tracer *T, int32_t *roots, int *n, uint8_t *changed)
+{
+    for (int32_t i = 0; i < T->ndirty; i++)
+        roots[(*n)++] = T->dirty[i];
+    for (int32_t i = 0; i < T->nattrw; i++) {
+        int c = obj_write_changed(T, &T->attrw[i]);
+        if (c < 0)
+            return -1;
+        changed[i] = (uint8_t)c;
+        if (c && T->vals[T->attrw[i].owner].src < 0)
+            return tr_break(T, "STORE_ATTR: the traced code leaves attribute %U of a %s object changed",
+                            T->attrw[i].name, Py_TYPE(T->attrw[i].obj)->tp_name);
+        if (c && T->attrw[i].val >= 0)
+            roots[(*n)++] = T->attrw[i].val;
+    }
+    PyObject *k, *v;
+    Py_ssize_t p = 0;
+    while (T->globalw && PyDict_Next(T->globalw, &p, &k, &v))
+        roots[(*n)++] = (int32_t)PyLong_AsLong(v);
+    return 0;
+}
+
+/* A new list or dict with container value c's final contents (what a
+ * mutated outside container is set to), into slot. */
+static int content_out(tracer *T, int32_t c, int32_t slot)
+{
+    int n = T->vals[c].n, kind = T->vals[c].kind;
+    int32_t first = T->r->nouts;
+    for (int i = 0; i < n; i++)
+        if (out_new(T, TO_CONST) < 0)
+            return -1;
+    tr_out *o = &T->r->outs[slot];
+    o->kind = kind == V_LIST ? TO_LIST : TO_DICT;
+    o->first = first;
+    o->n = n;
+    if (kind == V_DICT) {
+        PyObject *keys = PyTuple_New(n);
+        for (int i = 0; keys && i < n; i++)
+            PyTuple_SET_ITEM(keys, i, Py_NewRef(T->vals[c].keys[i]));
+        if (!(T->r->outs[slot].obj = keys))
+            return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (build_out(T, T->vals[c].items[i], first + i))
+            return -1;
+    return 0;
+}
+
+/* One more effect: kind on the object of source `src` (-1: none), the
+ * value of value id val (-1: none) under name. 0 or -1. */
+static int effect_new(tracer *T, tr_effect_kind kind, int32_t src, int32_t val, PyObject *name, int contents)
+{
+    tr_result *r = T->r;
+    tr_effect *ne = PyMem_Realloc(r->effects, sizeof *ne * (size_t)(r->neffects + 1));
+    if (!ne)
+        return PyErr_NoMemory(), -1;
+    r->effects = ne;
+    tr_effect *e = &r->effects[r->neffects++];
+    *e = (tr_effect){ .kind = (uint8_t)kind, .target = -1, .val = -1, .name = Py_XNewRef(name) };
+    if (src >= 0) {
+        if ((e->target = out_new(T, TO_SOURCE)) < 0)
+            return -1;
+        T->r->outs[e->target].index = src;
+    }
+    if (val >= 0) {
+        int32_t slot = out_new(T, TO_CONST);
+        if (slot < 0 || (contents ? content_out(T, val, slot) : build_out(T, val, slot)))
+            return -1;
+        r->effects[r->neffects - 1].val = slot;
+    }
+    return 0;
+}
+
+/* The effects of the trace on objects from outside, in the output plan
+ * (after its value or state): changed is effect_roots'. 0 or -1. */
+static int emit_effects(tracer *T, const uint8_t *changed)
+{
+    for (int32_t i = 0; i < T->ndirty; i++)
+        if (effect_new(T, EF_CONTENTS, T->vals[T->dirty[i]].src, T->dirty[i], NULL, 1))
+            return -1;
+    for (int32_t i = 0; i < T->nattrw; i++)
+        if (changed[i] && effect_new(T, EF_ATTR, T->vals[T->attrw[i].owner].src, T->attrw[i].val, T->attrw[i].name, 0))
+            return -1;
+    PyObject *k, *v;
+    Py_ssize_t p = 0;
+    while (T->globalw && PyDict_Next(T->globalw, &p, &k, &v))
+        if (effect_new(T, EF_GLOBAL, -1, (int32_t)PyLong_AsLong(v), k, 0))
+            return -1;
+    return 0;
+}
+
 /* The output plan of frame f's state for a partial trace stopped before
  * its instruction at f->pc: a tuple of its variables (unbound: TO_NULL;
  * cell variables: their contents; free variables: TO_NULL, the function's
@@ -3890,15 +4097,20 @@ static int state_out(tracer *T, tframe *f)
     for (int i = 0; root >= 0 && i < n; i++)
         if (out_new(T, TO_NULL) < 0)
             return -1;
-    int32_t *roots = root < 0 ? NULL : PyMem_Malloc(sizeof(int32_t) * ((size_t)n + 1));
-    if (roots) {
+    size_t room = (size_t)n + (size_t)T->ndirty + (size_t)T->nattrw + (T->globalw ? (size_t)PyDict_GET_SIZE(T->globalw) : 0);
+    int32_t *roots = root < 0 ? NULL : PyMem_Malloc(sizeof(int32_t) * (room + 1));
+    uint8_t *changed = roots ? PyMem_Calloc((size_t)T->nattrw + 1, 1) : NULL;
+    int nr = n;
+    if (changed) {
         memcpy(roots, f->locals, sizeof(int32_t) * (size_t)f->nlocals);
         memcpy(roots + f->nlocals, f->stack, sizeof(int32_t) * (size_t)f->sp);
     }
-    int bad = !roots || count_sharers(T, roots, n);
+    int bad = !changed || effect_roots(T, roots, &nr, changed) || count_sharers(T, roots, nr);
     PyMem_Free(roots);
-    if (bad)
-        return root < 0 || PyErr_Occurred() ? -1 : (PyErr_NoMemory(), -1);
+    if (bad) {
+        PyMem_Free(changed);
+        return root < 0 || PyErr_Occurred() || T->broke ? -1 : (PyErr_NoMemory(), -1);
+    }
     T->r->outs[root].first = first;
     T->r->outs[root].n = n;
     for (int i = 0; i < n; i++) {
@@ -3909,14 +4121,18 @@ static int state_out(tracer *T, tframe *f)
             v = T->vals[v].self_;
         if (v < 0 || T->vals[v].kind == V_NULL)
             continue;
-        if (build_out(T, v, first + i))
+        if (build_out(T, v, first + i)) {
+            PyMem_Free(changed);
             return -1;
+        }
     }
+    bad = emit_effects(T, changed);
+    PyMem_Free(changed);
     T->r->stop_pc = f->pc;
     T->r->nslots = f->nlocals;
     T->r->nstack = f->sp;
     T->r->kwnames = Py_XNewRef(f->kwnames);
-    return 0;
+    return bad ? -1 : 0;
 }
 
 static void tracer_free(tracer *T)
@@ -3929,6 +4145,9 @@ static void tracer_free(tracer *T)
     }
     PyMem_Free(T->vals ? T->vals - 1 : NULL);
     PyMem_Free(T->contig);
+    PyMem_Free(T->dirty);
+    Py_XDECREF(T->containers);
+    Py_XDECREF(T->globalw);
     PyMem_Free(T->sharers);
     PyMem_Free(T->base_out);
     PyMem_Free(T->attrw);
@@ -4010,9 +4229,21 @@ static int trace_end(tracer *T, tframe *f, int32_t ret)
     if (T->stopped)
         return state_out(T, f) || mut_outputs(T) ? -1 : 0;
     int32_t root = out_new(T, TO_CONST);
-    if (root < 0 || count_sharers(T, &ret, 1) || build_out(T, ret, root) || mut_outputs(T))
+    size_t room = 1 + (size_t)T->ndirty + (size_t)T->nattrw + (T->globalw ? (size_t)PyDict_GET_SIZE(T->globalw) : 0);
+    int32_t *roots = PyMem_Malloc(sizeof(int32_t) * room);
+    uint8_t *changed = roots ? PyMem_Calloc((size_t)T->nattrw + 1, 1) : NULL;
+    int nr = 1, bad = !changed;
+    if (changed)
+        roots[0] = ret;
+    bad = bad || root < 0 || effect_roots(T, roots, &nr, changed) || count_sharers(T, roots, nr) ||
+          build_out(T, ret, root) || emit_effects(T, changed) || mut_outputs(T);
+    if (!changed && !PyErr_Occurred())
+        PyErr_NoMemory();
+    PyMem_Free(roots);
+    PyMem_Free(changed);
+    if (bad)
         return -1;
-    int aliases = 0;
+    int aliases = T->r->neffects;
     for (int32_t i = 0; i < T->r->nouts; i++)
         aliases += T->r->outs[i].kind == TO_INPUT || T->r->outs[i].kind == TO_VIEW;
     if (T->g->nout == 0 && !aliases && !T->r->mut_in && !T->r->ninputs)   /* plain Python: left to CPython */
@@ -4141,6 +4372,9 @@ void tracer_result_clear(tr_result *r)
     PyMem_Free(r->outs);
     PyMem_Free(r->mut_in);
     PyMem_Free(r->mut_out);
+    for (int32_t i = 0; i < r->neffects; i++)
+        Py_XDECREF(r->effects[i].name);
+    PyMem_Free(r->effects);
     Py_XDECREF(r->keep);
     Py_XDECREF(r->kwnames);
     memset(r, 0, sizeof *r);

@@ -745,14 +745,39 @@ static struct tr_attrw *overlay_find(tracer *T, PyObject *o, PyObject *name)
 /* o.name = val (val -1: del) on an object from outside the trace (value
  * v): recorded in the overlay. Only for objects with a source whose type
  * keeps object's __setattr__ and has no data descriptor for name. */
+/* 1 if v.name = val on module value v is an ordinary instance attribute
+ * write: nn.Module's own __setattr__/__delattr__, name not among its
+ * parameters, buffers or children, and a value that nn.Module.__setattr__
+ * stores in __dict__ as is (not a tensor or module). */
+static int plain_module_attr(tracer *T, int32_t v, PyObject *name, int32_t val, int which)
+{
+    PyObject *o = T->vals[v].obj;
+    if (_PyType_Lookup(Py_TYPE(o), sn[which]) != _PyType_Lookup((PyTypeObject *)module_base, sn[which]))
+        return 0;
+    if (val >= 0 && (T->vals[val].kind == V_TENSOR || (T->vals[val].kind == V_OBJ && tr_is_module(T->vals[val].obj))))
+        return 0;
+    static const char *stores[] = { "_parameters", "_buffers", "_modules" };
+    for (int i = 0; i < 3; i++) {
+        PyObject *d = PyObject_GetAttrString(o, stores[i]);
+        int in = d && PyDict_Check(d) ? PyDict_Contains(d, name) : 1;
+        Py_XDECREF(d);
+        PyErr_Clear();
+        if (in)
+            return 0;
+    }
+    return 1;
+}
+
 static int overlay_set(tracer *T, int32_t v, PyObject *name, int32_t val)
 {
     PyObject *o = T->vals[v].obj;
     PyTypeObject *t = Py_TYPE(o);
     int which = val < 0 ? SN_DELATTR : SN_SETATTR;
     PyObject *ca = _PyType_Lookup(t, name);
-    if (tr_is_module(o) || PyType_Check(o) || PyModule_Check(o) || T->vals[v].src < 0 || !t->tp_dictoffset ||
-        _PyType_Lookup(t, sn[which]) != _PyType_Lookup(&PyBaseObject_Type, sn[which]) ||
+    int module = tr_is_module(o);
+    if ((module && !plain_module_attr(T, v, name, val, which)) || PyType_Check(o) || PyModule_Check(o) ||
+        T->vals[v].src < 0 || !t->tp_dictoffset ||
+        (!module && _PyType_Lookup(t, sn[which]) != _PyType_Lookup(&PyBaseObject_Type, sn[which])) ||
         (ca && Py_TYPE(ca)->tp_descr_set))
         return tr_break(T, "STORE_ATTR: assignment to attribute %U of a %s object", name, t->tp_name);
     if (tr_add_guard(T, TG_TYPE, T->vals[v].src, (PyObject *)t, 0))
@@ -809,26 +834,25 @@ int obj_overlaid(tracer *T, PyObject *o)
  * the compiled code does not replay. 0, or -1 (break). */
 static int grad_finish(tracer *T);
 
+int obj_write_changed(tracer *T, const struct tr_attrw *w)
+{
+    PyObject *d = PyObject_GenericGetDict(w->obj, NULL);
+    PyObject *orig = d ? PyDict_GetItemWithError(d, w->name) : NULL;
+    Py_XDECREF(d);
+    if (PyErr_Occurred())
+        return -1;
+    int same = w->val < 0 ? !orig : orig && T->vals[w->val].kind == V_OBJ && T->vals[w->val].obj == orig;
+    if (!same)
+        return 1;
+    int32_t s = tr_src_new(T, SRC_ATTR, T->vals[w->owner].src, 0, w->name);
+    if (orig ? tr_add_guard(T, tr_is_plain_const(orig) ? TG_EQ : TG_ID, s, orig, 0) : tr_guard_absent(T, w->owner, w->name))
+        return -1;
+    return 0;
+}
+
 int obj_finish(tracer *T)
 {
-    if (grad_finish(T))
-        return -1;
-    for (int32_t i = 0; i < T->nattrw; i++) {
-        struct tr_attrw *w = &T->attrw[i];
-        PyObject *d = PyObject_GenericGetDict(w->obj, NULL);
-        PyObject *orig = d ? PyDict_GetItemWithError(d, w->name) : NULL;
-        Py_XDECREF(d);
-        if (PyErr_Occurred())
-            return -1;
-        int same = w->val < 0 ? !orig : orig && T->vals[w->val].kind == V_OBJ && T->vals[w->val].obj == orig;
-        if (!same)
-            return tr_break(T, "STORE_ATTR: the traced code leaves attribute %U of a %s object changed",
-                            w->name, Py_TYPE(w->obj)->tp_name);
-        int32_t s = tr_src_new(T, SRC_ATTR, T->vals[w->owner].src, 0, w->name);
-        if (orig ? tr_add_guard(T, tr_is_plain_const(orig) ? TG_EQ : TG_ID, s, orig, 0) : tr_guard_absent(T, w->owner, w->name))
-            return -1;
-    }
-    return 0;
+    return grad_finish(T);
 }
 
 /* ---------- C methods of object, dict and OrderedDict on instances ---------- */

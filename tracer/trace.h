@@ -89,6 +89,22 @@ typedef struct tr_out {
     int32_t first, n;      /* containers: children out[first .. first+n) */
 } tr_out;
 
+/* What the traced code did to objects from outside, replayed after its
+ * graph runs (and before the value or the frame state is built):
+ *   EF_CONTENTS  the list or dict built by slot `val` replaces the contents
+ *                of the object built by slot `target` (a TO_SOURCE):
+ *                list[:] = new, dict.clear(); dict.update(new)
+ *   EF_ATTR      setattr(target's object, name, value of slot val), or
+ *                delattr when val is -1
+ *   EF_GLOBAL    the call's globals[name] = value of slot val (target -1) */
+typedef enum tr_effect_kind { EF_CONTENTS, EF_ATTR, EF_GLOBAL } tr_effect_kind;
+
+typedef struct tr_effect {
+    uint8_t kind;
+    int32_t target, val;   /* output plan slots */
+    PyObject *name;        /* EF_ATTR / EF_GLOBAL (strong) */
+} tr_effect;
+
 /* A trace either follows the whole call (a whole trace: outs[0] builds
  * the return value) or stops before an instruction of the traced
  * function's own frame that it cannot trace (a partial trace: stop_pc >=
@@ -112,6 +128,8 @@ typedef struct tr_result {
                               (see tracer/hostcall.h); the reference is held in
                               keep, so tracer_result_clear releases it */
     char reason[512];      /* graph break: why, at file:line */
+    tr_effect *effects;    /* side effects on objects from outside, in order */
+    int32_t neffects;
     int32_t stop_pc;       /* partial trace: the instruction it stopped before (-1: whole trace) */
     int32_t nslots, nstack;   /* partial trace: the frame state's variables and stack depth */
     PyObject *kwnames;     /* partial trace: KW_NAMES pending at stop_pc (strong), or NULL */

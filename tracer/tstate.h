@@ -173,6 +173,10 @@ typedef struct tracer {
     int broke;             /* a graph break reason is set */
     struct tr_attrw *attrw;   /* attribute writes to outside objects (objects.c) */
     int32_t nattrw;
+    PyObject *containers;  /* dict: id(list or dict from a source) -> its value id (one value per object) */
+    int32_t *dirty;        /* lists and dicts from outside the traced code mutated (replayed) */
+    int32_t ndirty, cdirty;
+    PyObject *globalw;     /* dict: name -> value id of globals the top frame's code assigned, or NULL */
     int no_grad;           /* grad mode set by the traced code (objects.c): 0 as outside the trace
                               (guarded), 1 off, -1 on */
     int grad_on;           /* grad was turned on in the trace: no input may require grad */
@@ -238,6 +242,12 @@ int32_t tr_src_new(tracer *T, tr_src_kind k, int32_t parent, Py_ssize_t index, P
 int tr_keep(tracer *T, PyObject *o);                      /* keep o alive for the result */
 int32_t tr_node_add(tracer *T, const smelt_node *proto);  /* graph node or -1 (break) */
 int tr_is_module(PyObject *o);
+/* Container value c is about to be mutated: 0 when allowed (one made in
+ * the trace, or a list/dict from a source, whose final contents are then
+ * written back after the graph runs), -1 with a break (`what` names the
+ * operation) otherwise. */
+int tr_mutable(tracer *T, int32_t c, const char *what);
+int32_t tr_live(tracer *T, int32_t v);
 int tr_is_module_class(PyObject *cls);                    /* cls is nn.Module or a subclass */
 int32_t tr_dict_value(tracer *T, int32_t v);              /* a V_DICT for a dict value (guarded) */
 int tr_guard_absent(tracer *T, int32_t v, PyObject *name);   /* attribute `name` of object v stays missing */
@@ -434,7 +444,11 @@ int32_t obj_attr(tracer *T, int32_t v, PyObject *name, int missing_ok);  /* -2: 
 int obj_setattr(tracer *T, int32_t v, PyObject *name, int32_t val);      /* val -1: del */
 int obj_overlay_get(tracer *T, PyObject *o, PyObject *name, int32_t *val);
 int obj_overlaid(tracer *T, PyObject *o);
-int obj_finish(tracer *T);                                 /* end of trace: writes undone? */
+int obj_finish(tracer *T);                                 /* end of trace: grad mode back? */
+/* Attribute write w at the end of the trace: 1 when it leaves the
+ * attribute changed (replayed after the graph), 0 when it was undone (the
+ * original state guarded), -1 on error. */
+int obj_write_changed(tracer *T, const struct tr_attrw *w);
 int32_t obj_cmethod(tracer *T, PyObject *descr, const call_args *a);     /* -2: not modelled */
 int32_t obj_special(tracer *T, int32_t v, obj_slot slot, const int32_t *args, int n);   /* -2: none */
 int obj_truth(tracer *T, int32_t v, int *out);

@@ -293,7 +293,10 @@ class Explanation(dict):
     frame would run eagerly, `reason` says why and where), `graph` (the
     traced graph, one node a line), `guards` (the checks that select the
     compiled entry), `host_calls` (torch ops that run as extern calls inside
-    the graph), counts (`nodes`, `inputs`, `num_guards`,
+    the graph), `side_effects` (what the call does to objects from outside:
+    lists and dicts changed, attributes and globals assigned, which the
+    compiled code replays after its graph; one line each), counts
+    (`nodes`, `inputs`, `num_guards`,
     `inputs_updated_in_place`), `graphs` (how many graphs the call would
     compile), `partial` (True: the frame breaks but is compiled around its
     breaks: `graph` is the graph before the first break, `breaks` lists
@@ -325,6 +328,8 @@ class Explanation(dict):
         lines.append("  " + _counts(self))
         if self["host_calls"]:
             lines.append("  host calls: " + ", ".join(self["host_calls"]))
+        if self["side_effects"]:
+            lines.append("  side effects, replayed after the graph: " + "; ".join(self["side_effects"]))
         lines += ["graph:", self["graph"].rstrip(), "guards:", self["guards"].rstrip()]
         return "\n".join(lines)
 
