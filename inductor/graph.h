@@ -25,7 +25,7 @@
 #include <stdio.h>
 
 #define SMELT_MAX_DIMS 8
-#define SMELT_MAX_SRC 8
+#define SMELT_MAX_SRC 16
 
 /* Element types. Order is part of the serialisation format: append only. */
 typedef enum smelt_dtype {

@@ -280,6 +280,8 @@ static int add_op_table(PyObject *m)
         Py_DECREF(ops);
         return -1;
     }
+    if (PyModule_AddIntConstant(m, "MAX_SRC", SMELT_MAX_SRC) < 0)
+        return -1;
     return PyModule_AddIntConstant(m, "MAX_DIMS", SMELT_MAX_DIMS);
 }
 

@@ -61,7 +61,7 @@ def test_slot_type():
     assert repr(S(3)) == "Slot(3)" and S(3).index == 3
     assert S(2) == S(2) and S(2) != S(1) and S(0) != 0
     assert hash(S(5)) == hash(S(5)) and len({S(1), S(1), S(2)}) == 2
-    for bad in (-1, C.MAX_DIMS):
+    for bad in (-1, C.MAX_SRC):
         with pytest.raises(ValueError, match="Slot"):
             S(bad)
     with pytest.raises(TypeError):

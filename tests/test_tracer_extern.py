@@ -289,12 +289,12 @@ def item_call(a):
     return a * a.sum().item()
 
 
-def nine_tensors(a):
-    return torch.block_diag(*[a + i for i in range(9)])
+def many_tensors(a):
+    return torch.block_diag(*[a + i for i in range(17)])
 
 
-def ten_results(a):
-    return torch.tensor_split(a, 10)[0] + 1
+def many_results(a):
+    return torch.tensor_split(a, 17)[0] + 1
 
 
 def complex_result(a):
@@ -309,8 +309,8 @@ BREAKS = [
     ("out_argument", out_argument, "out="),
     ("random_op", random_op, "bernoulli"),
     ("item", item_call, "item"),
-    ("nine_tensors", nine_tensors, "more than 8"),
-    ("ten_results", ten_results, "returned 10 tensors"),
+    ("many_tensors", many_tensors, "more than 16"),
+    ("many_results", many_results, "returned 17 tensors"),
     ("complex_result", complex_result, "complex64"),
 ]
 

@@ -798,3 +798,211 @@ def test_replaced_special_methods_are_seen():
         same_as_eager(c, f, rnd(3))
     finally:
         Affine.__call__, Scale.__enter__ = old_call, old_enter
+
+
+# ================================================================ methods replaced after compile
+
+class DoubleIt(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_class_forward_replaced_after_compile():
+    """Replacing a module class's forward (or an instance's) after the first
+    call gives the new forward's result, as eager does."""
+    class Net(nn.Module):
+        def forward(self, x):
+            return x + 1
+    m = Net()
+    cm = smelt.compile(m)
+    x = rnd(3, 4)
+    check(cm(x), x + 1)
+    Net.forward = lambda self, x: x * 3
+    check(cm(x), x * 3)
+    m.forward = lambda x: x - 5            # an instance's own forward wins
+    check(cm(x), x - 5)
+    del m.forward
+    check(cm(x), x * 3)
+
+
+def test_submodule_forward_replaced_after_compile():
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = DoubleIt()
+
+        def forward(self, x):
+            return self.inner(x) + 1
+    m = Outer()
+    cm = smelt.compile(m)
+    x = rnd(5)
+    check(cm(x), x * 2 + 1)
+    orig = DoubleIt.forward
+    try:
+        DoubleIt.forward = lambda self, x: x * 7
+        check(cm(x), x * 7 + 1)
+    finally:
+        DoubleIt.forward = orig
+    check(cm(x), x * 2 + 1)
+
+
+def test_instance_forward_and_custom_call_compile_whole():
+    class Scale(nn.Module):
+        def __init__(self, k):
+            super().__init__()
+            self.k = k
+
+        def __call__(self, x):        # runs instead of nn.Module.__call__
+            return x * self.k
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = DoubleIt()
+            self.a.forward = lambda x: x.sin()   # instance attribute
+            self.s = Scale(4)
+
+        def forward(self, x):
+            return self.s(self.a(x)) + 1
+    m = Outer()
+    whole(m, rnd(3, 5))
+
+
+# ================================================================ dtype queries
+
+@pytest.mark.parametrize("other", [2, 2.5, True, "tensor_i64", "tensor_f64_0d"])
+def test_result_type_promote_types_can_cast(other):
+    def fn(x, y):
+        o = y if other in ("tensor_i64", "tensor_f64_0d") else other
+        dt = torch.result_type(x, o)
+        wide = torch.promote_types(x.dtype, torch.float64)
+        ok = torch.can_cast(x.dtype, torch.int32)
+        return (x + 1).to(dt), torch.zeros(2, dtype=wide), ok
+    ys = {"tensor_i64": torch.arange(6).reshape(2, 3), "tensor_f64_0d": torch.tensor(1.5, dtype=torch.float64)}
+    for x in (rnd(2, 3), torch.arange(6, dtype=torch.int16).reshape(2, 3)):
+        y = ys.get(other, torch.ones(1))
+        c = smelt.compile(fn)
+        check(c(x, y), fn(x, y))
+        assert stats(c)["breaks"] == 0, stats(c)
+
+
+# ================================================================ autograd attributes
+
+def test_requires_grad_attributes_of_computed_tensors():
+    def fn(x):
+        y = x * 2
+        flags = (y.requires_grad, y.is_leaf, y.grad_fn is None, x.requires_grad)
+        return y + 1 if not y.requires_grad else y - 1, flags
+    with torch.no_grad():
+        whole(fn, rnd(4))
+    whole(fn, rnd(4))
+
+
+def test_requires_grad_of_input_is_guarded():
+    def fn(x):
+        return x + 1 if x.requires_grad else x - 1
+    c = smelt.compile(fn)
+    with torch.no_grad():
+        a = rnd(3)
+        check(c(a), a - 1)
+        b = rnd(3).requires_grad_()
+        check(c(b), b.detach() + 1)   # a new entry, or eager: never the stale branch
+
+
+# ================================================================ exceptions caught in the trace
+
+def test_missing_tensor_attribute_caught():
+    def fn(x):
+        try:
+            s = x.my_scale
+        except AttributeError:
+            s = 3.0
+        return x * s
+    c = whole(fn, rnd(4))
+    t = rnd(4)
+    t.my_scale = 0.5                   # the absence was guarded
+    check(c(t), t * 0.5)
+
+
+def test_getattr_default_on_tensor():
+    def fn(x):
+        return x * getattr(x, "boost", 2.0)
+    whole(fn, rnd(3, 3))
+
+
+def test_import_inside_traced_code_and_suppress():
+    def fn(x):
+        import contextlib as cl
+        import math
+        with cl.suppress(KeyError):
+            y = x * math.pi
+            raise KeyError("skip")
+        return y + 1
+    whole(fn, rnd(5))
+
+
+def test_exit_sees_exception_and_swallows():
+    seen = []
+
+    class Catch:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, tp, val, tb):
+            seen.append(tp)
+            return tp is ValueError
+
+    def fn(x):
+        with Catch():
+            x = x + 1
+            raise ValueError("swallowed")
+        with Catch():
+            x = x * 2
+        return x
+    c = smelt.compile(fn)
+    a = rnd(4)
+    check(c(a), (a + 1) * 2)
+    ref = list(seen)
+    seen.clear()
+    fn(a)
+    assert seen == [ValueError, None] and (ref == seen or ref == seen * 2), (ref, seen)
+
+
+def test_exit_does_not_swallow_other_exceptions():
+    class Catch:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, tp, val, tb):
+            return tp is ValueError
+
+    def fn(x):
+        with Catch():
+            raise KeyError("kept")
+        return x
+    c = smelt.compile(fn)
+    with pytest.raises(KeyError, match="kept"):
+        c(rnd(3))
+
+
+# ================================================================ many tensors in one call
+
+@pytest.mark.parametrize("n", [9, 12, 16, 17, 30])
+def test_cat_and_stack_of_many(n):
+    def fn(x):
+        parts = [x * i for i in range(n)]
+        return torch.cat(parts, 1), torch.stack(parts[:13]).sum(0)
+    c = smelt.compile(fn)
+    x = rnd(3, 2)
+    check(c(x), fn(x))
+    check(c(x), fn(x))
+
+
+def test_transformer_encoder_layer_fast_path():
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+    x = rnd(2, 7, 16)
+    with torch.no_grad():
+        ref = layer(x)
+        c = smelt.compile(layer, fullgraph=True)
+        check(c(x), ref)
+        check(c(x), ref)

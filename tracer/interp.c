@@ -1440,6 +1440,16 @@ static int32_t class_attr_src(tracer *T, int32_t v, PyObject *name)
     return t < 0 ? -1 : tr_src_new(T, SRC_ATTR, t, 0, name);
 }
 
+/* Function fn, found on the class of object value v at class source fs,
+ * is inlined: when it is user code (not torch's), it stays that function
+ * on the class (a method replaced after the first call is seen). */
+static int guard_method_id(tracer *T, int32_t v, int32_t fs, PyObject *fn)
+{
+    if (T->vals[v].src < 0 || fs < 0 || code_trusted(PyFunction_GET_CODE(fn)))
+        return 0;
+    return tr_add_guard(T, TG_ID, fs, fn, 0);
+}
+
 /* Calls special method `name` of V_OBJ v when v's class defines it as a
  * Python function outside torch (a user class's own __getitem__, __len__,
  * __iter__, __contains__, ...: the method is inlined, v's type guarded).
@@ -1493,7 +1503,8 @@ int32_t tr_user_special(tracer *T, int32_t v, const char *name, const int32_t *a
     call_args a = { .pos = pos, .npos = n + 1 };
     int32_t fs = class_attr_src(T, v, nm);
     Py_DECREF(nm);
-    if (tr_add_guard(T, TG_TYPE, T->vals[v].src, (PyObject *)Py_TYPE(o), 0) || tr_keep(T, fn))
+    if (tr_add_guard(T, TG_TYPE, T->vals[v].src, (PyObject *)Py_TYPE(o), 0) || tr_keep(T, fn) ||
+        guard_method_id(T, v, fs, fn))
         return -1;
     return inline_call(T, fn, fs, &a);
 }
@@ -1600,9 +1611,24 @@ static int32_t call_module(tracer *T, int32_t mv, const call_args *a)
     PyObject *inst = PyObject_GenericGetDict(T->vals[mv].obj, NULL);
     int own_forward = inst && PyDict_GetItemWithError(inst, s_forward) != NULL;
     Py_XDECREF(inst);
-    if (own_forward || _PyType_Lookup(Py_TYPE(T->vals[mv].obj), s_call) != module_call)
-        return PyErr_Occurred() ? -1 : tr_break(T, "module %s overrides __call__ or forward per instance",
-                                                Py_TYPE(T->vals[mv].obj)->tp_name);
+    if (PyErr_Occurred())
+        return -1;
+    PyObject *callfn = _PyType_Lookup(Py_TYPE(T->vals[mv].obj), s_call);
+    if (callfn != module_call) {   /* the class's own __call__ runs (forward and hooks only if it calls them) */
+        if (!callfn || !PyFunction_Check(callfn))
+            return tr_break(T, "module %s has a __call__ that is not a Python function", Py_TYPE(T->vals[mv].obj)->tp_name);
+        int32_t cs = class_attr_src(T, mv, s_call), pos[64];
+        call_args b;
+        if (tr_keep(T, callfn) || guard_method_id(T, mv, cs, callfn) || with_self(T, mv, a, &b, pos))
+            return -1;
+        return inline_call(T, callfn, cs, &b);
+    }
+    if (own_forward) {   /* m.forward = fn on the instance: what nn.Module.__call__ calls */
+        if (pre.n || post.n)
+            return tr_break(T, "module %s with hooks overrides forward per instance", Py_TYPE(T->vals[mv].obj)->tp_name);
+        int32_t f = tr_load_attr(T, mv, s_forward);
+        return f < 0 ? -1 : tr_call(T, f, a);
+    }
     if (tr_add_guard(T, TG_HAS_KEY, tr_src_new(T, SRC_ATTR, T->vals[mv].src, 0, s_dict), s_forward, 0))
         return -1;   /* an instance forward assigned later must be seen */
     PyObject *fwd = _PyType_Lookup(Py_TYPE(T->vals[mv].obj), s_forward);
@@ -1611,6 +1637,8 @@ static int32_t call_module(tracer *T, int32_t mv, const call_args *a)
     if (tr_keep(T, fwd))
         return -1;
     int32_t fsrc = class_attr_src(T, mv, s_forward);
+    if (guard_method_id(T, mv, fsrc, fwd))
+        return -1;
     if (!pre.n && !post.n) {
         int32_t pos[64];
         call_args b;
@@ -2149,6 +2177,12 @@ int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name)
             r = tr_tensor_inst_attr(T, v, name, 0);
         if (r == -2)
             r = tensor_class_value(T, v, name);
+        if (r == -2 && !_PyType_Lookup((PyTypeObject *)(x->obj ? x->obj : ops_tensor_type()), name)) {
+            if (PyErr_Occurred() || tr_tensor_inst_attr(T, v, name, 1) == -1)   /* its absence guarded */
+                return -1;
+            return tr_raise(T, PyObject_CallFunction(PyExc_AttributeError, "N",
+                                                            PyUnicode_FromFormat("'Tensor' object has no attribute '%U'", name)));
+        }
         return r != -2 ? r : tv_bound(T, name, v, -1);   /* a method: resolved at the call */
     }
     case V_LIST: case V_DICT:
@@ -3120,6 +3154,29 @@ static int32_t unary(tracer *T, int op, int32_t a)
     return r;
 }
 
+/* Whether module m is part of Python's standard library (its top-level
+ * package in sys.stdlib_module_names): an import of it inside traced code
+ * binds the module already imported, whose attributes are taken as they
+ * are, as torch's are. */
+static int stdlib_module(PyObject *m)
+{
+    static PyObject *names;
+    if (!names) {
+        PyObject *sys = PyImport_ImportModule("sys");
+        names = sys ? PyObject_GetAttrString(sys, "stdlib_module_names") : NULL;
+        Py_XDECREF(sys);
+        if (!names)
+            return PyErr_Clear(), 0;
+    }
+    const char *n = PyModule_GetName(m);
+    PyObject *top = n ? PyUnicode_FromStringAndSize(n, (Py_ssize_t)strcspn(n, ".")) : NULL;
+    int r = top ? PySequence_Contains(names, top) : 0;
+    Py_XDECREF(top);
+    if (r < 0)
+        PyErr_Clear();
+    return r == 1;
+}
+
 /* IMPORT_NAME of a module torch, math, operator or functools already
  * imported (importing runs no code then); others end the trace. */
 static int32_t import_name(tracer *T, tframe *f, PyObject *name)
@@ -3144,7 +3201,7 @@ static int32_t import_name(tracer *T, tframe *f, PyObject *name)
         if (!m)
             return PyErr_Occurred() ? -1 : tr_break(T, "import of %U", name);
     }
-    if (!is_trusted_module(m))
+    if (!is_trusted_module(m) && !stdlib_module(m))
         return tr_break(T, "import of %U inside traced code", name);
     return tv_obj(T, m, -1);
 }
@@ -3405,6 +3462,26 @@ static int check_exc_match(tracer *T, tframe *f)
     int r = T->vals[e].kind == V_OBJ && PyErr_GivenExceptionMatches(T->vals[e].obj, mo);
     Py_DECREF(mo);
     return push(f, tv_bool(T, r));
+}
+
+/* WITH_EXCEPT_START: an exception leaves a `with` block: the manager's
+ * __exit__ (fourth on the stack, under lasti and the previous exception)
+ * is called with (type, value, traceback) of the exception on top; what
+ * it returns decides whether the exception is suppressed. */
+static int with_except_start(tracer *T, tframe *f)
+{
+    if (f->sp < 4)
+        return tr_break(T, "WITH_EXCEPT_START on a short stack");
+    int32_t exit_fn = f->stack[f->sp - 4], e = f->stack[f->sp - 1];
+    if (T->vals[e].kind != V_OBJ)
+        return tr_break(T, "an exception that is not an object in a with block");
+    PyObject *exc = T->vals[e].obj, *tb = PyException_GetTraceback(exc);
+    int32_t pos[3] = { tv_obj(T, (PyObject *)Py_TYPE(exc), -1), e, tv_obj(T, tb ? tb : Py_None, -1) };
+    Py_XDECREF(tb);
+    if (pos[0] < 0 || pos[2] < 0)
+        return -1;
+    call_args a = { .pos = pos, .npos = 3 };
+    return push(f, tr_call(T, exit_fn, &a));
 }
 
 /* PUSH_EXC_INFO / POP_EXCEPT: entering a handler saves the exception
@@ -3689,6 +3766,7 @@ static int32_t run_frame(tracer *T, tframe *f)
         case OP_BEFORE_WITH: r = before_with(T, f); break;
         case OP_PUSH_EXC_INFO: case OP_POP_EXCEPT: r = exc_info(T, f, op == OP_PUSH_EXC_INFO); break;
         case OP_CHECK_EXC_MATCH: r = check_exc_match(T, f); break;
+        case OP_WITH_EXCEPT_START: r = with_except_start(T, f); break;
         case OP_RERAISE: r = raise_value(T, f->stack[--f->sp], -1); break;
         case OP_RAISE_VARARGS: r = raise_varargs(T, f, arg); break;
         case OP_LOAD_ASSERTION_ERROR: r = push(f, tv_obj(T, PyExc_AssertionError, -1)); break;
