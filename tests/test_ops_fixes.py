@@ -139,6 +139,59 @@ def test_out_aliasing_an_input():
     check(f, rnd(6))
 
 
+# Non-element-wise ops with out=: the functional call written into out
+# when out has the result's shape and dtype; anything else (eager resizes,
+# computes in out's dtype, or raises) runs eagerly or raises as eager.
+OUT_OPS = {
+    "cat": (lambda a, b, o: torch.cat([a, b], 0, out=o), (3, 4), (2, 4), (5, 4)),
+    "cat_dim1": (lambda a, b, o: torch.cat((a, b), dim=1, out=o), (3, 4), (3, 2), (3, 6)),
+    "stack": (lambda a, b, o: torch.stack([a, b], out=o), (3, 4), (3, 4), (2, 3, 4)),
+    "clamp": (lambda a, b, o: torch.clamp(a, -1, 1, out=o), (3, 4), (1,), (3, 4)),
+    "matmul": (lambda a, b, o: torch.matmul(a, b, out=o), (3, 5), (5, 4), (3, 4)),
+    "mm": (lambda a, b, o: torch.mm(a, b, out=o), (7, 5), (5, 2), (7, 2)),
+    "bmm": (lambda a, b, o: torch.bmm(a, b, out=o), (2, 3, 5), (2, 5, 4), (2, 3, 4)),
+    "sum": (lambda a, b, o: torch.sum(a, 1, out=o), (3, 4), (1,), (3,)),
+    "mean_keepdim": (lambda a, b, o: torch.mean(a, 0, keepdim=True, out=o), (3, 4), (1,), (1, 4)),
+    "amax": (lambda a, b, o: torch.amax(a, 1, out=o), (3, 4), (1,), (3,)),
+    "cumsum": (lambda a, b, o: torch.cumsum(a, 0, out=o), (3, 4), (1,), (3, 4)),
+    "where": (lambda a, b, o: torch.where(a > 0, a, b, out=o), (3, 4), (3, 4), (3, 4)),
+    "baddbmm": (lambda a, b, o: torch.addmm(b, a, a.t(), out=o), (3, 4), (3, 3), (3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(OUT_OPS))
+def test_out_of_other_ops_compiles(name):
+    op, sa, sb, so = OUT_OPS[name]
+
+    def f(a, b, o):
+        r = op(a, b, o)
+        return r is o, o * 2, r.shape
+
+    cf = check(f, rnd(*sa), rnd(*sb), torch.zeros(so))
+    assert cf._smelt.stats()["breaks"] == 0, cf._smelt.stats()
+
+
+@pytest.mark.parametrize("name", ["cat", "matmul", "sum", "cumsum"])
+@pytest.mark.parametrize("bad", ["shape", "dtype", "empty"])
+def test_out_of_other_ops_mismatched(name, bad):
+    op, sa, sb, so = OUT_OPS[name]
+    o = {"shape": torch.zeros(tuple(d + 1 for d in so)), "dtype": torch.zeros(so, dtype=F64),
+         "empty": torch.empty(0)}[bad]
+
+    def f(a, b, o):
+        op(a, b, o)
+        return o + 1
+
+    check(f, rnd(*sa), rnd(*sb), o, compiled=False)
+
+
+def test_out_that_is_an_argument_of_cat():
+    def f(a, b):
+        o = a * 1
+        return torch.cat([o, b], out=o)
+    check(f, rnd(3), rnd(2), compiled=False)
+
+
 # ---------------------------------------------------------------- div rounding
 
 @pytest.mark.parametrize("mode", ["trunc", "floor"])

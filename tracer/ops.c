@@ -2527,6 +2527,59 @@ static int32_t h_is_floating_point(tracer *T, const call_args *a, smelt_op op)
     return tv_obj(T, smelt_dtype_is_float(node(T, arg(a, 0, "input"))->dtype) ? Py_True : Py_False, -1);
 }
 
+/* torch.result_type(tensor or number, tensor or number): what the
+ * promotion rules give for these dtypes and ranks (a dimensioned tensor
+ * outranks a 0-d one outranks a number), answered at trace time by
+ * torch.result_type on empty stand-ins of the same dtypes and ranks. */
+static int32_t h_result_type(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    if (a->npos != 2 || a->nkw)
+        return tr_break(T, "torch.result_type arguments");
+    static PyObject *empty_fn, *result_type_fn;
+    if (!empty_fn) {
+        PyObject *torch = PyImport_ImportModule("torch");
+        empty_fn = torch ? PyObject_GetAttrString(torch, "empty") : NULL;
+        result_type_fn = torch ? PyObject_GetAttrString(torch, "result_type") : NULL;
+        Py_XDECREF(torch);
+        if (!empty_fn || !result_type_fn)
+            return -1;
+    }
+    PyObject *args[2] = { NULL, NULL }, *r = NULL;
+    for (int i = 0; i < 2; i++) {
+        int32_t v = a->pos[i];
+        if (T->vals[v].kind == V_TENSOR) {
+            const smelt_node *n = node(T, v);
+            PyObject *kw = Py_BuildValue("{s:O}", "dtype", torch_dtypes[n->dtype]);
+            PyObject *shape = n->ndim ? Py_BuildValue("((i))", 0) : Py_BuildValue("(())");
+            args[i] = kw && shape ? PyObject_Call(empty_fn, shape, kw) : NULL;
+            Py_XDECREF(kw);
+            Py_XDECREF(shape);
+        } else {
+            args[i] = Py_XNewRef(tr_const(T, v));
+        }
+        if (!args[i])
+            goto out;
+    }
+    if (!(r = PyObject_CallFunctionObjArgs(result_type_fn, args[0], args[1], NULL)))
+        tr_raise_error(T);
+out:
+    Py_XDECREF(args[0]);
+    Py_XDECREF(args[1]);
+    if (!r)
+        return -1;
+    int32_t v = tv_obj(T, r, -1);
+    Py_DECREF(r);
+    return v;
+}
+
+/* torch.promote_types, torch.can_cast: functions of dtypes, answered now. */
+static int32_t dtype_query(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    (void)first;
+    return bi_pure(T, a, fn);
+}
+
 static int32_t h_element_size(tracer *T, const call_args *a, smelt_op op)
 {
     (void)op;
@@ -3172,6 +3225,8 @@ static const op_entry table[] = {
     ROW("T.size", h_size, 0, IP_NO), ROW("T.dim T.ndimension", h_dim, 0, IP_NO),
     ROW("T.numel torch.numel T.nelement", h_numel, 0, IP_NO),
     ROW("T.is_floating_point torch.is_floating_point", h_is_floating_point, 0, IP_NO),
+    ROW("torch.result_type", h_result_type, 0, IP_NO),
+    { "torch.promote_types torch.can_cast", NULL, 0, IP_NO, OUT_NO, dtype_query },
     ROW("T.element_size", h_element_size, 0, IP_NO),
     ROW("torch.cat torch.concat torch.concatenate", h_cat, 0, IP_NO),
     ROW("torch.stack", h_cat, SMELT_OP_UNSQUEEZE, IP_NO),
@@ -3282,25 +3337,6 @@ fail:
     return -1;
 }
 
-/* fn(..., out=o) for entry e: with OUT_CAST the result written into o as
- * an in-place update (cast to o's dtype as eager casts, o returned); o of
- * another shape (eager resizes it) or an entry without out= support is a
- * break, so eager runs the frame. */
-static int32_t out_call(tracer *T, const op_entry *e, const call_args *a, int32_t o)
-{
-    if (e->out != OUT_CAST)
-        return tr_break(T, "%s with out= is not supported", e->names);
-    if (T->vals[o].kind != V_TENSOR)
-        return tr_break(T, "out= that is not a tensor");
-    int32_t r = e->fn(T, a, (smelt_op)e->op);   /* OUT_CAST rows have fn */
-    if (r < 0 || T->vals[r].kind != V_TENSOR)
-        return r < 0 ? r : tr_break(T, "out= of a call without a tensor result");
-    const smelt_node *on = node(T, o), *rn = node(T, r);
-    if (on->ndim != rn->ndim || memcmp(on->shape, rn->shape, sizeof(int64_t) * rn->ndim))
-        return tr_break(T, "out= of another shape than the result (eager resizes it)");
-    return ops_inplace(T, o, r);
-}
-
 /* Runs entry e's handler: e->fn, or e->call with the callable fn (for a
  * method, fn NULL: torch.Tensor's attribute `name`). */
 static int32_t run_entry(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a)
@@ -3313,6 +3349,84 @@ static int32_t run_entry(tracer *T, const op_entry *e, PyObject *fn, PyObject *n
     return r;
 }
 
+/* Whether tensor value v is (or, for a list or tuple, holds) the tensor
+ * whose node is n. */
+static int holds_node(tracer *T, int32_t v, int32_t n)
+{
+    if (v < 0)
+        return 0;
+    const tv *t = &T->vals[v];
+    if (t->kind == V_TENSOR)
+        return t->node == n;
+    if (t->kind == V_LIST || t->kind == V_TUPLE)
+        for (int32_t i = 0; i < t->n; i++)
+            if (T->vals[t->items[i]].kind == V_TENSOR && T->vals[t->items[i]].node == n)
+                return 1;
+    return 0;
+}
+
+/* Call a without its out= o (b, over the caller's kwn/kwv of 32): 0, or
+ * a break when o is also one of the call's tensors or there are too many
+ * keywords. */
+typedef struct out_args {
+    call_args b;
+    PyObject *kwn[32];
+    int32_t kwv[32];
+} out_args;
+
+static int strip_out(tracer *T, const call_args *a, int32_t o, out_args *s)
+{
+    int32_t on = T->vals[o].node;
+    s->b = (call_args){ a->pos, a->npos, s->kwn, s->kwv, 0 };
+    if (a->nkw > 32)
+        return tr_break(T, "out= with too many keywords");
+    for (int k = 0; k < a->nkw; k++) {
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], "out") == 0)
+            continue;
+        if (holds_node(T, a->kwv[k], on))
+            return tr_break(T, "out= that is also an argument of the call");
+        s->kwn[s->b.nkw] = a->kwn[k];
+        s->kwv[s->b.nkw++] = a->kwv[k];
+    }
+    for (int k = 0; k < a->npos; k++)
+        if (holds_node(T, a->pos[k], on))
+            return tr_break(T, "out= that is also an argument of the call");
+    return 0;
+}
+
+/* Result r of a call with out= o written into o: o must have r's shape
+ * (eager resizes it otherwise) and, unless cast (element-wise rows, which
+ * cast into o as eager does), r's dtype (reductions and GEMMs compute in
+ * o's dtype or raise). o is the result. */
+static int32_t write_out(tracer *T, int32_t o, int32_t r, int cast)
+{
+    if (r < 0 || T->vals[r].kind != V_TENSOR)
+        return r < 0 ? r : tr_break(T, "out= of a call without a tensor result");
+    const smelt_node *on = node(T, o), *rn = node(T, r);
+    if (!cast && on->dtype != rn->dtype)
+        return tr_break(T, "out= of another dtype than the result");
+    if (on->ndim != rn->ndim || memcmp(on->shape, rn->shape, sizeof(int64_t) * rn->ndim))
+        return tr_break(T, "out= of another shape than the result (eager resizes it)");
+    return ops_inplace(T, o, r);
+}
+
+/* fn(..., out=o) for entry e. OUT_CAST (element-wise) rows: the result
+ * cast into o. Any other row: the call without out=, written into o when
+ * o has the result's shape and dtype and is none of the call's tensors
+ * (eager's values are then the functional call's); anything else is a
+ * break, so eager runs it. */
+static int32_t out_call(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a, int32_t o)
+{
+    if (T->vals[o].kind != V_TENSOR)
+        return tr_break(T, "out= that is not a tensor");
+    if (e->out == OUT_CAST)
+        return write_out(T, o, e->fn(T, a, (smelt_op)e->op), 1);
+    out_args s;
+    if (strip_out(T, a, o, &s))
+        return -1;
+    return write_out(T, o, run_entry(T, e, fn, name, &s.b), 0);
+}
+
 /* Runs table entry idx for callable fn (a torch function) or method
  * `name` (fn NULL); writes the result into argument 0 when the call is in
  * place (inplace: a method named x.op_; or the entry says so). */
@@ -3321,7 +3435,7 @@ static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, 
     const op_entry *e = &table[PyLong_AsSsize_t(idx)];
     int32_t o = arg(a, -1, "out");
     if (!is_none(T, o))
-        return out_call(T, e, a, o);
+        return out_call(T, e, fn, name, a, o);
     int32_t r = run_entry(T, e, fn, name, a);
     if (r < 0)
         return r;
@@ -3339,6 +3453,16 @@ static int32_t host_call(tracer *T, PyObject *fn, const call_args *a)
 {
     if (!ext_eligible(fn))
         return -2;
+    int32_t o = arg(a, -1, "out");
+    if (!is_none(T, o)) {   /* the call without out=, written into out */
+        out_args s;
+        if (T->vals[o].kind != V_TENSOR)
+            return tr_break(T, "out= that is not a tensor");
+        if (strip_out(T, a, o, &s))
+            return -1;
+        int32_t r = bi_call(T, fn, &s.b);
+        return write_out(T, o, r != -2 ? r : ext_call(T, fn, &s.b), 0);
+    }
     int32_t r = bi_call(T, fn, a);
     return r != -2 ? r : ext_call(T, fn, a);
 }
@@ -3400,6 +3524,43 @@ int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a)
     return r != -2 ? r : tr_break(T, "tensor method %U is not supported yet", name);
 }
 
+/* The caller's tensor object value v is, when v is a tensor passed in
+ * (its TG_TENSOR guard's example), else NULL (borrowed). */
+static PyObject *input_object(tracer *T, int32_t v)
+{
+    int32_t src = T->vals[v].src;
+    for (int32_t i = 0; src >= 0 && i < T->r->nguards; i++)
+        if (T->r->guards[i].kind == TG_TENSOR && T->r->guards[i].src == src)
+            return T->r->guards[i].obj;
+    return NULL;
+}
+
+/* x.requires_grad, x.is_leaf, x.grad_fn, x.grad. A compiled graph never
+ * runs where autograd would record it (inputs that require grad under grad
+ * mode run eagerly; grad mode turned on inside over such inputs breaks), so
+ * a tensor the trace computes needs no grad, is a leaf and has no grad_fn
+ * or grad. A tensor passed in has its requires_grad guarded; what else it
+ * carries is only known when it needs no grad. */
+static int32_t autograd_attr(tracer *T, int32_t self, const char *s)
+{
+    PyObject *t = input_object(T, self);
+    int needs = 0;
+    if (t) {
+        PyObject *rg = PyObject_GetAttrString(t, "requires_grad");
+        if (!rg)
+            return -1;
+        needs = rg == Py_True;
+        Py_DECREF(rg);
+        if (!strcmp(s, "grad") || (needs && strcmp(s, "requires_grad")))
+            return tr_break(T, "tensor attribute %s of a tensor passed in", s);
+    }
+    if (!strcmp(s, "requires_grad"))
+        return tv_obj(T, needs ? Py_True : Py_False, -1);
+    if (!strcmp(s, "is_leaf"))
+        return tv_obj(T, Py_True, -1);
+    return tv_obj(T, Py_None, -1);
+}
+
 int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
 {
     const char *s = PyUnicode_AsUTF8(name);
@@ -3436,7 +3597,7 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
         return alias_of(T, self);
     if (!strcmp(s, "requires_grad") || !strcmp(s, "grad") || !strcmp(s, "grad_fn") ||
         !strcmp(s, "is_leaf"))
-        return tr_break(T, "tensor attribute %s is not supported yet", s);
+        return autograd_attr(T, self, s);
     return -2;
 }
 
