@@ -400,3 +400,115 @@ def test_unsupported_writes_still_right():
     cm = smelt.compile(m)
     same(cm(x), x * 2 + 1)
     same(m.saved, x * 2)
+
+
+# ---------------------------------------------------------------- attributes of tensors
+
+def tensor_attr_calls(n=4):
+    """The same input tensor across calls (its attributes persist), and a
+    fresh one."""
+    def calls():
+        x = rnd(3, 4)
+        return [(x,), (x,), (rnd(3, 4),), (x,)][:n]
+    return calls
+
+
+def dicts_of(a):
+    return dict(a.__dict__) if isinstance(a, torch.Tensor) else None
+
+
+def both_attrs(fn, calls, breaks=0, whole=True):
+    """fn eagerly and compiled on the same call sequence: results, and the
+    inputs' attribute dicts after each call."""
+    want = []
+    for a in calls():
+        r = fn(*a)
+        want.append((r, [dicts_of(t) for t in a]))
+    cf = smelt.compile(fn)
+    for a, (w, wd) in zip(calls(), want):
+        got = cf(*a)
+        same(got, w)
+        same([dicts_of(t) for t in a], wd)
+    st = cf._smelt.stats()
+    if whole:
+        assert st["eager_entries"] == 0 and st["breaks"] <= breaks, st
+    return cf
+
+
+def set_seen(x):
+    x.seen = True
+    return x * 2
+
+
+def count_on_tensor(x):
+    x.calls = getattr(x, "calls", 0) + 1
+    return x * x.calls
+
+
+def set_read_delete(x):
+    x.tmp = 3.0
+    y = x * x.tmp
+    del x.tmp
+    return y, hasattr(x, "tmp")
+
+
+def tensor_valued_attr(x):
+    x.cache = x.sin()
+    return x.cache + 1
+
+
+def attr_then_inplace(x):
+    x.note = "scaled"
+    x.mul_(2)
+    return x.note, x + 0
+
+
+@pytest.mark.parametrize("fn", [set_seen, count_on_tensor, set_read_delete, tensor_valued_attr],
+                         ids=lambda f: f.__name__)
+def test_attributes_set_on_input_tensors(fn):
+    both_attrs(fn, tensor_attr_calls())
+
+
+def test_attribute_and_inplace_on_input():
+    def calls():
+        return [(rnd(3, 4),), (rnd(3, 4),)]
+    both_attrs(attr_then_inplace, calls)
+
+
+def test_attribute_on_parameter():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(4))
+
+        def forward(self, x):
+            self.w.touched = getattr(self.w, "touched", 0) + 1
+            return x * self.w
+    m, e = M(), M()
+    cm = smelt.compile(m)
+    with torch.no_grad():
+        for _ in range(3):
+            x = rnd(4)
+            same(cm(x), e(x))
+            assert m.w.touched == e.w.touched
+
+
+def test_tensor_own_attributes_and_deleting_missing_run_as_eager():
+    def set_data(x):
+        y = x * 2
+        x.data = y
+        return x + 1
+
+    def del_missing(x):
+        del x.nothing
+        return x
+
+    def on_intermediate(x):
+        y = x + 1
+        y.note = "mid"
+        return y, y.note
+    both_attrs(set_data, lambda: [(rnd(3),), (rnd(3),)], whole=False)
+    both_attrs(on_intermediate, lambda: [(rnd(3),), (rnd(3),)], whole=False)
+    cf = smelt.compile(del_missing)
+    with pytest.raises(AttributeError):
+        cf(rnd(3))

@@ -1775,10 +1775,6 @@ def cumsum_op(a):
     return a.cumsum(-1)
 
 
-def random_op(a):
-    return a + torch.randn(4, 5)
-
-
 def einsum_op(a):
     return torch.einsum("ij,kj->ik", a, a)
 
@@ -1893,7 +1889,6 @@ FALLBACKS = [
     ("mask_index", mask_index, lambda: (rnd(4, 5),), "tensor"),
     ("inplace_on_view", inplace_on_view, lambda: (rnd(4, 5),), "view"),
     ("item", data_item, lambda: (rnd(4, 5),), "item"),
-    ("random", random_op, lambda: (rnd(4, 5),), "randn"),
     ("print", print_call, lambda: (rnd(4, 5),), "print"),
     ("generator_send", generator_send, lambda: (rnd(4, 5),), "send"),
     ("live_view_update", live_view_update, lambda: (rnd(4, 5),), "live view"),

@@ -1930,6 +1930,9 @@ int32_t tr_tensor_inst_attr(tracer *T, int32_t v, PyObject *name, int guard_abse
     PyObject *t = tr_tensor_obj(T, v);
     if (!t)
         return -2;
+    int32_t ov;
+    if (T->nattrw && obj_overlay_get(T, t, name, &ov))   /* assigned (or deleted) by the trace */
+        return ov >= 0 ? ov : -2;
     PyObject *d = PyObject_GenericGetDict(t, NULL);
     if (!d) {
         PyErr_Clear();

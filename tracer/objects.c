@@ -768,6 +768,8 @@ static int plain_module_attr(tracer *T, int32_t v, PyObject *name, int32_t val, 
     return 1;
 }
 
+static int overlay_put(tracer *T, int32_t v, PyObject *o, PyObject *name, int32_t val);
+
 static int overlay_set(tracer *T, int32_t v, PyObject *name, int32_t val)
 {
     PyObject *o = T->vals[v].obj;
@@ -782,6 +784,45 @@ static int overlay_set(tracer *T, int32_t v, PyObject *name, int32_t val)
         return tr_break(T, "STORE_ATTR: assignment to attribute %U of a %s object", name, t->tp_name);
     if (tr_add_guard(T, TG_TYPE, T->vals[v].src, (PyObject *)t, 0))
         return -1;
+    return overlay_put(T, v, o, name, val);
+}
+
+/* t.name = val (val -1: del) on a tensor from outside the trace (an input,
+ * a parameter: a value with a source): a name torch.Tensor does not define
+ * lives in the tensor's instance dict, so the write goes to the overlay
+ * like any outside object's and is replayed after the graph. A tensor made
+ * in the trace, or a name of Tensor's own (data, grad, requires_grad,
+ * a method), breaks. */
+static int tensor_setattr(tracer *T, int32_t v, PyObject *name, int32_t val)
+{
+    PyObject *o = T->vals[v].src >= 0 ? tr_tensor_obj(T, v) : NULL;
+    int which = val < 0 ? SN_DELATTR : SN_SETATTR;
+    if (!o)
+        return tr_break(T, "STORE_ATTR: assignment to attribute %U of a tensor made in the traced code", name);
+    PyTypeObject *t = Py_TYPE(o);
+    if (t != (PyTypeObject *)ops_tensor_type() || _PyType_Lookup(t, name) ||
+        _PyType_Lookup(t, sn[which]) != _PyType_Lookup(&PyBaseObject_Type, sn[which]))
+        return tr_break(T, "STORE_ATTR: assignment to attribute %U of a tensor", name);
+    if (val < 0) {   /* del of an attribute the tensor does not have raises */
+        int32_t cur;
+        if (!obj_overlay_get(T, o, name, &cur)) {
+            PyObject *d = PyObject_GenericGetDict(o, NULL);
+            int has = d && PyDict_Check(d) ? PyDict_Contains(d, name) : -1;
+            Py_XDECREF(d);
+            if (has < 0)
+                return -1;
+            cur = has ? 0 : -1;
+        }
+        if (cur < 0)
+            return tr_break(T, "del of a missing tensor attribute %U", name);
+    }
+    return overlay_put(T, v, o, name, val);
+}
+
+/* Records o.name = val (o: the object of value v, -1 val: del) in the
+ * overlay. */
+static int overlay_put(tracer *T, int32_t v, PyObject *o, PyObject *name, int32_t val)
+{
     struct tr_attrw *w = overlay_find(T, o, name);
     if (!w) {
         struct tr_attrw *nw = PyMem_Realloc(T->attrw, sizeof *nw * (size_t)(T->nattrw + 1));
@@ -805,6 +846,7 @@ int obj_setattr(tracer *T, int32_t v, PyObject *name, int32_t val)
     switch (T->vals[v].kind) {
     case V_INST: return inst_setattr(T, v, name, val);
     case V_OBJ: return overlay_set(T, v, name, val);
+    case V_TENSOR: return tensor_setattr(T, v, name, val);
     default: return tr_break(T, "STORE_ATTR: assignment to attribute %U of a %s", name, tr_kind_name(T, v));
     }
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
+static PyObject *rand_like_fn[3];   /* torch.rand_like, randn_like, randint_like (host calls) */
 static PyObject *getitem_fn, *nn_pad, *dropout_fn;   /* torch.Tensor.__getitem__, torch._C._nn.pad,
                                                          torch.dropout (host calls) */
 static PyObject *index_put_fn;                        /* torch.index_put (host call) */
@@ -2373,9 +2374,38 @@ static int32_t h_broadcast_to(tracer *T, const call_args *a, smelt_op op)
 
 /* The device= argument, if any, must name the CPU (the only device the
  * graph runs on). */
+/* The keywords of a tensor factory smelt does not model: requires_grad
+ * (a leaf that requires grad: autograd), pin_memory, a layout other than
+ * strided and an explicit generator each break. 0 or -1. */
+static int factory_kwargs(tracer *T, const call_args *a)
+{
+    int rg = 0, pin = 0;
+    int32_t l = arg(a, -1, "layout"), g = arg(a, -1, "generator");
+    if (get_bool(T, arg(a, -1, "requires_grad"), 0, &rg) || get_bool(T, arg(a, -1, "pin_memory"), 0, &pin))
+        return -1;
+    if (rg)
+        return tr_break(T, "a tensor created with requires_grad=True (autograd through compiled code is not built yet)");
+    if (pin)
+        return tr_break(T, "a tensor created with pin_memory=True");
+    if (!is_none(T, g))
+        return tr_break(T, "an explicit generator= (its state is not modelled)");
+    if (!is_none(T, l)) {
+        PyObject *o = tr_const(T, l), *s = o ? PyObject_Str(o) : NULL;
+        int strided = s && PyUnicode_CompareWithASCIIString(s, "torch.strided") == 0;
+        Py_XDECREF(s);
+        if (!o || PyErr_Occurred())
+            return -1;
+        if (!strided)
+            return tr_break(T, "a tensor created with layout %R", o);
+    }
+    return 0;
+}
+
 static int device_cpu(tracer *T, const call_args *a)
 {
     int32_t d = arg(a, -1, "device");
+    if (factory_kwargs(T, a))
+        return -1;
     if (is_none(T, d))
         return 0;
     PyObject *o = tr_const(T, d), *s = o ? PyObject_Str(o) : NULL;
@@ -2439,6 +2469,71 @@ static int32_t full_of(tracer *T, PyObject *o, int dt, const int64_t *shape, int
     double f = p.a.scalar.f = PyFloat_AsDouble(o);
     p.a.scalar.i = PyLong_Check(o) ? PyLong_AsLongLong(o) : fabs(f) < 0x1p63 ? (int64_t)f : 0;   /* inf, NaN: 0 */
     return PyErr_Occurred() ? -1 : mk(T, &p);
+}
+
+/* torch.rand / randn / randint (op 0, 1, 2) and their *_like forms (op +
+ * 100): a host call of torch.rand_like / randn_like / randint_like on a
+ * contiguous stand-in of the result's shape and dtype. Eager's rand(size)
+ * fills a new contiguous tensor from the global generator exactly as
+ * rand_like of a contiguous tensor does, and host calls run at run time in
+ * program order, so the compiled program draws eager's numbers (given the
+ * same seed). A *_like of a tensor eager would not hold contiguous (the
+ * numbers follow its memory order), an explicit generator,
+ * requires_grad=True or another memory format breaks. */
+static int32_t h_random(tracer *T, const call_args *a, smelt_op op)
+{
+    int like = (int)op >= 100, kind = like ? (int)op - 100 : (int)op, nd = 0, dt;
+    int64_t shape[SMELT_MAX_DIMS], lo = 0, hi = 0;
+    int32_t x = like ? arg(a, 0, "input") : -1, first = 0;
+    if (device_cpu(T, a))
+        return -1;
+    if (!rand_like_fn[kind])
+        return tr_break(T, "torch random factory without its *_like form");
+    if (like) {
+        if (x < 0 || T->vals[x].kind != V_TENSOR)
+            return tr_break(T, "random *_like of a non-tensor");
+        int c = ops_eager_contiguous(T, T->vals[x].node);
+        if (c < 0 && PyErr_Occurred())
+            return -1;
+        int32_t mf = arg(a, -1, "memory_format");
+        if (c != 1 || !is_none(T, mf))
+            return tr_break(T, "random *_like of a tensor eager may not hold contiguous, or with memory_format");
+        nd = node(T, x)->ndim;
+        memcpy(shape, node(T, x)->shape, sizeof(int64_t) * (size_t)nd);
+        dt = dtype_arg(T, a, node(T, x)->dtype);
+        first = 1;
+    } else if (kind < 2) {
+        if (int_list(T, a, 0, "size", shape, &nd))
+            return -1;
+        dt = dtype_arg(T, a, default_float());
+    } else {   /* randint(high, size), randint(low, high, size); size may be a keyword */
+        int32_t sz = arg(a, -1, "size");
+        if (sz < 0 && a->npos >= 2)
+            sz = a->pos[a->npos - 1];
+        if (sz < 0)
+            return tr_break(T, "randint without a size");
+        call_args b = { .pos = &sz, .npos = 1 };
+        if (int_list(T, &b, 0, "size", shape, &nd))
+            return -1;
+        dt = dtype_arg(T, a, SMELT_I64);
+    }
+    if (dt < 0)
+        return -1;
+    if (kind == 2) {   /* low and high: the ints before the size (after the input) */
+        int nint = a->npos - first - (!like && arg(a, -1, "size") < 0 ? 1 : 0);
+        int32_t lv = nint >= 2 ? a->pos[first] : arg(a, -1, "low");
+        int32_t hv = nint >= 2 ? a->pos[first + 1] : nint == 1 ? a->pos[first] : arg(a, -1, "high");
+        if (hv < 0 || (lv >= 0 && tr_int(T, lv, &lo)) || tr_int(T, hv, &hi))
+            return hv < 0 ? tr_break(T, "randint without high") : -1;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    int32_t src = zero ? full_of(T, zero, dt, shape, nd) : -1;
+    Py_XDECREF(zero);
+    if (src < 0)
+        return -1;
+    call_args c = { .pos = (int32_t[]){ src, tv_int(T, lo), tv_int(T, hi) }, .npos = kind == 2 ? 3 : 1 };
+    int32_t r = ext_call(T, rand_like_fn[kind], &c);
+    return r == -2 ? tr_break(T, "random factory is not a host call") : r;
 }
 
 /* Flattens nested lists of numbers into items (at most 256), their shape
@@ -3247,6 +3342,9 @@ static const op_entry table[] = {
     ROW("torch.full_like", h_full, 100 + SMELT_OP_CLAMP, IP_NO), ROW("torch.empty_like", h_full, 100 + SMELT_OP_ADD, IP_NO),
     ROW("T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO), ROW("T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO),
     ROW("T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO), ROW("T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO),
+    ROW("torch.rand", h_random, 0, IP_NO), ROW("torch.randn", h_random, 1, IP_NO),
+    ROW("torch.randint", h_random, 2, IP_NO), ROW("torch.rand_like", h_random, 100, IP_NO),
+    ROW("torch.randn_like", h_random, 101, IP_NO), ROW("torch.randint_like", h_random, 102, IP_NO),
     ROW("torch.arange", h_arange, 0, IP_NO), ROW("torch.eye", h_eye, 0, IP_NO), ROW("torch.tensor", h_tensor, 0, IP_NO),
     ROW("torch.as_tensor", h_as_tensor, 0, IP_NO), ROW("T.type", h_type, 0, IP_NO),
     ROW("torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO), ROW("torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO),
@@ -3302,6 +3400,9 @@ int ops_init(void)
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     dropout_fn = resolve(torch, F, "torch.dropout");
+    rand_like_fn[0] = resolve(torch, F, "torch.rand_like");
+    rand_like_fn[1] = resolve(torch, F, "torch.randn_like");
+    rand_like_fn[2] = resolve(torch, F, "torch.randint_like");
     index_put_fn = resolve(torch, F, "torch.index_put");
     native_mha_fn = resolve(torch, F, "torch._native_multi_head_attention");
     adaptive_max_fn[1] = resolve(torch, F, "torch.adaptive_max_pool1d");

@@ -652,6 +652,17 @@ static int sh_dropout(sh_call *c, int arg)
     return dt_ok(c, x) && sh_scalar(c->p[1]) && sh_like(c, x, x->dtype);
 }
 
+/* torch.rand_like / randn_like (input) and randint_like(input, low,
+ * high), as the tracer calls them (tracer/ops.c h_random): input's shape
+ * and dtype. */
+static int sh_rand_like(sh_call *c, int arg)
+{
+    const smelt_node *x = sh_src(c, c->p[0]);
+    int64_t lo, hi;
+    return dt_ok(c, x) && (!arg || (sh_int(c->p[1], &lo) && sh_int(c->p[2], &hi) && lo < hi)) &&
+           sh_like(c, x, x->dtype);
+}
+
 /* Tensor.unfold(dimension, size, step): a view; dim becomes the number of
  * windows and a dim of `size` is appended. Input of >= 1 dims. */
 static int sh_unfold(sh_call *c, int arg)
@@ -1188,6 +1199,8 @@ static const sh_op ops[] = {
     { "torch.index_put", "input indices values accumulate", sh_index_put, 0, M_ALL, RT_TENSOR },
     { "torch.flip", "input dims", sh_flip, 0, M_ALL, RT_TENSOR },
     { "torch.dropout", "input p train", sh_dropout, 0, M_FLOAT, RT_TENSOR },
+    { "torch.rand_like torch.randn_like", "input", sh_rand_like, 0, M_FLOAT, RT_TENSOR },
+    { "torch.randint_like", "input low high", sh_rand_like, 1, M_NUM, RT_TENSOR },
     { "T.flip", "input dims+", sh_flip, 1, M_ALL, RT_TENSOR },
     { "T.unfold", "input dimension size step", sh_unfold, 0, M_ALL, RT_TENSOR },
     { NN "one_hot", "input num_classes", sh_one_hot, 0, DT(I64), RT_TENSOR },
