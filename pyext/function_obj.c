@@ -104,6 +104,7 @@ typedef struct call_frame {
     int nloc, nargs;
     site *site;
     PyObject *globals, *builtins;
+    PyObject *closure;     /* the called function's closure (cells a compiled entry assigns), or NULL */
     PyObject *const *args;
     size_t nargsf;
     PyObject *kwn;
@@ -447,7 +448,7 @@ static int write_back(const entry *e, PyObject *const *ins, PyObject *outs)
  * plan would not): the caller runs the frame eagerly. */
 /* Replays the trace's side effects on objects from outside (see
  * tr_effect), in order. 0, or -1 with the error one raised. */
-static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globals)
+static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globals, PyObject *closure)
 {
     for (int32_t i = 0; i < r->neffects; i++) {
         const tr_effect *x = &r->effects[i];
@@ -460,6 +461,14 @@ static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globa
             rc = PyDict_SetItem(globals, x->name, val);
         else if (x->kind == EF_ATTR)
             rc = PyObject_SetAttr(target, x->name, val);   /* NULL val: delattr */
+        else if (x->kind == EF_CELL) {
+            PyObject *cell = target ? target : closure && PyTuple_Check(closure) && x->index < PyTuple_GET_SIZE(closure)
+                                                   ? PyTuple_GET_ITEM(closure, x->index) : NULL;
+            if (cell && PyCell_Check(cell))
+                rc = PyCell_Set(cell, val);
+            else
+                PyErr_SetString(PyExc_SystemError, "smelt: the closure cell a compiled entry assigns is missing");
+        }
         else if (PyList_Check(target))
             rc = PyList_SetSlice(target, 0, PyList_GET_SIZE(target), val);
         else if (PyDict_Check(target)) {
@@ -474,7 +483,7 @@ static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globa
     return 0;
 }
 
-static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals)
+static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals, PyObject *closure)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
     int32_t n = e->r.ninputs, k = 0;
@@ -489,7 +498,7 @@ static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals)
         res = Py_NewRef(outs);
     else if (outs && !write_back(e, ins, outs)) {
         run_vals rv = { outs, ins, vals };
-        res = apply_effects(&e->r, &rv, globals) ? NULL : build_result(&e->r, 0, &rv);
+        res = apply_effects(&e->r, &rv, globals, closure) ? NULL : build_result(&e->r, 0, &rv);
     }
     Py_XDECREF(outs);
     for (k = 0; k < e->nwanted; k++)
@@ -663,7 +672,7 @@ static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObje
         memset(small, 0, sizeof *small * (size_t)nn);
     int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
     if (m == 1 && e->compiled)
-        *res = run_compiled(e, vals, f->globals);
+        *res = run_compiled(e, vals, f->globals, f->closure);
     if (m == 1 && (!e->compiled || *res == Py_NotImplemented)) {   /* eager (also: inputs alias an updated input) */
         if (e->compiled)
             Py_DECREF(*res);
@@ -1100,7 +1109,7 @@ static PyObject *function_call(PyObject *op, PyObject *const *args, size_t nargs
     if (bind(self->fn, args, nargsf, kwn, loc, &nargs))
         return NULL;
     call_frame f = { .loc = loc, .nloc = add_cells(self->fn, loc, nargs), .nargs = nargs, .site = &self->top,
-                     .globals = PyFunction_GET_GLOBALS(self->fn),
+                     .globals = PyFunction_GET_GLOBALS(self->fn), .closure = PyFunction_GET_CLOSURE(self->fn),
                      .builtins = ((PyFunctionObject *)self->fn)->func_builtins, .args = args, .nargsf = nargsf, .kwn = kwn };
     res = dispatch(self, &f);
     for (int i = 0; i < f.nloc; i++)
@@ -1481,6 +1490,7 @@ static PyObject *effect_lines(const tr_result *r, const guard_tree *t)
         const guard_node *n = x->target >= 0 ? guard_tree_node(t, r->outs[x->target].node) : NULL;
         const char *src = n ? guard_node_source(n) : "?";
         PyObject *line = x->kind == EF_GLOBAL ? PyUnicode_FromFormat("G['%U'] assigned", x->name) :
+                         x->kind == EF_CELL ? PyUnicode_FromFormat("closure variable %U assigned", x->name) :
                          x->kind == EF_CONTENTS ? PyUnicode_FromFormat("%s: contents changed", src) :
                          x->val < 0 ? PyUnicode_FromFormat("%s.%U deleted", src, x->name) :
                          PyUnicode_FromFormat("%s.%U assigned", src, x->name);

@@ -512,3 +512,68 @@ def test_tensor_own_attributes_and_deleting_missing_run_as_eager():
     cf = smelt.compile(del_missing)
     with pytest.raises(AttributeError):
         cf(rnd(3))
+
+
+# ---------------------------------------------------------------- closure cells
+
+def counter_closure():
+    n = 0
+
+    def f(x):
+        nonlocal n
+        n += 1
+        return x * n
+
+    return f, lambda: n
+
+
+def helper_closure():
+    k = 0
+
+    def bump(t):
+        nonlocal k
+        k += 2
+        return t + k
+
+    def g(x):
+        a = bump(x)
+        inner = lambda: k   # noqa: E731 - a closure made in the trace sees the write
+        return a * bump(x) + inner()
+
+    return g, lambda: k
+
+
+@pytest.mark.parametrize("make", [counter_closure, helper_closure], ids=lambda m: m.__name__)
+def test_closure_cells_assigned_are_replayed(make):
+    fe, get_e = make()
+    fc, get_c = make()
+    cf = smelt.compile(fc)
+    x = rnd(3)
+    for _ in range(4):
+        same(cf(x), fe(x))
+        assert get_c() == get_e()
+    st = cf._smelt.stats()
+    assert st["eager_entries"] == 0 and st["breaks"] == 0, st
+
+
+def test_closure_cell_holding_a_list_and_a_tensor():
+    def make():
+        hist = []
+        last = None
+
+        def f(x):
+            nonlocal last
+            y = x.relu()
+            hist.append(y)
+            last = y * 2
+            return y
+
+        return f, lambda: (list(hist), last)
+    fe, ge = make()
+    fc, gc = make()
+    cf = smelt.compile(fc)
+    for _ in range(3):
+        x = rnd(4)
+        same(cf(x), fe(x))
+        same(gc(), ge())
+    assert "closure variable last assigned" in str(smelt.explain(make()[0], rnd(4)))

@@ -1006,3 +1006,26 @@ def test_transformer_encoder_layer_fast_path():
         c = smelt.compile(layer, fullgraph=True)
         check(c(x), ref)
         check(c(x), ref)
+
+
+# ================================================================ tensor flags
+
+def test_layout_and_device_flags_are_values_not_methods():
+    """x.is_nested, is_sparse, is_meta, is_quantized, ... are properties:
+    once read as (always true) bound methods, which took the wrong branch."""
+    def fn(x):
+        y = x * 2
+        if y.is_nested or x.is_sparse or x.is_sparse_csr or x.is_mkldnn:
+            return y * 100
+        if x.is_meta or x.is_quantized or x.is_cuda or x.is_xpu or x.is_mps:
+            return -y
+        return y + 1, x.layout, x.is_cpu, x.nbytes, y.itemsize
+    whole(fn, rnd(3, 4))
+
+
+def test_unmodelled_tensor_property_breaks_not_a_method():
+    def fn(x):
+        return x + 1 if x._version >= 0 else x - 1
+    c = smelt.compile(fn)
+    x = rnd(3)
+    check(c(x), fn(x))

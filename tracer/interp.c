@@ -2186,6 +2186,11 @@ int32_t tr_load_attr(tracer *T, int32_t v, PyObject *name)
             return tr_raise(T, PyObject_CallFunction(PyExc_AttributeError, "N",
                                                             PyUnicode_FromFormat("'Tensor' object has no attribute '%U'", name)));
         }
+        if (r == -2) {   /* a data descriptor smelt does not model is no method */
+            PyObject *ca = _PyType_Lookup((PyTypeObject *)(x->obj ? x->obj : ops_tensor_type()), name);
+            if (ca && Py_TYPE(ca)->tp_descr_set)
+                return tr_break(T, "tensor attribute %U is not supported yet", name);
+        }
         return r != -2 ? r : tv_bound(T, name, v, -1);   /* a method: resolved at the call */
     }
     case V_LIST: case V_DICT:
@@ -2879,6 +2884,9 @@ static int32_t load_deref(tracer *T, tframe *f, int idx)
 {
     int32_t c = f->locals[idx];
     if (c >= 0 && T->vals[c].kind == V_CELL) {
+        for (int32_t i = T->ncellw - 1; T->vals[c].obj && i >= 0; i--)
+            if (T->cellw[i].cell == T->vals[c].obj)   /* a snapshot of a real cell the trace assigned since */
+                return T->cellw[i].val;
         if (T->vals[c].self_ < 0)
             return tr_break(T, "free variable referenced before assignment");
         return T->vals[c].self_;
@@ -2889,6 +2897,9 @@ static int32_t load_deref(tracer *T, tframe *f, int idx)
         return tr_break(T, "cell variable read before assignment");
     PyObject *clo = PyFunction_GET_CLOSURE(f->func);
     PyObject *cell = clo ? PyTuple_GET_ITEM(clo, idx - first_free) : NULL;
+    for (int32_t i = T->ncellw - 1; cell && i >= 0; i--)
+        if (T->cellw[i].cell == cell)   /* assigned by the traced code */
+            return T->cellw[i].val;
     PyObject *o = cell ? PyCell_GET(cell) : NULL;
     if (!o)
         return tr_break(T, "empty closure cell");
@@ -2900,14 +2911,58 @@ static int32_t load_deref(tracer *T, tframe *f, int idx)
     return tv_obj(T, o, src);
 }
 
+/* STORE_DEREF into cell idx of a function from outside the trace (the
+ * traced function itself, or one reached through a source): the write
+ * is kept (later reads see it; a read-only snapshot cell c made for
+ * closures built here too) and replayed after the graph (EF_CELL). */
+static int store_outside_cell(tracer *T, tframe *f, int idx, int32_t v, int32_t c)
+{
+    PyCodeObject *co = (PyCodeObject *)f->code;
+    int first_free = co->co_nlocalsplus - co->co_nfreevars, k = idx - first_free;
+    PyObject *clo = f->func ? PyFunction_GET_CLOSURE(f->func) : NULL;
+    if (k < 0 || !clo || k >= PyTuple_GET_SIZE(clo) || f->trusted || (!f->is_top && f->func_src < 0))
+        return tr_break(T, "assignment to a closure variable of a function defined outside the traced code");
+    PyObject *cell = PyTuple_GET_ITEM(clo, k);
+    int32_t src = -1;
+    if (!f->is_top) {
+        PyObject *an = PyUnicode_InternFromString("__closure__");
+        int32_t cs = an ? tr_src_new(T, SRC_ATTR, f->func_src, 0, an) : -1;
+        if (an && tr_keep(T, an)) {
+            Py_DECREF(an);
+            return -1;
+        }
+        Py_XDECREF(an);
+        if (cs < 0 || (src = tr_src_new(T, SRC_ITEM, cs, k, NULL)) < 0)
+            return -1;
+    }
+    struct tr_cellw *w = NULL;
+    for (int32_t i = 0; i < T->ncellw && !w; i++)
+        if (T->cellw[i].cell == cell)
+            w = &T->cellw[i];
+    if (!w) {
+        struct tr_cellw *nw = PyMem_Realloc(T->cellw, sizeof *nw * (size_t)(T->ncellw + 1));
+        if (!nw)
+            return PyErr_NoMemory(), -1;
+        T->cellw = nw;
+        w = &T->cellw[T->ncellw++];
+        *w = (struct tr_cellw){ .cell = cell, .name = PyTuple_GET_ITEM(co->co_localsplusnames, idx), .src = src,
+                                .index = k };
+    }
+    w->val = v;
+    if (c >= 0 && T->vals[c].kind == V_CELL)
+        T->vals[c].self_ = v;
+    return 0;
+}
+
 /* STORE_DEREF into a cell made here; a real closure is outside state. */
 static int store_deref(tracer *T, tframe *f, int idx, int32_t v)
 {
     int32_t c = f->locals[idx];
-    if (c < 0 || T->vals[c].kind != V_CELL || T->vals[c].frozen)
-        return tr_break(T, "assignment to a closure variable of a function defined outside the traced code");
-    T->vals[c].self_ = v;
-    return 0;
+    if (c >= 0 && T->vals[c].kind == V_CELL && !T->vals[c].frozen) {
+        T->vals[c].self_ = v;
+        return 0;
+    }
+    return store_outside_cell(T, f, idx, v, c);
 }
 
 /* LOAD_CLOSURE: the cell of slot idx (a real closure's cell is read once
@@ -2920,8 +2975,14 @@ static int32_t load_closure(tracer *T, tframe *f, int idx)
     int32_t v = load_deref(T, f, idx);
     c = v < 0 ? -1 : tv_new(T, V_CELL);
     if (c >= 0) {
+        PyCodeObject *co = (PyCodeObject *)f->code;
+        int k = idx - (co->co_nlocalsplus - co->co_nfreevars);
+        PyObject *clo = f->func ? PyFunction_GET_CLOSURE(f->func) : NULL;
         T->vals[c].self_ = v;
         T->vals[c].frozen = 1;
+        /* the real cell (borrowed: its function keeps it), so reads see
+         * the trace's later writes to it */
+        T->vals[c].obj = clo && k >= 0 && k < PyTuple_GET_SIZE(clo) ? PyTuple_GET_ITEM(clo, k) : NULL;
         f->locals[idx] = c;
     }
     return c;
@@ -4094,6 +4155,8 @@ static int effect_roots(tracer *T, int32_t *roots, int *n, uint8_t *changed)
     Py_ssize_t p = 0;
     while (T->globalw && PyDict_Next(T->globalw, &p, &k, &v))
         roots[(*n)++] = (int32_t)PyLong_AsLong(v);
+    for (int32_t i = 0; i < T->ncellw; i++)
+        roots[(*n)++] = T->cellw[i].val;
     return 0;
 }
 
@@ -4163,6 +4226,11 @@ static int emit_effects(tracer *T, const uint8_t *changed)
     while (T->globalw && PyDict_Next(T->globalw, &p, &k, &v))
         if (effect_new(T, EF_GLOBAL, -1, (int32_t)PyLong_AsLong(v), k, 0))
             return -1;
+    for (int32_t i = 0; i < T->ncellw; i++) {
+        if (effect_new(T, EF_CELL, T->cellw[i].src, T->cellw[i].val, T->cellw[i].name, 0))
+            return -1;
+        T->r->effects[T->r->neffects - 1].index = T->cellw[i].index;
+    }
     return 0;
 }
 
@@ -4178,7 +4246,7 @@ static int state_out(tracer *T, tframe *f)
     for (int i = 0; root >= 0 && i < n; i++)
         if (out_new(T, TO_NULL) < 0)
             return -1;
-    size_t room = (size_t)n + (size_t)T->ndirty + (size_t)T->nattrw + (T->globalw ? (size_t)PyDict_GET_SIZE(T->globalw) : 0);
+    size_t room = (size_t)n + (size_t)T->ndirty + (size_t)T->nattrw + (size_t)T->ncellw + (T->globalw ? (size_t)PyDict_GET_SIZE(T->globalw) : 0);
     int32_t *roots = root < 0 ? NULL : PyMem_Malloc(sizeof(int32_t) * (room + 1));
     uint8_t *changed = roots ? PyMem_Calloc((size_t)T->nattrw + 1, 1) : NULL;
     int nr = n;
@@ -4232,6 +4300,7 @@ static void tracer_free(tracer *T)
     PyMem_Free(T->sharers);
     PyMem_Free(T->base_out);
     PyMem_Free(T->attrw);
+    PyMem_Free(T->cellw);
     PyMem_Free(T->muts);
     Py_CLEAR(T->exc);
     Py_XDECREF(T->tensor_of);
@@ -4310,7 +4379,7 @@ static int trace_end(tracer *T, tframe *f, int32_t ret)
     if (T->stopped)
         return state_out(T, f) || mut_outputs(T) ? -1 : 0;
     int32_t root = out_new(T, TO_CONST);
-    size_t room = 1 + (size_t)T->ndirty + (size_t)T->nattrw + (T->globalw ? (size_t)PyDict_GET_SIZE(T->globalw) : 0);
+    size_t room = 1 + (size_t)T->ndirty + (size_t)T->nattrw + (size_t)T->ncellw + (T->globalw ? (size_t)PyDict_GET_SIZE(T->globalw) : 0);
     int32_t *roots = PyMem_Malloc(sizeof(int32_t) * room);
     uint8_t *changed = roots ? PyMem_Calloc((size_t)T->nattrw + 1, 1) : NULL;
     int nr = 1, bad = !changed;

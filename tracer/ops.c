@@ -14,6 +14,8 @@
 #include <string.h>
 
 static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
+static PyObject *strided_layout;    /* torch.strided */
+static PyObject *manual_seed_fn, *seed_call_fn, *default_generator;   /* torch.manual_seed, its host call */
 static PyObject *rand_like_fn[3];   /* torch.rand_like, randn_like, randint_like (host calls) */
 static PyObject *getitem_fn, *nn_pad, *dropout_fn;   /* torch.Tensor.__getitem__, torch._C._nn.pad,
                                                          torch.dropout (host calls) */
@@ -2536,6 +2538,56 @@ static int32_t h_random(tracer *T, const call_args *a, smelt_op op)
     return r == -2 ? tr_break(T, "random factory is not a host call") : r;
 }
 
+/* The host call torch.manual_seed becomes: seed_call(stand_in, seed)
+ * seeds the generators as eager's call does when run (a CPU stand-in)
+ * and does nothing in the tracer's meta run; either way it returns an
+ * empty tensor like its stand-in (the CALL node's result, unused). */
+static PyObject *seed_call(PyObject *self, PyObject *args)
+{
+    PyObject *t, *seed;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO:seed_call", &t, &seed))
+        return NULL;
+    PyObject *meta = PyObject_GetAttrString(t, "is_meta");
+    if (!meta)
+        return NULL;
+    int is_meta = meta == Py_True;
+    Py_DECREF(meta);
+    if (!is_meta) {
+        PyObject *g = PyObject_CallOneArg(manual_seed_fn, seed);
+        if (!g)
+            return NULL;
+        Py_DECREF(g);
+    }
+    return PyObject_CallMethod(t, "new_empty", "((i))", 0);
+}
+
+static PyMethodDef seed_call_def = { "smelt_manual_seed", seed_call, METH_VARARGS, NULL };
+
+/* torch.manual_seed(seed): a host call run in program order with the
+ * graph's random draws (seed_call), so what follows draws eager's
+ * numbers; the value is torch's default generator, as eager's. */
+static int32_t h_manual_seed(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    int64_t s;
+    int32_t sv = arg(a, 0, "seed");
+    if (!seed_call_fn || !default_generator || sv < 0 || a->npos + a->nkw != 1)
+        return tr_break(T, "torch.manual_seed form not supported");
+    if (tr_int(T, sv, &s))
+        return -1;
+    PyObject *zero = PyLong_FromLong(0);
+    int32_t src = zero ? full_of(T, zero, SMELT_F32, (int64_t[]){ 0 }, 1) : -1;
+    Py_XDECREF(zero);
+    if (src < 0)
+        return -1;
+    call_args c = { .pos = (int32_t[]){ src, tv_int(T, s) }, .npos = 2 };
+    int32_t r = ext_call(T, seed_call_fn, &c);
+    if (r < 0)
+        return r == -2 ? tr_break(T, "torch.manual_seed is not a host call") : -1;
+    return tv_obj(T, default_generator, -1);
+}
+
 /* Flattens nested lists of numbers into items (at most 256), their shape
  * into shape/nd and the widest kind into *kind (0 bool, 1 int, 2 float). */
 static int flatten_numbers(tracer *T, PyObject *o, int depth, PyObject **items, int *n, int64_t *shape, int *nd, int *kind)
@@ -3342,6 +3394,7 @@ static const op_entry table[] = {
     ROW("torch.full_like", h_full, 100 + SMELT_OP_CLAMP, IP_NO), ROW("torch.empty_like", h_full, 100 + SMELT_OP_ADD, IP_NO),
     ROW("T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO), ROW("T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO),
     ROW("T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO), ROW("T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO),
+    ROW("torch.manual_seed", h_manual_seed, 0, IP_NO),
     ROW("torch.rand", h_random, 0, IP_NO), ROW("torch.randn", h_random, 1, IP_NO),
     ROW("torch.randint", h_random, 2, IP_NO), ROW("torch.rand_like", h_random, 100, IP_NO),
     ROW("torch.randn_like", h_random, 101, IP_NO), ROW("torch.randint_like", h_random, 102, IP_NO),
@@ -3400,6 +3453,11 @@ int ops_init(void)
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     dropout_fn = resolve(torch, F, "torch.dropout");
+    strided_layout = PyObject_GetAttrString(torch, "strided");
+    manual_seed_fn = PyObject_GetAttrString(torch, "manual_seed");
+    default_generator = PyObject_GetAttrString(torch, "default_generator");
+    seed_call_fn = PyCFunction_New(&seed_call_def, NULL);
+    PyErr_Clear();
     rand_like_fn[0] = resolve(torch, F, "torch.rand_like");
     rand_like_fn[1] = resolve(torch, F, "torch.randn_like");
     rand_like_fn[2] = resolve(torch, F, "torch.randint_like");
@@ -3568,9 +3626,28 @@ static int32_t host_call(tracer *T, PyObject *fn, const call_args *a)
     return r != -2 ? r : ext_call(T, fn, a);
 }
 
+/* The function torch's lazy "disable dynamo" wrapper fn wraps
+ * (torch._disable_dynamo: importing torch._dynamo rebinds torch.manual_seed
+ * to one), borrowed, or NULL. It behaves as the function it wraps. */
+static PyObject *disable_wrapped(PyObject *fn)
+{
+    if (!PyFunction_Check(fn))
+        return NULL;
+    PyObject *file = ((PyCodeObject *)PyFunction_GET_CODE(fn))->co_filename;
+    const char *s = file ? PyUnicode_AsUTF8(file) : NULL;
+    size_t n = s ? strlen(s) : 0;
+    if (!s || n < 17 || strcmp(s + n - 17, "torch/_compile.py"))
+        return PyErr_Clear(), NULL;
+    PyObject *d = ((PyFunctionObject *)fn)->func_dict;
+    return d ? PyDict_GetItemString(d, "__wrapped__") : NULL;
+}
+
 int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
 {
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
+    PyObject *w = idx ? NULL : disable_wrapped(fn);
+    if (!idx && w)
+        idx = PyDict_GetItemWithError(by_obj, w);
     if (!idx) {
         if (PyErr_Occurred())
             PyErr_Clear();
@@ -3674,8 +3751,13 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
         return int_value(T, n->ndim);
     if (!strcmp(s, "dtype"))
         return tv_obj(T, torch_dtypes[n->dtype], -1);
-    if (!strcmp(s, "is_cuda"))
-        return tv_obj(T, Py_False, -1);
+    /* every graph tensor is a dense, strided, non-quantized CPU tensor */
+    static const char *const false_flags[] = { "is_cuda", "is_nested", "is_sparse", "is_sparse_csr", "is_meta",
+                                               "is_quantized", "is_mkldnn", "is_mps", "is_xpu", "is_xla", "is_ipu",
+                                               "is_hpu", "is_mtia", "is_maia", "is_vulkan" };
+    for (size_t i = 0; i < sizeof false_flags / sizeof false_flags[0]; i++)
+        if (!strcmp(s, false_flags[i]))
+            return tv_obj(T, Py_False, -1);
     if (!strcmp(s, "T") || !strcmp(s, "mT")) {
         int perm[SMELT_MAX_DIMS];
         for (int d = 0; d < n->ndim; d++)
@@ -3694,6 +3776,10 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
         return tv_obj(T, Py_True, -1);
     if (!strcmp(s, "itemsize"))
         return int_value(T, (int64_t)smelt_dtype_size((smelt_dtype)n->dtype));
+    if (!strcmp(s, "nbytes"))
+        return int_value(T, (int64_t)smelt_dtype_size((smelt_dtype)n->dtype) * smelt_node_numel(n));
+    if (!strcmp(s, "layout") && strided_layout)
+        return tv_obj(T, strided_layout, -1);
     if (!strcmp(s, "data"))   /* a new tensor object on the same memory */
         return alias_of(T, self);
     if (!strcmp(s, "requires_grad") || !strcmp(s, "grad") || !strcmp(s, "grad_fn") ||

@@ -96,13 +96,17 @@ typedef struct tr_out {
  *                list[:] = new, dict.clear(); dict.update(new)
  *   EF_ATTR      setattr(target's object, name, value of slot val), or
  *                delattr when val is -1
- *   EF_GLOBAL    the call's globals[name] = value of slot val (target -1) */
-typedef enum tr_effect_kind { EF_CONTENTS, EF_ATTR, EF_GLOBAL } tr_effect_kind;
+ *   EF_GLOBAL    the call's globals[name] = value of slot val (target -1)
+ *   EF_CELL      the closure cell built by slot `target` (or, target -1,
+ *                cell `index` of the called function's closure) takes
+ *                the value of slot val (name: the variable's, for explain) */
+typedef enum tr_effect_kind { EF_CONTENTS, EF_ATTR, EF_GLOBAL, EF_CELL } tr_effect_kind;
 
 typedef struct tr_effect {
     uint8_t kind;
     int32_t target, val;   /* output plan slots */
-    PyObject *name;        /* EF_ATTR / EF_GLOBAL (strong) */
+    int32_t index;         /* EF_CELL with target -1 */
+    PyObject *name;        /* EF_ATTR / EF_GLOBAL / EF_CELL (strong) */
 } tr_effect;
 
 /* A trace either follows the whole call (a whole trace: outs[0] builds

@@ -153,6 +153,12 @@ typedef struct tv {
 
 /* An attribute of an object from outside the trace that the traced code
  * assigned (val, -1 when deleted); owner: a value holding the object. */
+struct tr_cellw {
+    PyObject *cell, *name; /* borrowed (the function's closure keeps it; name: its code's) */
+    int32_t val, src;      /* src: a source of the cell object itself, -1: cell `index` of the traced function */
+    int32_t index;
+};
+
 struct tr_attrw {
     PyObject *obj, *name;  /* borrowed (kept alive by the trace) */
     int32_t val, owner;
@@ -173,6 +179,7 @@ typedef struct tracer {
     int depth;
     int broke;             /* a graph break reason is set */
     struct tr_attrw *attrw;   /* attribute writes to outside objects (objects.c) */
+    struct tr_cellw *cellw; int32_t ncellw;   /* writes to closure cells of functions from outside */
     int32_t nattrw;
     PyObject *containers;  /* dict: id(list or dict from a source) -> its value id (one value per object) */
     int32_t *dirty;        /* lists and dicts from outside the traced code mutated (replayed) */
