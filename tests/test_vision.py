@@ -194,7 +194,7 @@ def view_update_expand(a):
     return b
 
 
-@pytest.mark.parametrize("fn,compiled", [(view_update_base_dead, True), (view_update_base_live, False),
+@pytest.mark.parametrize("fn,compiled", [(view_update_base_dead, True), (view_update_base_live, True),
                                          (view_update_alias_live, False), (view_update_of_input, True)],
                          ids=["base_dead", "base_live", "alias_live", "input_view"])
 def test_view_update_aliasing(fn, compiled):

@@ -15,6 +15,7 @@
 
 static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
 static PyObject *strided_layout;    /* torch.strided */
+static PyObject *put_fn;            /* torch.put (view updates) */
 static PyObject *manual_seed_fn, *seed_call_fn, *default_generator;   /* torch.manual_seed, its host call */
 static PyObject *rand_like_fn[3];   /* torch.rand_like, randn_like, randint_like (host calls) */
 static PyObject *getitem_fn, *nn_pad, *dropout_fn;   /* torch.Tensor.__getitem__, torch._C._nn.pad,
@@ -1596,8 +1597,9 @@ static int storage_shared(tracer *T, int32_t x, int32_t b)
  * input (written back after each run) that no other live value views or
  * shares, and that may not alias storage smelt does not model. A view
  * (x = out[:, :4]) may be updated when nothing else live reaches its base:
- * then x alone sees the update, and rebinding x is eager's result. 1 / 0
- * (a break) / -1. */
+ * then x alone sees the update, and rebinding x is eager's result (1);
+ * otherwise (a view of an input, or of a base still in use) the update
+ * goes through view_update (2). 1 / 2 / 0 (a break) / -1. */
 static int mutable_value(tracer *T, int32_t x)
 {
     const smelt_node *n = node(T, x);
@@ -1605,13 +1607,12 @@ static int mutable_value(tracer *T, int32_t x)
         return tr_break(T, "in-place update of a tensor that may alias storage smelt does not see"), 0;
     if (smelt_op_kind_of((smelt_op)n->op) == SMELT_KIND_VIEW) {
         int32_t b = view_base(T, x);
-        if (b < 0 || T->g->nodes[b].op == SMELT_OP_INPUT)
-            return tr_break(T, b < 0 ? "in-place update through an expand or unfold view"
-                                     : "in-place update of a view of an input"), 0;
-        int a = storage_shared(T, x, b);
-        if (a > 0)
-            tr_break(T, "in-place update of a view whose base another live value reaches (not modelled)");
-        return a < 0 ? -1 : !a;
+        if (b >= 0 && T->g->nodes[b].op != SMELT_OP_INPUT) {
+            int a = storage_shared(T, x, b);
+            if (a <= 0)
+                return a < 0 ? -1 : 1;   /* x alone reaches its base: rebinding x is eager's result */
+        }
+        return 2;   /* the base and what else holds it see the update: view_update */
     }
     int a = tr_aliased(T, x);
     if (a > 0)
@@ -1647,16 +1648,152 @@ static int32_t keep_layout(tracer *T, int32_t x, int32_t r)
     return fresh_contiguous(T, x, copy_of(T, r));
 }
 
+/* The base of view x for an update every holder must see, into b, and
+ * the chain of view nodes from x's node down to it (chain[0] = x's node).
+ * A reshape eager could not make as a view (a copy: reshape or flatten of
+ * such strides) ends the chain: that copy is eager's base. 0, or -1 with
+ * a break (an expand or unfold on the way: eager raises or writes one
+ * element twice; strides smelt does not model; a chain over 64). */
+static int eager_strides(tracer *T, int32_t id, int64_t *out);
+static int viewable(const smelt_node *in, const int64_t *s, const smelt_node *n, int64_t *out);
+
+static int view_chain(tracer *T, int32_t x, int32_t *b, int32_t *chain, int *nc)
+{
+    int32_t n = T->vals[x].node;
+    *nc = 0;
+    for (;;) {
+        smelt_node p = T->g->nodes[n];
+        if (smelt_op_kind_of((smelt_op)p.op) != SMELT_KIND_VIEW || T->contig[n])
+            break;
+        if (p.op == SMELT_OP_EXPAND || p.op == SMELT_OP_UNFOLD)
+            return tr_break(T, "in-place update through an expand or unfold view");
+        if (p.op == SMELT_OP_RESHAPE) {
+            int64_t st[SMELT_MAX_DIMS], vst[SMELT_MAX_DIMS];
+            int k = eager_strides(T, p.src[0], st);
+            if (k < 0)
+                return -1;
+            if (k == 0)
+                return tr_break(T, "in-place update of a reshape of a tensor whose eager strides smelt does not model");
+            if (!viewable(&T->g->nodes[p.src[0]], st, &p, vst))
+                break;   /* eager copied: n is the base */
+        }
+        if (*nc == 64)
+            return tr_break(T, "in-place update through more than 64 views");
+        chain[(*nc)++] = n;
+        n = p.src[0];
+    }
+    *b = n;
+    return 0;
+}
+
+/* View node n applied to tensor value v instead of its source. */
+static int32_t replay_view(tracer *T, int32_t n, int32_t v)
+{
+    if (v < 0)
+        return -1;
+    smelt_node p = T->g->nodes[n];
+    p.src[0] = T->vals[v].node;
+    p.dtype = node(T, v)->dtype;
+    return mk(T, &p);
+}
+
+/* x (a view) takes the value r, and so does the memory it shares with its
+ * base: the base becomes torch.put of r into the base's elements at the
+ * flat positions x views (an int64 iota of the base's shape viewed as
+ * x is), every value holding the base or a view on the way to x is
+ * rebound to the same view of the new base, and an input base is written
+ * back after each run. Another live view of the base (it would go stale)
+ * breaks. x, or -1. */
+static int32_t view_update(tracer *T, int32_t x, int32_t r)
+{
+    int32_t chain[65], b = -1;
+    int nc = 0;
+    if (view_chain(T, x, &b, chain, &nc))
+        return -1;
+    chain[nc] = b;
+    int a = tr_viewed_other(T, b, chain, nc + 1);
+    if (a)
+        return a < 0 ? -1 : tr_break(T, "in-place update of a view while another view of its base is live (not modelled)");
+    int32_t holder = -1;
+    for (int32_t v = 0; v < T->nvals; v++) {
+        if (T->vals[v].kind != V_TENSOR)
+            continue;
+        for (int k = 0; k <= nc; k++)
+            if (T->vals[v].node == chain[k] && T->vals[v].frozen)
+                return tr_break(T, "in-place update of a tensor that may alias storage smelt does not see");
+        if (T->vals[v].node == b && (holder < 0 || (T->vals[v].src >= 0 && T->vals[holder].src < 0)))
+            holder = v;
+    }
+    if (T->g->nodes[b].op == SMELT_OP_INPUT) {
+        int m = holder < 0 ? tr_break(T, "in-place update of a view of an input without its value") : tr_mutate_input(T, holder);
+        if (m <= 0)
+            return -1;
+    }
+    if (holder < 0 && (holder = tv_tensor(T, b)) < 0)
+        return -1;
+    int32_t nb = r;
+    if (nc > 0) {
+        /* the new base (a host call's result) is modelled contiguous:
+         * eager's base keeps its own layout, so it must be contiguous */
+        int bc = ops_eager_contiguous(T, b);
+        if (bc != 1)
+            return bc < 0 && PyErr_Occurred() ? -1
+                         : tr_break(T, "in-place update of a view of a tensor eager may not hold contiguous");
+        smelt_node bn = T->g->nodes[b];
+        int64_t numel = smelt_node_numel(&bn), xn = smelt_node_numel(node(T, x));
+        smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = 1, .shape = { numel } };
+        int32_t iv = v_reshape(T, mk(T, &io), bn.shape, bn.ndim);
+        for (int k = nc - 1; k >= 0; k--)
+            iv = replay_view(T, chain[k], iv);
+        int32_t fi = v_reshape(T, iv, &xn, 1), fr = v_reshape(T, r, &xn, 1);
+        if (fi < 0 || fr < 0)
+            return -1;
+        if (!put_fn)
+            return tr_break(T, "in-place update of a view without torch.put");
+        /* the new base: a tensor of its own (not a view), so that values
+         * viewing it stay views of the input it is written back to */
+        call_args c = { .pos = (int32_t[]){ holder, fi, fr }, .npos = 3 };
+        if ((nb = ext_call(T, put_fn, &c)) < 0)
+            return nb == -2 ? tr_break(T, "torch.put is not a host call") : -1;
+    }
+    /* rebind, from the base up: level k's holders get the new view */
+    int32_t cur = nb, newnode[65];
+    newnode[nc] = T->vals[nb].node;
+    for (int k = nc - 1; k >= 0; k--) {
+        if ((cur = replay_view(T, chain[k], cur)) < 0)
+            return -1;
+        newnode[k] = T->vals[cur].node;
+    }
+    for (int32_t v = 0; v < T->nvals; v++)
+        for (int k = 0; T->vals[v].kind == V_TENSOR && k <= nc; k++)
+            if (T->vals[v].node == chain[k]) {
+                T->vals[v].node = newnode[k];
+                break;
+            }
+    T->vals[x].node = newnode[0];
+    return x;
+}
+
+/* After an in-place update whose new value is r: m from mutable_value (1:
+ * rebind x; 2: view_update). */
+static int32_t settle(tracer *T, int32_t x, int32_t r, int m)
+{
+    if (m == 2)
+        return view_update(T, x, r);
+    T->vals[x].node = T->vals[r].node;
+    return x;
+}
+
 /* x takes the value r (x.add_(y), F.relu(x, inplace=True)): x's node is
  * rebound, so every alias of x sees it. */
 int32_t ops_inplace(tracer *T, int32_t x, int32_t r)
 {
     if (T->vals[x].kind == V_TENSOR && T->vals[r].kind == V_TENSOR && T->vals[r].node == T->vals[x].node)
         return x;
-    if ((r = keep_layout(T, x, ops_inplace_value(T, x, r))) < 0 || mutable_value(T, x) <= 0)
+    int m;
+    if ((r = keep_layout(T, x, ops_inplace_value(T, x, r))) < 0 || (m = mutable_value(T, x)) <= 0)
         return -1;
-    T->vals[x].node = T->vals[r].node;
-    return x;
+    return settle(T, x, r, m);
 }
 
 /* A new tensor equal to x with storage of its own (clone). */
@@ -3454,6 +3591,7 @@ int ops_init(void)
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     dropout_fn = resolve(torch, F, "torch.dropout");
     strided_layout = PyObject_GetAttrString(torch, "strided");
+    put_fn = resolve(torch, F, "torch.put");
     manual_seed_fn = PyObject_GetAttrString(torch, "manual_seed");
     default_generator = PyObject_GetAttrString(torch, "default_generator");
     seed_call_fn = PyCFunction_New(&seed_call_def, NULL);
@@ -3919,7 +4057,8 @@ static int32_t splice(tracer *T, int32_t x, int32_t val, const int64_t *st, cons
 }
 
 /* The region index selects: [st, en) per dim of an nd-dim tensor x, and
- * which dims an int index removes from x[index]'s shape. */
+ * which dims an int index removes from x[index]'s shape. 0, 2 (a slice
+ * with a step: no region), or -1 (a break). */
 static int index_region(tracer *T, int32_t x, int32_t index, int64_t *st, int64_t *en, uint8_t *dropped)
 {
     int32_t *it = &index, n = 1;
@@ -3952,7 +4091,7 @@ static int index_region(tracer *T, int32_t x, int32_t index, int64_t *st, int64_
             }
             Py_DECREF(s);
             if (step != 1)
-                return tr_break(T, "slice assignment with a step");
+                return 2;   /* not a region: ops_setitem assigns through the view */
             PySlice_AdjustIndices(xn->shape[d], &a, &b, step);
             st[d] = a;
             en[d] = b > a ? b : a;
@@ -4033,7 +4172,7 @@ static int32_t put_indices(tracer *T, int32_t x, int32_t index)
 /* x[index] = value with advanced indexing: torch.index_put(x, indices,
  * value) as a host call (a number as a 0-d tensor of x's dtype), x
  * rebound to its result. */
-static int32_t setitem_put(tracer *T, int32_t x, int32_t indices, int32_t value)
+static int32_t setitem_put(tracer *T, int32_t x, int32_t indices, int32_t value, int m)
 {
     int dt = node(T, x)->dtype;
     int32_t v;
@@ -4051,8 +4190,40 @@ static int32_t setitem_put(tracer *T, int32_t x, int32_t indices, int32_t value)
     int32_t r = keep_layout(T, x, ext_call(T, index_put_fn, &b));
     if (r < 0)
         return r == -2 ? tr_break(T, "torch.index_put is not a host call") : -1;
-    T->vals[x].node = T->vals[r].node;
-    return x;
+    return settle(T, x, r, m);
+}
+
+/* Value (a tensor or a number) broadcast to the shape of tensor value v and
+ * cast to its dtype, as item assignment writes it. */
+static int32_t assigned_value(tracer *T, int32_t v, int32_t value)
+{
+    const smelt_node *vn = node(T, v);
+    int64_t shape[SMELT_MAX_DIMS];
+    int nd = vn->ndim;
+    smelt_dtype dt = (smelt_dtype)vn->dtype;
+    memcpy(shape, vn->shape, sizeof(int64_t) * (size_t)nd);
+    if (T->vals[value].kind == V_TENSOR) {
+        smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[value].node }, .ndim = (uint8_t)nd };
+        memcpy(p.shape, shape, sizeof(int64_t) * (size_t)nd);
+        return cast_to(T, mk(T, &p), dt);
+    }
+    PyObject *o = tr_const(T, value);
+    if (o && !PyLong_Check(o) && !PyFloat_Check(o))
+        return tr_break(T, "item assignment of a %s", Py_TYPE(o)->tp_name);
+    return o ? full_of(T, o, dt, shape, nd) : -1;
+}
+
+/* x[index] = value for a basic index that selects no region (slices with
+ * steps): the view x[index] takes the value, through view_update. */
+static int32_t setitem_view(tracer *T, int32_t x, int32_t index, int32_t value)
+{
+    int32_t v = ops_subscr(T, x, index);
+    if (v < 0 || T->vals[v].kind != V_TENSOR)
+        return v < 0 ? -1 : tr_break(T, "item assignment through a non-tensor");
+    if (!smelt_node_numel(node(T, v)))
+        return x;   /* an empty selection: nothing changes */
+    int32_t r = assigned_value(T, v, value);
+    return r < 0 || view_update(T, v, r) < 0 ? -1 : x;
 }
 
 /* x[index] = value on a tensor made in the graph (ints, slices with step
@@ -4063,13 +4234,15 @@ int32_t ops_setitem(tracer *T, int32_t x, int32_t index, int32_t value)
 {
     int64_t st[SMELT_MAX_DIMS], en[SMELT_MAX_DIMS], sub[SMELT_MAX_DIMS], reg[SMELT_MAX_DIMS];
     uint8_t dropped[SMELT_MAX_DIMS];
-    if (mutable_value(T, x) <= 0)
+    int m = mutable_value(T, x);
+    if (m <= 0)
         return -1;
     int32_t pi = put_indices(T, x, index);
     if (pi != -2)
-        return pi < 0 ? -1 : setitem_put(T, x, pi, value);
-    if (index_region(T, x, index, st, en, dropped))
-        return -1;
+        return pi < 0 ? -1 : setitem_put(T, x, pi, value, m);
+    int rg = index_region(T, x, index, st, en, dropped);
+    if (rg)
+        return rg < 0 ? -1 : setitem_view(T, x, index, value);
     const smelt_node *xn = node(T, x);
     int nd = xn->ndim, ns = 0;
     smelt_dtype dt = (smelt_dtype)xn->dtype;
@@ -4095,6 +4268,5 @@ int32_t ops_setitem(tracer *T, int32_t x, int32_t index, int32_t value)
     int32_t r = v < 0 ? -1 : keep_layout(T, x, splice(T, x, v, st, en, 0));
     if (r < 0)
         return -1;
-    T->vals[x].node = T->vals[r].node;
-    return x;
+    return settle(T, x, r, m);
 }

@@ -652,6 +652,17 @@ static int sh_dropout(sh_call *c, int arg)
     return dt_ok(c, x) && sh_scalar(c->p[1]) && sh_like(c, x, x->dtype);
 }
 
+/* torch.put(input, index, source): input's shape and dtype; an int64
+ * index and a source of input's dtype, as many elements as the index
+ * (the tracer's view updates; tracer/ops.c view_update). */
+static int sh_put(sh_call *c, int arg)
+{
+    const smelt_node *x = sh_src(c, c->p[0]), *i = sh_src(c, c->p[1]), *s = sh_src(c, c->p[2]);
+    (void)arg;
+    return dt_ok(c, x) && i && s && i->dtype == SMELT_I64 && s->dtype == x->dtype &&
+           smelt_node_numel(i) == smelt_node_numel(s) && sh_like(c, x, x->dtype);
+}
+
 /* torch.rand_like / randn_like (input) and randint_like(input, low,
  * high), as the tracer calls them (tracer/ops.c h_random): input's shape
  * and dtype. */
@@ -1200,6 +1211,7 @@ static const sh_op ops[] = {
     { "torch.flip", "input dims", sh_flip, 0, M_ALL, RT_TENSOR },
     { "torch.dropout", "input p train", sh_dropout, 0, M_FLOAT, RT_TENSOR },
     { "torch.rand_like torch.randn_like", "input", sh_rand_like, 0, M_FLOAT, RT_TENSOR },
+    { "torch.put", "input index source", sh_put, 0, M_ALL, RT_TENSOR },
     { "torch.randint_like", "input low high", sh_rand_like, 1, M_NUM, RT_TENSOR },
     { "T.flip", "input dims+", sh_flip, 1, M_ALL, RT_TENSOR },
     { "T.unfold", "input dimension size step", sh_unfold, 0, M_ALL, RT_TENSOR },
