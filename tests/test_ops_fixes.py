@@ -346,3 +346,34 @@ def test_gelu_issue_example():
     x = torch.tensor([math.inf, 1.0])
     got = smelt.compile(lambda x: F.gelu(x), fullgraph=True)(x)
     assert math.isnan(got[0]) and got[0].isnan() == F.gelu(x)[0].isnan()
+
+
+@pytest.mark.parametrize("name", ["sum", "mean_keepdim", "cumsum", "cat", "cat_dim1", "stack"])
+@pytest.mark.parametrize("odt", [F64, F16])
+def test_out_of_another_dtype_as_eager(name, odt):
+    """Reductions and scans compute in out's dtype (as with dtype=); cat and
+    stack cast their result into it; compiled as one graph."""
+    op, sa, sb, so = OUT_OPS[name]
+
+    def f(a, b, o):
+        r = op(a, b, o)
+        return r is o, o * 2
+
+    cf = check(f, rnd(*sa), rnd(*sb), torch.zeros(so, dtype=odt), tol=1e-2 if odt == F16 else None)
+    assert cf._smelt.stats()["breaks"] == 0, cf._smelt.stats()
+
+
+@pytest.mark.parametrize("name", ["amax", "where", "clamp", "mm", "matmul"])
+def test_out_of_another_dtype_raises_as_eager(name):
+    op, sa, sb, so = OUT_OPS[name]
+
+    def f(a, b, o):
+        op(a, b, o)
+        return o
+
+    check(f, rnd(*sa), rnd(*sb), torch.zeros(so, dtype=F64), compiled=False)
+
+
+def test_out_int_of_float_sum_and_cat():
+    check(lambda a, o: torch.sum(a, 1, out=o) * 1, rnd(3, 4), torch.zeros(3, dtype=torch.int64))
+    check(lambda a, o: torch.cat([a, a], out=o), rnd(3, 4), torch.zeros(6, 4, dtype=torch.int64), compiled=False)

@@ -195,7 +195,7 @@ def view_update_expand(a):
 
 
 @pytest.mark.parametrize("fn,compiled", [(view_update_base_dead, True), (view_update_base_live, True),
-                                         (view_update_alias_live, False), (view_update_of_input, True)],
+                                         (view_update_alias_live, True), (view_update_of_input, True)],
                          ids=["base_dead", "base_live", "alias_live", "input_view"])
 def test_view_update_aliasing(fn, compiled):
     a = rnd(3, 4)

@@ -1235,38 +1235,6 @@ int tr_aliased(tracer *T, int32_t x)
     return found;
 }
 
-/* Whether a value the running frames reach views node b through a chain
- * of view ops while holding none of the nodes in keep[0..nk) (b and the
- * views an update rebinds). 1 / 0, -1 on error. */
-int tr_viewed_other(tracer *T, int32_t b, const int32_t *keep, int nk)
-{
-    marker m = { .seen = PyMem_Calloc((size_t)T->nvals, 1) };
-    int found = m.seen ? 0 : (PyErr_NoMemory(), -1);
-    for (tframe *f = T->frame; !found && f; f = f->back)
-        found = mark_frame(&m, f);
-    while (!found && m.n > 0) {
-        int32_t v = m.todo[--m.n];
-        if (m.seen[v])
-            continue;
-        m.seen[v] = 1;
-        if (T->vals[v].kind == V_TENSOR) {
-            int32_t n = T->vals[v].node;
-            int kept = 0;
-            for (int i = 0; i < nk && !kept; i++)
-                kept = keep[i] == n;
-            while (!kept && !found && smelt_op_kind_of((smelt_op)T->g->nodes[n].op) == SMELT_KIND_VIEW) {
-                n = T->g->nodes[n].src[0];
-                found = n == b;
-            }
-        }
-        if (!found && mark_children(T, &m, v))
-            found = -1;
-    }
-    PyMem_Free(m.seen);
-    PyMem_Free(m.todo);
-    return found;
-}
-
 /* Inlines a call of Python function fn (its identity is guarded where it
  * has a source; fn_src also roots the sources of its globals and cells). */
 static int32_t inline_call(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a)

@@ -1615,10 +1615,10 @@ static int mutable_value(tracer *T, int32_t x)
         return 2;   /* the base and what else holds it see the update: view_update */
     }
     int a = tr_aliased(T, x);
-    if (a > 0)
-        tr_break(T, "in-place update of a tensor that a live view shares (the view's update is not modelled)");
-    if (a || n->op != SMELT_OP_INPUT)
-        return a < 0 ? -1 : !a;
+    if (a)
+        return a < 0 ? -1 : 2;   /* live views of x see the update: view_update rebinds them */
+    if (n->op != SMELT_OP_INPUT)
+        return 1;
     return tr_mutate_input(T, x);   /* written back after each run */
 }
 
@@ -1648,42 +1648,76 @@ static int32_t keep_layout(tracer *T, int32_t x, int32_t r)
     return fresh_contiguous(T, x, copy_of(T, r));
 }
 
-/* The base of view x for an update every holder must see, into b, and
- * the chain of view nodes from x's node down to it (chain[0] = x's node).
- * A reshape eager could not make as a view (a copy: reshape or flatten of
- * such strides) ends the chain: that copy is eager's base. 0, or -1 with
- * a break (an expand or unfold on the way: eager raises or writes one
- * element twice; strides smelt does not model; a chain over 64). */
-static int eager_strides(tracer *T, int32_t id, int64_t *out);
 static int viewable(const smelt_node *in, const int64_t *s, const smelt_node *n, int64_t *out);
+static int strides_contiguous(const smelt_node *n, const int64_t *stride);
+static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, const uint8_t *known,
+                        int64_t (*st)[SMELT_MAX_DIMS]);
 
-static int view_chain(tracer *T, int32_t x, int32_t *b, int32_t *chain, int *nc)
+/* Eager's strides of every node of the graph so far (known[i]: modelled). */
+typedef struct stride_table {
+    uint8_t *known;
+    int64_t (*st)[SMELT_MAX_DIMS];
+} stride_table;
+
+static int strides_all(tracer *T, stride_table *t)
 {
-    int32_t n = T->vals[x].node;
+    int32_t n = T->g->n;
+    t->known = PyMem_Calloc((size_t)n + 1, 1);
+    t->st = PyMem_Calloc((size_t)n + 1, sizeof *t->st);
+    if (!t->known || !t->st)
+        return PyErr_NoMemory(), -1;
+    for (int32_t i = 0; i < n; i++)
+        t->known[i] = (uint8_t)node_strides(T->g, T->contig, i, t->known, t->st);
+    return 0;
+}
+
+static void strides_free(stride_table *t)
+{
+    PyMem_Free(t->known);
+    PyMem_Free(t->st);
+}
+
+/* The views from node n down to the tensor whose memory they show, in
+ * eager: its node into *b, the view nodes into chain (chain[0] = n, at
+ * most 64). A reshape eager could not make as a view (a copy: reshape or
+ * flatten of such strides) or a node known to be a fresh tensor ends the
+ * chain: that copy is eager's base. 0; 1 when the chain passes an expand
+ * or unfold (writing through it: eager raises); 2 when it is not known:
+ * a reshape of strides smelt does not model (walked as a view) or more
+ * than 64 views. *why says which. */
+static int view_chain(tracer *T, const stride_table *t, int32_t n, int32_t *b, int32_t *chain, int *nc,
+                      const char **why)
+{
+    int rc = 0;
     *nc = 0;
+    *why = NULL;
     for (;;) {
         smelt_node p = T->g->nodes[n];
         if (smelt_op_kind_of((smelt_op)p.op) != SMELT_KIND_VIEW || T->contig[n])
             break;
-        if (p.op == SMELT_OP_EXPAND || p.op == SMELT_OP_UNFOLD)
-            return tr_break(T, "in-place update through an expand or unfold view");
-        if (p.op == SMELT_OP_RESHAPE) {
-            int64_t st[SMELT_MAX_DIMS], vst[SMELT_MAX_DIMS];
-            int k = eager_strides(T, p.src[0], st);
-            if (k < 0)
-                return -1;
-            if (k == 0)
-                return tr_break(T, "in-place update of a reshape of a tensor whose eager strides smelt does not model");
-            if (!viewable(&T->g->nodes[p.src[0]], st, &p, vst))
-                break;   /* eager copied: n is the base */
+        if ((p.op == SMELT_OP_EXPAND || p.op == SMELT_OP_UNFOLD) && !rc) {
+            rc = 1;
+            *why = "in-place update through an expand or unfold view";
         }
-        if (*nc == 64)
-            return tr_break(T, "in-place update through more than 64 views");
+        if (p.op == SMELT_OP_RESHAPE) {
+            int64_t vst[SMELT_MAX_DIMS];
+            if (!t->known[p.src[0]]) {
+                rc = 2;
+                *why = "in-place update of a reshape of a tensor whose eager strides smelt does not model";
+            } else if (!viewable(&T->g->nodes[p.src[0]], t->st[p.src[0]], &p, vst)) {
+                break;   /* eager copied: n is the base */
+            }
+        }
+        if (*nc == 64) {
+            *why = "in-place update through more than 64 views";
+            rc = 2;
+            break;
+        }
         chain[(*nc)++] = n;
         n = p.src[0];
     }
     *b = n;
-    return 0;
+    return rc;
 }
 
 /* View node n applied to tensor value v instead of its source. */
@@ -1697,48 +1731,75 @@ static int32_t replay_view(tracer *T, int32_t n, int32_t v)
     return mk(T, &p);
 }
 
-/* x (a view) takes the value r, and so does the memory it shares with its
- * base: the base becomes torch.put of r into the base's elements at the
- * flat positions x views (an int64 iota of the base's shape viewed as
- * x is), every value holding the base or a view on the way to x is
- * rebound to the same view of the new base, and an input base is written
- * back after each run. Another live view of the base (it would go stale)
- * breaks. x, or -1. */
+/* x takes the value r, and so does the memory it shares with other
+ * values. x's base (view_chain) becomes torch.put of r into its elements
+ * at the flat positions x views (an int64 iota of the base's shape viewed
+ * as x is) when x is a view, r itself when x is the base; every value
+ * holding the base, a view on the way to x or any other view of the base
+ * is rebound to the same view of the new base, and an input base is
+ * written back after each run. x, or -1. */
 static int32_t view_update(tracer *T, int32_t x, int32_t r)
 {
-    int32_t chain[65], b = -1;
-    int nc = 0;
-    if (view_chain(T, x, &b, chain, &nc))
-        return -1;
+    int32_t chain[65], oc[64], b = -1, ob, *others = NULL;
+    int nc = 0, onc, no = 0;
+    const char *why;
+    stride_table tab = { NULL, NULL };
+    int32_t res = -1;
+    if (strides_all(T, &tab))
+        goto done;
+    if (view_chain(T, &tab, T->vals[x].node, &b, chain, &nc, &why)) {
+        tr_break(T, "%s", why);
+        goto done;
+    }
+
     chain[nc] = b;
-    int a = tr_viewed_other(T, b, chain, nc + 1);
-    if (a)
-        return a < 0 ? -1 : tr_break(T, "in-place update of a view while another view of its base is live (not modelled)");
-    int32_t holder = -1;
-    for (int32_t v = 0; v < T->nvals; v++) {
+    int32_t holder = -1, nold = T->nvals;
+    if (!(others = PyMem_Malloc(sizeof(int32_t) * 2 * ((size_t)nold + 1)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int32_t v = 0; v < nold; v++) {
         if (T->vals[v].kind != V_TENSOR)
             continue;
-        for (int k = 0; k <= nc; k++)
-            if (T->vals[v].node == chain[k] && T->vals[v].frozen)
-                return tr_break(T, "in-place update of a tensor that may alias storage smelt does not see");
-        if (T->vals[v].node == b && (holder < 0 || (T->vals[v].src >= 0 && T->vals[holder].src < 0)))
+        int32_t n = T->vals[v].node;
+        int on_chain = 0, other = 0;
+        for (int k = 0; k <= nc && !on_chain; k++)
+            on_chain = n == chain[k];
+        if (!on_chain) {
+            int rc = view_chain(T, &tab, n, &ob, oc, &onc, &why);
+            other = ob == b && onc > 0;   /* another view of the base: it sees the update */
+            if (other && rc == 2) {
+                tr_break(T, "%s", why);
+                goto done;
+            }
+        }
+        if (!on_chain && !other)
+            continue;
+        if (T->vals[v].frozen) {
+            tr_break(T, "in-place update of a tensor that may alias storage smelt does not see");
+            goto done;
+        }
+        if (other)
+            others[no++] = v;
+        else if (n == b && (holder < 0 || (T->vals[v].src >= 0 && T->vals[holder].src < 0)))
             holder = v;
     }
     if (T->g->nodes[b].op == SMELT_OP_INPUT) {
         int m = holder < 0 ? tr_break(T, "in-place update of a view of an input without its value") : tr_mutate_input(T, holder);
         if (m <= 0)
-            return -1;
+            goto done;
     }
     if (holder < 0 && (holder = tv_tensor(T, b)) < 0)
-        return -1;
+        goto done;
     int32_t nb = r;
     if (nc > 0) {
         /* the new base (a host call's result) is modelled contiguous:
          * eager's base keeps its own layout, so it must be contiguous */
-        int bc = ops_eager_contiguous(T, b);
-        if (bc != 1)
-            return bc < 0 && PyErr_Occurred() ? -1
-                         : tr_break(T, "in-place update of a view of a tensor eager may not hold contiguous");
+        int bc = tab.known[b] && strides_contiguous(&T->g->nodes[b], tab.st[b]);
+        if (!bc) {
+            tr_break(T, "in-place update of a view of a tensor eager may not hold contiguous");
+            goto done;
+        }
         smelt_node bn = T->g->nodes[b];
         int64_t numel = smelt_node_numel(&bn), xn = smelt_node_numel(node(T, x));
         smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = 1, .shape = { numel } };
@@ -1747,31 +1808,51 @@ static int32_t view_update(tracer *T, int32_t x, int32_t r)
             iv = replay_view(T, chain[k], iv);
         int32_t fi = v_reshape(T, iv, &xn, 1), fr = v_reshape(T, r, &xn, 1);
         if (fi < 0 || fr < 0)
-            return -1;
-        if (!put_fn)
-            return tr_break(T, "in-place update of a view without torch.put");
+            goto done;
+        if (!put_fn) {
+            tr_break(T, "in-place update of a view without torch.put");
+            goto done;
+        }
         /* the new base: a tensor of its own (not a view), so that values
          * viewing it stay views of the input it is written back to */
         call_args c = { .pos = (int32_t[]){ holder, fi, fr }, .npos = 3 };
-        if ((nb = ext_call(T, put_fn, &c)) < 0)
-            return nb == -2 ? tr_break(T, "torch.put is not a host call") : -1;
+        if ((nb = ext_call(T, put_fn, &c)) < 0) {
+            if (nb == -2)
+                tr_break(T, "torch.put is not a host call");
+            goto done;
+        }
     }
-    /* rebind, from the base up: level k's holders get the new view */
+    /* rebind: holders of level k of x's chain, then the other views */
     int32_t cur = nb, newnode[65];
     newnode[nc] = T->vals[nb].node;
     for (int k = nc - 1; k >= 0; k--) {
         if ((cur = replay_view(T, chain[k], cur)) < 0)
-            return -1;
+            goto done;
         newnode[k] = T->vals[cur].node;
     }
-    for (int32_t v = 0; v < T->nvals; v++)
+    int32_t *onode = others + nold + 1;   /* the other views' new nodes (applied after every walk) */
+    for (int i = 0; i < no; i++) {
+        view_chain(T, &tab, T->vals[others[i]].node, &ob, oc, &onc, &why);
+        int32_t o = nb;
+        for (int k = onc - 1; k >= 0 && o >= 0; k--)
+            o = replay_view(T, oc[k], o);
+        if (o < 0)
+            goto done;
+        onode[i] = T->vals[o].node;
+    }
+    for (int32_t v = 0; v < nold; v++)
         for (int k = 0; T->vals[v].kind == V_TENSOR && k <= nc; k++)
             if (T->vals[v].node == chain[k]) {
                 T->vals[v].node = newnode[k];
                 break;
             }
-    T->vals[x].node = newnode[0];
-    return x;
+    for (int i = 0; i < no; i++)
+        T->vals[others[i]].node = onode[i];
+    res = x;
+done:
+    strides_free(&tab);
+    PyMem_Free(others);
+    return res;
 }
 
 /* After an in-place update whose new value is r: m from mutable_value (1:
@@ -3691,6 +3772,55 @@ static int strip_out(tracer *T, const call_args *a, int32_t o, out_args *s)
     return 0;
 }
 
+/* How eager treats out= of another dtype than the op's result, by the
+ * op's bare name: 1 the op computes in out's dtype (as with dtype=: sum,
+ * mean, prod, nansum, cumsum, cumprod), 2 the result is cast into out
+ * (cat, stack), 0 anything else (eager raises). */
+static int out_dtype_rule(const char *name)
+{
+    static const char *const in_dtype[] = { "sum", "mean", "prod", "nansum", "cumsum", "cumprod" };
+    static const char *const cast[] = { "cat", "concat", "concatenate", "stack" };
+    for (size_t i = 0; i < sizeof in_dtype / sizeof in_dtype[0]; i++)
+        if (!strcmp(name, in_dtype[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof cast / sizeof cast[0]; i++)
+        if (!strcmp(name, cast[i]))
+            return 2;
+    return 0;
+}
+
+/* The bare name of a table entry's first callable ("torch.sum T.sum":
+ * "sum") into buf. */
+static const char *entry_name(const char *names, char *buf, size_t len)
+{
+    size_t n = strcspn(names, " ");
+    const char *dot = memchr(names, '.', n);
+    const char *s = dot ? dot + 1 : names;
+    size_t k = (size_t)(names + n - s);
+    snprintf(buf, len, "%.*s", (int)(k < len ? k : len - 1), s);
+    return buf;
+}
+
+/* For an op that computes in out's dtype (out_dtype_rule 1): s gets the
+ * keyword dtype=out's dtype unless the call names one. 0 or -1. */
+static int out_dtype_kw(tracer *T, out_args *s, int32_t o)
+{
+    static PyObject *kw_dtype;
+    for (int k = 0; k < s->b.nkw; k++)
+        if (PyUnicode_CompareWithASCIIString(s->b.kwn[k], "dtype") == 0)
+            return 0;
+    if (!kw_dtype && !(kw_dtype = PyUnicode_InternFromString("dtype")))
+        return -1;
+    if (s->b.nkw >= 32)
+        return tr_break(T, "out= with too many keywords");
+    int32_t d = tv_obj(T, torch_dtypes[node(T, o)->dtype], -1);
+    if (d < 0)
+        return -1;
+    s->kwn[s->b.nkw] = kw_dtype;
+    s->kwv[s->b.nkw++] = d;
+    return 0;
+}
+
 /* Result r of a call with out= o written into o: o must have r's shape
  * (eager resizes it otherwise) and, unless cast (element-wise rows, which
  * cast into o as eager does), r's dtype (reductions and GEMMs compute in
@@ -3719,9 +3849,11 @@ static int32_t out_call(tracer *T, const op_entry *e, PyObject *fn, PyObject *na
     if (e->out == OUT_CAST)
         return write_out(T, o, e->fn(T, a, (smelt_op)e->op), 1);
     out_args s;
-    if (strip_out(T, a, o, &s))
+    char bare[64];
+    int rule = out_dtype_rule(entry_name(e->names, bare, sizeof bare));
+    if (strip_out(T, a, o, &s) || (rule == 1 && out_dtype_kw(T, &s, o)))
         return -1;
-    return write_out(T, o, run_entry(T, e, fn, name, &s.b), 0);
+    return write_out(T, o, run_entry(T, e, fn, name, &s.b), rule == 2);
 }
 
 /* Runs table entry idx for callable fn (a torch function) or method
@@ -3755,10 +3887,15 @@ static int32_t host_call(tracer *T, PyObject *fn, const call_args *a)
         out_args s;
         if (T->vals[o].kind != V_TENSOR)
             return tr_break(T, "out= that is not a tensor");
-        if (strip_out(T, a, o, &s))
+        PyObject *nm = PyObject_GetAttrString(fn, "__name__");
+        const char *bare = nm && PyUnicode_Check(nm) ? PyUnicode_AsUTF8(nm) : NULL;
+        int rule = bare ? out_dtype_rule(bare) : 0;
+        Py_XDECREF(nm);
+        PyErr_Clear();
+        if (strip_out(T, a, o, &s) || (rule == 1 && out_dtype_kw(T, &s, o)))
             return -1;
         int32_t r = bi_call(T, fn, &s.b);
-        return write_out(T, o, r != -2 ? r : ext_call(T, fn, &s.b), 0);
+        return write_out(T, o, r != -2 ? r : ext_call(T, fn, &s.b), rule == 2);
     }
     int32_t r = bi_call(T, fn, a);
     return r != -2 ? r : ext_call(T, fn, a);

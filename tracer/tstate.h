@@ -261,7 +261,6 @@ int32_t tr_dict_value(tracer *T, int32_t v);              /* a V_DICT for a dict
 int tr_guard_absent(tracer *T, int32_t v, PyObject *name);   /* attribute `name` of object v stays missing */
 int tr_gen_next(tracer *T, int32_t it, int32_t *out);     /* generator: 1 yielded, 0 done, -1 */
 int tr_aliased(tracer *T, int32_t x);
-int tr_viewed_other(tracer *T, int32_t b, const int32_t *keep, int nk);
 /* x, a graph input, will be updated in place (written back after each
  * run): 1, 0 (a break: it requires grad under grad mode) or -1. */
 int tr_mutate_input(tracer *T, int32_t x);   /* a live value other than x views or shares x's node */
