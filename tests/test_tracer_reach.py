@@ -1029,3 +1029,73 @@ def test_unmodelled_tensor_property_breaks_not_a_method():
     c = smelt.compile(fn)
     x = rnd(3)
     check(c(x), fn(x))
+
+
+# ================================================================ match statements
+
+@dataclasses.dataclass
+class MPoint:
+    x: int
+    y: int
+
+
+class MOne:
+    __match_args__ = ("a",)
+
+    def __init__(self, a):
+        self.a = a
+
+
+def match_program(t, spec, mode, obj):
+    match spec:
+        case (a, b):
+            t = t * a + b
+        case [a, b, c]:
+            t = t - a * b * c
+        case {"scale": s, **rest}:
+            t = t * s + len(rest)
+        case _:
+            t = t + 1
+    match mode:
+        case "relu":
+            t = t.relu()
+        case "neg" | "minus":
+            t = -t
+        case int(n) if n > 2:
+            t = t * n
+    match obj:
+        case MPoint(x=0, y=yy):
+            t = t + yy
+        case MPoint(x, y):
+            t = t * x + y
+        case MOne(a):
+            t = t - a
+        case float():
+            t = t / 2
+        case MOne(b=bb):            # no attribute b: no match
+            t = t + bb
+    match t.shape:
+        case (n, m):
+            t = t.sum(0) * n
+        case _:
+            pass
+    return t
+
+
+@pytest.mark.parametrize("args", [((2, 3), "relu", MPoint(0, 5)), ([1, 2, 3], "neg", MPoint(2, 3)),
+                                  ({"scale": 2.0, "k": 1}, 5, MOne(4)), (7, "minus", 2.5),
+                                  ((1, 2), "x", None), ({"k": 1}, 1, MOne(1))], ids=str)
+def test_match_statement_compiles(args):
+    whole(match_program, rnd(3, 4), *args)
+
+
+def test_match_class_with_too_few_match_args_raises_as_eager():
+    def fn(t, obj):
+        match obj:
+            case MOne(a, b):
+                return t + a + b
+        return t
+    with pytest.raises(TypeError):
+        fn(rnd(2), MOne(1))
+    with pytest.raises(TypeError):
+        smelt.compile(fn)(rnd(2), MOne(1))

@@ -2262,6 +2262,135 @@ static int32_t call_super(tracer *T, const call_args *a)
     return r;
 }
 
+/* ---------- structural pattern matching ---------- */
+
+/* MATCH_SEQUENCE / MATCH_MAPPING: whether subject v's type has flag
+ * (Py_TPFLAGS_SEQUENCE / _MAPPING), as CPython decides: tuples and lists
+ * are sequences, dicts mappings; an outside object by its type (guarded);
+ * a tensor, a function, an iterator neither. 1 / 0 / -1. */
+static int match_kind(tracer *T, int32_t v, unsigned long flag)
+{
+    tv *x = &T->vals[v];
+    switch (x->kind) {
+    case V_TUPLE: case V_LIST: return flag == Py_TPFLAGS_SEQUENCE;
+    case V_DICT: return flag == Py_TPFLAGS_MAPPING;
+    case V_OBJ: {
+        PyTypeObject *tp = Py_TYPE(x->obj);
+        if (x->src >= 0 && tr_add_guard(T, TG_TYPE, x->src, (PyObject *)tp, 0))
+            return -1;
+        return PyType_HasFeature(tp, flag) ? 1 : 0;
+    }
+    case V_INST: return PyType_HasFeature((PyTypeObject *)x->obj, flag) ? 1 : 0;
+    case V_TENSOR: return PyType_HasFeature((PyTypeObject *)(x->obj ? x->obj : ops_tensor_type()), flag) ? 1 : 0;
+    default: return 0;
+    }
+}
+
+/* MATCH_KEYS: a tuple of subject[k] for the constant keys in keys (a
+ * tuple), or None when one is missing. */
+static int32_t match_keys(tracer *T, int32_t subj, int32_t keys)
+{
+    if (T->vals[keys].kind != V_TUPLE)
+        return tr_break(T, "MATCH_KEYS without a tuple of keys");
+    int n = T->vals[keys].n;
+    int32_t items[64];
+    if (n > 64)
+        return tr_break(T, "a mapping pattern of over 64 keys");
+    for (int i = 0; i < n; i++) {
+        int32_t k = T->vals[keys].items[i], in = tr_contains(T, k, subj);
+        int t;
+        if (in < 0 || tr_truth(T, in, &t))
+            return -1;
+        if (!t)
+            return tv_obj(T, Py_None, -1);
+        if ((items[i] = tr_subscr(T, subj, k)) < 0)
+            return -1;
+    }
+    return tv_tuple(T, items, n);
+}
+
+/* isinstance(v, cls) in the trace: 1 / 0 / -1. */
+static int traced_isinstance(tracer *T, int32_t v, int32_t cls)
+{
+    PyObject *fn = PyDict_GetItemString(PyEval_GetBuiltins(), "isinstance");
+    call_args a = { .pos = (int32_t[]){ v, cls }, .npos = 2 };
+    int32_t r = fn ? bi_call(T, fn, &a) : -1;
+    int t;
+    if (r == -2)
+        return tr_break(T, "isinstance not traced");
+    return r < 0 || tr_truth(T, r, &t) ? -1 : t;
+}
+
+/* hasattr(v, name) then v.name: the attribute's value, -2 when missing. */
+static int32_t match_attr(tracer *T, int32_t v, PyObject *name)
+{
+    PyObject *fn = PyDict_GetItemString(PyEval_GetBuiltins(), "hasattr");
+    int32_t nv = tv_obj(T, name, -1);
+    call_args a = { .pos = (int32_t[]){ v, nv }, .npos = 2 };
+    int32_t r = fn && nv >= 0 ? bi_call(T, fn, &a) : -1;
+    int t;
+    if (r == -2)
+        return tr_break(T, "hasattr not traced");
+    if (r < 0 || tr_truth(T, r, &t))
+        return -1;
+    return t ? tr_load_attr(T, v, name) : -2;
+}
+
+/* MATCH_CLASS(count): a tuple of the subject's attributes the class
+ * pattern extracts (count positional ones by cls.__match_args__, or the
+ * subject itself for builtins that match themselves, then the keyword
+ * attributes in names), or None when the subject is no instance of cls
+ * or lacks one. */
+static int32_t match_class(tracer *T, int32_t subj, int32_t cls, int32_t names, int count)
+{
+    PyObject *c = tr_const(T, cls), *kw = c ? tr_pyobj(T, names) : NULL;
+    if (!kw)
+        return -1;
+    int rc = tr_keep(T, kw);   /* the names stay alive with the trace */
+    Py_DECREF(kw);
+    if (rc)
+        return -1;
+    if (!PyType_Check(c) || !PyTuple_Check(kw))
+        return tr_break(T, "class pattern with a non-type");
+    int inst = traced_isinstance(T, subj, cls);
+    if (inst <= 0)
+        return inst < 0 ? -1 : tv_obj(T, Py_None, -1);
+    Py_ssize_t nk = PyTuple_GET_SIZE(kw);
+    int32_t items[64];
+    if (count + nk > 64)
+        return tr_break(T, "a class pattern of over 64 parts");
+    PyObject *ma = NULL;
+    if (count) {
+        if (PyType_HasFeature((PyTypeObject *)c, 1UL << 22) && count == 1) {   /* _Py_TPFLAGS_MATCH_SELF */
+            items[0] = subj;
+        } else {
+            ma = PyObject_GetAttrString(c, "__match_args__");
+            if (!ma || !PyTuple_Check(ma) || PyTuple_GET_SIZE(ma) < count) {
+                Py_XDECREF(ma);
+                PyErr_Clear();
+                return tr_break(T, "class pattern whose positional parts eager refuses (__match_args__)");
+            }
+            for (int i = 0; i < count; i++) {
+                PyObject *nm = PyTuple_GET_ITEM(ma, i);
+                if (!PyUnicode_Check(nm) || (items[i] = match_attr(T, subj, nm)) < 0) {
+                    int32_t r = items[i];
+                    Py_DECREF(ma);
+                    return !PyUnicode_Check(nm) ? tr_break(T, "__match_args__ of a non-string")
+                                                : r == -2 ? tv_obj(T, Py_None, -1) : -1;
+                }
+            }
+            Py_DECREF(ma);
+        }
+    }
+    for (Py_ssize_t i = 0; i < nk; i++) {
+        int32_t r = match_attr(T, subj, PyTuple_GET_ITEM(kw, i));
+        if (r < 0)
+            return r == -2 ? tv_obj(T, Py_None, -1) : -1;
+        items[count + i] = r;
+    }
+    return tv_tuple(T, items, count + (int)nk);
+}
+
 /* ---------- the loop ---------- */
 
 int tr_truth(tracer *T, int32_t v, int *out)
@@ -3819,6 +3948,18 @@ static int32_t run_frame(tracer *T, tframe *f)
         }
         case OP_FORMAT_VALUE: r = push(f, format_value(T, f, arg)); break;
         case OP_BUILD_STRING: r = push(f, build_string(T, f, arg)); break;
+        case OP_MATCH_SEQUENCE: case OP_MATCH_MAPPING: {
+            int b = match_kind(T, f->stack[f->sp - 1], op == OP_MATCH_SEQUENCE ? Py_TPFLAGS_SEQUENCE : Py_TPFLAGS_MAPPING);
+            r = b < 0 ? -1 : push(f, tv_bool(T, b));
+            break;
+        }
+        case OP_MATCH_KEYS: r = push(f, match_keys(T, f->stack[f->sp - 2], f->stack[f->sp - 1])); break;
+        case OP_MATCH_CLASS: {
+            int32_t names = f->stack[f->sp - 1], cls = f->stack[f->sp - 2], subj = f->stack[f->sp - 3];
+            f->sp -= 3;
+            r = push(f, match_class(T, subj, cls, names, arg));
+            break;
+        }
         case OP_GET_LEN: {
             int32_t *it;
             int cnt;
