@@ -1099,3 +1099,43 @@ def test_match_class_with_too_few_match_args_raises_as_eager():
         fn(rnd(2), MOne(1))
     with pytest.raises(TypeError):
         smelt.compile(fn)(rnd(2), MOne(1))
+
+
+# ================================================================ sets returned
+
+def test_sets_returned_are_new_sets_equal_to_eagers():
+    def fn(x, names):
+        s = {1, 2, "a"}
+        s.add(len(names) + 5)
+        s.discard("a")
+        return x + len(s), s, frozenset(names), {x.shape[0], 7}, {x}
+    x = rnd(3)
+    c = smelt.compile(fn)
+    r1, r2, e = c(x, ["p", "q"]), c(x, ["p", "q"]), fn(x, ["p", "q"])
+    for got in (r1, r2):
+        check(got[0], e[0])
+        assert got[1] == e[1] and list(got[1]) == list(e[1]) and type(got[2]) is frozenset and got[2] == e[2]
+        assert got[3] == e[3] and next(iter(got[4])) is x
+    assert r1[1] is not r2[1]           # each call its own set, as eager
+    st = stats(c)
+    assert st["breaks"] == 0 and st["eager_entries"] == 0, st
+
+
+# ================================================================ linspace / logspace
+
+def test_linspace_and_logspace_compile():
+    def fn(x):
+        return (torch.linspace(0, 1, 7), torch.linspace(-3.5, 10, steps=13, dtype=torch.float64),
+                torch.linspace(2, 2, 1), torch.linspace(0, 1, 0), torch.logspace(0, 2, 5),
+                torch.logspace(-1, 1, 4, base=2.0, dtype=torch.float64), x + torch.linspace(1, 5, 4),
+                torch.linspace(0.1, 0.7, 1001), torch.linspace(-1, 1, 9, dtype=torch.float16), torch.logspace(0, 3, 11))
+    whole(fn, rnd(4))
+
+
+def test_linspace_forms_smelt_leaves_to_eager():
+    for fn in (lambda x: x + torch.linspace(0, 10, 4, dtype=torch.int64),
+               lambda x: x + torch.linspace(torch.tensor(0.0), 1, 4)):
+        x = rnd(4)
+        check(smelt.compile(fn)(x), fn(x))
+    with pytest.raises(RuntimeError):
+        smelt.compile(lambda x: x + torch.linspace(0, 1, -2))(rnd(4))

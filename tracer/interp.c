@@ -4041,11 +4041,22 @@ static int build_out(tracer *T, int32_t v, int32_t slot);
 static int inst_out(tracer *T, int32_t v, int32_t slot)
 {
     int32_t *vals = NULL, first = T->r->nouts;
-    int n = 0, rc = -1;
-    PyObject *spec = obj_out_spec(T, v, &vals, &n);
+    int n = 0, rc = -1, set = set_is(T, v);
+    PyObject *spec = NULL;
+    if (set) {   /* a new set per call: set(tuple of its elements) */
+        if (T->vals[v].done++)
+            return tr_break(T, "returning the same set twice");
+        if (set_values(T, v, &vals, &n)) {
+            PyMem_Free(vals);
+            return -1;
+        }
+        spec = Py_NewRef(T->vals[v].obj);
+    } else {
+        spec = obj_out_spec(T, v, &vals, &n);
+    }
     if (!spec)
         return -1;
-    T->r->outs[slot].kind = TO_OBJ;
+    T->r->outs[slot].kind = set ? TO_TUPLE : TO_OBJ;
     T->r->outs[slot].obj = spec;
     T->r->outs[slot].first = first;
     T->r->outs[slot].n = n;

@@ -2667,6 +2667,63 @@ static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
     return mk(T, &p);
 }
 
+static int32_t full_of(tracer *T, PyObject *o, int dt, const int64_t *shape, int nd);
+
+/* A Python number argument (a tensor or anything else breaks). */
+static int number_arg(tracer *T, int32_t v, double dflt, double *out)
+{
+    if (v < 0) {
+        *out = dflt;
+        return 0;
+    }
+    PyObject *o = T->vals[v].kind == V_OBJ ? tr_const(T, v) : NULL;
+    if (!o)
+        return T->vals[v].kind == V_OBJ ? -1 : tr_break(T, "linspace/logspace of a %s", tr_kind_name(T, v));
+    if (!PyLong_Check(o) && !PyFloat_Check(o))
+        return tr_break(T, "linspace/logspace of a %s", Py_TYPE(o)->tp_name);
+    *out = PyFloat_AsDouble(o);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* torch.linspace(start, end, steps) (op 0) and torch.logspace(start, end,
+ * steps, base) (op 1) of a floating dtype, as ATen's kernel computes
+ * them: step = (end - start) / (steps - 1) in the result's dtype, the
+ * first half start + step * i, the second end - step * (steps - 1 - i)
+ * (logspace: base to that power). */
+static int32_t h_linspace(tracer *T, const call_args *a, smelt_op op)
+{
+    double s, e, base;
+    int64_t steps;
+    if (number_arg(T, arg(a, 0, "start"), 0, &s) || number_arg(T, arg(a, 1, "end"), 0, &e) ||
+        tr_int(T, arg(a, 2, "steps"), &steps) || number_arg(T, arg(a, 3, "base"), 10.0, &base) || device_cpu(T, a))
+        return -1;
+    int dt = dtype_arg(T, a, default_float());
+    if (dt < 0)
+        return -1;
+    if (!smelt_dtype_is_float((smelt_dtype)dt) || steps < 0)
+        return tr_break(T, steps < 0 ? "linspace with negative steps (eager raises)" : "integer linspace/logspace");
+    if (steps <= 1) {
+        PyObject *v = PyFloat_FromDouble(op ? pow(base, s) : s);
+        int32_t r = v ? full_of(T, v, dt, (int64_t[]){ steps }, 1) : -1;
+        Py_XDECREF(v);
+        return r;
+    }
+    double step = (e - s) / (double)(steps - 1);
+    if (dt == SMELT_F32)
+        step = (double)(((float)e - (float)s) / (float)(steps - 1));
+    smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = 1, .shape = { steps } };
+    int32_t i = mk(T, &io), fi = i < 0 ? -1 : cast_to(T, i, dt);
+    int32_t lo = fi < 0 ? -1 : op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, fi, num(T, step)), num(T, s));
+    int32_t back = lo < 0 ? -1 : op2(T, SMELT_OP_SUB, num(T, (double)(steps - 1)), fi);
+    int32_t hi = back < 0 ? -1 : op2(T, SMELT_OP_SUB, num(T, e), op2(T, SMELT_OP_MUL, back, num(T, step)));
+    int32_t c = hi < 0 ? -1 : op2(T, SMELT_OP_LT, i, int_value(T, steps / 2));
+    if (c < 0)
+        return -1;
+    smelt_node w = { .op = SMELT_OP_WHERE, .nsrc = 3, .src = { T->vals[c].node, T->vals[lo].node, T->vals[hi].node } };
+    int32_t r = mk(T, &w);
+    return r < 0 || !op ? r : cast_to(T, op2(T, SMELT_OP_POW, num(T, base), r), dt);
+}
+
 static int32_t h_eye(tracer *T, const call_args *a, smelt_op op)
 {
     int64_t n, m;
@@ -3613,6 +3670,7 @@ static const op_entry table[] = {
     ROW("T.new_zeros", h_new_full, SMELT_OP_ADD, IP_NO), ROW("T.new_ones", h_new_full, SMELT_OP_MUL, IP_NO),
     ROW("T.new_full", h_new_full, SMELT_OP_CLAMP, IP_NO), ROW("T.new_empty", h_new_full, SMELT_OP_SUB, IP_NO),
     ROW("torch.manual_seed", h_manual_seed, 0, IP_NO),
+    ROW("torch.linspace", h_linspace, 0, IP_NO), ROW("torch.logspace", h_linspace, 1, IP_NO),
     ROW("torch.rand", h_random, 0, IP_NO), ROW("torch.randn", h_random, 1, IP_NO),
     ROW("torch.randint", h_random, 2, IP_NO), ROW("torch.rand_like", h_random, 100, IP_NO),
     ROW("torch.randn_like", h_random, 101, IP_NO), ROW("torch.randint_like", h_random, 102, IP_NO),

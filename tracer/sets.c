@@ -557,3 +557,27 @@ int32_t set_compare(tracer *T, int cmp, int32_t a, int32_t b)
     Py_DECREF(r);
     return v;
 }
+
+/* The values of set s's elements, in the order its private set iterates
+ * them (insertion order for the same constants, as eager's set), into a
+ * new PyMem array. 0 or -1. */
+int set_values(tracer *T, int32_t s, int32_t **items, int *n)
+{
+    PyObject *real = T->vals[s].aux, *it = PyObject_GetIter(real), *k;
+    Py_ssize_t len = PySet_GET_SIZE(real);
+    *n = 0;
+    *items = PyMem_Malloc(sizeof(int32_t) * ((size_t)len + 1));
+    if (!it || !*items) {
+        Py_XDECREF(it);
+        return *items ? -1 : (PyErr_NoMemory(), -1);
+    }
+    while ((k = PyIter_Next(it))) {
+        int32_t v = *n < len ? val_of(T, s, k) : -1;
+        Py_DECREF(k);
+        if (v < 0)
+            break;
+        (*items)[(*n)++] = v;
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() || *n != len ? -1 : 0;
+}

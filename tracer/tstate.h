@@ -505,5 +505,6 @@ int32_t set_special(tracer *T, int32_t s, obj_slot slot, const int32_t *args, in
 int32_t set_binop(tracer *T, int nb, int32_t a, int32_t b);     /* -2: no set made here */
 int32_t set_compare(tracer *T, int cmp, int32_t a, int32_t b);  /* -2: no set made here */
 PyObject *set_pyobj(tracer *T, int32_t s);   /* new ref: an equal set (a break if it holds tensors) */
+int set_values(tracer *T, int32_t s, int32_t **items, int *n);   /* its elements' values (PyMem), in its order */
 
 #endif
