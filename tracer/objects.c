@@ -800,7 +800,7 @@ static int tensor_setattr(tracer *T, int32_t v, PyObject *name, int32_t val)
     if (!o)
         return tr_break(T, "STORE_ATTR: assignment to attribute %U of a tensor made in the traced code", name);
     PyTypeObject *t = Py_TYPE(o);
-    if (t != (PyTypeObject *)ops_tensor_type() || _PyType_Lookup(t, name) ||
+    if ((t != (PyTypeObject *)ops_tensor_type() && strcmp(t->tp_name, "Parameter")) || _PyType_Lookup(t, name) ||
         _PyType_Lookup(t, sn[which]) != _PyType_Lookup(&PyBaseObject_Type, sn[which]))
         return tr_break(T, "STORE_ATTR: assignment to attribute %U of a tensor", name);
     if (val < 0) {   /* del of an attribute the tensor does not have raises */
