@@ -1139,3 +1139,28 @@ def test_linspace_forms_smelt_leaves_to_eager():
         check(smelt.compile(fn)(x), fn(x))
     with pytest.raises(RuntimeError):
         smelt.compile(lambda x: x + torch.linspace(0, 1, -2))(rnd(4))
+
+
+# ================================================================ recurrent modules
+
+@pytest.mark.parametrize("kind", ["lstm", "gru", "rnn", "lstm2_bidir"])
+def test_recurrent_modules_compile(kind):
+    m = {"lstm": lambda: nn.LSTM(4, 6, batch_first=True), "gru": lambda: nn.GRU(4, 5, num_layers=2),
+         "rnn": lambda: nn.RNN(4, 3, nonlinearity="relu"),
+         "lstm2_bidir": lambda: nn.LSTM(4, 3, num_layers=2, bidirectional=True)}[kind]().eval()
+    x = rnd(3, 2, 4)
+    with torch.no_grad():
+        # a 2-layer bidirectional LSTM passes 19 tensors to one call (at most 16 per host call)
+        c = smelt.compile(m, fullgraph=kind != "lstm2_bidir")
+        check(c(x), m(x))
+        check(c(x), m(x))
+
+
+def test_recurrent_weights_replaced_after_compile():
+    m = nn.LSTM(4, 6).eval()
+    x = rnd(3, 2, 4)
+    with torch.no_grad():
+        c = smelt.compile(m)
+        check(c(x), m(x))
+        m.weight_hh_l0 = nn.Parameter(torch.randn(24, 6))   # new weakrefs: a new entry
+        check(c(x), m(x))

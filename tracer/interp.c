@@ -1843,6 +1843,24 @@ static int32_t new_torch_module(tracer *T, PyObject *cls, const call_args *a)
 
 static int32_t call_module_slice(tracer *T, int32_t fn, const call_args *a);
 
+/* ref() of a weakref from outside (guarded by identity, so a new
+ * reference makes a new entry): its referent when that is a tensor the
+ * trace already reached through a source (nn.LSTM compares its weights
+ * with weakrefs to them), None when it is dead; anything else breaks
+ * (the trace would have to keep the referent alive). */
+static int32_t weakref_call(tracer *T, PyObject *ref)
+{
+    PyObject *o = PyWeakref_GetObject(ref);
+    if (o == Py_None)
+        return tr_break(T, "call of a dead weakref");
+    PyObject *key = ops_is_tensor(o) ? PyLong_FromVoidPtr(o) : NULL;
+    PyObject *have = key ? PyDict_GetItemWithError(T->tensor_of, key) : NULL;
+    Py_XDECREF(key);
+    if (!have)
+        return PyErr_Occurred() ? -1 : tr_break(T, "call of a weakref to an object the trace has not reached");
+    return (int32_t)PyLong_AsLong(have);
+}
+
 /* Calls value fn with arguments a. */
 int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
 {
@@ -1865,6 +1883,8 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
      * are guarded by type and structure instead, in call_module) */
     if (f->src >= 0 && !tr_is_module(o) && !tr_const(T, fn))
         return -1;
+    if (PyWeakref_CheckRefExact(o) && a->npos == 0 && a->nkw == 0 && f->src >= 0)
+        return weakref_call(T, o);
     r = obj_query(T, o, a);
     if (r == -2)
         r = ops_call_torch(T, o, a);
