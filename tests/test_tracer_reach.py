@@ -1114,7 +1114,8 @@ def test_sets_returned_are_new_sets_equal_to_eagers():
     r1, r2, e = c(x, ["p", "q"]), c(x, ["p", "q"]), fn(x, ["p", "q"])
     for got in (r1, r2):
         check(got[0], e[0])
-        assert got[1] == e[1] and list(got[1]) == list(e[1]) and type(got[2]) is frozenset and got[2] == e[2]
+        # equal sets; iteration order is not kept (CPython's own set.copy() does not keep it after deletions)
+        assert got[1] == e[1] and type(got[1]) is set and type(got[2]) is frozenset and got[2] == e[2]
         assert got[3] == e[3] and next(iter(got[4])) is x
     assert r1[1] is not r2[1]           # each call its own set, as eager
     st = stats(c)
