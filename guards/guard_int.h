@@ -43,7 +43,8 @@ typedef enum guard_leaf_kind {
     LEAF_EMPTY_DICT_OR_NONE,
     LEAF_TENSOR,
     LEAF_CALL_IS,
-    LEAF_TRUTH_IS
+    LEAF_TRUTH_IS,
+    LEAF_NOT_SAME_AS
 } guard_leaf_kind;
 
 /* One dim of a tensor spec. rel < 0: stride is the number `stride` (checked

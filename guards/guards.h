@@ -150,6 +150,8 @@ int guard_add_value_eq(guard_node *n, PyObject *value);
  * when traced: aliasing is part of what was compiled). other must belong
  * to n's tree. */
 int guard_add_same_as(guard_node *n, const guard_node *other);
+/* NOT_SAME_AS: the node's value is not other's value (other: any non-root node of the tree). */
+int guard_add_not_same_as(guard_node *n, const guard_node *other);
 
 /* (key in v) is present: a dict's keys (dict subclasses and other
  * mappings through `in`). key: a constant guard_add_equals accepts,

@@ -164,6 +164,15 @@ int guard_add_same_as(guard_node *n, const guard_node *other)
     return guard_leaf_push(n, (guard_leaf){.kind = LEAF_SAME_AS, .n = other->id});
 }
 
+int guard_add_not_same_as(guard_node *n, const guard_node *other)
+{
+    if (!other || !n || other->tree != n->tree || other->kind == GUARD_ROOT)
+        return PyErr_SetString(PyExc_ValueError, "guard_add_not_same_as: no such node"), -1;
+    if (value_node(n, "guard_add_not_same_as"))
+        return -1;
+    return guard_leaf_push(n, (guard_leaf){.kind = LEAF_NOT_SAME_AS, .n = other->id});
+}
+
 int guard_add_has_key(guard_node *n, PyObject *key, int present)
 {
     if (!key || !guard_is_const(key) || PyObject_Hash(key) == -1) {
@@ -389,6 +398,17 @@ static int check_same_as(guard_ctx *c, const guard_node *n, const guard_leaf *l,
     return ov == v ? 1 : guard_fail(c, "%s is %s failed: two objects", n->source, o->source);
 }
 
+/* NOT_SAME_AS: v is not the other node's value. */
+static int check_not_same_as(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
+{
+    const guard_node *o = c->tree->nodes[l->n];
+    PyObject *ov = guard_node_value(c, o);
+    if (!ov)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_DECREF(ov);
+    return ov != v ? 1 : guard_fail(c, "%s is not %s failed: one object", n->source, o->source);
+}
+
 /* ID_WEAK: the referent is alive and is v. */
 static int check_id_weak(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
 {
@@ -431,6 +451,7 @@ int guard_leaf_check(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyO
     case LEAF_VALUE_EQ: return check_value_eq(c, n, l, v);
     case LEAF_HAS_KEY: return check_has_key(c, n, l, v);
     case LEAF_SAME_AS: return check_same_as(c, n, l, v);
+    case LEAF_NOT_SAME_AS: return check_not_same_as(c, n, l, v);
     case LEAF_LEN_EQ: return check_len(c, n, l, v);
     case LEAF_DICT_KEYS:
         return PyDict_Check(v) ? check_dict_keys(c, n, l, v) : failed_obj(c, n, l, v);

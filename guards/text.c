@@ -137,6 +137,7 @@ void guard_leaf_text(guard_buf *b, const guard_node *n, const guard_leaf *l)
         return;
     case LEAF_EQUALS: case LEAF_VALUE_EQ: guard_buf_printf(b, "%s == ", s); break;
     case LEAF_SAME_AS: guard_buf_printf(b, "%s is %s", s, n->tree->nodes[l->n]->source); return;
+    case LEAF_NOT_SAME_AS: guard_buf_printf(b, "%s is not %s", s, n->tree->nodes[l->n]->source); return;
     case LEAF_HAS_KEY:
         guard_obj_text(b, l->obj);
         guard_buf_printf(b, " %s %s", l->n ? "in" : "not in", s);

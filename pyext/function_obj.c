@@ -273,6 +273,7 @@ static int add_leaf(guard_node *n, const tr_guard *gd, guard_node *const *nodes)
 {
     switch ((tr_guard_kind)gd->kind) {
     case TG_SAME: return guard_add_same_as(n, nodes[gd->n]);
+    case TG_NOT_SAME: return guard_add_not_same_as(n, nodes[gd->n]);
     case TG_TYPE: return guard_add_type_is(n, (PyTypeObject *)gd->obj);
     case TG_ID: return guard_add_id_is(n, gd->obj);
     case TG_EQ:

@@ -577,3 +577,43 @@ def test_closure_cell_holding_a_list_and_a_tensor():
         same(cf(x), fe(x))
         same(gc(), ge())
     assert "closure variable last assigned" in str(smelt.explain(make()[0], rnd(4)))
+
+
+# ---------------------------------------------------------------- tensors held outside, updated through views
+
+def test_updates_reach_tensors_held_by_outside_state():
+    """A tensor stored into an attribute, a dict, a global or a closure cell
+    and then updated through a view (or whose base is updated while the
+    outside state holds a view) ends as eager leaves it."""
+    def make():
+        holder = {"cell": None}
+
+        def fn(x, o, d):
+            global TOTAL
+            o.v = torch.zeros(2, 3)
+            o.v[0].add_(1)
+            y = x * 1
+            o.w = y[0]
+            y.add_(1)
+            d["s"] = torch.zeros(2, 3)
+            d["s"][1].sub_(2)
+            TOTAL = torch.zeros(3)
+            TOTAL[1:].add_(5)
+            x.buf = torch.ones(2)
+            x.buf[1:].mul_(7)
+            return y
+        return fn, holder
+    fe, _ = make()
+    fc, _ = make()
+    xe, xc = rnd(2, 3), None
+    xc = xe.clone()
+    oe, oc, de, dc = Box(), Box(), {}, {}
+    re = fe(xe, oe, de)
+    te = TOTAL.clone()
+    rc = smelt.compile(fc)(xc, oc, dc)
+    same(rc, re)
+    same(oc.v, oe.v)
+    same(oc.w, oe.w)
+    same(dc["s"], de["s"])
+    same(TOTAL, te)
+    same(xc.buf, xe.buf)

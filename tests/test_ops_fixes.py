@@ -377,3 +377,21 @@ def test_out_of_another_dtype_raises_as_eager(name):
 def test_out_int_of_float_sum_and_cat():
     check(lambda a, o: torch.sum(a, 1, out=o) * 1, rnd(3, 4), torch.zeros(3, dtype=torch.int64))
     check(lambda a, o: torch.cat([a, a], out=o), rnd(3, 4), torch.zeros(6, 4, dtype=torch.int64), compiled=False)
+
+
+@pytest.mark.parametrize("case", ["mm_view_of_arg", "mm_out_t", "sum_into_own_row", "cat_overlap",
+                                  "add_row_overlap", "mul_transposed", "add_shifted", "add_same"])
+def test_out_overlapping_an_argument_as_eager(case):
+    """out= sharing memory with an argument through another view: eager
+    raises or computes on the memory it writes; smelt runs it eagerly."""
+    fn, args = {
+        "mm_view_of_arg": (lambda a: torch.matmul(a, a, out=a.view(9).view(3, 3)), (torch.arange(9.0).view(3, 3),)),
+        "mm_out_t": (lambda a, o: torch.matmul(a, o.t(), out=o), (rnd(3, 3), rnd(3, 3))),
+        "sum_into_own_row": (lambda o: torch.sum(o, 0, keepdim=True, out=o[:1]), (torch.arange(6.0).view(2, 3),)),
+        "cat_overlap": (lambda a, o: torch.cat([a, o[:1]], out=o), (torch.ones(1, 3), torch.zeros(2, 3))),
+        "add_row_overlap": (lambda a, o: torch.add(a, o[0], out=o), (torch.ones(2, 3), torch.zeros(2, 3))),
+        "mul_transposed": (lambda a, o: torch.mul(o.t(), a, out=o), (torch.ones(3, 3), torch.arange(9.0).view(3, 3))),
+        "add_shifted": (lambda a: torch.add(a[1:], 1, out=a[:-1]), (torch.arange(5.0),)),
+        "add_same": (lambda y: torch.add(y, y, out=y), (torch.arange(5.0),)),
+    }[case]
+    check(fn, *args, compiled=case == "add_same")

@@ -533,3 +533,10 @@ def test_manual_seed_after_dynamo_rebinds_it():
     cf = smelt.compile(f, fullgraph=True)
     for _ in range(2):
         assert torch.equal(cf(x), f(x))
+
+
+def test_randint_with_an_int_size_raises_as_eager():
+    with pytest.raises(TypeError):
+        torch.randint(0, 5, 3)
+    with pytest.raises(TypeError):
+        smelt.compile(lambda x: x + torch.randint(0, 5, 3))(torch.zeros(3))

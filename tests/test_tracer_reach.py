@@ -1165,3 +1165,37 @@ def test_recurrent_weights_replaced_after_compile():
         check(c(x), m(x))
         m.weight_hh_l0 = nn.Parameter(torch.randn(24, 6))   # new weakrefs: a new entry
         check(c(x), m(x))
+
+
+# ================================================================ soundness of identity, weakrefs, imports
+
+def test_is_between_two_tensor_inputs_is_guarded():
+    def fn(a, b):
+        return a is b, a + b
+    c = smelt.compile(fn)
+    x, y = rnd(2), rnd(2)
+    for args in ((x, y), (x, x), (x, y), (y, y)):
+        check(c(*args), fn(*args))
+
+
+def test_user_weakref_referent_not_assumed():
+    import weakref
+    t1, t2 = torch.ones(3), torch.full((3,), 10.0)
+    r1 = weakref.ref(t1)
+
+    def fn(x, r):
+        return x + r()
+    c = smelt.compile(fn)
+    check(c(t1, r1), fn(t1, r1))
+    check(c(t2, r1), fn(t2, r1))
+
+
+def test_import_of_a_stateful_module_inside_traced_code_is_not_frozen(monkeypatch):
+    def fn(x):
+        import os
+        return x + len(os.environ.get("SMELT_TEST_V", ""))
+    c = smelt.compile(fn)
+    monkeypatch.setenv("SMELT_TEST_V", "a")
+    check(c(torch.zeros(1)), fn(torch.zeros(1)))
+    monkeypatch.setenv("SMELT_TEST_V", "abcd")
+    check(c(torch.zeros(1)), fn(torch.zeros(1)))

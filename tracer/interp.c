@@ -1137,6 +1137,50 @@ static int mark_children(tracer *T, marker *m, int32_t v)
     return rc;
 }
 
+/* Pushes every value the trace can still reach: the running frames' and,
+ * what outlives them, the values side effects will write (attributes and
+ * closure cells assigned, globals, outside containers changed). */
+static int mark_roots(tracer *T, marker *m)
+{
+    for (tframe *f = T->frame; f; f = f->back)
+        if (mark_frame(m, f))
+            return -1;
+    for (int32_t i = 0; i < T->nattrw; i++)
+        if (mark_push(m, T->attrw[i].val))
+            return -1;
+    for (int32_t i = 0; i < T->ncellw; i++)
+        if (mark_push(m, T->cellw[i].val))
+            return -1;
+    for (int32_t i = 0; i < T->ndirty; i++)
+        if (mark_push(m, T->dirty[i]))
+            return -1;
+    PyObject *k, *v;
+    Py_ssize_t p = 0;
+    while (T->globalw && PyDict_Next(T->globalw, &p, &k, &v))
+        if (mark_push(m, (int32_t)PyLong_AsLong(v)))
+            return -1;
+    return 0;
+}
+
+uint8_t *tr_live_mask(tracer *T)
+{
+    marker m = { .seen = PyMem_Calloc((size_t)T->nvals + 1, 1) };
+    int bad = !m.seen || mark_roots(T, &m);
+    while (!bad && m.n > 0) {
+        int32_t v = m.todo[--m.n];
+        if (m.seen[v])
+            continue;
+        m.seen[v] = 1;
+        bad = mark_children(T, &m, v);
+    }
+    PyMem_Free(m.todo);
+    if (bad) {
+        PyMem_Free(m.seen);
+        return PyErr_Occurred() ? NULL : (PyErr_NoMemory(), NULL);
+    }
+    return m.seen;
+}
+
 /* Value x (a graph input) is about to be updated in place: allowed unless
  * its tensor requires grad while grad mode is on (eager raises for a leaf,
  * and autograd is not modelled). Records x so that the update is written
@@ -1204,17 +1248,17 @@ static int mut_outputs(tracer *T)
     return 0;
 }
 
-/* Whether a value other than x that the running frames can still reach
- * views x's node (through a chain of view ops) or shares it: then an
- * in-place update of x would have to reach that value too, which is not
- * modelled. 1 / 0, -1 on error. */
+/* Whether a value other than x that the trace can still reach (running
+ * frames, values side effects will write) views x's node (through a chain
+ * of view ops) or shares it: then an in-place update of x must reach that
+ * value too. 1 / 0, -1 on error. */
 int tr_aliased(tracer *T, int32_t x)
 {
     int32_t target = T->vals[x].node;
     marker m = { .seen = PyMem_Calloc((size_t)T->nvals, 1) };
     int found = m.seen ? 0 : (PyErr_NoMemory(), -1);
-    for (tframe *f = T->frame; !found && f; f = f->back)
-        found = mark_frame(&m, f);
+    if (!found)
+        found = mark_roots(T, &m);
     while (!found && m.n > 0) {
         int32_t v = m.todo[--m.n];
         if (m.seen[v])
@@ -1843,11 +1887,12 @@ static int32_t new_torch_module(tracer *T, PyObject *cls, const call_args *a)
 
 static int32_t call_module_slice(tracer *T, int32_t fn, const call_args *a);
 
-/* ref() of a weakref from outside (guarded by identity, so a new
- * reference makes a new entry): its referent when that is a tensor the
- * trace already reached through a source (nn.LSTM compares its weights
- * with weakrefs to them), None when it is dead; anything else breaks
- * (the trace would have to keep the referent alive). */
+/* ref() of a weakref from outside, in torch's own code (guarded by
+ * identity, so a new reference makes a new entry): its referent when that
+ * is a tensor the trace already reached through a source (nn.LSTM compares
+ * its weights with weakrefs it refreshes whenever a weight is assigned);
+ * anything else breaks. The referent is not guarded (no source reaches
+ * it), which is why user code's weakrefs are not followed. */
 static int32_t weakref_call(tracer *T, PyObject *ref)
 {
     PyObject *o = PyWeakref_GetObject(ref);
@@ -1883,7 +1928,7 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
      * are guarded by type and structure instead, in call_module) */
     if (f->src >= 0 && !tr_is_module(o) && !tr_const(T, fn))
         return -1;
-    if (PyWeakref_CheckRefExact(o) && a->npos == 0 && a->nkw == 0 && f->src >= 0)
+    if (PyWeakref_CheckRefExact(o) && a->npos == 0 && a->nkw == 0 && f->src >= 0 && T->frame && T->frame->trusted)
         return weakref_call(T, o);
     r = obj_query(T, o, a);
     if (r == -2)
@@ -3339,6 +3384,10 @@ static int32_t is_op(tracer *T, int32_t a, int32_t b, int invert)
         same = x->obj == y->obj;
     } else {
         same = a == b;   /* one value id per Python object */
+        /* two tensors passed in, different objects now: guarded to stay so */
+        if (!same && x->kind == V_TENSOR && y->kind == V_TENSOR && x->src >= 0 && y->src >= 0 &&
+            tr_add_guard(T, TG_NOT_SAME, x->src, NULL, y->src))
+            return -1;
     }
     return tv_bool(T, same ^ invert);
 }
@@ -3367,27 +3416,26 @@ static int32_t unary(tracer *T, int op, int32_t a)
     return r;
 }
 
-/* Whether module m is part of Python's standard library (its top-level
- * package in sys.stdlib_module_names): an import of it inside traced code
- * binds the module already imported, whose attributes are taken as they
- * are, as torch's are. */
+/* Whether module m is one of the standard library's modules whose
+ * attributes are functions, classes and constants that do not change
+ * (their top-level package): an import of it inside traced code binds the
+ * module already imported, whose attributes are taken as they are, as
+ * torch's are. Modules holding state that changes between calls (os.environ,
+ * sys.argv, random's generator) are not among them: their imports break,
+ * and a module-level import reads them from guarded globals. */
 static int stdlib_module(PyObject *m)
 {
-    static PyObject *names;
-    if (!names) {
-        PyObject *sys = PyImport_ImportModule("sys");
-        names = sys ? PyObject_GetAttrString(sys, "stdlib_module_names") : NULL;
-        Py_XDECREF(sys);
-        if (!names)
-            return PyErr_Clear(), 0;
-    }
+    static const char *const pure[] = { "math", "cmath", "operator", "functools", "itertools", "collections",
+                                        "contextlib", "typing", "dataclasses", "numbers", "enum", "abc", "copy",
+                                        "types", "string" };
     const char *n = PyModule_GetName(m);
-    PyObject *top = n ? PyUnicode_FromStringAndSize(n, (Py_ssize_t)strcspn(n, ".")) : NULL;
-    int r = top ? PySequence_Contains(names, top) : 0;
-    Py_XDECREF(top);
-    if (r < 0)
-        PyErr_Clear();
-    return r == 1;
+    if (!n)
+        return PyErr_Clear(), 0;
+    size_t top = strcspn(n, ".");
+    for (size_t i = 0; i < sizeof pure / sizeof pure[0]; i++)
+        if (strlen(pure[i]) == top && !strncmp(n, pure[i], top))
+            return 1;
+    return 0;
 }
 
 /* IMPORT_NAME of a module torch, math, operator or functools already

@@ -1738,13 +1738,21 @@ static int32_t replay_view(tracer *T, int32_t n, int32_t v)
  * holding the base, a view on the way to x or any other view of the base
  * is rebound to the same view of the new base, and an input base is
  * written back after each run. x, or -1. */
+/* Updates through shared storage one trace may make: each costs a host
+ * call and a few kernels, so a loop of thousands (x[i] += x[i - 1]) would
+ * take seconds to compile where eager takes none. */
+#define MAX_VIEW_UPDATES 128
+
 static int32_t view_update(tracer *T, int32_t x, int32_t r)
 {
     int32_t chain[65], oc[64], b = -1, ob, *others = NULL;
+    uint8_t *live = NULL;
     int nc = 0, onc, no = 0;
     const char *why;
     stride_table tab = { NULL, NULL };
     int32_t res = -1;
+    if (++T->nviewupd > MAX_VIEW_UPDATES)
+        return tr_break(T, "more than %d in-place updates through views in one trace (compile time)", MAX_VIEW_UPDATES);
     if (strides_all(T, &tab))
         goto done;
     if (view_chain(T, &tab, T->vals[x].node, &b, chain, &nc, &why)) {
@@ -1758,6 +1766,8 @@ static int32_t view_update(tracer *T, int32_t x, int32_t r)
         PyErr_NoMemory();
         goto done;
     }
+    if (!(live = tr_live_mask(T)))
+        goto done;
     for (int32_t v = 0; v < nold; v++) {
         if (T->vals[v].kind != V_TENSOR)
             continue;
@@ -1765,7 +1775,7 @@ static int32_t view_update(tracer *T, int32_t x, int32_t r)
         int on_chain = 0, other = 0;
         for (int k = 0; k <= nc && !on_chain; k++)
             on_chain = n == chain[k];
-        if (!on_chain) {
+        if (!on_chain && live[v]) {   /* dead values (earlier replays) are left alone */
             int rc = view_chain(T, &tab, n, &ob, oc, &onc, &why);
             other = ob == b && onc > 0;   /* another view of the base: it sees the update */
             if (other && rc == 2) {
@@ -1852,6 +1862,7 @@ static int32_t view_update(tracer *T, int32_t x, int32_t r)
 done:
     strides_free(&tab);
     PyMem_Free(others);
+    PyMem_Free(live);
     return res;
 }
 
@@ -2789,6 +2800,8 @@ static int32_t h_random(tracer *T, const call_args *a, smelt_op op)
             sz = a->pos[a->npos - 1];
         if (sz < 0)
             return tr_break(T, "randint without a size");
+        if (T->vals[sz].kind != V_TUPLE && T->vals[sz].kind != V_LIST)   /* randint(0, 5, 3): eager raises */
+            return tr_break(T, "randint with a size that is not a tuple or list");
         call_args b = { .pos = &sz, .npos = 1 };
         if (int_list(T, &b, 0, "size", shape, &nd))
             return -1;
@@ -3787,16 +3800,17 @@ static int32_t run_entry(tracer *T, const op_entry *e, PyObject *fn, PyObject *n
 
 /* Whether tensor value v is (or, for a list or tuple, holds) the tensor
  * whose node is n. */
-static int holds_node(tracer *T, int32_t v, int32_t n)
+static int holds_node(tracer *T, int32_t v, int32_t n, int exact_ok)
 {
     if (v < 0)
         return 0;
     const tv *t = &T->vals[v];
-    if (t->kind == V_TENSOR)
-        return t->node == n;
+    int32_t b = tr_view_base(T->g, n);
+    if (t->kind == V_TENSOR)   /* the same storage (through views): eager raises or reads written memory */
+        return (t->node != n || !exact_ok) && tr_view_base(T->g, t->node) == b;
     if (t->kind == V_LIST || t->kind == V_TUPLE)
         for (int32_t i = 0; i < t->n; i++)
-            if (T->vals[t->items[i]].kind == V_TENSOR && T->vals[t->items[i]].node == n)
+            if (holds_node(T, t->items[i], n, exact_ok))
                 return 1;
     return 0;
 }
@@ -3819,13 +3833,13 @@ static int strip_out(tracer *T, const call_args *a, int32_t o, out_args *s)
     for (int k = 0; k < a->nkw; k++) {
         if (PyUnicode_CompareWithASCIIString(a->kwn[k], "out") == 0)
             continue;
-        if (holds_node(T, a->kwv[k], on))
+        if (holds_node(T, a->kwv[k], on, 0))
             return tr_break(T, "out= that is also an argument of the call");
         s->kwn[s->b.nkw] = a->kwn[k];
         s->kwv[s->b.nkw++] = a->kwv[k];
     }
     for (int k = 0; k < a->npos; k++)
-        if (holds_node(T, a->pos[k], on))
+        if (holds_node(T, a->pos[k], on, 0))
             return tr_break(T, "out= that is also an argument of the call");
     return 0;
 }
@@ -3904,8 +3918,14 @@ static int32_t out_call(tracer *T, const op_entry *e, PyObject *fn, PyObject *na
 {
     if (T->vals[o].kind != V_TENSOR)
         return tr_break(T, "out= that is not a tensor");
-    if (e->out == OUT_CAST)
+    if (e->out == OUT_CAST) {   /* element-wise: out may be an argument itself, not overlap one otherwise */
+        for (int k = 0; k < a->npos + a->nkw; k++) {
+            int32_t v = k < a->npos ? a->pos[k] : a->kwv[k - a->npos];
+            if (v != o && holds_node(T, v, T->vals[o].node, 1))
+                return tr_break(T, "out= overlapping an argument of the call");
+        }
         return write_out(T, o, e->fn(T, a, (smelt_op)e->op), 1);
+    }
     out_args s;
     char bare[64];
     int rule = out_dtype_rule(entry_name(e->names, bare, sizeof bare));
@@ -4008,9 +4028,36 @@ static int32_t method_host_call(tracer *T, PyObject *name, const call_args *a)
  * host call. -2 when name is no such in-place form. */
 static int32_t inplace_method(tracer *T, PyObject *name, const call_args *a)
 {
+    /* in-place methods that change the tensor's metadata (shape, strides,
+     * storage), not its values. The view-making ones on a tensor object made
+     * in the trace make that object the view of what it held (so its
+     * storage is still shared as eager shares it); on a tensor passed in
+     * (the caller would see its new strides) and for the others, a break */
+    static const char *const viewing[] = { "t_", "transpose_", "swapaxes_", "swapdims_", "squeeze_", "unsqueeze_" };
+    static const char *const metadata[] = { "as_strided_", "resize_", "resize_as_", "set_", "detach_",
+                                            "share_memory_", "rename_", "refine_names_", "align_to_" };
     Py_ssize_t n = PyUnicode_GetLength(name);
     if (n < 2 || PyUnicode_ReadChar(name, n - 1) != '_' || PyUnicode_ReadChar(name, n - 2) == '_')
         return -2;
+    for (size_t i = 0; i < sizeof metadata / sizeof metadata[0]; i++)
+        if (PyUnicode_CompareWithASCIIString(name, metadata[i]) == 0)
+            return tr_break(T, "tensor method %U changes the tensor's metadata in place", name);
+    for (size_t i = 0; i < sizeof viewing / sizeof viewing[0]; i++) {
+        if (PyUnicode_CompareWithASCIIString(name, viewing[i]))
+            continue;
+        int32_t self = a->npos > 0 ? a->pos[0] : -1;
+        if (self < 0 || T->vals[self].kind != V_TENSOR || T->vals[self].src >= 0 || T->vals[self].frozen)
+            return tr_break(T, "tensor method %U on a tensor passed in (its strides change)", name);
+        PyObject *base = PyUnicode_Substring(name, 0, n - 1);
+        PyObject *bi = base ? PyDict_GetItemWithError(by_name, base) : NULL;
+        int32_t r = bi ? dispatch(T, bi, NULL, base, a, 0) : -1;
+        Py_XDECREF(base);
+        if (r < 0 || T->vals[r].kind != V_TENSOR)
+            return r < 0 ? (PyErr_Occurred() || T->broke ? -1 : tr_break(T, "tensor method %U", name))
+                         : tr_break(T, "tensor method %U of a non-tensor", name);
+        T->vals[self].node = T->vals[r].node;   /* the same object, now that view */
+        return self;
+    }
     PyObject *base = PyUnicode_Substring(name, 0, n - 1);
     PyObject *bi = base ? PyDict_GetItemWithError(by_name, base) : NULL;
     int32_t r = bi ? dispatch(T, bi, NULL, base, a, 1) : !base || PyErr_Occurred() ? -1 : method_host_call(T, base, a);

@@ -49,7 +49,8 @@ typedef enum tr_guard_kind {
     TG_VALUE,      /* src == obj, same exact type (torch.device) */
     TG_HAS_KEY,    /* (obj in src) == n: a key of a dict or mapping */
     TG_KEYS,       /* src is a dict whose keys, in its iteration order, are the tuple obj */
-    TG_SAME        /* src holds the object source n holds (identity) */
+    TG_SAME,       /* src holds the object source n holds (identity) */
+    TG_NOT_SAME    /* src does not hold the object source n holds */
 } tr_guard_kind;
 
 typedef struct tr_guard {

@@ -180,6 +180,7 @@ typedef struct tracer {
     int broke;             /* a graph break reason is set */
     struct tr_attrw *attrw;   /* attribute writes to outside objects (objects.c) */
     struct tr_cellw *cellw; int32_t ncellw;   /* writes to closure cells of functions from outside */
+    int32_t nviewupd;      /* updates through shared storage so far (ops.c view_update) */
     int32_t nattrw;
     PyObject *containers;  /* dict: id(list or dict from a source) -> its value id (one value per object) */
     int32_t *dirty;        /* lists and dicts from outside the traced code mutated (replayed) */
@@ -261,6 +262,7 @@ int32_t tr_dict_value(tracer *T, int32_t v);              /* a V_DICT for a dict
 int tr_guard_absent(tracer *T, int32_t v, PyObject *name);   /* attribute `name` of object v stays missing */
 int tr_gen_next(tracer *T, int32_t it, int32_t *out);     /* generator: 1 yielded, 0 done, -1 */
 int tr_aliased(tracer *T, int32_t x);
+uint8_t *tr_live_mask(tracer *T);   /* PyMem: 1 per value the trace can still reach; NULL + error */
 /* x, a graph input, will be updated in place (written back after each
  * run): 1, 0 (a break: it requires grad under grad mode) or -1. */
 int tr_mutate_input(tracer *T, int32_t x);   /* a live value other than x views or shares x's node */
