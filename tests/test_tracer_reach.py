@@ -1199,3 +1199,39 @@ def test_import_of_a_stateful_module_inside_traced_code_is_not_frozen(monkeypatc
     check(c(torch.zeros(1)), fn(torch.zeros(1)))
     monkeypatch.setenv("SMELT_TEST_V", "abcd")
     check(c(torch.zeros(1)), fn(torch.zeros(1)))
+
+
+def test_properties_in_getattr_and_class_patterns_run_once():
+    log = []
+
+    class Prop:
+        __match_args__ = ("v",)
+
+        def __init__(self, v):
+            self._v = v
+
+        @property
+        def v(self):
+            log.append("v")
+            return self._v
+
+        @property
+        def bad(self):
+            raise AttributeError("no")
+
+    def fn(x, o):
+        y = x + getattr(o, "v", 0) + getattr(o, "bad", 5) + hasattr(o, "bad")
+        match o:
+            case Prop(5):
+                return y + 1
+            case Prop(v):
+                return y + v
+        return y
+    c = smelt.compile(fn)
+    for o in (Prop(2), Prop(5), Prop(2)):
+        log.clear()
+        got = c(rnd(1) * 0, o)
+        mine = list(log)
+        log.clear()
+        check(got, fn(rnd(1) * 0, o))
+        assert mine == log, (mine, log)

@@ -1019,7 +1019,18 @@ static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
     if (x->kind == V_OBJ && tr_is_module(x->obj))
         return tr_module_attr(T, v, name, 1);
     if (x->kind == V_OBJ && !PyModule_Check(x->obj) && !PyType_Check(x->obj)) {
-        int has = PyObject_HasAttr(x->obj, name);
+        /* Python code that decides the attribute (a property's getter, the
+         * class's __getattr__/__getattribute__) is traced, not run here:
+         * running it would do its side effects at trace time */
+        static PyObject *s_ga, *s_gat;
+        if ((!s_ga && !(s_ga = PyUnicode_InternFromString("__getattr__"))) ||
+            (!s_gat && !(s_gat = PyUnicode_InternFromString("__getattribute__"))))
+            return -1;
+        PyTypeObject *tp = Py_TYPE(x->obj);
+        PyObject *ca = _PyType_Lookup(tp, name), *ga = _PyType_Lookup(tp, s_ga), *gat = _PyType_Lookup(tp, s_gat);
+        int python = (ca && PyObject_TypeCheck(ca, &PyProperty_Type)) || (ga && PyFunction_Check(ga)) ||
+                     (gat && PyFunction_Check(gat));
+        int has = python ? 1 : PyObject_HasAttr(x->obj, name);
         if (!has && (tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) || tr_guard_absent(T, v, name)))
             return -1;
         if (!has)

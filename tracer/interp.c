@@ -2386,19 +2386,20 @@ static int traced_isinstance(tracer *T, int32_t v, int32_t cls)
     return r < 0 || tr_truth(T, r, &t) ? -1 : t;
 }
 
-/* hasattr(v, name) then v.name: the attribute's value, -2 when missing. */
+/* getattr(v, name, <missing>) as the class pattern reads it (once): the
+ * attribute's value, -2 when missing (AttributeError). */
 static int32_t match_attr(tracer *T, int32_t v, PyObject *name)
 {
-    PyObject *fn = PyDict_GetItemString(PyEval_GetBuiltins(), "hasattr");
-    int32_t nv = tv_obj(T, name, -1);
-    call_args a = { .pos = (int32_t[]){ v, nv }, .npos = 2 };
-    int32_t r = fn && nv >= 0 ? bi_call(T, fn, &a) : -1;
-    int t;
-    if (r == -2)
-        return tr_break(T, "hasattr not traced");
-    if (r < 0 || tr_truth(T, r, &t))
+    static PyObject *missing;
+    PyObject *fn = PyDict_GetItemString(PyEval_GetBuiltins(), "getattr");
+    if (!missing && !(missing = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type)))
         return -1;
-    return t ? tr_load_attr(T, v, name) : -2;
+    int32_t nv = tv_obj(T, name, -1), mv = nv < 0 ? -1 : tv_obj(T, missing, -1);
+    call_args a = { .pos = (int32_t[]){ v, nv, mv }, .npos = 3 };
+    int32_t r = fn && mv >= 0 ? bi_call(T, fn, &a) : -1;
+    if (r == -2)
+        return tr_break(T, "getattr not traced");
+    return r == mv ? -2 : r;
 }
 
 /* MATCH_CLASS(count): a tuple of the subject's attributes the class
