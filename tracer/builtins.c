@@ -1028,8 +1028,8 @@ static int32_t attr_lookup(tracer *T, int32_t v, int32_t namev)
             return -1;
         PyTypeObject *tp = Py_TYPE(x->obj);
         PyObject *ca = _PyType_Lookup(tp, name), *ga = _PyType_Lookup(tp, s_ga), *gat = _PyType_Lookup(tp, s_gat);
-        int python = (ca && PyObject_TypeCheck(ca, &PyProperty_Type)) || (ga && PyFunction_Check(ga)) ||
-                     (gat && PyFunction_Check(gat));
+        int python = (ca && PyObject_TypeCheck(ca, &PyProperty_Type)) || (ga && PyFunction_Check(ga));
+        (void)gat;
         int has = python ? 1 : PyObject_HasAttr(x->obj, name);
         if (!has && (tr_add_guard(T, TG_TYPE, x->src, (PyObject *)Py_TYPE(x->obj), 0) || tr_guard_absent(T, v, name)))
             return -1;
