@@ -409,3 +409,36 @@ def test_metadata_changing_inplace_methods_as_eager(name):
         torch.testing.assert_close(g, r)
     torch.testing.assert_close(a, ra)
     assert a.stride() == ra.stride()
+
+
+ALIAS_OPS = {
+    "atleast_2d": lambda x: torch.atleast_2d(x), "roll0": lambda x: x.roll(0), "roll0dims": lambda x: x.roll(0, 0),
+    "repeat11": lambda x: x.repeat(1, 1), "ravel": lambda x: x.ravel(), "positive": lambda x: torch.positive(x),
+    "tensor_split": lambda x: torch.tensor_split(x, 2, dim=1)[1],
+    "broadcast": lambda x: torch.broadcast_tensors(x, torch.ones(2, 3))[0],
+    "as_strided": lambda x: x.as_strided((2, 2), (1, 2)), "flatten00": lambda x: x.flatten(0, 0),
+}
+
+
+@pytest.mark.parametrize("name", list(ALIAS_OPS))
+def test_results_alias_their_input_as_eagers_do(name):
+    """Ops that return the input or a view of it in eager (host calls
+    included) and ops that return a new tensor (roll by 0, repeat by ones):
+    an update through the result, or of the returned result by the caller,
+    reaches the input exactly when eager's would."""
+    op = ALIAS_OPS[name]
+
+    def through(x):
+        y = op(x)
+        y.add_(1)
+        return x * 1
+
+    def returned(x):
+        return op(x)
+    for fn in (through, returned):
+        a, ra = torch.arange(6.0).view(2, 3), torch.arange(6.0).view(2, 3)
+        got, ref = smelt.compile(fn)(a), fn(ra)
+        torch.testing.assert_close(got, ref)
+        got.add_(100)
+        ref.add_(100)
+        torch.testing.assert_close(a, ra)

@@ -2489,6 +2489,17 @@ static int32_t h_unbind(tracer *T, const call_args *a, smelt_op op)
 
 /* x.repeat(r0, r1, ...): [1, s0, 1, s1, ...] expanded to [r0, s0, ...] and
  * merged. */
+/* r, the result of an op eager returns as a new tensor, made of x by
+ * views only (roll by 0, repeat by ones): a copy, so that it shares no
+ * storage with x as eager's does not. */
+static int32_t fresh_of(tracer *T, int32_t x, int32_t r)
+{
+    if (r < 0 || x < 0 || T->vals[r].kind != V_TENSOR || T->vals[x].kind != V_TENSOR ||
+        tr_view_base(T->g, T->vals[r].node) != tr_view_base(T->g, T->vals[x].node))
+        return r;
+    return fresh_contiguous(T, -1, copy_of(T, r));
+}
+
 static int32_t h_repeat(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input");
@@ -2513,7 +2524,7 @@ static int32_t h_repeat(tracer *T, const call_args *a, smelt_op op)
         return -1;
     e.src[0] = T->vals[y].node;
     y = mk(T, &e);
-    return y < 0 ? -1 : v_reshape(T, y, out, n);
+    return y < 0 ? -1 : fresh_of(T, x, v_reshape(T, y, out, n));
 }
 
 static int32_t h_diagonal(tracer *T, const call_args *a, smelt_op op)
@@ -2564,7 +2575,7 @@ static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
         int nd = n->ndim;
         int32_t f = nk == 1 ? v_reshape(T, x, &flat, 1) : tr_break(T, "roll without dims takes one shift");
         f = f < 0 ? -1 : roll1(T, f, k[0], 0);
-        return f < 0 ? -1 : v_reshape(T, f, shape, nd);
+        return f < 0 ? -1 : fresh_of(T, x, v_reshape(T, f, shape, nd));
     }
     if (nk != ndv)
         return tr_break(T, "roll: shifts and dims differ in length");
@@ -2574,7 +2585,7 @@ static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
             return -1;
         x = roll1(T, x, k[i], dim);
     }
-    return fresh_contiguous(T, arg(a, 0, "input"), x);   /* eager's roll returns a new contiguous tensor */
+    return fresh_contiguous(T, arg(a, 0, "input"), fresh_of(T, arg(a, 0, "input"), x));   /* eager's roll: a new contiguous tensor */
 }
 
 static int32_t h_movedim(tracer *T, const call_args *a, smelt_op op)
