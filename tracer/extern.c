@@ -418,13 +418,6 @@ static int32_t result_value(tracer *T, int32_t first, const tracer_call_meta *m,
         if ((items[k] = tv_tensor(T, first + k)) < 0)
             return -1;
         T->vals[items[k]].frozen = m->is_view[k] ? 1 : 0;
-        if (m->is_view[k]) {   /* remembered: such a result must not leave the trace as a tensor of its own */
-            int32_t *nh = PyMem_Realloc(T->hostviews, sizeof(int32_t) * ((size_t)T->nhostviews + 1));
-            if (!nh)
-                return PyErr_NoMemory(), -1;
-            T->hostviews = nh;
-            nh[T->nhostviews++] = first + k;
-        }
     }
     PyTypeObject *rt = PyType_Check(rtype) ? (PyTypeObject *)rtype : NULL;
     if (m->nout == 1 && (!rt || PyType_IsSubtype(rt, (PyTypeObject *)ops_tensor_type())))

@@ -4262,12 +4262,6 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
     case V_TENSOR:   /* one graph output per tensor value: a value returned twice is one object */
         if (x->pos <= 0 && T->stopped && x->frozen)
             return tr_break(T, "a tensor that may share memory smelt does not model is live at the break");
-        if (x->pos <= 0) {   /* eager's result would share memory with an argument of a host call */
-            int32_t b = tr_view_base(T->g, x->node);
-            for (int32_t i = 0; i < T->nhostviews; i++)
-                if (T->hostviews[i] == b)
-                    return tr_break(T, "returning a view a host call made (its aliasing is not modelled)");
-        }
         if (x->pos <= 0 && (alias = alias_out(T, v, o)) != 0)
             return alias < 0 ? -1 : 0;
         o->kind = TO_TENSOR;
@@ -4528,7 +4522,6 @@ static void tracer_free(tracer *T)
     PyMem_Free(T->base_out);
     PyMem_Free(T->attrw);
     PyMem_Free(T->cellw);
-    PyMem_Free(T->hostviews);
     PyMem_Free(T->muts);
     Py_CLEAR(T->exc);
     Py_XDECREF(T->tensor_of);

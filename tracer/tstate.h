@@ -181,7 +181,6 @@ typedef struct tracer {
     struct tr_attrw *attrw;   /* attribute writes to outside objects (objects.c) */
     struct tr_cellw *cellw; int32_t ncellw;   /* writes to closure cells of functions from outside */
     int32_t nviewupd;      /* updates through shared storage so far (ops.c view_update) */
-    int32_t *hostviews; int32_t nhostviews;   /* CALL nodes whose result views an argument (extern.c) */
     int32_t nattrw;
     PyObject *containers;  /* dict: id(list or dict from a source) -> its value id (one value per object) */
     int32_t *dirty;        /* lists and dicts from outside the traced code mutated (replayed) */
