@@ -385,6 +385,8 @@ static int is_trusted_module(PyObject *o)
            !strcmp(n, "builtins") || !strcmp(n, "functools");
 }
 
+PyObject *tr_strided(void) { return strided; }
+
 /* 1 if tensor t can be a graph input: a strided (dense) torch.Tensor or
  * nn.Parameter. A subclass would make eager's results instances of it
  * (and may override __torch_function__); sparse, quantized and other

@@ -799,8 +799,8 @@ static int tensor_setattr(tracer *T, int32_t v, PyObject *name, int32_t val)
     int which = val < 0 ? SN_DELATTR : SN_SETATTR;
     if (!o)
         return tr_break(T, "STORE_ATTR: assignment to attribute %U of a tensor made in the traced code", name);
-    PyTypeObject *t = Py_TYPE(o);
-    if ((t != (PyTypeObject *)ops_tensor_type() && strcmp(t->tp_name, "Parameter")) || _PyType_Lookup(t, name) ||
+    PyTypeObject *t = Py_TYPE(o);   /* a graph input: torch.Tensor or nn.Parameter (tensor_plain) */
+    if (_PyType_Lookup(t, name) ||
         _PyType_Lookup(t, sn[which]) != _PyType_Lookup(&PyBaseObject_Type, sn[which]))
         return tr_break(T, "STORE_ATTR: assignment to attribute %U of a tensor", name);
     if (val < 0) {   /* del of an attribute the tensor does not have raises */

@@ -14,7 +14,6 @@
 #include <string.h>
 
 static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
-static PyObject *strided_layout;    /* torch.strided */
 static PyObject *put_fn;            /* torch.put (view updates) */
 static PyObject *manual_seed_fn, *seed_call_fn, *default_generator;   /* torch.manual_seed, its host call */
 static PyObject *rand_like_fn[3];   /* torch.rand_like, randn_like, randint_like (host calls) */
@@ -1648,7 +1647,6 @@ static int32_t keep_layout(tracer *T, int32_t x, int32_t r)
     return fresh_contiguous(T, x, copy_of(T, r));
 }
 
-static int viewable(const smelt_node *in, const int64_t *s, const smelt_node *n, int64_t *out);
 static int strides_contiguous(const smelt_node *n, const int64_t *stride);
 static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, const uint8_t *known,
                         int64_t (*st)[SMELT_MAX_DIMS]);
@@ -1704,7 +1702,7 @@ static int view_chain(tracer *T, const stride_table *t, int32_t n, int32_t *b, i
             if (!t->known[p.src[0]]) {
                 rc = 2;
                 *why = "in-place update of a reshape of a tensor whose eager strides smelt does not model";
-            } else if (!viewable(&T->g->nodes[p.src[0]], t->st[p.src[0]], &p, vst)) {
+            } else if (!tr_reshape_strides(&T->g->nodes[p.src[0]], t->st[p.src[0]], &p, vst)) {
                 break;   /* eager copied: n is the base */
             }
         }
@@ -1912,97 +1910,6 @@ static int strides_contiguous(const smelt_node *n, const int64_t *stride)
     return 1;
 }
 
-static void contiguous_strides(const smelt_node *n, int64_t *stride)
-{
-    int64_t z = 1;
-    for (int d = n->ndim - 1; d >= 0; d--) {
-        stride[d] = z;
-        z *= n->shape[d] > 1 ? n->shape[d] : 1;
-    }
-}
-
-/* The strides a view of `in` (strides s) with n's shape has, as eager's
- * Tensor.view computes them: each run of in's dims that are laid out one
- * inside the other (size-1 dims join any run) must be tiled exactly by
- * consecutive dims of the new shape, which take strides from the run's
- * innermost stride. 1, or 0 when no view exists (view raises, reshape
- * copies). */
-static int viewable(const smelt_node *in, const int64_t *s, const smelt_node *n, int64_t *out)
-{
-    if (!smelt_node_numel(in) || in->ndim == 0) {
-        if (in->ndim == n->ndim && !memcmp(in->shape, n->shape, sizeof(int64_t) * n->ndim))
-            memcpy(out, s, sizeof(int64_t) * n->ndim);
-        else
-            contiguous_strides(n, out);
-        return 1;
-    }
-    int v = n->ndim - 1;
-    int64_t base = s[in->ndim - 1], have = 1, got = 1;
-    for (int d = in->ndim - 1; d >= 0; d--) {
-        have *= in->shape[d];
-        if (d > 0 && (in->shape[d - 1] == 1 || s[d - 1] == have * base))
-            continue;   /* the run goes on into dim d-1 */
-        for (; v >= 0 && (got < have || n->shape[v] == 1); v--) {
-            out[v] = got * base;
-            got *= n->shape[v];
-        }
-        if (got != have)
-            return 0;
-        if (d > 0) {
-            base = s[d - 1];
-            have = got = 1;
-        }
-    }
-    return v == -1;
-}
-
-/* Strides eager's view op n gives from its source's strides s (a reshape
- * that is no view copies: unknown here, h_view marks it contiguous). */
-static int view_strides(const smelt_graph *g, const smelt_node *n, const int64_t *s, int64_t *out)
-{
-    const smelt_node *in = &g->nodes[n->src[0]];
-    switch ((smelt_op)n->op) {
-    case SMELT_OP_RESHAPE:
-        return viewable(in, s, n, out);
-    case SMELT_OP_PERMUTE:
-        for (int d = 0; d < n->ndim; d++)
-            out[d] = s[n->a.perm.perm[d]];
-        return 1;
-    case SMELT_OP_EXPAND: {
-        int lead = n->ndim - in->ndim;
-        for (int d = 0; d < n->ndim; d++)
-            out[d] = d < lead || (in->shape[d - lead] == 1 && n->shape[d] != 1) ? 0 : s[d - lead];
-        return 1;
-    }
-    case SMELT_OP_SLICE:
-        memcpy(out, s, sizeof(int64_t) * in->ndim);
-        out[n->a.slice.dim] *= n->a.slice.step;
-        return 1;
-    case SMELT_OP_SQUEEZE:
-        for (int d = 0, k = 0; d < in->ndim; d++)
-            if (d != n->a.axis.dim)
-                out[k++] = s[d];
-        return 1;
-    case SMELT_OP_UNSQUEEZE:
-        for (int d = 0, k = 0; d < n->ndim; d++)
-            out[d] = d == n->a.axis.dim ? (k < in->ndim ? in->shape[k] * s[k] : 1) : s[k++];
-        return 1;
-    case SMELT_OP_DIAGONAL:
-        for (int d = 0, k = 0; d < in->ndim; d++)
-            if (d != n->a.diag.dim1 && d != n->a.diag.dim2)
-                out[k++] = s[d];
-        out[n->ndim - 1] = s[n->a.diag.dim1] + s[n->a.diag.dim2];
-        return 1;
-    case SMELT_OP_UNFOLD:
-        memcpy(out, s, sizeof(int64_t) * in->ndim);
-        out[n->a.unfold.dim] = s[n->a.unfold.dim] * n->a.unfold.step;
-        out[in->ndim] = s[n->a.unfold.dim] * n->a.unfold.dil;
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* Strides of operand s as TensorIterator sees it within n's shape: right
  * aligned, 0 for dims it broadcasts. */
 static void operand_strides(const smelt_node *n, const smelt_node *s, const int64_t *sst, int64_t *out)
@@ -2084,11 +1991,11 @@ static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, 
         return 1;
     }
     if (contig[i]) {
-        contiguous_strides(n, st[i]);
+        tr_contiguous_strides(n, st[i]);
         return 1;
     }
     if (k == SMELT_KIND_VIEW)
-        return known[n->src[0]] && view_strides(g, n, st[n->src[0]], st[i]);
+        return known[n->src[0]] && tr_view_strides(g, n, st[n->src[0]], st[i]);
     if (k == SMELT_KIND_UNARY || k == SMELT_KIND_BINARY || k == SMELT_KIND_TERNARY) {
         if (!allknown)
             return 0;
@@ -2097,7 +2004,7 @@ static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, 
     }
     if (!all && k != SMELT_KIND_REDUCTION && (k != SMELT_KIND_EXTERN || n->op == SMELT_OP_CONV))
         return 0;
-    contiguous_strides(n, st[i]);
+    tr_contiguous_strides(n, st[i]);
     return 1;
 }
 
@@ -2185,7 +2092,7 @@ static int32_t view_or_copy(tracer *T, int32_t x, int32_t y, int is_view)
     if (k < 0)
         return -1;
     const smelt_node *xn = &T->g->nodes[T->vals[x].node], *yn = &T->g->nodes[T->vals[y].node];
-    if (k == 1 && viewable(xn, st, yn, vst))
+    if (k == 1 && tr_reshape_strides(xn, st, yn, vst))
         return y;
     if (is_view)
         return tr_break(T, k ? "view of a tensor whose strides allow no view (eager raises; use reshape)"
@@ -3753,7 +3660,6 @@ int ops_init(void)
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     dropout_fn = resolve(torch, F, "torch.dropout");
-    strided_layout = PyObject_GetAttrString(torch, "strided");
     put_fn = resolve(torch, F, "torch.put");
     manual_seed_fn = PyObject_GetAttrString(torch, "manual_seed");
     default_generator = PyObject_GetAttrString(torch, "default_generator");
@@ -4169,8 +4075,8 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
         return int_value(T, (int64_t)smelt_dtype_size((smelt_dtype)n->dtype));
     if (!strcmp(s, "nbytes"))
         return int_value(T, (int64_t)smelt_dtype_size((smelt_dtype)n->dtype) * smelt_node_numel(n));
-    if (!strcmp(s, "layout") && strided_layout)
-        return tv_obj(T, strided_layout, -1);
+    if (!strcmp(s, "layout") && tr_strided())
+        return tv_obj(T, tr_strided(), -1);
     if (!strcmp(s, "data"))   /* a new tensor object on the same memory */
         return alias_of(T, self);
     if (!strcmp(s, "requires_grad") || !strcmp(s, "grad") || !strcmp(s, "grad_fn") ||

@@ -262,7 +262,8 @@ int32_t tr_dict_value(tracer *T, int32_t v);              /* a V_DICT for a dict
 int tr_guard_absent(tracer *T, int32_t v, PyObject *name);   /* attribute `name` of object v stays missing */
 int tr_gen_next(tracer *T, int32_t it, int32_t *out);     /* generator: 1 yielded, 0 done, -1 */
 int tr_aliased(tracer *T, int32_t x);
-uint8_t *tr_live_mask(tracer *T);   /* PyMem: 1 per value the trace can still reach; NULL + error */
+uint8_t *tr_live_mask(tracer *T);
+PyObject *tr_strided(void);         /* torch.strided (borrowed) */   /* PyMem: 1 per value the trace can still reach; NULL + error */
 /* x, a graph input, will be updated in place (written back after each
  * run): 1, 0 (a break: it requires grad under grad mode) or -1. */
 int tr_mutate_input(tracer *T, int32_t x);   /* a live value other than x views or shares x's node */
@@ -420,6 +421,12 @@ int tr_view_geometry(const smelt_graph *g, int32_t base, const int64_t *base_str
 /* The node a chain of VIEW nodes ending at id starts from (id itself if
  * it is no view). */
 int32_t tr_view_base(const smelt_graph *g, int32_t id);
+/* Strides of in (strides s) viewed as n's shape, as ATen's computeStride:
+ * 1 with out filled, 0 when no view exists (view raises, reshape copies). */
+int tr_reshape_strides(const smelt_node *in, const int64_t *s, const smelt_node *n, int64_t *out);
+/* Strides eager's view op n gives from its source's strides s: 1, or 0
+ * for a reshape that is no view (a copy). */
+int tr_view_strides(const smelt_graph *g, const smelt_node *n, const int64_t *s, int64_t *out);
 /* torch's strides for a contiguous tensor of node n's shape. */
 void tr_contiguous_strides(const smelt_node *n, int64_t *stride);
 

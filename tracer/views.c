@@ -101,6 +101,17 @@ static int view_step(const smelt_graph *g, const smelt_node *n, const int64_t *s
     }
 }
 
+int tr_reshape_strides(const smelt_node *in, const int64_t *s, const smelt_node *n, int64_t *out)
+{
+    return reshape_strides(in->shape, s, in->ndim, n->shape, n->ndim, out);
+}
+
+int tr_view_strides(const smelt_graph *g, const smelt_node *n, const int64_t *s, int64_t *out)
+{
+    int64_t off = 0;
+    return view_step(g, n, s, out, &off);
+}
+
 int tr_view_geometry(const smelt_graph *g, int32_t base, const int64_t *base_stride, int32_t id, int64_t *stride,
                      int64_t *offset)
 {
