@@ -4,7 +4,7 @@ PYTHON ?= python3
 export PYTHON
 ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0
 
-.PHONY: setup build demo test bench debug clean
+.PHONY: setup build demo test bench opinfo debug clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,13 +21,22 @@ demo: setup
 test: setup
 	$(PYTHON) -m pytest -q tests
 
+# PyTorch's OpInfo database through smelt with every sample (the suite's
+# tests/test_opinfo.py takes the first two per dtype) and the reference
+# inputs: figures (op x dtype pairs matching, pairs with native code) and
+# every failure. Fails on a wrong answer, a crash or a missing error.
+opinfo: setup
+	$(PYTHON) benchmarks/opinfo_report.py --cap 0
+	$(PYTHON) benchmarks/opinfo_report.py --cap 0 --reference
+
 # The model suite (eager vs inductor vs smelt: MLP, CNN, GPT-2, BERT and the
 # micro-kernels; bench_results.json/.png), then the tracer's call overhead and
 # first-call scaling. Fails if either reports a wrong smelt result.
 bench:
 	@bash scripts/setup.sh bench
 	@s=0; echo '$(PYTHON) -m smelt.bench'; $(PYTHON) -m smelt.bench || s=1; \
-	echo '$(PYTHON) benchmarks/tracer.py'; $(PYTHON) benchmarks/tracer.py || s=1; exit $$s
+	echo '$(PYTHON) benchmarks/tracer.py'; $(PYTHON) benchmarks/tracer.py || s=1; \
+	echo '$(PYTHON) benchmarks/opinfo_report.py -q'; $(PYTHON) benchmarks/opinfo_report.py -q || s=1; exit $$s
 
 # ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next
 # `make setup`/`make test` switches back to the release build).

@@ -806,6 +806,19 @@ static int infer_unsqueeze(infer_ctx *c)
     return 0;
 }
 
+static int infer_flip(infer_ctx *c)
+{
+    const smelt_node *s = c->s[0];
+    int dim;
+    if (s->ndim == 0)
+        return fail(c, "cannot flip a 0-d tensor");
+    if (norm_dim(c, c->in->a.axis.dim, s->ndim, s, &dim))
+        return -1;
+    copy_shape(c->out, s);
+    c->out->a.axis.dim = dim;
+    return 0;
+}
+
 static int infer_diagonal(infer_ctx *c)
 {
     const smelt_node *s = c->s[0];
@@ -866,6 +879,7 @@ static int infer_view(infer_ctx *c)
     case SMELT_OP_SLICE: return infer_slice(c);
     case SMELT_OP_SQUEEZE: return infer_squeeze(c);
     case SMELT_OP_UNSQUEEZE: return infer_unsqueeze(c);
+    case SMELT_OP_FLIP: return infer_flip(c);
     case SMELT_OP_DIAGONAL: return infer_diagonal(c);
     case SMELT_OP_UNFOLD: return infer_unfold(c);
     default: return fail(c, "unknown view op");
@@ -1325,6 +1339,7 @@ static enum attr_member attr_member_of(smelt_op op)
     case SMELT_OP_SCALAR: case SMELT_OP_FULL: return AM_SCALAR;
     case SMELT_OP_ARANGE: return AM_ARANGE;
     case SMELT_OP_IOTA: case SMELT_OP_SQUEEZE: case SMELT_OP_UNSQUEEZE: case SMELT_OP_CAT:
+    case SMELT_OP_FLIP:
         return AM_AXIS;
     case SMELT_OP_CLAMP: return AM_CLAMP;
     case SMELT_OP_PERMUTE: return AM_PERM;

@@ -217,6 +217,10 @@ static void view_index(kir_pool *P, const smelt_graph *g, const smelt_node *n,
             if (d != n->a.axis.dim)
                 out[j++] = idx[d];
         return;
+    case SMELT_OP_FLIP:
+        memcpy(out, idx, sizeof(int32_t) * (size_t)n->ndim);
+        out[n->a.axis.dim] = kix_add(P, kix_mul(P, idx[n->a.axis.dim], -1), kix_const(P, n->shape[n->a.axis.dim] - 1));
+        return;
     case SMELT_OP_UNFOLD: {
         int dim = n->a.unfold.dim;
         memcpy(out, idx, sizeof(int32_t) * (size_t)s->ndim);
@@ -606,7 +610,10 @@ static int node_cost(lowering *L, int32_t node, int depth)
         case SMELT_OP_EXP: case SMELT_OP_LOG: case SMELT_OP_SIN: case SMELT_OP_COS:
         case SMELT_OP_TAN: case SMELT_OP_TANH: case SMELT_OP_ERF: case SMELT_OP_POW:
         case SMELT_OP_SIGMOID: case SMELT_OP_ATAN2: case SMELT_OP_EXPM1: case SMELT_OP_LOG1P:
-        case SMELT_OP_EXP2: case SMELT_OP_LOG2: c = 3; break;
+        case SMELT_OP_EXP2: case SMELT_OP_LOG2: case SMELT_OP_ACOS: case SMELT_OP_ASIN:
+        case SMELT_OP_ATAN: case SMELT_OP_ACOSH: case SMELT_OP_ASINH: case SMELT_OP_ATANH:
+        case SMELT_OP_COSH: case SMELT_OP_SINH: case SMELT_OP_LOG10: case SMELT_OP_ERFC:
+        case SMELT_OP_LGAMMA: c = 3; break;
         default: c = 1;
         }
     }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "hostcall.h"
+#include "log.h"
 #include "module.h"
 #include "../kernels/memory.h"
 
@@ -36,6 +37,9 @@ typedef struct CompiledObject {
     PyObject *calls;         /* table of host calls (list), NULL if the plan has none */
     int nhost;               /* smelt_plan_num_host_calls */
     int64_t ncalls;          /* calls started (outputs get huge pages from KERN_HUGE_AFTER on) */
+    int trusting;            /* the call being run is trusted */
+    int eager_only;          /* a host call's result was not what the graph inferred: trusted
+                                calls (a compiled frame's) run the frame eagerly from then on */
     /* Inputs the plan keeps packed copies of (weights): for each, a weak
      * reference to the tensor last passed (a dead one never matches, so a
      * new tensor at a reused address gets a new serial) and the owner
@@ -204,7 +208,7 @@ static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *
     if (grad < 0)
         return -1;
     PyObject *calls = Py_NewRef(self->calls);   /* kept alive whatever the calls do */
-    pyext_hostcall_ctx ctx = {calls, NULL, NULL};
+    pyext_hostcall_ctx ctx = {calls, NULL, NULL, 0};
     Py_BEGIN_ALLOW_THREADS
     rc = smelt_plan_run_stamped(self->plan, ptrs, ptrs + self->nin, stamps, pyext_hostcall_run,
                                 &ctx, err, sizeof err);
@@ -214,6 +218,21 @@ static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *
     if (grad && set_grad_mode(st, 1) < 0) {
         Py_XDECREF(ctx.exc);
         return -1;
+    }
+    if (ctx.exc && ctx.mismatch && self->trusting) {
+        /* the graph inferred this call's results wrongly: nothing was
+         * written to the inputs yet (updates are written back after the
+         * run), so the frame runs eagerly, now and from now on */
+        self->eager_only = 1;
+        if (pyext_log_on(PYEXT_LOG_GRAPH_BREAKS)) {
+            PyObject *line = PyUnicode_FromFormat("compiled graph runs eagerly from now on: %S", ctx.exc);
+            if (line && PyUnicode_AsUTF8(line))
+                pyext_log_write(PYEXT_LOG_GRAPH_BREAKS, PyUnicode_AsUTF8(line));
+            Py_XDECREF(line);
+            PyErr_Clear();
+        }
+        Py_DECREF(ctx.exc);
+        return 1;
     }
     if (ctx.exc) {
         PyErr_Restore(Py_NewRef(Py_TYPE(ctx.exc)), ctx.exc, PyException_GetTraceback(ctx.exc));
@@ -327,8 +346,9 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
         if (bad)
             return -1;
     }
-    if (napart && apart_overlaps(self, ptrs, apart, napart))
+    if ((napart && apart_overlaps(self, ptrs, apart, napart)) || (trusted && self->eager_only))
         return 1;
+    self->trusting = trusted;
     self->ncalls++;   /* under the GIL */
     for (Py_ssize_t k = 0; k < self->nout; k++) {
         PyObject *t = new_output(st, self, k, &ptrs[self->nin + k]);

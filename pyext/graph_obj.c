@@ -607,7 +607,7 @@ static int op_attrs(op_call *c)
     case SMELT_OP_RESHAPE: case SMELT_OP_EXPAND: return attrs_shape(c);
     case SMELT_OP_PERMUTE: return attrs_permute(c);
     case SMELT_OP_SLICE: return attrs_slice(c);
-    case SMELT_OP_SQUEEZE: case SMELT_OP_UNSQUEEZE: case SMELT_OP_CAT: return attrs_axis(c);
+    case SMELT_OP_SQUEEZE: case SMELT_OP_UNSQUEEZE: case SMELT_OP_CAT: case SMELT_OP_FLIP: return attrs_axis(c);
     case SMELT_OP_DIAGONAL: return attrs_diagonal(c);
     case SMELT_OP_FULL: return attrs_full(c);
     case SMELT_OP_ARANGE: return attrs_arange(c);
@@ -738,7 +738,7 @@ static PyObject *graph_call(GraphObject *self, PyObject *args, PyObject *kw)
     uint64_t key;
     PyObject *r = NULL;
     int rc = tracer_call_infer(fn, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2),
-                                  nsrc, nodes, &m, msg, sizeof msg);
+                                  nsrc, nodes, NULL, &m, msg, sizeof msg);
     if (rc == 1)
         PyErr_Format(PyExc_ValueError, "call: %s", msg);
     else if (rc == 0 && tracer_call_key(fn, PyTuple_GET_ITEM(entry, 1),

@@ -169,8 +169,11 @@ static PyObject *wrap_ref(const smelt_tensor_ref *r)
 
 /* RuntimeError: result k of the call is not a tensor with out ref o's
  * dtype and shape. Returns -1. */
+static _Thread_local int hc_mismatch;   /* set by result_mismatch, read by pyext_hostcall_run */
+
 static int result_mismatch(PyObject *fn, int k, PyObject *r, const smelt_tensor_ref *o)
 {
+    hc_mismatch = 1;
     PyObject *name = tracer_call_name(fn), *want = tracer_int_tuple(o->shape, o->ndim);
     int tensor = PyObject_TypeCheck(r, (PyTypeObject *)hc.tensor_type);
     PyObject *dt = tensor ? PyObject_GetAttr(r, hc.s_dtype) : NULL;
@@ -338,6 +341,7 @@ static int store_results(PyObject *fn, PyObject *res, int nout, smelt_tensor_ref
                                : PyList_Check(res) ? PyList_GET_SIZE(res) : -1;
     if (n != nout) {
         PyObject *name = tracer_call_name(fn);
+        hc_mismatch = 1;
         if (name)
             PyErr_Format(PyExc_RuntimeError, "host call %U returned %s%s, expected %d tensors",
                          name, n < 0 ? "a " : "", Py_TYPE(res)->tp_name, nout);
@@ -428,7 +432,10 @@ int pyext_hostcall_run(void *vctx, int32_t id, int nin, const smelt_tensor_ref *
     pyext_hostcall_ctx *ctx = vctx;
     PyGILState_STATE gs = PyGILState_Ensure();
     PyObject *e = call_entry(ctx ? ctx->calls : NULL, id);
+    hc_mismatch = 0;
     int rc = e && !keep_list(ctx) ? run_entry(e, nin, in, nout, out, ctx->keep) : -1;
+    if (rc && ctx)
+        ctx->mismatch = hc_mismatch;
     if (rc)
         keep_exception(ctx, e, id, err, errlen);
     Py_XDECREF(e);

@@ -32,6 +32,9 @@ typedef struct pyext_hostcall_ctx {
     PyObject *keep;        /* owned: list of the result tensors whose memory
                               the plan uses (out refs with data NULL), or
                               NULL; the caller drops it after the run */
+    int mismatch;          /* a result's dtype, shape or count was not the
+                              graph's: exc says how; the caller runs the
+                              frame eagerly instead */
 } pyext_hostcall_ctx;
 
 /* smelt_host_call_fn for the plan executor: takes the GIL, wraps in[] as

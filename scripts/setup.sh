@@ -46,7 +46,7 @@ as_root() {
 }
 
 # Prints the Python-side needs, one word each: python3-dev python3-pip
-# (Debian packages), torch pytest numpy setuptools transformers, and
+# (Debian packages), torch pytest numpy expecttest setuptools transformers, and
 # matplotlib when $1 = bench (pip). No torch import.
 python_needs() {
     BENCH=${1:-} TRANSFORMERS_PIN=$TRANSFORMERS_PIN "$PY" - <<'EOF'
@@ -63,7 +63,7 @@ def version(dist):
         return ""
 if not version("torch").startswith("2.13.0"):
     need.append("torch")
-need += [m for m in ("pytest", "numpy") if iu.find_spec(m) is None]
+need += [m for m in ("pytest", "numpy", "expecttest") if iu.find_spec(m) is None]
 if version("transformers") != os.environ["TRANSFORMERS_PIN"]:
     need.append("transformers")
 if os.environ["BENCH"] == "bench" and iu.find_spec("matplotlib") is None:
@@ -101,6 +101,8 @@ install_pips() {
     fi
     [[ $need == *" pytest "* ]] && extra+=(pytest)
     [[ $need == *" numpy "* ]] && extra+=(numpy)
+    # torch.testing._internal (the OpInfo database tests/test_opinfo.py runs) imports it
+    [[ $need == *" expecttest "* ]] && extra+=(expecttest)
     [[ $need == *" setuptools "* ]] && extra+=("setuptools>=70.1")
     [[ $need == *" transformers "* ]] && extra+=("transformers==$TRANSFORMERS_PIN")
     [[ $need == *" matplotlib "* ]] && extra+=("matplotlib==$MATPLOTLIB_PIN")

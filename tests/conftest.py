@@ -281,6 +281,8 @@ def _torch_structural(name, s, a):
         return x.squeeze(a["dim"])
     if name == "unsqueeze":
         return x.unsqueeze(a["dim"])
+    if name == "flip":
+        return x.flip(a["dim"])
     if name == "diagonal":
         return torch.diagonal(x, a.get("offset", 0), a.get("dim1", 0), a.get("dim2", 1))
     if name == "unfold":

@@ -206,6 +206,9 @@ UNARY = {
     "expm1": torch.expm1, "log": torch.log, "log2": torch.log2, "log1p": torch.log1p,
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos,
     "tan": torch.tan, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
+    "acos": torch.acos, "asin": torch.asin, "atan": torch.atan, "acosh": torch.acosh, "asinh": torch.asinh,
+    "atanh": torch.atanh, "cosh": torch.cosh, "sinh": torch.sinh, "log10": torch.log10, "erfc": torch.erfc,
+    "lgamma": torch.lgamma,
     "relu": torch.relu, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
     "trunc": torch.trunc, "sign": torch.sign, "reciprocal": torch.reciprocal,
     "logical_not": torch.logical_not, "isnan": torch.isnan, "isinf": torch.isinf,
@@ -218,7 +221,7 @@ def test_every_op_has_a_test():
         "input", "scalar", "full", "arange", "iota", "cast", "clamp", "where",
         "sum", "prod", "amax", "amin", "argmax", "argmin", "any", "all", "mean", "var",
         "std", "reshape", "permute", "expand", "slice", "squeeze", "unsqueeze",
-        "diagonal", "unfold", "cat", "matmul",
+        "diagonal", "unfold", "flip", "cat", "matmul",
         "call",   # host calls: tests/test_hostcall.py
         "sdpa",   # tests/test_attention.py
         "conv"}   # tests/test_conv.py

@@ -41,7 +41,15 @@ SMALL_INT_UNARY = ["neg", "abs", "bitwise_not", "exp"]
 def unary_kw(op, dtype):
     """rand() arguments giving in-domain, interesting inputs for op."""
     fl = dtype.is_floating_point
-    if op in ("log", "log2", "sqrt", "rsqrt"):
+    if op in ("acos", "asin", "atanh"):
+        return dict(low=-0.99, high=0.99) if fl else dict(low=-1, high=2)
+    if op == "acosh":
+        return dict(low=1.0, high=10) if fl else dict(low=1, high=100)
+    if op in ("cosh", "sinh"):
+        return dict(low=-5, high=5) if fl else dict(low=-10, high=10)
+    if op == "lgamma":
+        return dict(low=0.1, high=20) if fl else dict(low=1, high=30)
+    if op in ("log", "log2", "log10", "sqrt", "rsqrt"):
         return dict(low=0.05, high=10) if fl else dict(low=1, high=100)
     if op == "log1p":
         return dict(low=-0.9, high=10) if fl else dict(low=0, high=100)

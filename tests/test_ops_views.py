@@ -55,6 +55,10 @@ VIEW_CASES = {
     "unsqueeze-end": (lambda mk: [mk((3, 5))], lambda g, x: g.op("unsqueeze", x, dim=2)),
     "unsqueeze-neg": (lambda mk: [mk((3, 5))], lambda g, x: g.op("unsqueeze", x, dim=-2)),
     "unsqueeze-0d": (lambda mk: [mk(())], lambda g, x: g.op("unsqueeze", x, dim=0)),
+    # flip (index n - 1 - i)
+    "flip-0": (lambda mk: [mk((5, 3))], lambda g, x: g.op("flip", x, dim=0)),
+    "flip-neg-of-slice": (lambda mk: [mk((4, 37))[:, 1::2]], lambda g, x: g.op("flip", x, dim=-1)),
+    "flip-twice": (lambda mk: [mk((3, 4, 5))], lambda g, x: g.op("flip", g.op("flip", x, dim=2), dim=0)),
     # diagonal
     "diagonal": (lambda mk: [mk((4, 5))], lambda g, x: g.op("diagonal", x)),
     "diagonal-off1": (lambda mk: [mk((4, 5))], lambda g, x: g.op("diagonal", x, offset=1)),

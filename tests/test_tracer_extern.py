@@ -270,8 +270,8 @@ def inplace_on_host_view(a):
 
 def inplace_base_of_host_view(a):
     y = a * 2
-    v = y.as_strided((2, 2), (1, 2))   # a host call's view
-    y.add_(1)               # v must see it: not modelled
+    v = y.as_strided((2, 2), (1, 2))   # addresses y's storage: not modelled
+    y.add_(1)               # (v must see it)
     return v
 
 
@@ -294,7 +294,7 @@ def many_tensors(a):
 
 
 def many_results(a):
-    return torch.tensor_split(a, 17)[0] + 1
+    return torch.split_with_sizes(a.flatten(), [1] * 17 + [a.numel() - 17])[0] + 1
 
 
 def complex_result(a):
@@ -305,12 +305,12 @@ BREAKS = [
     ("mask_index", mask_index, "nonzero"),
     ("nonzero", nonzero, "nonzero"),
     ("inplace_on_host_view", inplace_on_host_view, "in-place"),
-    ("inplace_base_of_host_view", inplace_base_of_host_view, "in-place"),
+    ("inplace_base_of_host_view", inplace_base_of_host_view, "as_strided"),
     ("out_argument", out_argument, "out= of another shape"),
     ("random_op", random_op, "bernoulli"),
     ("item", item_call, "item"),
     ("many_tensors", many_tensors, "more than 16"),
-    ("many_results", many_results, "returned 17 tensors"),
+    ("many_results", many_results, "returned 18 tensors"),
     ("complex_result", complex_result, "complex64"),
 ]
 

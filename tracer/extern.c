@@ -356,9 +356,29 @@ static int infer(tracer *T, ext_pending *p, char *msg, size_t msglen)
     const smelt_node *srcs[SMELT_MAX_SRC];
     for (int k = 0; k < p->s.n; k++)
         srcs[k] = &T->g->nodes[p->s.node[k]];
+    /* the meta run sees the sources laid out as eager has them, when known */
+    int64_t st[SMELT_MAX_SRC][SMELT_MAX_DIMS];
+    int chlast = 0;
+    p->faithful = 1;
+    for (int k = 0; k < p->s.n && p->faithful; k++) {
+        int e = ops_eager_strides(T, p->s.node[k], st[k]);
+        if (e < 0)
+            return -1;
+        p->faithful = e == 1;
+        chlast |= e == 1 && tr_channels_last(srcs[k], st[k]);
+    }
     p->sa.kind = SK_NONE;
-    if (shape_infer(p->fn, p->args, p->kwargs, p->s.n, srcs, &p->m, &p->rtype, &p->sa))
+    if (shape_infer(p->fn, p->args, p->kwargs, p->s.n, srcs, &p->m, &p->rtype, &p->sa)) {
+        /* shape rules: the result is taken as contiguous, except that for
+         * channels-last sources (spatial ops keep that layout) ext_emit
+         * asks a meta run (native.c's graph ops, which need none, are
+         * spared it; other layouts stay unmodelled: a meta run costs
+         * seconds of imports the first time) */
+        p->m.has_strides = 0;
+        p->need_layout = chlast && p->faithful;
+        memset(p->m.view_of, -1, sizeof p->m.view_of);
         return 0;
+    }
     PyObject *box = PyList_New(2);
     PyObject *probe = NULL;
     if (box) {
@@ -366,7 +386,9 @@ static int infer(tracer *T, ext_pending *p, char *msg, size_t msglen)
         PyList_SET_ITEM(box, 1, Py_NewRef(Py_None));
         probe = PyCFunction_New(&probe_def, box);
     }
-    int rc = probe ? tracer_call_infer(probe, p->args, p->kwargs, p->s.n, srcs, &p->m, msg, msglen) : -1;
+    int rc = probe ? tracer_call_infer(probe, p->args, p->kwargs, p->s.n, srcs,
+                                       p->faithful ? (const int64_t(*)[SMELT_MAX_DIMS])st : NULL, &p->m, msg,
+                                       msglen) : -1;
     p->rtype = rc == 0 ? Py_NewRef(PyList_GET_ITEM(box, 1)) : NULL;
     Py_XDECREF(probe);
     Py_XDECREF(box);
@@ -406,6 +428,42 @@ static int contig_cover(tracer *T)
         memset(p + T->ccontig, 0, (size_t)(nc - T->ccontig));
         T->contig = p;
         T->ccontig = nc;
+    }
+    return 0;
+}
+
+/* The meta run's strides of results first.. that are not contiguous or
+ * are views of a source, into T->lays. 0 or -1. */
+static int note_layouts(tracer *T, int32_t first, const ext_pending *p)
+{
+    const tracer_call_meta *m = &p->m;
+    for (int k = 0; k < m->nout; k++)
+        T->contig[first + k] = 0;
+    if (m->has_strides != 1)
+        return 0;
+    for (int k = 0; k < m->nout; k++) {
+        const smelt_node *n = &T->g->nodes[first + k];
+        int64_t c[SMELT_MAX_DIMS];
+        int same = 1;
+        tr_contiguous_strides(n, c);
+        for (int d = 0; d < n->ndim; d++)
+            same &= n->shape[d] <= 1 || c[d] == m->strides[k][d];
+        if (same && (m->view_of[k] < 0 || !p->faithful))
+            continue;
+        if (T->nlays == T->clays) {   /* (T->contig covers the new nodes: contig_cover) */
+            int32_t nc = T->clays ? 2 * T->clays : 8;
+            struct tr_layout *p = PyMem_Realloc(T->lays, sizeof *p * (size_t)nc);
+            if (!p)
+                return PyErr_NoMemory(), -1;
+            T->lays = p;
+            T->clays = nc;
+        }
+        struct tr_layout *l = &T->lays[T->nlays++];
+        l->node = first + k;
+        l->faithful = (uint8_t)p->faithful;
+        l->vsrc = p->faithful && m->view_of[k] >= 0 ? p->s.node[m->view_of[k]] : -1;
+        l->voff = m->view_off[k];
+        memcpy(l->st, m->strides[k], sizeof m->strides[k]);
     }
     return 0;
 }
@@ -485,8 +543,41 @@ int ext_prepare(tracer *T, PyObject *fn, const call_args *a, ext_pending *p)
     return rc ? -1 : 0;
 }
 
+/* The meta run's layout of p's results (shape rules inferred the rest)
+ * when its sources are not contiguous: into p->m's strides and views. 0,
+ * or -1 with an error (a refused meta run leaves the layout unknown). */
+static int meta_layout(tracer *T, ext_pending *p)
+{
+    const smelt_node *srcs[SMELT_MAX_SRC];
+    int64_t st[SMELT_MAX_SRC][SMELT_MAX_DIMS];
+    tracer_call_meta m;
+    char msg[400];
+    for (int k = 0; k < p->s.n; k++) {
+        srcs[k] = &T->g->nodes[p->s.node[k]];
+        if (ops_eager_strides(T, p->s.node[k], st[k]) != 1)
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    int rc = tracer_call_infer(p->fn, p->args, p->kwargs, p->s.n, srcs, (const int64_t(*)[SMELT_MAX_DIMS])st, &m,
+                               msg, sizeof msg);
+    if (rc)
+        return rc < 0 ? -1 : 0;
+    if (m.nout != p->m.nout)
+        return 0;
+    for (int k = 0; k < m.nout; k++)
+        if (m.dtypes[k] != p->m.dtypes[k] || m.ndims[k] != p->m.ndims[k] ||
+            memcmp(m.shapes[k], p->m.shapes[k], sizeof(int64_t) * (size_t)m.ndims[k]))
+            return 0;
+    p->m.has_strides = m.has_strides;
+    memcpy(p->m.strides, m.strides, sizeof m.strides);
+    memcpy(p->m.view_of, m.view_of, sizeof m.view_of);
+    memcpy(p->m.view_off, m.view_off, sizeof m.view_off);
+    return 0;
+}
+
 int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a)
 {
+    if (p->need_layout && meta_layout(T, p))
+        return -1;
     uint64_t key;
     int32_t id = T->r->calls ? (int32_t)PyList_GET_SIZE(T->r->calls) : 0, r = -1;
     if (tracer_call_key(p->fn, p->args, p->kwargs, &key) == 0) {
@@ -494,7 +585,8 @@ int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a)
                                          (const int64_t(*)[SMELT_MAX_DIMS])p->m.shapes);
         if (first < 0)
             r = tr_break(T, "host call of %U: %s", p->name, T->g->err);
-        else if (contig_cover(T) == 0 && record_call(T, p->fn, p->args, p->kwargs) == 0)
+        else if (contig_cover(T) == 0 && note_layouts(T, first, p) == 0 &&
+                 record_call(T, p->fn, p->args, p->kwargs) == 0)
             r = result_value(T, first, &p->m, p->rtype);
     }
     if (r >= 0 && any_view(&p->m))   /* an in-place update of an argument would have to reach the view */

@@ -17,7 +17,7 @@
 /* cached objects                                                     */
 
 #define TC_OBJECTS(X)                                                               \
-    X(slot_type) X(tensor_type) X(empty) X(set_grad) X(is_grad) X(meta) X(strided)  \
+    X(slot_type) X(tensor_type) X(empty) X(empty_strided) X(set_grad) X(is_grad) X(meta) X(strided)  \
     X(kw_meta) X(empty_dict) X(empty_tuple) X(s_dtype) X(s_shape) X(s_layout)        \
     X(s_is_view) X(s_module) X(s_qualname) X(s_name) X(s_objclass)
 
@@ -150,6 +150,7 @@ static int init_torch(PyObject *torch)
     Py_DECREF(c);
     hc.tensor_type = PyObject_GetAttrString(torch, "Tensor");
     hc.empty = PyObject_GetAttrString(torch, "empty");
+    hc.empty_strided = PyObject_GetAttrString(torch, "empty_strided");
     hc.strided = PyObject_GetAttrString(torch, "strided");
     hc.meta = PyObject_CallMethod(torch, "device", "s", "meta");
     hc.kw_meta = Py_BuildValue("(ss)", "dtype", "device");
@@ -158,7 +159,7 @@ static int init_torch(PyObject *torch)
     for (int dt = 0; dt < SMELT_NDTYPES; dt++)
         if (!(hc.dtypes[dt] = PyObject_GetAttrString(torch, dtn[dt])))
             return -1;
-    if (!hc.set_grad || !hc.is_grad || !hc.tensor_type || !hc.empty || !hc.strided || !hc.meta || !hc.kw_meta ||
+    if (!hc.set_grad || !hc.is_grad || !hc.tensor_type || !hc.empty || !hc.empty_strided || !hc.strided || !hc.meta || !hc.kw_meta ||
         !hc.empty_dict || !hc.empty_tuple)
         return -1;
     return 0;
@@ -455,13 +456,22 @@ int tracer_tensor_flag(PyObject *r, PyObject *name, int method)
 /* ------------------------------------------------------------------ */
 /* inference on meta tensors                                          */
 
-/* An empty meta tensor with node n's dtype and shape. */
-static PyObject *meta_tensor(const smelt_node *n)
+/* An empty meta tensor with node n's dtype and shape, contiguous or with
+ * strides st (eager's, when known). */
+static PyObject *meta_tensor(const smelt_node *n, const int64_t *st)
 {
     PyObject *shape = tracer_int_tuple(n->shape, n->ndim);
-    PyObject *args[3] = {shape, hc.dtypes[n->dtype], hc.meta};
-    PyObject *t = shape ? PyObject_Vectorcall(hc.empty, args, 1, hc.kw_meta) : NULL;
+    PyObject *stride = st && shape ? tracer_int_tuple(st, n->ndim) : NULL;
+    PyObject *t = NULL;
+    if (st && stride) {
+        PyObject *args[4] = {shape, stride, hc.dtypes[n->dtype], hc.meta};
+        t = PyObject_Vectorcall(hc.empty_strided, args, 2, hc.kw_meta);
+    } else if (!st && shape) {
+        PyObject *args[3] = {shape, hc.dtypes[n->dtype], hc.meta};
+        t = PyObject_Vectorcall(hc.empty, args, 1, hc.kw_meta);
+    }
     Py_XDECREF(shape);
+    Py_XDECREF(stride);
     return t;
 }
 
@@ -506,6 +516,21 @@ static int meta_shape(PyObject *fn, PyObject *t, int k, tracer_call_meta *m, cha
     }
     m->ndims[k] = (int)nd;
     Py_DECREF(shape);
+    PyObject *st = rc == 0 ? PyObject_CallMethod(t, "stride", NULL) : NULL;
+    if (rc == 0 && !st)
+        return -1;
+    for (Py_ssize_t d = 0; rc == 0 && d < nd; d++) {
+        PyObject *v = PyTuple_Check(st) && PyTuple_GET_SIZE(st) == nd ? PyTuple_GET_ITEM(st, d) : NULL;
+        m->strides[k][d] = v ? PyLong_AsLongLong(v) : 0;
+        if (!v || (m->strides[k][d] == -1 && PyErr_Occurred()))
+            rc = -1;
+    }
+    Py_XDECREF(st);
+    if (rc < 0) {   /* unreadable strides: not known, not an error */
+        PyErr_Clear();
+        m->has_strides = 2;
+        rc = 0;
+    }
     return rc;
 }
 
@@ -521,10 +546,27 @@ static int meta_one(PyObject *fn, PyObject *t, int k, PyObject *const *ins, int 
     if (rc == 0)
         rc = meta_shape(fn, t, k, m, msg, len);
     int view = 0;
+    m->view_of[k] = -1;
     for (int j = 0; j < nsrc; j++)
-        view |= t == ins[j];
+        if (t == ins[j])
+            view = 1, m->view_of[k] = (int8_t)j;
     if (rc == 0 && !view && (view = tracer_tensor_flag(t, hc.s_is_view, 1)) < 0)
         rc = -1;
+    if (rc == 0 && view > 0 && m->view_of[k] < 0) {   /* which input: the view's base */
+        PyObject *base = PyObject_GetAttrString(t, "_base");
+        for (int j = 0; base && j < nsrc; j++)
+            if (base == ins[j])
+                m->view_of[k] = (int8_t)j;
+        Py_XDECREF(base);
+        PyErr_Clear();
+    }
+    if (rc == 0 && m->view_of[k] >= 0) {
+        PyObject *off = PyObject_CallMethod(t, "storage_offset", NULL);
+        m->view_off[k] = off ? PyLong_AsLongLong(off) : -1;
+        Py_XDECREF(off);
+        if (m->view_off[k] < 0)
+            PyErr_Clear(), m->view_of[k] = -1;
+    }
     m->is_view[k] = view > 0;
     return rc;
 }
@@ -567,8 +609,8 @@ long tracer_meta_runs(void)
 }
 
 int tracer_call_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc,
-                         const smelt_node *const *srcs, tracer_call_meta *m, char *msg,
-                         size_t msglen)
+                         const smelt_node *const *srcs, const int64_t (*src_strides)[SMELT_MAX_DIMS],
+                         tracer_call_meta *m, char *msg, size_t msglen)
 {
     PyObject *ins[SMELT_MAX_SRC] = {NULL};
     memset(m, 0, sizeof *m);
@@ -583,12 +625,13 @@ int tracer_call_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc,
     if (nsrc < 1 || nsrc > SMELT_MAX_SRC)
         return refuse(fn, msg, msglen, "%d sources (1 to %d supported)", nsrc, SMELT_MAX_SRC);
     int rc = -1, k = 0;
-    while (k < nsrc && (ins[k] = meta_tensor(srcs[k])))
+    while (k < nsrc && (ins[k] = meta_tensor(srcs[k], src_strides ? src_strides[k] : NULL)))
         k++;
     meta_runs += k == nsrc;
     PyObject *res = k == nsrc ? tracer_call_invoke(fn, args, kwargs, ins, nsrc) : NULL;
     if (res) {
         rc = meta_results(fn, res, ins, nsrc, m, msg, msglen);
+        m->has_strides = rc == 0 && m->has_strides == 0;
     } else if (k == nsrc && call_refused()) {
         char text[400];
         PyObject *v = tracer_call_exception();

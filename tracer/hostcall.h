@@ -57,16 +57,22 @@ typedef struct tracer_call_meta {
     int ndims[SMELT_MAX_SRC];
     int64_t shapes[SMELT_MAX_SRC][SMELT_MAX_DIMS];
     uint8_t is_view[SMELT_MAX_SRC];             /* the result is a view of an input */
+    uint8_t has_strides;                        /* strides[] hold the meta results' strides (a meta
+                                                   run, not shape rules) */
+    int64_t strides[SMELT_MAX_SRC][SMELT_MAX_DIMS];
+    int8_t view_of[SMELT_MAX_SRC];              /* the source the result is a view of, or -1 */
+    int64_t view_off[SMELT_MAX_SRC];            /* its storage offset in that source's storage */
 } tracer_call_meta;
 
 /* Evaluates fn(*args, **kwargs) on meta tensors with the dtypes and shapes
- * (contiguous) of srcs[0..nsrc). Returns 0 with *m filled; 1 when the call
+ * of srcs[0..nsrc), contiguous or with strides src_strides (eager's). Returns 0 with *m filled; 1 when the call
  * cannot be a host call (the meta call raised, returned something other
  * than a tensor or a tuple/list of 1..SMELT_MAX_SRC tensors, or a
  * dtype/rank smelt does not have), with the reason in msg and no exception
  * set; -1 with an exception on an internal error. */
 int tracer_call_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc, const smelt_node *const *srcs,
-                      tracer_call_meta *m, char *msg, size_t msglen);
+                      const int64_t (*src_strides)[SMELT_MAX_DIMS], tracer_call_meta *m, char *msg,
+                      size_t msglen);
 
 /* Meta calls tracer_call_infer has made in this process (tests check that
  * shape rules spare them). */

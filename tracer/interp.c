@@ -4216,6 +4216,77 @@ static int count_sharers(tracer *T, const int32_t *roots, int n)
     return rc;
 }
 
+/* When graph node c is a host call's result that eager gives as a view of
+ * an argument which is (a view of) graph input k: k, with the result's
+ * strides and storage offset in that input's storage (relative to the
+ * input's own offset) in st and *off; -1 when not; -2 on error. */
+static int32_t call_view_of_input(tracer *T, int32_t c, int64_t *st, int64_t *off)
+{
+    if (T->g->nodes[c].op != SMELT_OP_CALL)
+        return -1;
+    for (int32_t j = 0; j < T->nlays; j++) {
+        const struct tr_layout *l = &T->lays[j];
+        if (l->node != c || l->vsrc < 0)
+            continue;
+        int32_t sb = tr_view_base(T->g, l->vsrc), k = input_of_node(T, sb);
+        int64_t sst[SMELT_MAX_DIMS], soff = 0;
+        if (k < 0 || !tr_view_geometry(T->g, sb, T->g->nodes[input_node(T, k)].stride, l->vsrc, sst, &soff))
+            return -1;
+        memcpy(st, l->st, sizeof l->st);
+        *off = soff + l->voff;   /* the meta run's argument had offset 0 and the argument's strides */
+        return k;
+    }
+    return -1;
+}
+
+/* 1 when strides st are node n's contiguous strides (size-1 dims free). */
+static int strides_dense(const smelt_node *n, const int64_t *st)
+{
+    int64_t c[SMELT_MAX_DIMS];
+    tr_contiguous_strides(n, c);
+    for (int d = 0; d < n->ndim; d++)
+        if (n->shape[d] > 1 && st[d] != c[d])
+            return 0;
+    return 1;
+}
+
+/* Eager's layout of graph node b into bst: 1 when it is dense but not
+ * contiguous (a transposed element-wise result, a column-major LAPACK
+ * result), with perm ordering b's dims from the slowest to the fastest
+ * (PERMUTE of b by perm is then contiguous in eager's order); 0 with bst
+ * contiguous otherwise (also when smelt does not model the layout); -1 on
+ * error or a break (a layout with gaps or overlaps: empty_strided, ...). */
+static int base_layout(tracer *T, int32_t b, int64_t *bst, int8_t *perm)
+{
+    const smelt_node *n = &T->g->nodes[b];
+    int64_t es[SMELT_MAX_DIMS];
+    tr_contiguous_strides(n, bst);
+    int k = ops_eager_strides(T, b, es);
+    if (k <= 0 || strides_dense(n, es) || smelt_node_numel(n) == 0)
+        return k < 0 ? -1 : 0;
+    int nd = n->ndim, np = 0, first;
+    for (int d = 0; d < nd; d++)   /* size-1 dims first (where they go does not matter) */
+        if (n->shape[d] <= 1)
+            perm[np++] = (int8_t)d;
+    first = np;
+    for (int d = 0; d < nd; d++)   /* then the others by stride, largest first (stable) */
+        if (n->shape[d] > 1) {
+            int j = np++;
+            for (; j > first && es[perm[j - 1]] < es[d]; j--)
+                perm[j] = perm[j - 1];
+            perm[j] = (int8_t)d;
+        }
+    int64_t z = 1;
+    for (int i = nd - 1; i >= 0; i--) {   /* dense in that order */
+        int d = perm[i];
+        if (n->shape[d] > 1 && es[d] != z)
+            return tr_break(T, "a result eager lays out with gaps or overlaps is returned");
+        z *= n->shape[d];
+    }
+    memcpy(bst, es, sizeof es);
+    return 1;
+}
+
 /* Output plan of tensor value v when eager returns an input tensor itself
  * (TO_INPUT: `return x`, also after in-place updates), a view of one
  * (TO_VIEW: x.view(3), x.t()[1:], with eager's strides and offset), or a
@@ -4231,24 +4302,45 @@ static int alias_out(tracer *T, int32_t v, tr_out *o)
         return 1;
     }
     int32_t b = tr_view_base(T->g, x->node);
-    int64_t bst[SMELT_MAX_DIMS], st[SMELT_MAX_DIMS], off = 0;
+    int64_t bst[SMELT_MAX_DIMS], st[SMELT_MAX_DIMS], off = 0, boff = 0;
     if ((k = input_of_node(T, b)) >= 0) {
         if (!tr_view_geometry(T->g, b, T->g->nodes[input_node(T, k)].stride, x->node, st, &off))
             return 0;
         o->kind = TO_VIEW;
-    } else if (T->sharers && T->sharers[b] >= 2 && (b != x->node || T->base_out[b] >= 0)) {
-        tr_contiguous_strides(&T->g->nodes[b], bst);
+    } else if ((k = call_view_of_input(T, b, bst, &boff)) >= 0) {
+        /* a host call eager answers with a view of an input (atleast_2d, aten.slice, ...) */
+        if (!tr_view_geometry(T->g, b, bst, x->node, st, &off))
+            return 0;
+        off += boff;
+        o->kind = TO_VIEW;
+    } else if (k == -2) {
+        return -1;
+    } else {
+        int shared = T->sharers && T->sharers[b] >= 2 && (b != x->node || T->base_out[b] >= 0);
+        int8_t perm[SMELT_MAX_DIMS] = { 0 };
+        int lay = base_layout(T, b, bst, perm);
+        if (lay < 0)
+            return -1;
+        if (!shared && !lay && b == x->node)
+            return 0;   /* a new contiguous tensor */
         if (!tr_view_geometry(T->g, b, bst, x->node, st, &off))
             return 0;   /* eager copies (a reshape): a tensor of its own */
+        if (!shared && !lay && off == 0 && strides_dense(&T->g->nodes[x->node], st))
+            return 0;   /* as a tensor of its own */
         if (T->base_out[b] < 0) {
+            int32_t p = b;
+            if (lay) {   /* b laid out as eager does: its dims permuted into a contiguous output */
+                smelt_node pn = { .op = SMELT_OP_PERMUTE, .nsrc = 1, .src = { b } };
+                memcpy(pn.a.perm.perm, perm, sizeof perm);
+                if ((p = tr_node_add(T, &pn)) < 0)
+                    return -1;
+            }
             T->base_out[b] = T->g->nout;
-            if (smelt_graph_output(T->g, b))
+            if (smelt_graph_output(T->g, p))
                 return tr_break(T, "%s", T->g->err);
         }
         k = T->base_out[b];
         o->kind = TO_OUTVIEW;
-    } else {
-        return 0;
     }
     o->index = k;
     return (o->obj = view_spec(&T->g->nodes[x->node], st, off)) ? 1 : -1;
@@ -4517,6 +4609,9 @@ static void tracer_free(tracer *T)
     }
     PyMem_Free(T->vals ? T->vals - 1 : NULL);
     PyMem_Free(T->contig);
+    PyMem_Free(T->lays);
+    PyMem_Free(T->st_known);
+    PyMem_Free(T->st_tab);
     PyMem_Free(T->dirty);
     Py_XDECREF(T->containers);
     Py_XDECREF(T->globalw);

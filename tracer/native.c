@@ -375,7 +375,7 @@ static int32_t graph_ops(tracer *T, const sh_args *sa, const int32_t *node, cons
                         smelt_op_name((smelt_op)T->g->nodes[y].op), smelt_dtype_name((smelt_dtype)T->g->nodes[y].dtype),
                         T->g->nodes[y].ndim, smelt_dtype_name((smelt_dtype)m->dtypes[0]), m->ndims[0]);
     if (sa->kind != SK_CONV && sa->kind != SK_UNFOLD && ops_eager_contiguous(T, node[sa->x]) == 1)
-        T->contig[y] = 1;   /* eager pools (and upsamples) a contiguous input into a contiguous result */
+        tr_mark_contig(T, y);   /* eager pools (and upsamples) a contiguous input into a contiguous result */
     return tv_tensor(T, y);
 }
 

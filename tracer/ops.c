@@ -290,6 +290,8 @@ static int dims_mask(tracer *T, int32_t v, int ndim, uint32_t *mask)
         int d;
         if (norm_dim(T, ds[i], ndim, &d))
             return -1;
+        if (*mask & (1u << d))
+            return tr_break(T, "dim %d appears more than once in the dims (eager raises)", d);
         *mask |= 1u << d;
     }
     return 0;
@@ -374,6 +376,27 @@ static int32_t h_binary(tracer *T, const call_args *a, smelt_op op)
         y = arg(a, 1, "exponent");
     if (x < 0 || y < 0)
         return tr_break(T, "%s: missing operand", smelt_op_name(op));
+    /* which operands torch's overloads let be Python numbers */
+    int tx = T->vals[x].kind == V_TENSOR, ty = T->vals[y].kind == V_TENSOR, ok;
+    switch (op) {
+    case SMELT_OP_MAXIMUM: case SMELT_OP_MINIMUM: case SMELT_OP_ATAN2: case SMELT_OP_LOGICAL_AND:
+    case SMELT_OP_LOGICAL_OR: case SMELT_OP_LOGICAL_XOR:
+        ok = tx && ty;
+        break;
+    case SMELT_OP_FMOD: case SMELT_OP_EQ: case SMELT_OP_NE: case SMELT_OP_LT: case SMELT_OP_LE:
+    case SMELT_OP_GT: case SMELT_OP_GE:
+        ok = tx;
+        break;
+    case SMELT_OP_POW: case SMELT_OP_REMAINDER: case SMELT_OP_BITWISE_AND: case SMELT_OP_BITWISE_OR:
+    case SMELT_OP_BITWISE_XOR:
+        ok = tx || ty;
+        break;
+    default:
+        ok = 1;
+    }
+    if (!ok)
+        return tr_break(T, "%s of a %s and a %s (eager raises)", smelt_op_name(op), tr_kind_name(T, x),
+                        tr_kind_name(T, y));
     int32_t alpha = arg(a, 2, "alpha");
     if (!is_none(T, alpha) && (op == SMELT_OP_ADD || op == SMELT_OP_SUB))
         y = op2(T, SMELT_OP_MUL, y, alpha);
@@ -417,6 +440,8 @@ static int32_t h_minmax(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), d = arg(a, 1, "dim");
     int is_max = op == SMELT_OP_AMAX;
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "max/min of a non-tensor (eager raises)");
     if (d >= 0 && T->vals[d].kind == V_TENSOR)
         return op2(T, is_max ? SMELT_OP_MAXIMUM : SMELT_OP_MINIMUM, x, d);
     if (is_none(T, d))
@@ -518,6 +543,8 @@ static int norm_shape_dims(tracer *T, const call_args *a, int32_t x, uint32_t *m
     int n, nd = node(T, x)->ndim;
     if (int_list(T, a, 1, "normalized_shape", shp, &n))
         return -1;
+    if (n == 0)
+        return tr_break(T, "an empty normalized_shape (eager raises)");
     *mask = 0;
     for (int i = 0; i < n; i++) {
         if (n > nd || node(T, x)->shape[nd - n + i] != shp[i])
@@ -577,9 +604,16 @@ static int32_t h_rms_norm(tracer *T, const call_args *a, smelt_op op)
     double eps = get_float(T, arg(a, 3, "eps"), dflt, &err);
     if (err)
         return -1;
-    int32_t ms = red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, x, x), m, 1, 0);
+    /* eager: x in float32 times rsqrt(mean(x^2) + eps), rounded to x's
+     * dtype, then times weight */
+    int half = dt == SMELT_F16 || dt == SMELT_BF16;
+    int32_t xf = half ? cast_to(T, x, SMELT_F32) : x;
+    int32_t ms = xf < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xf, xf), m, 1, 0);
     int32_t r = ms < 0 ? -1 : op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, ms, num(T, eps)));
-    return r < 0 ? -1 : affine(T, op2(T, SMELT_OP_MUL, x, r), arg(a, 2, "weight"), -1);
+    int32_t y = r < 0 ? -1 : op2(T, SMELT_OP_MUL, xf, r);
+    if (y >= 0 && half)
+        y = cast_to(T, y, dt);
+    return y < 0 ? -1 : affine(T, y, arg(a, 2, "weight"), -1);
 }
 
 /* matmul with torch's 1-d rules: a 1-d operand gains a dim that is dropped
@@ -652,6 +686,9 @@ static int32_t h_gelu(tracer *T, const call_args *a, smelt_op op)
     (void)op;
     if ((!is_none(T, ap) && !m) || T->vals[x0].kind != V_TENSOR)
         return T->vals[x0].kind != V_TENSOR ? tr_break(T, "gelu of a non-tensor") : -1;
+    if (m && (!PyUnicode_Check(m) || (PyUnicode_CompareWithASCIIString(m, "tanh") &&
+                                      PyUnicode_CompareWithASCIIString(m, "none"))))
+        return tr_break(T, "gelu with approximate=%R (eager raises)", m);
     int dt = node(T, x0)->dtype, onednn = 0;
     int32_t x = cast_to(T, x0, dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt), inner;
     if (m && PyUnicode_CompareWithASCIIString(m, "tanh") == 0) {
@@ -804,6 +841,8 @@ static int32_t h_t(tracer *T, const call_args *a, smelt_op op)
 {
     (void)op;
     int32_t x = arg(a, 0, "input");
+    if (node(T, x)->ndim > 2)
+        return tr_break(T, "t() of a %d-d tensor (eager raises)", node(T, x)->ndim);
     return node(T, x)->ndim < 2 ? x : v_transpose(T, x, 0, 1);
 }
 
@@ -1017,6 +1056,16 @@ static int32_t h_where(tracer *T, const call_args *a, smelt_op op)
     return mk(T, &p);
 }
 
+/* x.where(condition, y): torch.where(condition, x, y). */
+static int32_t h_where_method(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t c = arg(a, 1, "condition"), y = arg(a, 2, "other");
+    if (c < 0 || y < 0)
+        return tr_break(T, "Tensor.where arguments");
+    call_args w = { .pos = (int32_t[]){ c, arg(a, 0, "input"), y }, .npos = 3 };
+    return h_where(T, &w, op);
+}
+
 static int32_t cast_to(tracer *T, int32_t x, int dt)
 {
     if (x < 0 || T->vals[x].kind != V_TENSOR)
@@ -1027,24 +1076,54 @@ static int32_t cast_to(tracer *T, int32_t x, int dt)
     return mk(T, &p);
 }
 
+/* The range of integer dtype dt. */
+static void smelt_dtype_int_range(smelt_dtype dt, int64_t *lo, int64_t *hi)
+{
+    switch (dt) {
+    case SMELT_U8: *lo = 0; *hi = 255; break;
+    case SMELT_I8: *lo = -128; *hi = 127; break;
+    case SMELT_I16: *lo = -32768; *hi = 32767; break;
+    case SMELT_I32: *lo = INT32_MIN; *hi = INT32_MAX; break;
+    default: *lo = INT64_MIN; *hi = INT64_MAX; break;
+    }
+}
+
+/* masked_fill: where(mask, value, input) in input's dtype; eager raises for
+ * a mask that is not bool, a value tensor that is not 0-d and an integer
+ * value out of input's range (those break: eager raises there). */
 static int32_t h_masked_fill(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), m = arg(a, 1, "mask"), v = arg(a, 2, "value");
-    if (m < 0 || v < 0 || T->vals[x].kind != V_TENSOR)
+    if (m < 0 || v < 0 || T->vals[x].kind != V_TENSOR || T->vals[m].kind != V_TENSOR)
         return tr_break(T, "masked_fill arguments");
     smelt_dtype xd = node(T, x)->dtype;
+    if (node(T, m)->dtype != SMELT_BOOL)
+        return tr_break(T, "masked_fill with a mask that is not bool (eager raises)");
     if (T->vals[v].kind == V_TENSOR) {
+        if (node(T, v)->ndim != 0)
+            return tr_break(T, "masked_fill with a value tensor that is not 0-d (eager raises)");
         if ((v = cast_to(T, v, xd)) < 0)
             return -1;
     } else {
         PyObject *o = tr_const(T, v);
         if (!o)
             return -1;
+        if (!PyLong_Check(o) && !PyFloat_Check(o))
+            return tr_break(T, "masked_fill with a value that is not a number");
         if (PyFloat_Check(o) && !smelt_dtype_is_float(xd))
             return tr_break(T, "masked_fill of an integer tensor with a float");
+        if (PyLong_Check(o) && !PyBool_Check(o) && xd != SMELT_BOOL && !smelt_dtype_is_float(xd)) {
+            int of = 0;
+            long long iv = PyLong_AsLongLongAndOverflow(o, &of);
+            int64_t lo, hi;
+            smelt_dtype_int_range(xd, &lo, &hi);
+            if (of || iv < lo || iv > hi)
+                return tr_break(T, "masked_fill value out of the tensor's range (eager raises)");
+        }
     }
     call_args w = { .pos = (int32_t[]){ m, v, x }, .npos = 3 };
-    return h_where(T, &w, op);
+    int32_t r = h_where(T, &w, op);
+    return r < 0 ? -1 : cast_to(T, r, xd);
 }
 
 static int32_t clamp_to(tracer *T, int32_t x, int32_t lo, int32_t hi)
@@ -1090,6 +1169,8 @@ static int32_t clamp_to(tracer *T, int32_t x, int32_t lo, int32_t hi)
 static int32_t h_clamp(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input");
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "clamp of a non-tensor (eager raises)");
     if (op == SMELT_OP_MAXIMUM)   /* clamp_min */
         return clamp_to(T, x, arg(a, 1, "min"), -1);
     if (op == SMELT_OP_MINIMUM)   /* clamp_max */
@@ -1648,8 +1729,7 @@ static int32_t keep_layout(tracer *T, int32_t x, int32_t r)
 }
 
 static int strides_contiguous(const smelt_node *n, const int64_t *stride);
-static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, const uint8_t *known,
-                        int64_t (*st)[SMELT_MAX_DIMS]);
+static int node_strides(tracer *T, int32_t i, const uint8_t *known, int64_t (*st)[SMELT_MAX_DIMS]);
 
 /* Eager's strides of every node of the graph so far (known[i]: modelled). */
 typedef struct stride_table {
@@ -1665,7 +1745,7 @@ static int strides_all(tracer *T, stride_table *t)
     if (!t->known || !t->st)
         return PyErr_NoMemory(), -1;
     for (int32_t i = 0; i < n; i++)
-        t->known[i] = (uint8_t)node_strides(T->g, T->contig, i, t->known, t->st);
+        t->known[i] = (uint8_t)node_strides(T, i, t->known, t->st);
     return 0;
 }
 
@@ -1975,9 +2055,10 @@ static void pointwise_strides(const smelt_graph *g, const smelt_node *n, int64_t
  * x.contiguous(), or the result of a composite whose eager op returns a
  * contiguous tensor) and anything else over contiguous operands; the
  * rest (a convolution of a channels-last input, ...) is not modelled. */
-static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, const uint8_t *known,
-                        int64_t (*st)[SMELT_MAX_DIMS])
+static int node_strides(tracer *T, int32_t i, const uint8_t *known, int64_t (*st)[SMELT_MAX_DIMS])
 {
+    const smelt_graph *g = T->g;
+    const uint8_t *contig = T->contig;
     const smelt_node *n = &g->nodes[i];
     smelt_op_kind k = smelt_op_kind_of((smelt_op)n->op);
     int all = 1, allknown = 1;
@@ -1994,6 +2075,12 @@ static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, 
         tr_contiguous_strides(n, st[i]);
         return 1;
     }
+    if (n->op == SMELT_OP_FLIP) {   /* (wrapped in a copy) laid out as its source, densely */
+        if (!known[n->src[0]])
+            return 0;
+        pointwise_strides(g, n, st, st[i]);
+        return 1;
+    }
     if (k == SMELT_KIND_VIEW)
         return known[n->src[0]] && tr_view_strides(g, n, st[n->src[0]], st[i]);
     if (k == SMELT_KIND_UNARY || k == SMELT_KIND_BINARY || k == SMELT_KIND_TERNARY) {
@@ -2002,6 +2089,13 @@ static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, 
         pointwise_strides(g, n, st, st[i]);
         return 1;
     }
+    for (int32_t j = 0; n->op == SMELT_OP_CALL && j < T->nlays; j++)
+        if (T->lays[j].node == i) {   /* a host call's own layout (its meta run's) */
+            if (!all && !T->lays[j].faithful)
+                return 0;
+            memcpy(st[i], T->lays[j].st, sizeof st[i]);
+            return 1;
+        }
     if (!all && k != SMELT_KIND_REDUCTION && (k != SMELT_KIND_EXTERN || n->op == SMELT_OP_CONV))
         return 0;
     tr_contiguous_strides(n, st[i]);
@@ -2013,20 +2107,41 @@ static int node_strides(const smelt_graph *g, const uint8_t *contig, int32_t i, 
 static int eager_strides(tracer *T, int32_t id, int64_t *out)
 {
     int32_t n = id + 1;
-    uint8_t *known = PyMem_Calloc((size_t)n, 1);
-    int64_t (*st)[SMELT_MAX_DIMS] = PyMem_Calloc((size_t)n, sizeof *st);
-    int r = -1;
-    if (known && st) {
-        for (int32_t i = 0; i < n; i++)
-            known[i] = (uint8_t)node_strides(T->g, T->contig, i, known, st);
-        r = known[id];
-        memcpy(out, st[id], sizeof st[id]);
-    } else {
-        PyErr_NoMemory();
+    if (T->st_upto > T->g->n)   /* the graph lost nodes (a failed call): start again */
+        T->st_upto = 0;
+    if (n > T->st_cap) {   /* the table is kept across calls: each node is done once */
+        int32_t cap = T->st_cap ? T->st_cap : 256;
+        while (cap < n)
+            cap *= 2;
+        uint8_t *k = PyMem_Realloc(T->st_known, (size_t)cap);
+        if (k)
+            T->st_known = k;
+        int64_t (*s)[SMELT_MAX_DIMS] = k ? PyMem_Realloc(T->st_tab, sizeof *s * (size_t)cap) : NULL;
+        if (!s)
+            return PyErr_NoMemory(), -1;
+        T->st_tab = s;
+        T->st_cap = cap;
     }
-    PyMem_Free(known);
-    PyMem_Free(st);
-    return r;
+    for (int32_t i = T->st_upto; i < n; i++) {
+        memset(T->st_tab[i], 0, sizeof T->st_tab[i]);
+        T->st_known[i] = (uint8_t)node_strides(T, i, T->st_known, T->st_tab);
+    }
+    if (n > T->st_upto)
+        T->st_upto = n;
+    memcpy(out, T->st_tab[id], sizeof T->st_tab[id]);
+    return T->st_known[id];
+}
+
+void tr_mark_contig(tracer *T, int32_t node)
+{
+    T->contig[node] = 1;
+    if (T->st_upto > node)
+        T->st_upto = node;
+}
+
+int ops_eager_strides(tracer *T, int32_t id, int64_t *out)
+{
+    return eager_strides(T, id, out);
 }
 
 int ops_eager_contiguous(tracer *T, int32_t id)
@@ -2057,6 +2172,11 @@ static int channels_last(const smelt_node *n, const int64_t *st)
     return 1;
 }
 
+int tr_channels_last(const smelt_node *n, const int64_t *st)
+{
+    return channels_last(n, st);
+}
+
 /* 1 when tensor value x is channels-last in eager (channels_last), 0 when
  * not, -1 when its strides are not modelled or on an error. */
 static int eager_channels_last(tracer *T, int32_t x)
@@ -2075,7 +2195,7 @@ static int32_t fresh_contiguous(tracer *T, int32_t x, int32_t r)
         T->vals[r].node == T->vals[x].node)
         r = copy_of(T, r);
     if (r >= 0 && T->vals[r].kind == V_TENSOR)
-        T->contig[T->vals[r].node] = 1;
+        tr_mark_contig(T, T->vals[r].node);
     return r;
 }
 
@@ -2098,7 +2218,7 @@ static int32_t view_or_copy(tracer *T, int32_t x, int32_t y, int is_view)
         return tr_break(T, k ? "view of a tensor whose strides allow no view (eager raises; use reshape)"
                              : "view of a tensor whose eager strides smelt does not model");
     if (k == 1)
-        T->contig[T->vals[y].node] = 1;   /* reshape copies */
+        tr_mark_contig(T, T->vals[y].node);   /* reshape copies */
     return y;
 }
 
@@ -2130,7 +2250,7 @@ static int32_t h_contiguous(tracer *T, const call_args *a, smelt_op op)
         return x;
     int32_t y = c == 0 ? copy_of(T, x) : -1;
     if (y >= 0)
-        T->contig[T->vals[y].node] = 1;
+        tr_mark_contig(T, T->vals[y].node);
     if (c == 0)
         return y;
     if ((y = tv_tensor(T, T->vals[x].node)) >= 0)
@@ -2180,6 +2300,255 @@ static int32_t h_copy(tracer *T, const call_args *a, smelt_op op)
     return e < 0 ? -1 : node(T, e)->dtype == node(T, x)->dtype ? copy_of(T, e) : cast_to(T, e, node(T, x)->dtype);
 }
 
+
+/* ---------- view forms eager returns as views of their input ---------- */
+
+/* conj / resolve_conj / resolve_neg / conj_physical / positive / real of
+ * a real tensor: the tensor itself (positive of bool raises). */
+static int32_t h_self(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    if (x < 0 || T->vals[x].kind != V_TENSOR || (a->npos + a->nkw) != 1)
+        return tr_break(T, "identity op arguments");
+    if (op == SMELT_OP_NEG && node(T, x)->dtype == SMELT_BOOL)
+        return tr_break(T, "positive of a bool tensor (eager raises)");
+    return x;
+}
+
+/* The tensors of a call's arguments: one tensor, varargs of them, or one
+ * tuple/list of them, into items (at most max); *one: a single tensor was
+ * passed (not in a sequence). Count, or -1 after a break. */
+static int tensor_args(tracer *T, const call_args *a, int32_t *items, int max, int *one)
+{
+    int n = a->npos;
+    const int32_t *v = a->pos;
+    *one = 0;
+    if (a->nkw)
+        return tr_break(T, "keyword arguments");
+    if (n == 1 && (T->vals[v[0]].kind == V_TUPLE || T->vals[v[0]].kind == V_LIST)) {
+        n = T->vals[v[0]].n;
+        v = T->vals[v[0]].items;
+    } else {
+        *one = n == 1;
+    }
+    if (n > max)
+        return tr_break(T, "too many tensors");
+    for (int i = 0; i < n; i++) {
+        if (T->vals[v[i]].kind != V_TENSOR)
+            return tr_break(T, "expected tensors");
+        items[i] = v[i];
+    }
+    return n;
+}
+
+/* atleast_1d / 2d / 3d (op = the rank): views with leading (and for 3d,
+ * trailing) dims of size 1 added, as eager. */
+static int32_t h_atleast(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t items[64];
+    int one, n = tensor_args(T, a, items, 64, &one), want = (int)op;
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        const smelt_node *x = node(T, items[i]);
+        int64_t shape[SMELT_MAX_DIMS];
+        int nd = x->ndim;
+        if (nd >= want)
+            continue;
+        if (nd == 0)
+            for (int d = 0; d < want; d++)
+                shape[d] = 1;
+        else if (want == 2)   /* (N) -> (1, N) */
+            shape[0] = 1, shape[1] = x->shape[0];
+        else if (nd == 1)     /* (N) -> (1, N, 1) */
+            shape[0] = 1, shape[1] = x->shape[0], shape[2] = 1;
+        else                  /* (M, N) -> (M, N, 1) */
+            shape[0] = x->shape[0], shape[1] = x->shape[1], shape[2] = 1;
+        if ((items[i] = v_reshape(T, items[i], shape, want)) < 0)
+            return -1;
+    }
+    return one ? items[0] : tv_tuple(T, items, n);
+}
+
+/* broadcast_tensors: each expanded to the common shape. */
+static int32_t h_broadcast_tensors(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t items[64];
+    int one, n = tensor_args(T, a, items, 64, &one), nd = 0;
+    int64_t shape[SMELT_MAX_DIMS];
+    (void)op;
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        nd = node(T, items[i])->ndim > nd ? node(T, items[i])->ndim : nd;
+    for (int d = 0; d < nd; d++)
+        shape[d] = 1;
+    for (int i = 0; i < n; i++) {
+        const smelt_node *x = node(T, items[i]);
+        for (int d = 0; d < x->ndim; d++) {
+            int64_t s = x->shape[d], *o = &shape[nd - x->ndim + d];
+            if (s != 1 && *o != 1 && s != *o)
+                return tr_break(T, "broadcast_tensors of shapes that do not broadcast (eager raises)");
+            if (s != 1)
+                *o = s;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[items[i]].node }, .ndim = (uint8_t)nd };
+        memcpy(p.shape, shape, sizeof shape);
+        if ((items[i] = mk(T, &p)) < 0)
+            return -1;
+    }
+    return tv_tuple(T, items, n);
+}
+
+/* meshgrid(*tensors, indexing='ij'|'xy'): 1-d (or 0-d) tensors viewed and
+ * expanded to the grid. */
+static int32_t h_meshgrid(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t items[SMELT_MAX_DIMS], iv = arg(a, -1, "indexing");
+    call_args b = *a;
+    int one, n;
+    (void)op;
+    b.nkw = 0;
+    for (int k = 0; k < a->nkw; k++)
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], "indexing"))
+            return tr_break(T, "meshgrid keyword arguments");
+    if ((n = tensor_args(T, &b, items, SMELT_MAX_DIMS, &one)) < 0)
+        return -1;
+    PyObject *ix = is_none(T, iv) ? NULL : tr_const(T, iv);
+    if (!is_none(T, iv) && !ix)
+        return -1;
+    int xy = ix && PyUnicode_Check(ix) && !PyUnicode_CompareWithASCIIString(ix, "xy");
+    if (ix && !xy && (!PyUnicode_Check(ix) || PyUnicode_CompareWithASCIIString(ix, "ij")))
+        return tr_break(T, "meshgrid indexing=%R (eager raises)", ix);
+    if (n == 0)
+        return tr_break(T, "meshgrid of no tensors (eager raises)");
+    int64_t grid[SMELT_MAX_DIMS];
+    for (int i = 0; i < n; i++) {
+        const smelt_node *x = node(T, items[i]);
+        if (x->ndim > 1 || x->dtype != node(T, items[0])->dtype)
+            return tr_break(T, "meshgrid of tensors that are not 1-d or of one dtype (eager raises)");
+        grid[i] = x->ndim ? x->shape[0] : 1;
+    }
+    if (xy && n >= 2) {   /* the first two dims swapped */
+        int64_t t = grid[0];
+        grid[0] = grid[1];
+        grid[1] = t;
+    }
+    for (int i = 0; i < n; i++) {
+        int pos = xy && n >= 2 && i < 2 ? 1 - i : i;
+        int64_t shape[SMELT_MAX_DIMS];
+        for (int d = 0; d < n; d++)
+            shape[d] = d == pos ? grid[d] : 1;
+        int32_t r = v_reshape(T, items[i], shape, n);
+        smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .ndim = (uint8_t)n };
+        if (r < 0)
+            return -1;
+        p.src[0] = T->vals[r].node;
+        memcpy(p.shape, grid, sizeof grid);
+        if ((items[i] = mk(T, &p)) < 0)
+            return -1;
+    }
+    return tv_tuple(T, items, n);
+}
+
+/* tensor_split (op 0) and hsplit / vsplit / dsplit (op 1 / 2 / 3): views
+ * of x along a dim, by a number of sections or by indices. */
+static int32_t h_tensor_split(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), sv = arg(a, 1, op ? "indices_or_sections" : "indices_or_sections");
+    if (sv < 0)
+        sv = arg(a, 1, "sections") >= 0 ? arg(a, 1, "sections") : arg(a, 1, "indices");
+    if (x < 0 || sv < 0 || T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "tensor_split arguments");
+    int nd = node(T, x)->ndim, dim;
+    int64_t d = 0;
+    if (op == 0 && get_int(T, arg(a, 2, "dim"), 0, &d))
+        return -1;
+    if (op == 1)
+        d = nd == 1 ? 0 : 1;
+    else if (op == 2)
+        d = 0;
+    else if (op == 3)
+        d = 2;
+    if ((op == 1 && nd < 1) || (op == 2 && nd < 2) || (op == 3 && nd < 3) || (op == 0 && nd < 1))
+        return tr_break(T, "split of a tensor with too few dims (eager raises)");
+    if (norm_dim(T, d, nd, &dim))
+        return -1;
+    int64_t len = node(T, x)->shape[dim], bounds[257];
+    int n = 0;
+    tv *s = &T->vals[sv];
+    if (s->kind == V_TUPLE || s->kind == V_LIST) {
+        if (s->n > 255)
+            return tr_break(T, "split into too many pieces");
+        bounds[n++] = 0;
+        for (int i = 0; i < s->n; i++) {
+            int64_t b;
+            if (tr_int(T, s->items[i], &b))
+                return -1;
+            bounds[n++] = b;
+        }
+        bounds[n++] = len;
+    } else {
+        int64_t k;
+        if (T->vals[sv].kind == V_TENSOR || tr_int(T, sv, &k))
+            return T->vals[sv].kind == V_TENSOR ? tr_break(T, "tensor_split by a tensor") : -1;
+        if (k <= 0 || k > 256 || (op && len % k))
+            return tr_break(T, "split into %lld sections (eager raises)", (long long)k);
+        bounds[n++] = 0;
+        for (int64_t i = 0, at = 0; i < k; i++) {   /* the first len % k get one more */
+            at += len / k + (i < len % k);
+            bounds[n++] = at;
+        }
+    }
+    int32_t items[256];
+    for (int i = 0; i + 1 < n; i++) {
+        int64_t lo = bounds[i] < 0 ? bounds[i] + len : bounds[i], hi = bounds[i + 1] < 0 ? bounds[i + 1] + len : bounds[i + 1];
+        lo = lo < 0 ? 0 : lo > len ? len : lo;
+        hi = hi < lo ? lo : hi > len ? len : hi;
+        if ((items[i] = v_slice(T, x, dim, lo, hi, 1)) < 0)
+            return -1;
+    }
+    return tv_tuple(T, items, n - 1);
+}
+
+/* ravel: reshape(-1) (a view where eager's strides allow one). */
+static int32_t h_ravel(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    (void)op;
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "ravel of a non-tensor");
+    int64_t n = smelt_node_numel(node(T, x));
+    if (ops_eager_contiguous(T, T->vals[x].node) != 1)   /* eager: contiguous().view(-1) */
+        x = fresh_contiguous(T, -1, copy_of(T, x));
+    return x < 0 ? -1 : view_or_copy(T, x, v_reshape(T, x, &n, 1), 0);
+}
+
+/* as_strided and its kin address the storage beneath a tensor (offsets are
+ * absolute, elements outside the view reachable); a graph value has no
+ * such storage: eager runs them. */
+static int32_t h_storage(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)a;
+    (void)op;
+    return tr_break(T, "as_strided addresses the tensor's storage");
+}
+
+/* cartesian_prod of one tensor: that tensor. */
+static int32_t h_cartesian_prod(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t items[64];
+    int one, n = tensor_args(T, a, items, 64, &one);
+    (void)op;
+    if (n < 0)
+        return -1;
+    if (n != 1 || node(T, items[0])->ndim != 1)
+        return tr_break(T, "cartesian_prod of several tensors");
+    return items[0];
+}
+
 /* ---------- more pointwise math ---------- */
 
 /* square: x * x (pow(x, 2) in eager: bool squares to int64). */
@@ -2214,15 +2583,37 @@ static int32_t h_lerp(tracer *T, const call_args *a, smelt_op op)
     return c.pos[0] < 0 ? -1 : h_where(T, &c, op);
 }
 
+/* v as float32 when it is a half-precision tensor (eager computes those
+ * ops in float32 and rounds once). */
+static int32_t up32(tracer *T, int32_t v)
+{
+    if (v < 0 || T->vals[v].kind != V_TENSOR)
+        return v;
+    int dt = node(T, v)->dtype;
+    return dt == SMELT_F16 || dt == SMELT_BF16 ? cast_to(T, v, SMELT_F32) : v;
+}
+
+/* Result r of an op computed in float32 for input x: rounded to x's
+ * half-precision dtype. */
+static int32_t down_to(tracer *T, int32_t r, int32_t x)
+{
+    if (r < 0 || T->vals[x].kind != V_TENSOR || T->vals[r].kind != V_TENSOR)
+        return r;
+    int dt = node(T, x)->dtype;
+    return (dt == SMELT_F16 || dt == SMELT_BF16) && node(T, r)->dtype == SMELT_F32 ? cast_to(T, r, dt) : r;
+}
+
 /* addcmul / addcdiv (op MUL / DIV): input + value * t1 op t2. */
 static int32_t h_addc(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), t1 = arg(a, 1, "tensor1"), t2 = arg(a, 2, "tensor2"), v = arg(a, 3, "value");
-    if (t1 < 0 || t2 < 0)
+    if (t1 < 0 || t2 < 0 || T->vals[x].kind != V_TENSOR)
         return tr_break(T, "addcmul/addcdiv arguments");
+    int32_t x0 = x;
+    x = up32(T, x), t1 = up32(T, t1), t2 = up32(T, t2);
     if (!is_none(T, v))
         t1 = op2(T, SMELT_OP_MUL, v, t1);
-    return op2(T, SMELT_OP_ADD, x, op2(T, op, t1, t2));
+    return down_to(T, op2(T, SMELT_OP_ADD, x, op2(T, op, t1, t2)), x0);
 }
 
 static int32_t h_outer(tracer *T, const call_args *a, smelt_op op)
@@ -2234,7 +2625,10 @@ static int32_t h_outer(tracer *T, const call_args *a, smelt_op op)
     return op2(T, SMELT_OP_MUL, v_axis(T, SMELT_OP_UNSQUEEZE, x, 1), y);
 }
 
-/* addmm / baddbmm: beta * input + alpha * (m1 @ m2). */
+/* addmm / baddbmm: beta * input + alpha * (m1 @ m2), as eager: integer
+ * results scale by alpha and beta truncated to integers; half-precision
+ * ones compute the product and the sum in float32 and round once (eager's
+ * kernel accumulates in float32 and rounds the final value). */
 static int32_t h_addmm(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), m1 = arg(a, 1, "mat1"), m2 = arg(a, 2, "mat2");
@@ -2245,13 +2639,27 @@ static int32_t h_addmm(tracer *T, const call_args *a, smelt_op op)
     double beta = get_float(T, arg(a, -1, "beta"), 1.0, &err), alpha = err ? 0 : get_float(T, arg(a, -1, "alpha"), 1.0, &err);
     if (err || m1 < 0 || m2 < 0)
         return err ? -1 : tr_break(T, "addmm arguments");
-    int32_t p = matmul(T, m1, m2);
+    if (T->vals[m1].kind != V_TENSOR || T->vals[m2].kind != V_TENSOR || T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "addmm of a non-tensor");
+    int dt = node(T, m1)->dtype;
+    if (dt != node(T, m2)->dtype || dt != node(T, x)->dtype || dt == SMELT_BOOL)
+        return tr_break(T, "addmm of mixed dtypes");
+    int isfloat = smelt_dtype_is_float((smelt_dtype)dt), half = dt == SMELT_F16 || dt == SMELT_BF16;
+    if (!isfloat)
+        alpha = trunc(alpha), beta = trunc(beta);
+    if (half)
+        m1 = cast_to(T, m1, SMELT_F32), m2 = cast_to(T, m2, SMELT_F32), x = cast_to(T, x, SMELT_F32);
+    int32_t p = m1 < 0 || m2 < 0 || x < 0 ? -1 : matmul(T, m1, m2);
+    int32_t av = isfloat ? num(T, alpha) : wrap_new(T, PyLong_FromDouble(alpha));
+    int32_t bv = isfloat ? num(T, beta) : wrap_new(T, PyLong_FromDouble(beta));
     if (p >= 0 && alpha != 1.0)
-        p = op2(T, SMELT_OP_MUL, p, num(T, alpha));
-    if (p < 0 || beta == 0.0)
-        return p;
+        p = op2(T, SMELT_OP_MUL, p, av);
+    if (p >= 0 && beta != 0.0)
+        p = op2(T, SMELT_OP_ADD, p, beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, bv));
+    if (p >= 0 && half)
+        p = cast_to(T, p, dt);
     /* eager's result is a new contiguous tensor, whatever input's layout */
-    return fresh_contiguous(T, -1, op2(T, SMELT_OP_ADD, p, beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, num(T, beta))));
+    return p < 0 ? -1 : fresh_contiguous(T, -1, p);
 }
 
 /* ---------- more reductions ---------- */
@@ -2275,7 +2683,20 @@ static int32_t h_logsumexp(tracer *T, const call_args *a, smelt_op op)
 }
 
 /* Vector p-norm over dims: p in {2 (or "fro"), 1, inf, -inf, other > 0}. */
+static int32_t pnorm_of(tracer *T, int32_t x, double p, uint32_t m, int keep);
+
+/* Half-precision inputs: computed in float32 and rounded once, as eager's
+ * kernel accumulates (their squares and powers overflow float16). */
 static int32_t pnorm(tracer *T, int32_t x, double p, uint32_t m, int keep)
+{
+    int dt = T->vals[x].kind == V_TENSOR ? node(T, x)->dtype : -1;
+    if (dt != SMELT_F16 && dt != SMELT_BF16)
+        return pnorm_of(T, x, p, m, keep);
+    int32_t r = pnorm_of(T, cast_to(T, x, SMELT_F32), p, m, keep);
+    return r < 0 ? -1 : cast_to(T, r, dt);
+}
+
+static int32_t pnorm_of(tracer *T, int32_t x, double p, uint32_t m, int keep)
 {
     int32_t ax = op1(T, SMELT_OP_ABS, x);
     if (p == 2.0)
@@ -2383,6 +2804,8 @@ static int32_t h_unbind(tracer *T, const call_args *a, smelt_op op)
     int64_t d;
     int dim;
     (void)op;
+    if (node(T, x)->ndim == 0)
+        return tr_break(T, "unbind of a 0-d tensor (eager raises)");
     if (get_int(T, arg(a, 1, "dim"), 0, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
         return -1;
     int64_t n = node(T, x)->shape[dim];
@@ -2475,6 +2898,8 @@ static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
     call_args da = { .pos = &dv, .npos = 1 };
     if (ka.pos[0] < 0 || int_list(T, &ka, 0, NULL, k, &nk) || (!is_none(T, dv) && int_list(T, &da, 0, NULL, d, &ndv)))
         return -1;
+    if (node(T, x)->ndim == 0 && ndv > 0)
+        return tr_break(T, "roll of a 0-d tensor along a dim (eager raises)");
     if (is_none(T, dv)) {   /* over the flattened tensor */
         const smelt_node *n = node(T, x);
         int64_t flat = smelt_node_numel(n), shape[SMELT_MAX_DIMS];
@@ -2567,32 +2992,49 @@ static int device_cpu(tracer *T, const call_args *a)
 
 static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
 {
-    PyObject *v[3] = { NULL, NULL, NULL };
-    int n = a->npos < 3 ? a->npos : 3, isf = 0;
+    /* torch.arange(end), (start, end[, step]), end= / start= / step= keywords */
+    int32_t sv = -1, ev = -1, pv = arg(a, 2, "step");
+    int np = a->npos < 3 ? a->npos : 3, isf = 0;
     (void)op;
-    if (n == 0 || device_cpu(T, a))
-        return n == 0 ? tr_break(T, "arange without arguments") : -1;
-    for (int i = 0; i < n; i++) {
-        if (!(v[i] = tr_const(T, a->pos[i])))
+    if (np >= 2 || (np == 1 && arg(a, -1, "end") >= 0))
+        sv = arg(a, 0, "start"), ev = arg(a, 1, "end");
+    else
+        ev = np == 1 ? a->pos[0] : arg(a, -1, "end"), sv = arg(a, -1, "start");
+    if (ev < 0 || device_cpu(T, a))
+        return ev < 0 ? tr_break(T, "arange without an end") : -1;
+    int32_t vals[3] = { sv, ev, pv };
+    double v[3] = { 0.0, 0.0, 1.0 };
+    for (int i = 0; i < 3; i++) {
+        if (is_none(T, vals[i]))
+            continue;
+        PyObject *o = tr_const(T, vals[i]);
+        if (!o)
             return -1;
-        if (!PyLong_Check(v[i]) && !PyFloat_Check(v[i]))
-            return tr_break(T, "arange of %s", Py_TYPE(v[i])->tp_name);
-        isf |= PyFloat_Check(v[i]);
+        if (!PyLong_Check(o) && !PyFloat_Check(o))
+            return tr_break(T, "arange of %s", Py_TYPE(o)->tp_name);
+        isf |= PyFloat_Check(o);
+        v[i] = PyFloat_AsDouble(o);
     }
-    double start = n > 1 ? PyFloat_AsDouble(v[0]) : 0, end = PyFloat_AsDouble(v[n > 1]), step = n > 2 ? PyFloat_AsDouble(v[2]) : 1;
+    double start = v[0], end = v[1], step = v[2];
     int dt = dtype_arg(T, a, isf ? default_float() : SMELT_I64);
     if (dt < 0 || PyErr_Occurred())
         return -1;
+    if (!smelt_dtype_is_float((smelt_dtype)dt)) {
+        /* eager casts the bounds to the integer dtype first */
+        if (start != floor(start) || step != floor(step))
+            return tr_break(T, "integer arange with fractional bounds");
+        end = trunc(end);
+    }
+    if (step == 0 || !isfinite(start) || !isfinite(end) || (end - start) * step < 0)
+        return tr_break(T, "arange with a bad step or bounds (eager raises)");
     double len = ceil((end - start) / step);
-    if (step == 0 || len > 1e9)
-        return tr_break(T, "arange with a bad step or size");
+    if (len > 1e9)
+        return tr_break(T, "arange of %g elements", len);
     smelt_node p = { .op = SMELT_OP_ARANGE, .dtype = (uint8_t)dt, .ndim = 1, .shape = { len > 0 ? (int64_t)len : 0 } };
     p.a.arange.fstart = start;
     p.a.arange.fstep = step;
     p.a.arange.istart = (int64_t)start;
     p.a.arange.istep = (int64_t)step;
-    if (!smelt_dtype_is_float((smelt_dtype)dt) && (isf && (start != floor(start) || step != floor(step))))
-        return tr_break(T, "integer arange with fractional bounds");
     return mk(T, &p);
 }
 
@@ -3004,6 +3446,8 @@ static int32_t h_hardtanh(tracer *T, const call_args *a, smelt_op op)
     int err = 0;
     double lo = op == SMELT_OP_RELU ? 0.0 : farg(T, a, 1, "min_val", -1.0, &err);
     double hi = op == SMELT_OP_RELU ? 6.0 : farg(T, a, 2, "max_val", 1.0, &err);
+    if (!err && lo > hi)
+        return tr_break(T, "hardtanh with min_val > max_val (eager raises)");
     return err ? -1 : clamp_num(T, arg(a, 0, "input"), lo, hi);
 }
 
@@ -3052,6 +3496,8 @@ static int32_t h_shrink(tracer *T, const call_args *a, smelt_op op)
     double l = farg(T, a, 1, "lambd", 0.5, &err);
     if (err)
         return -1;
+    if (op != SMELT_OP_ABS && !(l >= 0))
+        return tr_break(T, "softshrink with a negative lambda (eager raises)");
     int32_t zero = num(T, 0.0);
     if (op == SMELT_OP_ABS)   /* hardshrink: 0 inside [-l, l] */
         return where3(T, op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GE, x, num(T, -l)), op2(T, SMELT_OP_LE, x, num(T, l))),
@@ -3081,11 +3527,14 @@ static int32_t h_softmin(tracer *T, const call_args *a, smelt_op op)
     (void)op;
     if (x < 0 || T->vals[x].kind != V_TENSOR || arg(a, 1, "dim") < 0)
         return tr_break(T, "softmin of a non-tensor or without dim");
-    if (softmax_dtype(T, a, &cdt) || (cdt >= 0 && (x = cast_to(T, x, cdt)) < 0))
-        return -1;
-    if (!smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype))
-        return tr_break(T, "softmin of a %s tensor (eager raises)", smelt_dtype_name((smelt_dtype)node(T, x)->dtype));
+    if (node(T, x)->dtype == SMELT_BOOL)
+        return tr_break(T, "softmin of a bool tensor (eager raises)");
+    /* eager: (-input).softmax(dim, dtype=dtype): negated in input's dtype */
     int32_t n = op1(T, SMELT_OP_NEG, x);
+    if (n < 0 || softmax_dtype(T, a, &cdt) || (cdt >= 0 && (n = cast_to(T, n, cdt)) < 0))
+        return -1;
+    if (!smelt_dtype_is_float((smelt_dtype)node(T, n)->dtype))
+        return tr_break(T, "softmin of a %s tensor (eager raises)", smelt_dtype_name((smelt_dtype)node(T, n)->dtype));
     call_args b = { .pos = (int32_t[]){ n, arg(a, 1, "dim") }, .npos = 2 };
     return n < 0 ? -1 : h_softmax(T, &b, SMELT_OP_EXP);
 }
@@ -3124,6 +3573,10 @@ static int32_t h_prelu(tracer *T, const call_args *a, smelt_op op)
     (void)op;
     if (T->vals[x].kind != V_TENSOR || w < 0 || T->vals[w].kind != V_TENSOR)
         return tr_break(T, "prelu arguments");
+    if (node(T, x)->ndim == 0 || (node(T, x)->ndim < 2 && smelt_node_numel(node(T, w)) != 1))
+        return tr_break(T, "prelu of a 0-d input or a channel weight for an input without channels (eager raises)");
+    if (smelt_node_numel(node(T, w)) != 1 && node(T, w)->ndim != 1)
+        return tr_break(T, "prelu with a weight that is not 1-d");
     int32_t ws = smelt_node_numel(node(T, w)) == 1 ? w : channel_param(T, w, node(T, x)->ndim);
     return where3(T, op2(T, SMELT_OP_GT, x, num(T, 0.0)), x, op2(T, SMELT_OP_MUL, ws, x));
 }
@@ -3145,13 +3598,17 @@ static int32_t h_group_norm(tracer *T, const call_args *a, smelt_op op)
         return tr_break(T, "group_norm: channels not divisible by groups");
     int64_t shape[SMELT_MAX_DIMS], grouped[3] = { n->shape[0], g, smelt_node_numel(n) / (n->shape[0] ? n->shape[0] * g : 1) };
     memcpy(shape, n->shape, sizeof shape);
-    int32_t xg = v_reshape(T, x, grouped, 3);
+    int32_t x0 = x;
+    x = up32(T, x);
+    int32_t xg = x < 0 ? -1 : v_reshape(T, x, grouped, 3);
     int32_t mu = xg < 0 ? -1 : red(T, SMELT_OP_MEAN, xg, 4, 1, 0);
     int32_t xc = mu < 0 ? -1 : op2(T, SMELT_OP_SUB, xg, mu);
     int32_t var = xc < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xc, xc), 4, 1, 0);
     int32_t y = var < 0 ? -1 : op2(T, SMELT_OP_MUL, xc, op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, var, num(T, eps))));
     y = y < 0 ? -1 : v_reshape(T, y, shape, nd);
-    return y < 0 ? -1 : affine(T, y, channel_param(T, arg(a, 2, "weight"), nd), channel_param(T, arg(a, 3, "bias"), nd));
+    y = y < 0 ? -1 : affine(T, y, up32(T, channel_param(T, arg(a, 2, "weight"), nd)),
+                            up32(T, channel_param(T, arg(a, 3, "bias"), nd)));
+    return down_to(T, y, x0);
 }
 
 /* A running statistic updated in place as torch's batch_norm does:
@@ -3160,9 +3617,9 @@ static int32_t running_update(tracer *T, int32_t stat, int32_t batch, double m)
 {
     int64_t c = node(T, stat)->shape[0];
     int32_t b = v_reshape(T, batch, &c, 1);
-    int32_t u = b < 0 ? -1 : op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, stat, num(T, 1.0 - m)),
+    int32_t u = b < 0 ? -1 : op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, up32(T, stat), num(T, 1.0 - m)),
                                  op2(T, SMELT_OP_MUL, b, num(T, m)));
-    return u < 0 ? -1 : ops_inplace(T, stat, u);
+    return u < 0 ? -1 : ops_inplace(T, stat, cast_to(T, u, node(T, stat)->dtype));
 }
 
 /* batch_norm in training mode: normalised by the batch's mean and biased
@@ -3184,11 +3641,15 @@ static int32_t batch_norm_train(tracer *T, const call_args *a, int32_t x, int32_
                   node(T, rv)->ndim != 1 || node(T, rm)->dtype != xn->dtype || node(T, rv)->dtype != xn->dtype))
         return tr_break(T, "batch_norm running statistics of another dtype or shape than the input's channels");
     uint32_t dims = ((1u << nd) - 1) & ~2u;
-    int32_t mean = red(T, SMELT_OP_MEAN, x, dims, 1, 0);
+    int32_t x0 = x;
+    x = up32(T, x);   /* half precision: in float32, rounded once */
+    int32_t mean = x < 0 ? -1 : red(T, SMELT_OP_MEAN, x, dims, 1, 0);
     int32_t xc = mean < 0 ? -1 : op2(T, SMELT_OP_SUB, x, mean);
     int32_t var = xc < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xc, xc), dims, 1, 0);
     int32_t y = var < 0 ? -1 : op2(T, SMELT_OP_MUL, xc, op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, var, num(T, eps))));
-    y = y < 0 ? -1 : affine(T, y, channel_param(T, arg(a, 3, "weight"), nd), channel_param(T, arg(a, 4, "bias"), nd));
+    y = y < 0 ? -1 : affine(T, y, up32(T, channel_param(T, arg(a, 3, "weight"), nd)),
+                            up32(T, channel_param(T, arg(a, 4, "bias"), nd)));
+    y = down_to(T, y, x0);
     if (y < 0 || !stats)
         return y;
     int32_t unbiased = op2(T, SMELT_OP_MUL, var, num(T, (double)n / (double)(n - 1)));
@@ -3212,9 +3673,12 @@ static int32_t h_batch_norm(tracer *T, const call_args *a, smelt_op op)
     if (train || is_none(T, rm) || is_none(T, rv))
         return batch_norm_train(T, a, x, train ? rm : -1, train ? rv : -1, mom, eps);
     int nd = node(T, x)->ndim;
-    int32_t inv = op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, channel_param(T, rv, nd), num(T, eps)));
-    int32_t y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_SUB, x, channel_param(T, rm, nd)), inv);
-    return y < 0 ? -1 : affine(T, y, channel_param(T, arg(a, 3, "weight"), nd), channel_param(T, arg(a, 4, "bias"), nd));
+    int32_t xf = up32(T, x);
+    int32_t inv = op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, up32(T, channel_param(T, rv, nd)), num(T, eps)));
+    int32_t y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_SUB, xf, up32(T, channel_param(T, rm, nd))), inv);
+    y = y < 0 ? -1 : affine(T, y, up32(T, channel_param(T, arg(a, 3, "weight"), nd)),
+                            up32(T, channel_param(T, arg(a, 4, "bias"), nd)));
+    return down_to(T, y, x);
 }
 
 static int32_t h_normalize(tracer *T, const call_args *a, smelt_op op)
@@ -3244,6 +3708,10 @@ static int32_t reduce_loss(tracer *T, const call_args *a, int pos, int32_t l)
     PyObject *r = is_none(T, rv) ? NULL : tr_const(T, rv);
     if (!is_none(T, rv) && !r)
         return -1;
+    if (r && (!PyUnicode_Check(r) || (PyUnicode_CompareWithASCIIString(r, "none") &&
+                                      PyUnicode_CompareWithASCIIString(r, "mean") &&
+                                      PyUnicode_CompareWithASCIIString(r, "sum"))))
+        return tr_break(T, "loss with reduction=%R (eager raises)", r);
     if (l < 0 || (r && !PyUnicode_CompareWithASCIIString(r, "none")))
         return l;
     uint32_t all = (1u << node(T, l)->ndim) - 1;
@@ -3482,6 +3950,858 @@ static int32_t h_adaptive_max(tracer *T, const call_args *a, smelt_op op)
  * it): native.c's native_call. */
 typedef int32_t (*call_fn)(tracer *T, PyObject *fn, const call_args *a, int first);
 
+
+/* ---------- element-wise composites (OpInfo's pointwise ops) ---------- */
+
+/* x as a floating tensor: integers and bool in the default float. */
+static int32_t to_float(tracer *T, int32_t x)
+{
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return x < 0 ? -1 : tr_break(T, "expected a tensor");
+    return smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) ? x : cast_to(T, x, default_float());
+}
+
+static int32_t is_tensor(tracer *T, int32_t v) { return v >= 0 && T->vals[v].kind == V_TENSOR; }
+
+/* Unary composites of one tensor and no other argument (op selects):
+ * deg2rad, rad2deg, sgn, isfinite, isposinf, isneginf, isreal, sinc,
+ * angle, special.ndtr, special.entr. */
+enum { C_DEG2RAD, C_RAD2DEG, C_SGN, C_ISFINITE, C_ISPOSINF, C_ISNEGINF, C_ISREAL, C_SINC, C_ANGLE,
+       C_NDTR, C_ENTR };
+
+static int32_t h_unary_composite(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    if (!is_tensor(T, x) || a->npos + a->nkw != 1)
+        return tr_break(T, "element-wise composite arguments");
+    smelt_dtype dt = node(T, x)->dtype;
+    int fl = smelt_dtype_is_float(dt);
+    switch ((int)op) {
+    case C_DEG2RAD: case C_RAD2DEG: {
+        int32_t f = to_float(T, x);
+        return op2(T, SMELT_OP_MUL, f, num(T, (int)op == C_DEG2RAD ? M_PI / 180.0 : 180.0 / M_PI));
+    }
+    case C_SGN:
+        return op1(T, SMELT_OP_SIGN, x);
+    case C_ISFINITE: case C_ISPOSINF: case C_ISNEGINF: case C_ISREAL: {
+        if (!fl || (int)op == C_ISREAL) {   /* all finite, none infinite, all real */
+            smelt_node p = { .op = SMELT_OP_FULL, .ndim = node(T, x)->ndim, .dtype = SMELT_BOOL };
+            memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
+            p.a.scalar.i = (int)op == C_ISFINITE || (int)op == C_ISREAL;
+            p.a.scalar.f = (double)p.a.scalar.i;
+            return mk(T, &p);
+        }
+        if ((int)op == C_ISFINITE)
+            return op1(T, SMELT_OP_LOGICAL_NOT, op2(T, SMELT_OP_LOGICAL_OR, op1(T, SMELT_OP_ISNAN, x), op1(T, SMELT_OP_ISINF, x)));
+        return op2(T, SMELT_OP_EQ, x, num(T, (int)op == C_ISPOSINF ? INFINITY : -INFINITY));
+    }
+    case C_SINC: {   /* sin(pi x) / (pi x), 1 at 0 */
+        int32_t f = to_float(T, x), px = op2(T, SMELT_OP_MUL, f, num(T, M_PI));
+        return where3(T, op2(T, SMELT_OP_EQ, f, num(T, 0.0)), num(T, 1.0), op2(T, SMELT_OP_DIV, op1(T, SMELT_OP_SIN, px), px));
+    }
+    case C_ANGLE: {   /* real: pi below 0, else 0; NaN stays */
+        int32_t f = to_float(T, x);
+        int32_t r = where3(T, op2(T, SMELT_OP_LT, f, num(T, 0.0)), num(T, M_PI), num(T, 0.0));
+        return where3(T, op1(T, SMELT_OP_ISNAN, f), f, cast_to(T, r, node(T, f)->dtype));
+    }
+    case C_NDTR: {   /* 0.5 * erfc(-x / sqrt 2) */
+        int32_t f = to_float(T, x);
+        return op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_ERFC, op2(T, SMELT_OP_MUL, f, num(T, -M_SQRT1_2))), num(T, 0.5));
+    }
+    case C_ENTR: {   /* -x log x for x > 0, 0 at 0, -inf below, NaN stays */
+        int32_t f = to_float(T, x);
+        int32_t pos = op1(T, SMELT_OP_NEG, op2(T, SMELT_OP_MUL, f, op1(T, SMELT_OP_LOG, f)));
+        int32_t r = where3(T, op2(T, SMELT_OP_EQ, f, num(T, 0.0)), num(T, 0.0),
+                           where3(T, op2(T, SMELT_OP_LT, f, num(T, 0.0)), num(T, -INFINITY), pos));
+        return where3(T, op1(T, SMELT_OP_ISNAN, f), f, r);
+    }
+    }
+    return tr_break(T, "unknown composite");
+}
+
+/* nan_to_num(x, nan=0.0, posinf=None, neginf=None): integers and bool are
+ * copied; floats get the dtype's largest and lowest values for infinities
+ * without a replacement. */
+static int32_t h_nan_to_num(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int err = 0;
+    (void)op;
+    if (!is_tensor(T, x))
+        return tr_break(T, "nan_to_num of a non-tensor");
+    smelt_dtype dt = node(T, x)->dtype;
+    if (!smelt_dtype_is_float(dt))
+        return fresh_contiguous(T, -1, copy_of(T, x));
+    double big = dt == SMELT_F16 ? 65504.0 : dt == SMELT_BF16 ? 3.3895313892515355e38 : dt == SMELT_F32 ? 3.4028234663852886e38
+               : 1.7976931348623157e308;
+    double nanv = farg(T, a, 1, "nan", 0.0, &err);
+    double pinf = farg(T, a, 2, "posinf", big, &err), ninf = farg(T, a, 3, "neginf", -big, &err);
+    if (err)
+        return -1;
+    int32_t r = where3(T, op2(T, SMELT_OP_EQ, x, num(T, INFINITY)), num(T, pinf),
+                       where3(T, op2(T, SMELT_OP_EQ, x, num(T, -INFINITY)), num(T, ninf), x));
+    r = where3(T, op1(T, SMELT_OP_ISNAN, x), num(T, nanv), r);
+    return r < 0 ? -1 : cast_to(T, r, dt);
+}
+
+/* Binary composites of two tensors (op selects): heaviside, fmax, fmin,
+ * float_power, xlogy, special.xlog1py. */
+enum { C_HEAVISIDE, C_FMAX, C_FMIN, C_FLOAT_POWER, C_XLOGY, C_XLOG1PY };
+
+static int32_t h_binary_composite(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "other");
+    if (y < 0)
+        y = arg(a, 1, (int)op == C_HEAVISIDE ? "values" : "exponent");
+    if (x < 0 || y < 0 || a->npos + a->nkw != 2)
+        return tr_break(T, "element-wise composite arguments");
+    if (!is_tensor(T, x) || (!is_tensor(T, y) && (int)op != C_FLOAT_POWER && (int)op != C_XLOGY && (int)op != C_XLOG1PY))
+        return tr_break(T, "element-wise composite of a non-tensor");
+    switch ((int)op) {
+    case C_HEAVISIDE:
+        if (node(T, x)->dtype != node(T, y)->dtype)
+            return tr_break(T, "heaviside of different dtypes (eager raises)");
+        return cast_to(T, where3(T, op2(T, SMELT_OP_EQ, x, num(T, 0.0)), y,
+                                 cast_to(T, op2(T, SMELT_OP_GT, x, num(T, 0.0)), node(T, x)->dtype)), node(T, x)->dtype);
+    case C_FMAX: case C_FMIN: {   /* NaN only where both are */
+        smelt_op m = (int)op == C_FMAX ? SMELT_OP_MAXIMUM : SMELT_OP_MINIMUM;
+        int32_t r = op2(T, m, x, y);
+        if (r < 0 || !smelt_dtype_is_float((smelt_dtype)node(T, r)->dtype))
+            return r;
+        return where3(T, op1(T, SMELT_OP_ISNAN, x), cast_to(T, y, node(T, r)->dtype),
+                      where3(T, op1(T, SMELT_OP_ISNAN, y), cast_to(T, x, node(T, r)->dtype), r));
+    }
+    case C_FLOAT_POWER: {   /* in float64 */
+        int32_t xf = cast_to(T, x, SMELT_F64);
+        int32_t yf = is_tensor(T, y) ? cast_to(T, y, SMELT_F64) : y;
+        return op2(T, SMELT_OP_POW, xf, yf);
+    }
+    case C_XLOGY: case C_XLOG1PY: {   /* NaN where y is; 0 where x is 0; else x log(y) */
+        if (!is_tensor(T, y))
+            return tr_break(T, "xlogy of a number");
+        const smelt_node *s[2] = { node(T, x), node(T, y) };
+        smelt_dtype dt = smelt_result_type(s, 2, (smelt_dtype)T->g->default_float);
+        if (!smelt_dtype_is_float(dt))
+            dt = (smelt_dtype)default_float();
+        int32_t xf = cast_to(T, x, dt), yf = cast_to(T, y, dt);
+        int32_t l = op1(T, (int)op == C_XLOGY ? SMELT_OP_LOG : SMELT_OP_LOG1P, yf);
+        int32_t r = where3(T, op2(T, SMELT_OP_EQ, xf, num(T, 0.0)), num(T, 0.0), op2(T, SMELT_OP_MUL, xf, l));
+        return where3(T, op1(T, SMELT_OP_ISNAN, yf), yf, cast_to(T, r, dt));
+    }
+    }
+    return tr_break(T, "unknown composite");
+}
+
+/* logit(x, eps=None): log(x / (1 - x)), x clamped to [eps, 1 - eps]. */
+static int32_t h_logit(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), ev = arg(a, 1, "eps");
+    int err = 0;
+    (void)op;
+    if (!is_tensor(T, x))
+        return tr_break(T, "logit of a non-tensor");
+    int32_t f = to_float(T, x);
+    if (!is_none(T, ev)) {
+        double eps = get_float(T, ev, 0.0, &err);
+        if (err)
+            return -1;
+        f = clamp_to(T, f, num(T, eps), num(T, 1.0 - eps));
+    }
+    return op1(T, SMELT_OP_LOG, op2(T, SMELT_OP_DIV, f, op2(T, SMELT_OP_SUB, num(T, 1.0), f)));
+}
+
+/* rsub(x, other, alpha=1): other - alpha * x. */
+static int32_t h_rsub(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "other"), al = arg(a, 2, "alpha");
+    (void)op;
+    if (!is_tensor(T, x) || y < 0)
+        return tr_break(T, "rsub arguments");
+    if (node(T, x)->dtype == SMELT_BOOL)
+        return tr_break(T, "rsub of bool (eager raises)");
+    if (!is_none(T, al))
+        x = op2(T, SMELT_OP_MUL, x, al);
+    return op2(T, SMELT_OP_SUB, y, x);
+}
+
+/* x.__radd__(y) etc.: the binary op with its operands swapped. */
+static int32_t h_reflected(tracer *T, const call_args *a, smelt_op op)
+{
+    if (a->npos != 2 || a->nkw)
+        return tr_break(T, "reflected operator arguments");
+    call_args b = { .pos = (int32_t[]){ a->pos[1], a->pos[0] }, .npos = 2 };
+    if (T->vals[a->pos[0]].kind != V_TENSOR)
+        return tr_break(T, "reflected operator of a non-tensor (eager raises)");
+    return h_binary(T, &b, op);
+}
+
+/* count_nonzero(x, dim=None): the number of nonzero elements (int64). */
+static int32_t h_count_nonzero(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    uint32_t m;
+    (void)op;
+    if (!is_tensor(T, x) || dims_mask(T, arg(a, 1, "dim"), node(T, x)->ndim, &m))
+        return is_tensor(T, x) ? -1 : tr_break(T, "count_nonzero of a non-tensor");
+    return red(T, SMELT_OP_SUM, cast_to(T, op2(T, SMELT_OP_NE, x, num(T, 0.0)), SMELT_I64), m, 0, 0);
+}
+
+/* nansum(x, dim=None, keepdim=False): NaNs count as 0. */
+static int32_t h_nansum(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    (void)op;
+    if (!is_tensor(T, x) || !is_none(T, arg(a, -1, "dtype")))
+        return tr_break(T, "nansum arguments");
+    int32_t z = smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype)
+              ? where3(T, op1(T, SMELT_OP_ISNAN, x), op2(T, SMELT_OP_MUL, x, num(T, 0.0)), x) : x;
+    call_args b = *a;
+    int32_t pos[8];
+    for (int i = 0; i < a->npos && i < 8; i++)
+        pos[i] = i ? a->pos[i] : z;
+    if (a->npos)
+        b.pos = pos;
+    else
+        return tr_break(T, "nansum without a positional input");
+    return z < 0 ? -1 : h_reduce(T, &b, SMELT_OP_SUM);
+}
+
+/* aminmax(x, *, dim=None, keepdim=False): (min, max). */
+static int32_t h_aminmax(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    uint32_t m;
+    int keep;
+    (void)op;
+    if (!is_tensor(T, x) || a->npos != 1 || dims_mask(T, arg(a, -1, "dim"), node(T, x)->ndim, &m) ||
+        get_bool(T, arg(a, -1, "keepdim"), 0, &keep))
+        return is_tensor(T, x) && a->npos == 1 ? -1 : tr_break(T, "aminmax arguments");
+    if (smelt_node_numel(node(T, x)) == 0)
+        return tr_break(T, "aminmax of an empty tensor (eager raises)");
+    int32_t items[2] = { red(T, SMELT_OP_AMIN, x, m, keep, 0), -1 };
+    items[1] = items[0] < 0 ? -1 : red(T, SMELT_OP_AMAX, x, m, keep, 0);
+    int32_t t = items[1] < 0 ? -1 : tv_tuple(T, items, 2);
+    PyObject *rt = t < 0 ? NULL : PyImport_ImportModule("torch.return_types");
+    PyObject *ty = rt ? PyObject_GetAttrString(rt, "aminmax") : NULL;
+    Py_XDECREF(rt);
+    if (!ty || tr_keep(T, ty)) {
+        Py_XDECREF(ty);
+        return -1;
+    }
+    T->vals[t].obj = ty;
+    Py_DECREF(ty);
+    return t;
+}
+
+/* torch.fill(x, value): a new tensor like x filled with value (cast). */
+static int32_t h_fill_new(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), v = arg(a, 1, "value");
+    (void)op;
+    if (!is_tensor(T, x) || v < 0)
+        return tr_break(T, "fill arguments");
+    if (is_tensor(T, v) && node(T, v)->ndim != 0)
+        return tr_break(T, "fill with a value tensor that is not 0-d (eager raises)");
+    int32_t r = h_fill(T, a, SMELT_OP_FULL);
+    r = r < 0 ? -1 : cast_to(T, r, node(T, x)->dtype);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, copy_of(T, r));
+}
+
+/* hstack / vstack / dstack / column_stack (op 1 / 2 / 3 / 0): cat of the
+ * tensors made at least 1-d / 2-d / 3-d (column_stack: 0/1-d as columns). */
+static int32_t h_stack_like(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t items[64];
+    int one, n = tensor_args(T, a, items, 64, &one), want = (int)op, dim;
+    if (n <= 0 || one)
+        return n < 0 ? -1 : tr_break(T, "stack of no tensors or of a single tensor (eager raises)");
+    for (int i = 0; i < n; i++) {
+        const smelt_node *x = node(T, items[i]);
+        int64_t shape[3];
+        if (want == 0) {   /* column_stack */
+            if (x->ndim > 1)
+                continue;
+            shape[0] = x->ndim ? x->shape[0] : 1, shape[1] = 1;
+            items[i] = v_reshape(T, items[i], shape, 2);
+        } else if (x->ndim < want) {
+            call_args b = { .pos = &items[i], .npos = 1 };
+            items[i] = h_atleast(T, &b, (smelt_op)want);
+        }
+        if (items[i] < 0)
+            return -1;
+    }
+    dim = want == 0 ? 1 : want == 1 ? (node(T, items[0])->ndim == 1 ? 0 : 1) : want == 2 ? 0 : 2;
+    int32_t l = tv_tuple(T, items, n);
+    call_args c = { .pos = (int32_t[]){ l, int_value(T, dim) }, .npos = 2 };
+    return l < 0 || c.pos[1] < 0 ? -1 : h_cat(T, &c, 0);
+}
+
+/* tile(x, dims): repeat with dims padded by leading 1s (and x's dims by
+ * leading 1s when dims is longer). */
+static int32_t h_tile(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t r[SMELT_MAX_DIMS], full[SMELT_MAX_DIMS];
+    int n;
+    (void)op;
+    if (!is_tensor(T, x) || int_list(T, a, 1, "dims", r, &n))
+        return is_tensor(T, x) ? -1 : tr_break(T, "tile of a non-tensor");
+    int nd = node(T, x)->ndim, m = n > nd ? n : nd;
+    for (int i = 0; i < m; i++)
+        full[i] = i < m - n ? 1 : r[i - (m - n)];
+    int32_t l = wrap_new(T, tracer_int_tuple(full, m));
+    call_args b = { .pos = (int32_t[]){ x, l }, .npos = 2 };
+    return l < 0 ? -1 : h_repeat(T, &b, 0);
+}
+
+/* The copy forms of view ops (t_copy, permute_copy, ...): the view, then
+ * a new contiguous tensor of it. */
+static const op_fn copy_forms[];
+
+static int32_t h_copy_form(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t v = copy_forms[(int)op](T, a, (smelt_op)0);
+    if (v < 0)
+        return -1;
+    if (T->vals[v].kind == V_TUPLE) {   /* unbind_copy */
+        int32_t items[256];
+        int n = T->vals[v].n < 256 ? T->vals[v].n : 256;
+        for (int i = 0; i < n; i++)
+            if ((items[i] = fresh_contiguous(T, -1, copy_of(T, T->vals[v].items[i]))) < 0)
+                return -1;
+        return tv_tuple(T, items, n);
+    }
+    return T->vals[v].kind == V_TENSOR ? fresh_contiguous(T, -1, copy_of(T, v)) : tr_break(T, "copy form of a non-tensor");
+}
+
+
+/* ---------- more composites: views, shuffles, small reductions ---------- */
+
+/* linalg.diagonal(A, *, offset=0, dim1=-2, dim2=-1): a view. */
+static int32_t h_linalg_diagonal(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "A");
+    if (x < 0)
+        x = arg(a, 0, "input");
+    int32_t d1 = arg(a, -1, "dim1"), d2 = arg(a, -1, "dim2");
+    call_args b = { .pos = (int32_t[]){ x, arg(a, -1, "offset") >= 0 ? arg(a, -1, "offset") : int_value(T, 0),
+                                        d1 >= 0 ? d1 : int_value(T, -2), d2 >= 0 ? d2 : int_value(T, -1) }, .npos = 4 };
+    if (x < 0 || a->npos > 1 || !is_tensor(T, x))
+        return tr_break(T, "linalg.diagonal arguments");
+    return h_diagonal(T, &b, op);
+}
+
+/* aten.slice(x, dim=0, start=None, end=None, step=1): a view, bounds
+ * clamped as Python slicing does. */
+static int32_t h_aten_slice(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "self");
+    int64_t d, st, en, step;
+    int dim;
+    (void)op;
+    if (x < 0)
+        x = arg(a, 0, "input");
+    if (!is_tensor(T, x) || get_int(T, arg(a, 1, "dim"), 0, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
+        return is_tensor(T, x) ? -1 : tr_break(T, "slice of a non-tensor");
+    int64_t n = node(T, x)->shape[dim];
+    if (get_int(T, arg(a, 2, "start"), 0, &st) || get_int(T, arg(a, 3, "end"), INT64_MAX, &en) ||
+        get_int(T, arg(a, 4, "step"), 1, &step))
+        return -1;
+    if (step <= 0)
+        return tr_break(T, "slice step must be positive (eager raises)");
+    st = st < 0 ? st + n : st;
+    en = en < 0 ? en + n : en;
+    st = st < 0 ? 0 : st > n ? n : st;
+    en = en < st ? st : en > n ? n : en;
+    return v_slice(T, x, dim, st, en, step);
+}
+
+/* pixel_shuffle (op 0), pixel_unshuffle (1), channel_shuffle (2): a
+ * reshape, a permutation and a reshape into a new contiguous tensor. */
+static int32_t h_shuffle(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t r;
+    if (!is_tensor(T, x) || tr_int(T, arg(a, 1, op == 2 ? "groups" : op == 1 ? "downscale_factor" : "upscale_factor"), &r))
+        return is_tensor(T, x) ? -1 : tr_break(T, "shuffle of a non-tensor");
+    const smelt_node *n = node(T, x);
+    int nd = n->ndim, lead = nd - 3;
+    int64_t s1[SMELT_MAX_DIMS + 3], out[SMELT_MAX_DIMS];
+    int perm[SMELT_MAX_DIMS + 3], k = 0;
+    if (r <= 0)
+        return tr_break(T, "shuffle factor must be positive (eager raises)");
+    if ((int)op == 2) {   /* (N, C, *) -> (N, g, C/g, *) -> swap 1, 2 -> (N, C, *) */
+        if (nd < 3 || n->shape[1] % r || nd + 1 > SMELT_MAX_DIMS)
+            return tr_break(T, "channel_shuffle shape (eager raises)");
+        s1[0] = n->shape[0], s1[1] = r, s1[2] = n->shape[1] / r;
+        for (int d = 2; d < nd; d++)
+            s1[d + 1] = n->shape[d];
+        for (int d = 0; d < nd + 1; d++)
+            perm[d] = d == 1 ? 2 : d == 2 ? 1 : d;
+        k = nd + 1;
+    } else {
+        if (nd < 3 || lead + 5 > SMELT_MAX_DIMS)
+            return tr_break(T, "pixel shuffle shape (eager raises)");
+        int64_t c = n->shape[lead], h = n->shape[lead + 1], w = n->shape[lead + 2];
+        for (int d = 0; d < lead; d++)
+            s1[d] = n->shape[d], perm[d] = d;
+        if ((int)op == 0) {   /* (*, C r r, H, W) -> (*, C, r, r, H, W) -> (*, C, H, r, W, r) */
+            if (c % (r * r))
+                return tr_break(T, "pixel_shuffle channels (eager raises)");
+            s1[lead] = c / (r * r), s1[lead + 1] = r, s1[lead + 2] = r, s1[lead + 3] = h, s1[lead + 4] = w;
+            int p[5] = { 0, 3, 1, 4, 2 };
+            for (int i = 0; i < 5; i++)
+                perm[lead + i] = lead + p[i];
+        } else {              /* (*, C, H r, W r) -> (*, C, H, r, W, r) -> (*, C, r, r, H, W) */
+            if (h % r || w % r)
+                return tr_break(T, "pixel_unshuffle size (eager raises)");
+            s1[lead] = c, s1[lead + 1] = h / r, s1[lead + 2] = r, s1[lead + 3] = w / r, s1[lead + 4] = r;
+            int p[5] = { 0, 2, 4, 1, 3 };
+            for (int i = 0; i < 5; i++)
+                perm[lead + i] = lead + p[i];
+        }
+        k = lead + 5;
+    }
+    if (k > SMELT_MAX_DIMS)
+        return tr_break(T, "shuffle of too many dims");
+    int32_t v = v_reshape(T, x, s1, k);
+    smelt_node p = { .op = SMELT_OP_PERMUTE, .nsrc = 1 };
+    if (v < 0)
+        return -1;
+    p.src[0] = T->vals[v].node;
+    for (int d = 0; d < k; d++)
+        p.a.perm.perm[d] = (int8_t)perm[d];
+    if ((v = mk(T, &p)) < 0)
+        return -1;
+    int m = 0;
+    if ((int)op == 2) {
+        memcpy(out, n->shape, sizeof out);
+        m = nd;
+    } else {
+        const smelt_node *q = node(T, v);
+        for (int d = 0; d < lead; d++)
+            out[m++] = q->shape[d];
+        if ((int)op == 0)
+            out[m++] = q->shape[lead], out[m++] = q->shape[lead + 1] * r, out[m++] = q->shape[lead + 3] * r;
+        else
+            out[m++] = q->shape[lead] * r * r, out[m++] = q->shape[lead + 3], out[m++] = q->shape[lead + 4];
+    }
+    return v_reshape(T, fresh_contiguous(T, -1, copy_of(T, v)), out, m);   /* eager: a new contiguous tensor */
+}
+
+/* fft.fftshift (op 0) / fft.ifftshift (1): roll by half of each dim. */
+static int32_t h_fftshift(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), dv = arg(a, 1, "dim");
+    int64_t dims[SMELT_MAX_DIMS], sh[SMELT_MAX_DIMS];
+    int n = 0;
+    if (!is_tensor(T, x))
+        return tr_break(T, "fftshift of a non-tensor");
+    int nd = node(T, x)->ndim;
+    if (is_none(T, dv)) {
+        for (int d = 0; d < nd; d++)
+            dims[n++] = d;
+    } else {
+        call_args da = { .pos = &dv, .npos = 1 };
+        if (int_list(T, &da, 0, NULL, dims, &n))
+            return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int d;
+        if (norm_dim(T, dims[i], nd, &d))
+            return -1;
+        int64_t len = node(T, x)->shape[d];
+        dims[i] = d;
+        sh[i] = (int)op == 0 ? len / 2 : (len + 1) / 2;
+    }
+    if (n == 0)
+        return fresh_contiguous(T, -1, copy_of(T, x));
+    int32_t s = wrap_new(T, tracer_int_tuple(sh, n)), dl = wrap_new(T, tracer_int_tuple(dims, n));
+    call_args b = { .pos = (int32_t[]){ x, s, dl }, .npos = 3 };
+    return s < 0 || dl < 0 ? -1 : h_roll(T, &b, 0);
+}
+
+/* flip(x, dims) / fliplr (op 1) / flipupd (op 2): FLIP nodes wrapped in a
+ * copy (eager's flip is a new tensor laid out as its input). */
+static int32_t h_flip(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t dims[SMELT_MAX_DIMS];
+    int n = 0;
+    if (!is_tensor(T, x))
+        return tr_break(T, "flip of a non-tensor");
+    int nd = node(T, x)->ndim;
+    if ((int)op == 1 || (int)op == 2) {
+        if (nd < ((int)op == 1 ? 2 : 1) || a->npos + a->nkw != 1)
+            return tr_break(T, "fliplr/flipud of too few dims (eager raises)");
+        dims[n++] = (int)op == 1 ? 1 : 0;
+    } else if (a->npos > 2) {   /* x.flip(0, 1) */
+        call_args b = { .pos = a->pos + 1, .npos = a->npos - 1 };
+        for (int i = 0; i < b.npos && i < SMELT_MAX_DIMS; i++)
+            if (tr_int(T, b.pos[i], &dims[n++]))
+                return -1;
+    } else if (int_list(T, a, 1, "dims", dims, &n)) {
+        return -1;
+    }
+    uint32_t seen = 0;
+    for (int i = 0; i < n; i++) {
+        int d;
+        if (norm_dim(T, dims[i], nd, &d))
+            return -1;
+        if (seen & (1u << d))
+            return tr_break(T, "flip dims repeat (eager raises)");
+        seen |= 1u << d;
+        if (node(T, x)->shape[d] <= 1)
+            continue;
+        smelt_node p = { .op = SMELT_OP_FLIP, .nsrc = 1, .src = { T->vals[x].node } };
+        p.a.axis.dim = d;
+        if ((x = mk(T, &p)) < 0)
+            return -1;
+    }
+    return copy_of(T, x);
+}
+
+/* rot90(x, k=1, dims=(0, 1)): flips and a transpose, as eager builds it
+ * (k = 1: flip dims[1], then transpose: a transposed view of the copy). */
+static int32_t h_rot90(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t k, dims[SMELT_MAX_DIMS] = { 0, 1 };
+    int n = 2, d0, d1;
+    (void)op;
+    if (!is_tensor(T, x) || get_int(T, arg(a, 1, "k"), 1, &k) || (!is_none(T, arg(a, 2, "dims")) && int_list(T, a, 2, "dims", dims, &n)))
+        return is_tensor(T, x) ? -1 : tr_break(T, "rot90 of a non-tensor");
+    int nd = node(T, x)->ndim;
+    if (n != 2 || nd < 2 || norm_dim(T, dims[0], nd, &d0) || norm_dim(T, dims[1], nd, &d1) || d0 == d1)
+        return T->broke ? -1 : tr_break(T, "rot90 dims (eager raises)");
+    k = ((k % 4) + 4) % 4;
+    int32_t fd[2];
+    call_args f = { .pos = fd, .npos = 2 };
+    if (k == 0)
+        return fresh_contiguous(T, -1, copy_of(T, x));   /* eager: x.clone(contiguous) */
+    fd[0] = x;
+    fd[1] = wrap_new(T, Py_BuildValue(k == 2 ? "(ii)" : "(i)", k == 1 ? d1 : d0, d1));
+    int32_t r = fd[1] < 0 ? -1 : h_flip(T, &f, 0);
+    return r < 0 || k == 2 ? r : v_transpose(T, r, d0, d1);
+}
+
+/* frac: x - trunc(x) (floats). */
+static int32_t h_frac(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    (void)op;
+    if (!is_tensor(T, x) || a->npos + a->nkw != 1 || !smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype))
+        return tr_break(T, "frac of a non-float (eager raises)");
+    return op2(T, SMELT_OP_SUB, x, op1(T, SMELT_OP_TRUNC, x));
+}
+
+/* logaddexp (op 0) / logaddexp2 (1): max + log1p(exp(-|a - b|)), a where
+ * both are the same infinity. */
+static int32_t h_logaddexp(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "other");
+    if (!is_tensor(T, x) || !is_tensor(T, y) || a->npos + a->nkw != 2)
+        return tr_break(T, "logaddexp arguments");
+    const smelt_node *s[2] = { node(T, x), node(T, y) };
+    smelt_dtype dt = smelt_result_type(s, 2, (smelt_dtype)T->g->default_float);
+    if (!smelt_dtype_is_float(dt))
+        return tr_break(T, "logaddexp of integers");
+    x = cast_to(T, x, dt), y = cast_to(T, y, dt);
+    int32_t m = op2(T, SMELT_OP_MAXIMUM, x, y), d = op1(T, SMELT_OP_NEG, op1(T, SMELT_OP_ABS, op2(T, SMELT_OP_SUB, x, y)));
+    int32_t r = (int)op == 0 ? op2(T, SMELT_OP_ADD, m, op1(T, SMELT_OP_LOG1P, op1(T, SMELT_OP_EXP, d)))
+              : op2(T, SMELT_OP_ADD, m, op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_LOG1P, op1(T, SMELT_OP_EXP2, d)), num(T, 1.0 / M_LN2)));
+    return where3(T, op2(T, SMELT_OP_LOGICAL_AND, op1(T, SMELT_OP_ISINF, x), op2(T, SMELT_OP_EQ, x, y)), x, r);
+}
+
+/* dot / vdot / inner of 1-d tensors and mv: matmul (one dtype). */
+static int32_t h_dot(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, (int)op == 1 ? "vec" : "other");
+    if (y < 0)
+        y = arg(a, 1, "tensor");
+    if (!is_tensor(T, x) || !is_tensor(T, y) || a->npos + a->nkw != 2)
+        return tr_break(T, "dot arguments");
+    const smelt_node *p = node(T, x), *q = node(T, y);
+    if (p->dtype != q->dtype || p->dtype == SMELT_BOOL || q->ndim != 1 || p->ndim != ((int)op == 1 ? 2 : 1) ||
+        p->shape[p->ndim - 1] != q->shape[0])
+        return tr_break(T, "dot of other shapes or dtypes (eager raises or another rule)");
+    return matmul(T, x, y);
+}
+
+/* trace of a 2-d tensor: the sum of its diagonal (integers: int64). */
+static int32_t h_trace(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    (void)op;
+    if (!is_tensor(T, x) || node(T, x)->ndim != 2 || a->npos + a->nkw != 1)
+        return tr_break(T, "trace of a tensor that is not 2-d (eager raises)");
+    smelt_node p = { .op = SMELT_OP_DIAGONAL, .nsrc = 1, .src = { T->vals[x].node } };
+    p.a.diag.dim1 = 0;
+    p.a.diag.dim2 = 1;
+    int32_t d = mk(T, &p);
+    return d < 0 ? -1 : red(T, SMELT_OP_SUM, d, 1, 0, 0);
+}
+
+/* nanmean(x, dim=None, keepdim=False): the mean of the non-NaN values. */
+static int32_t h_nanmean(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    uint32_t m;
+    int keep;
+    (void)op;
+    if (!is_tensor(T, x) || !smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) || !is_none(T, arg(a, -1, "dtype")) ||
+        dims_mask(T, arg(a, 1, "dim"), node(T, x)->ndim, &m) || get_bool(T, arg(a, 2, "keepdim"), 0, &keep))
+        return T->broke ? -1 : tr_break(T, "nanmean arguments");
+    int32_t isn = op1(T, SMELT_OP_ISNAN, x);
+    int32_t s = red(T, SMELT_OP_SUM, where3(T, isn, op2(T, SMELT_OP_MUL, x, num(T, 0.0)), x), m, keep, 0);
+    int32_t c = red(T, SMELT_OP_SUM, cast_to(T, op1(T, SMELT_OP_LOGICAL_NOT, isn), node(T, x)->dtype), m, keep, 0);
+    return op2(T, SMELT_OP_DIV, s, c);
+}
+
+/* margin_ranking_loss(x1, x2, y, margin=0, reduction='mean'). */
+static int32_t h_margin_ranking(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x1 = arg(a, 0, "input1"), x2 = arg(a, 1, "input2"), y = arg(a, 2, "target");
+    int err = 0;
+    (void)op;
+    double margin = farg(T, a, 3, "margin", 0.0, &err);
+    if (err || !is_tensor(T, x1) || !is_tensor(T, x2) || !is_tensor(T, y))
+        return err ? -1 : tr_break(T, "margin_ranking_loss arguments");
+    int32_t l = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_NEG, y), op2(T, SMELT_OP_SUB, x1, x2)), num(T, margin));
+    return reduce_loss(T, a, 6, clamp_to(T, l, num(T, 0.0), -1));
+}
+
+/* torch.constant_pad_nd(input, pad, value=0): F.pad's constant mode. */
+static int32_t h_constant_pad_nd(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t v = arg(a, 2, "value");
+    call_args b = { .pos = (int32_t[]){ arg(a, 0, "input"), arg(a, 1, "pad"), -1, v }, .npos = v >= 0 ? 4 : 2 };
+    if (b.pos[0] < 0 || b.pos[1] < 0 || a->npos + a->nkw > 3)
+        return tr_break(T, "constant_pad_nd arguments");
+    if (v >= 0 && (b.pos[2] = wrap_new(T, PyUnicode_FromString("constant"))) < 0)
+        return -1;
+    return h_pad(T, &b, op);
+}
+
+
+/* var_mean / std_mean (op VAR / STD): (var or std, mean) over the same
+ * dims, arguments as torch.var takes them. */
+static int32_t h_var_mean(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), dim = arg(a, 1, "dim");
+    int32_t unb = arg(a, -1, "unbiased"), corr = arg(a, -1, "correction"), kd = arg(a, -1, "keepdim");
+    if (!is_tensor(T, x))
+        return tr_break(T, "var_mean of a non-tensor");
+    if (dim >= 0 && T->vals[dim].kind == V_OBJ && PyBool_Check(T->vals[dim].obj)) {
+        unb = dim;
+        dim = -1;
+    }
+    if (kd < 0 && a->npos > 2)
+        kd = a->pos[a->npos - 1];
+    if (unb < 0 && a->npos == 4)
+        unb = a->pos[2];
+    int64_t c = 1;
+    int u, keep;
+    uint32_t mask;
+    if (get_bool(T, unb, 1, &u) || get_int(T, corr, u ? 1 : 0, &c) || get_bool(T, kd, 0, &keep) ||
+        dims_mask(T, dim, node(T, x)->ndim, &mask))
+        return -1;
+    int32_t items[2] = { red(T, op, x, mask, keep, c), -1 };
+    items[1] = items[0] < 0 ? -1 : red(T, SMELT_OP_MEAN, x, mask, keep, 0);
+    return items[1] < 0 ? -1 : tv_tuple(T, items, 2);
+}
+
+/* diag (op 0), diagflat (1), diag_embed (2): a 1-d input's values on a
+ * diagonal of a square matrix (where the column index minus the row index
+ * is the offset); diag of a 2-d input is a copy of its diagonal. */
+static int32_t h_diag(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t k;
+    if (!is_tensor(T, x) || get_int(T, arg(a, 1, (int)op == 0 ? "diagonal" : "offset"), 0, &k))
+        return is_tensor(T, x) ? -1 : tr_break(T, "diag of a non-tensor");
+    if ((int)op == 2 && (!is_none(T, arg(a, 2, "dim1")) || !is_none(T, arg(a, 3, "dim2"))))
+        return tr_break(T, "diag_embed with dims");
+    const smelt_node *n = node(T, x);
+    if ((int)op == 0 && n->ndim == 2) {
+        call_args b = { .pos = (int32_t[]){ x, int_value(T, k) }, .npos = 2 };
+        int32_t d = b.pos[1] < 0 ? -1 : h_diagonal(T, &b, 0);
+        return d < 0 ? -1 : fresh_contiguous(T, -1, copy_of(T, d));
+    }
+    if ((int)op == 1 && n->ndim != 1) {   /* diagflat: of the flattened input */
+        int64_t f = smelt_node_numel(n);
+        x = v_reshape(T, x, &f, 1);
+        if (x < 0)
+            return -1;
+        n = node(T, x);
+    }
+    if (((int)op != 2 && n->ndim != 1) || ((int)op == 2 && n->ndim < 1) || n->ndim + 1 > SMELT_MAX_DIMS)
+        return tr_break(T, "diag of a tensor of %d dims (eager raises)", n->ndim);
+    int nd = n->ndim;
+    int64_t len = n->shape[nd - 1], m = len + (k < 0 ? -k : k);
+    /* value at (.., i, j): x padded to m along its last dim, at i (k >= 0)
+     * or j (k < 0); kept where j - i == k */
+    int32_t xp = x;
+    if (m != len) {
+        int64_t pads[2] = { 0, m - len };
+        int32_t pv = wrap_new(T, tracer_int_tuple(pads, 2));
+        call_args pa = { .pos = (int32_t[]){ x, pv }, .npos = 2 };
+        if (pv < 0 || (xp = h_pad(T, &pa, 0)) < 0)
+            return -1;
+    }
+    int64_t shape[SMELT_MAX_DIMS];
+    memcpy(shape, n->shape, sizeof(int64_t) * (size_t)nd);
+    shape[nd - 1] = m;
+    shape[nd] = m;
+    int32_t v = v_axis(T, SMELT_OP_UNSQUEEZE, xp, k >= 0 ? nd : nd - 1);
+    smelt_node e = { .op = SMELT_OP_EXPAND, .nsrc = 1, .ndim = (uint8_t)(nd + 1) };
+    if (v < 0)
+        return -1;
+    e.src[0] = T->vals[v].node;
+    memcpy(e.shape, shape, sizeof shape);
+    int32_t ve = mk(T, &e);
+    smelt_node ri = { .op = SMELT_OP_IOTA, .ndim = 2, .dtype = SMELT_I64, .shape = { m, m } }, ci = ri;
+    ri.a.axis.dim = 0;
+    ci.a.axis.dim = 1;
+    int32_t r = mk(T, &ri), c = mk(T, &ci);
+    int32_t cond = op2(T, SMELT_OP_EQ, op2(T, SMELT_OP_SUB, c, r), wrap_new(T, PyLong_FromLongLong(k)));
+    smelt_node z = { .op = SMELT_OP_FULL, .ndim = (uint8_t)(nd + 1), .dtype = n->dtype };
+    memcpy(z.shape, shape, sizeof shape);
+    int32_t zero = mk(T, &z);
+    return cond < 0 || zero < 0 || ve < 0 ? -1 : where3(T, cond, ve, zero);
+}
+
+/* sum_to_size(x, *size): x summed over the dims size broadcasts (x itself
+ * when the sizes match). */
+static int32_t h_sum_to_size(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t size[SMELT_MAX_DIMS];
+    int n;
+    (void)op;
+    if (!is_tensor(T, x))
+        return tr_break(T, "sum_to_size of a non-tensor");
+    if (a->npos > 2) {
+        for (n = 0; n < a->npos - 1 && n < SMELT_MAX_DIMS; n++)
+            if (tr_int(T, a->pos[n + 1], &size[n]))
+                return -1;
+    } else if (int_list(T, a, 1, "size", size, &n)) {
+        return -1;
+    }
+    const smelt_node *s = node(T, x);
+    int nd = s->ndim, lead = nd - n;
+    if (lead < 0)
+        return tr_break(T, "sum_to_size to more dims (eager raises)");
+    uint32_t mask = 0;
+    for (int d = 0; d < nd; d++) {
+        if (d < lead)
+            mask |= 1u << d;
+        else if (size[d - lead] == 1 && s->shape[d] != 1)
+            mask |= 1u << d;
+        else if (size[d - lead] != s->shape[d])
+            return tr_break(T, "sum_to_size of a shape that does not broadcast (eager raises)");
+    }
+    if (!mask)   /* eager sums over no dims: a new tensor, integers and bool in int64 */
+        return fresh_contiguous(T, -1, smelt_dtype_is_float(s->dtype) || s->dtype == SMELT_I64 ? copy_of(T, x)
+                                                                                             : cast_to(T, x, SMELT_I64));
+    int32_t r = red(T, SMELT_OP_SUM, x, mask, 1, 0);
+    return r < 0 ? -1 : v_reshape(T, r, size, n);
+}
+
+/* repeat_interleave(x, repeats: int, dim=None): each element repeated. */
+static int32_t h_repeat_interleave(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), rv = arg(a, 1, "repeats"), dv = arg(a, 2, "dim");
+    int64_t r, d;
+    int dim;
+    (void)op;
+    if (!is_tensor(T, x) || rv < 0 || T->vals[rv].kind == V_TENSOR || !is_none(T, arg(a, -1, "output_size")))
+        return tr_break(T, "repeat_interleave by a tensor");
+    if (tr_int(T, rv, &r))
+        return -1;
+    if (r < 0)
+        return tr_break(T, "repeat_interleave by a negative count (eager raises)");
+    if (is_none(T, dv)) {
+        int64_t f = smelt_node_numel(node(T, x));
+        x = v_reshape(T, x, &f, 1);
+        d = 0;
+    } else if (tr_int(T, dv, &d)) {
+        return -1;
+    }
+    if (x < 0 || node(T, x)->ndim + 1 > SMELT_MAX_DIMS || norm_dim(T, d, node(T, x)->ndim, &dim))
+        return T->broke ? -1 : tr_break(T, "repeat_interleave dims");
+    const smelt_node *s = node(T, x);
+    int64_t shape[SMELT_MAX_DIMS], out[SMELT_MAX_DIMS];
+    int nd = s->ndim;
+    for (int i = 0, j = 0; i <= nd; i++)
+        shape[i] = i == dim + 1 ? r : s->shape[j++];
+    for (int i = 0; i < nd; i++)
+        out[i] = i == dim ? s->shape[i] * r : s->shape[i];
+    int32_t u = v_axis(T, SMELT_OP_UNSQUEEZE, x, dim + 1);
+    smelt_node e = { .op = SMELT_OP_EXPAND, .nsrc = 1, .ndim = (uint8_t)(nd + 1) };
+    if (u < 0)
+        return -1;
+    e.src[0] = T->vals[u].node;
+    memcpy(e.shape, shape, sizeof shape);
+    int32_t v = mk(T, &e);
+    return v < 0 ? -1 : v_reshape(T, fresh_contiguous(T, -1, copy_of(T, v)), out, nd);
+}
+
+/* kron(a, b) of tensors of one rank: a's and b's dims interleaved and
+ * multiplied, then merged pairwise. */
+static int32_t h_kron(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "other");
+    (void)op;
+    if (!is_tensor(T, x) || !is_tensor(T, y) || node(T, x)->ndim != node(T, y)->ndim || node(T, x)->ndim > 4 ||
+        node(T, x)->ndim == 0 || a->npos + a->nkw != 2)
+        return tr_break(T, "kron of tensors of different ranks");
+    const smelt_node *p = node(T, x), *q = node(T, y);
+    int nd = p->ndim;
+    int64_t sa[SMELT_MAX_DIMS], sb[SMELT_MAX_DIMS], out[SMELT_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        sa[2 * d] = p->shape[d], sa[2 * d + 1] = 1;
+        sb[2 * d] = 1, sb[2 * d + 1] = q->shape[d];
+        out[d] = p->shape[d] * q->shape[d];
+    }
+    int32_t m = op2(T, SMELT_OP_MUL, v_reshape(T, x, sa, 2 * nd), v_reshape(T, y, sb, 2 * nd));
+    if (m >= 0 && node(T, m)->dtype == SMELT_BOOL)
+        return tr_break(T, "kron of bool");
+    return m < 0 ? -1 : v_reshape(T, m, out, nd);
+}
+
+/* addmv(input, mat, vec, beta=1, alpha=1) as addmm (floats; integers
+ * scale by truncated alpha/beta). */
+static int32_t h_addmv(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), m = arg(a, 1, "mat"), v = arg(a, 2, "vec");
+    int err = 0;
+    (void)op;
+    double beta = get_float(T, arg(a, -1, "beta"), 1.0, &err), alpha = err ? 0 : get_float(T, arg(a, -1, "alpha"), 1.0, &err);
+    if (err || !is_tensor(T, x) || !is_tensor(T, m) || !is_tensor(T, v))
+        return err ? -1 : tr_break(T, "addmv arguments");
+    int dt = node(T, m)->dtype;
+    if (dt != node(T, v)->dtype || dt != node(T, x)->dtype || dt == SMELT_BOOL || node(T, m)->ndim != 2 ||
+        node(T, v)->ndim != 1)
+        return tr_break(T, "addmv of mixed dtypes or shapes");
+    int fl = smelt_dtype_is_float((smelt_dtype)dt), half = dt == SMELT_F16 || dt == SMELT_BF16;
+    if (!fl)
+        alpha = trunc(alpha), beta = trunc(beta);
+    if (half)
+        m = cast_to(T, m, SMELT_F32), v = cast_to(T, v, SMELT_F32), x = cast_to(T, x, SMELT_F32);
+    int32_t p = matmul(T, m, v);
+    if (p >= 0 && alpha != 1.0)
+        p = op2(T, SMELT_OP_MUL, p, fl ? num(T, alpha) : wrap_new(T, PyLong_FromDouble(alpha)));
+    if (p >= 0 && beta != 0.0)
+        p = op2(T, SMELT_OP_ADD, p, beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, fl ? num(T, beta) : wrap_new(T, PyLong_FromDouble(beta))));
+    if (p >= 0 && half)
+        p = cast_to(T, p, dt);
+    return p < 0 ? -1 : fresh_contiguous(T, -1, p);
+}
+
+static const op_fn copy_forms[] = { h_t, h_transpose, h_permute, h_expand, h_unsqueeze, h_squeeze, h_diagonal,
+                                    h_view, h_narrow, h_unbind, h_select, h_self, h_detach, h_split };
+
 typedef struct op_entry {
     const char *names;     /* space-separated: torch.X F.X T.X (T.X is also method X) */
     op_fn fn;              /* the handler, or NULL when call is set */
@@ -3508,6 +4828,10 @@ static const op_entry table[] = {
     U("erf", ERF), U("relu", RELU), U("floor", FLOOR), U("ceil", CEIL), U("round", ROUND),
     U("trunc", TRUNC), U("sign", SIGN), U("reciprocal", RECIPROCAL), U("logical_not", LOGICAL_NOT),
     U("isnan", ISNAN), U("isinf", ISINF), U("bitwise_not", BITWISE_NOT),
+    U("acos", ACOS), U("asin", ASIN), U("atan", ATAN), U("acosh", ACOSH), U("asinh", ASINH), U("atanh", ATANH), U("cosh", COSH), U("sinh", SINH), U("log10", LOG10), U("erfc", ERFC), U("lgamma", LGAMMA),
+    U("arccos", ACOS), U("arcsin", ASIN), U("arctan", ATAN), U("arccosh", ACOSH), U("arcsinh", ASINH),
+    U("arctanh", ATANH),
+    ROW("torch.special.erfc", h_unary, SMELT_OP_ERFC, IP_NO), ROW("torch.special.gammaln", h_unary, SMELT_OP_LGAMMA, IP_NO),
     ROW("F.relu", h_unary, SMELT_OP_RELU, IPOS(1)), ROW("F.relu_ torch.relu_", h_unary, SMELT_OP_RELU, IP_ALWAYS),
     ROW("F.sigmoid", h_unary, SMELT_OP_SIGMOID, IP_NO), ROW("F.tanh", h_unary, SMELT_OP_TANH, IP_NO),
     B("add", ADD), B("sub", SUB), B("subtract", SUB), B("mul", MUL), B("multiply", MUL),
@@ -3575,6 +4899,85 @@ static const op_entry table[] = {
     ROW("T.unbind torch.unbind", h_unbind, 0, IP_NO),
     ROW("T.diagonal torch.diagonal", h_diagonal, 0, IP_NO),
     ROW("T.roll torch.roll", h_roll, 0, IP_NO),
+    ROW("torch.linalg.diagonal", h_linalg_diagonal, 0, IP_NO),
+    ROW("torch.ops.aten.slice.Tensor torch.ops.aten.slice", h_aten_slice, 0, IP_NO),
+    ROW("torch.pixel_shuffle F.pixel_shuffle", h_shuffle, 0, IP_NO),
+    ROW("torch.pixel_unshuffle F.pixel_unshuffle", h_shuffle, 1, IP_NO),
+    ROW("torch.channel_shuffle F.channel_shuffle torch.native_channel_shuffle", h_shuffle, 2, IP_NO),
+    ROW("torch.fft.fftshift", h_fftshift, 0, IP_NO), ROW("torch.fft.ifftshift", h_fftshift, 1, IP_NO),
+    ROW("torch.frac T.frac", h_frac, 0, IP_NO),
+    ROW("torch.flip T.flip", h_flip, 0, IP_NO), ROW("torch.fliplr T.fliplr", h_flip, 1, IP_NO),
+    ROW("torch.flipud T.flipud", h_flip, 2, IP_NO), ROW("torch.rot90 T.rot90", h_rot90, 0, IP_NO),
+    ROW("torch.logaddexp T.logaddexp", h_logaddexp, 0, IP_NO), ROW("torch.logaddexp2 T.logaddexp2", h_logaddexp, 1, IP_NO),
+    ROW("torch.dot T.dot torch.vdot T.vdot torch.inner T.inner", h_dot, 0, IP_NO),
+    ROW("torch.mv T.mv", h_dot, 1, IP_NO),
+    ROW("torch.trace T.trace", h_trace, 0, IP_NO),
+    ROW("torch.nanmean T.nanmean", h_nanmean, 0, IP_NO),
+    ROW("F.margin_ranking_loss", h_margin_ranking, 0, IP_NO),
+    ROW("torch.constant_pad_nd", h_constant_pad_nd, 0, IP_NO),
+    ROW("torch.var_mean", h_var_mean, SMELT_OP_VAR, IP_NO), ROW("torch.std_mean", h_var_mean, SMELT_OP_STD, IP_NO),
+    ROW("torch.diag T.diag", h_diag, 0, IP_NO), ROW("torch.diagflat T.diagflat", h_diag, 1, IP_NO),
+    ROW("torch.diag_embed T.diag_embed", h_diag, 2, IP_NO),
+    ROW("T.sum_to_size", h_sum_to_size, 0, IP_NO),
+    ROW("torch.repeat_interleave T.repeat_interleave", h_repeat_interleave, 0, IP_NO),
+    ROW("torch.kron T.kron", h_kron, 0, IP_NO),
+    ROW("torch.addmv T.addmv", h_addmv, 0, IP_NO),
+    ROW("torch.deg2rad T.deg2rad", h_unary_composite, C_DEG2RAD, IP_NO),
+    ROW("torch.rad2deg T.rad2deg", h_unary_composite, C_RAD2DEG, IP_NO),
+    ROW("torch.sgn T.sgn", h_unary_composite, C_SGN, IP_NO),
+    ROW("torch.isfinite T.isfinite", h_unary_composite, C_ISFINITE, IP_NO),
+    ROW("torch.isposinf T.isposinf", h_unary_composite, C_ISPOSINF, IP_NO),
+    ROW("torch.isneginf T.isneginf", h_unary_composite, C_ISNEGINF, IP_NO),
+    ROW("torch.isreal T.isreal", h_unary_composite, C_ISREAL, IP_NO),
+    ROW("torch.sinc T.sinc torch.special.sinc", h_unary_composite, C_SINC, IP_NO),
+    ROW("torch.angle T.angle", h_unary_composite, C_ANGLE, IP_NO),
+    ROW("torch.special.ndtr", h_unary_composite, C_NDTR, IP_NO),
+    ROW("torch.special.entr", h_unary_composite, C_ENTR, IP_NO),
+    ROW("torch.nan_to_num T.nan_to_num", h_nan_to_num, 0, IP_NO),
+    ROW("torch.heaviside T.heaviside", h_binary_composite, C_HEAVISIDE, IP_NO),
+    ROW("torch.fmax T.fmax", h_binary_composite, C_FMAX, IP_NO),
+    ROW("torch.fmin T.fmin", h_binary_composite, C_FMIN, IP_NO),
+    ROW("torch.float_power T.float_power", h_binary_composite, C_FLOAT_POWER, IP_NO),
+    ROW("torch.xlogy T.xlogy torch.special.xlogy", h_binary_composite, C_XLOGY, IP_NO),
+    ROW("torch.special.xlog1py", h_binary_composite, C_XLOG1PY, IP_NO),
+    ROW("torch.logit T.logit torch.special.logit", h_logit, 0, IP_NO),
+    ROW("torch.rsub", h_rsub, 0, IP_NO),
+    ROW("T.__radd__", h_reflected, SMELT_OP_ADD, IP_NO), ROW("T.__rmul__", h_reflected, SMELT_OP_MUL, IP_NO),
+    ROW("T.__rsub__", h_reflected, SMELT_OP_SUB, IP_NO), ROW("T.__rtruediv__ T.__rdiv__", h_reflected, SMELT_OP_DIV, IP_NO),
+    ROW("T.__rfloordiv__", h_reflected, SMELT_OP_FLOORDIV, IP_NO), ROW("T.__rpow__", h_reflected, SMELT_OP_POW, IP_NO),
+    ROW("T.__rmod__", h_reflected, SMELT_OP_REMAINDER, IP_NO), ROW("T.__rand__", h_reflected, SMELT_OP_BITWISE_AND, IP_NO),
+    ROW("T.__ror__", h_reflected, SMELT_OP_BITWISE_OR, IP_NO), ROW("T.__rxor__", h_reflected, SMELT_OP_BITWISE_XOR, IP_NO),
+    ROW("torch.count_nonzero T.count_nonzero", h_count_nonzero, 0, IP_NO),
+    ROW("torch.nansum T.nansum", h_nansum, 0, IP_NO),
+    ROW("torch.aminmax T.aminmax", h_aminmax, 0, IP_NO),
+    ROW("torch.fill", h_fill_new, 0, IP_NO),
+    ROW("torch.hstack", h_stack_like, 1, IP_NO), ROW("torch.vstack torch.row_stack", h_stack_like, 2, IP_NO),
+    ROW("torch.dstack", h_stack_like, 3, IP_NO), ROW("torch.column_stack", h_stack_like, 0, IP_NO),
+    ROW("torch.tile T.tile", h_tile, 0, IP_NO),
+    ROW("torch.t_copy", h_copy_form, 0, IP_NO), ROW("torch.transpose_copy", h_copy_form, 1, IP_NO),
+    ROW("torch.permute_copy", h_copy_form, 2, IP_NO), ROW("torch.expand_copy", h_copy_form, 3, IP_NO),
+    ROW("torch.unsqueeze_copy", h_copy_form, 4, IP_NO), ROW("torch.squeeze_copy", h_copy_form, 5, IP_NO),
+    ROW("torch.diagonal_copy", h_copy_form, 6, IP_NO), ROW("torch.view_copy", h_copy_form, 7, IP_NO),
+    ROW("torch.narrow_copy T.narrow_copy", h_copy_form, 8, IP_NO), ROW("torch.unbind_copy", h_copy_form, 9, IP_NO),
+    ROW("torch.select_copy", h_copy_form, 10, IP_NO), ROW("torch.alias_copy", h_copy_form, 11, IP_NO),
+    ROW("torch.detach_copy", h_copy_form, 12, IP_NO), ROW("torch.split_copy", h_copy_form, 13, IP_NO),
+
+    ROW("torch.as_strided T.as_strided torch.as_strided_copy torch.as_strided_scatter T.as_strided_scatter",
+        h_storage, 0, IP_NO),
+    ROW("torch.conj T.conj torch.resolve_conj T.resolve_conj torch.resolve_neg T.resolve_neg "
+        "torch.conj_physical T.conj_physical torch.real", h_self, 0, IP_NO),
+    ROW("torch.positive T.positive", h_self, SMELT_OP_NEG, IP_NO),
+    ROW("torch.atleast_1d", h_atleast, 1, IP_NO), ROW("torch.atleast_2d", h_atleast, 2, IP_NO),
+    ROW("torch.atleast_3d", h_atleast, 3, IP_NO),
+    ROW("torch.broadcast_tensors", h_broadcast_tensors, 0, IP_NO),
+    ROW("torch.meshgrid", h_meshgrid, 0, IP_NO),
+    ROW("torch.tensor_split T.tensor_split", h_tensor_split, 0, IP_NO),
+    ROW("torch.hsplit T.hsplit", h_tensor_split, 1, IP_NO), ROW("torch.vsplit T.vsplit", h_tensor_split, 2, IP_NO),
+    ROW("torch.dsplit T.dsplit", h_tensor_split, 3, IP_NO),
+    ROW("torch.unsafe_split T.unsafe_split", h_split, 0, IP_NO),
+    ROW("torch.unsafe_chunk T.unsafe_chunk", h_split, SMELT_OP_DIV, IP_NO),
+    ROW("torch.ravel T.ravel", h_ravel, 0, IP_NO),
+    ROW("torch.cartesian_prod", h_cartesian_prod, 0, IP_NO),
     ROW("T.size", h_size, 0, IP_NO), ROW("T.dim T.ndimension", h_dim, 0, IP_NO),
     ROW("T.numel torch.numel T.nelement", h_numel, 0, IP_NO),
     ROW("T.is_floating_point torch.is_floating_point", h_is_floating_point, 0, IP_NO),
@@ -3583,7 +4986,7 @@ static const op_entry table[] = {
     ROW("T.element_size", h_element_size, 0, IP_NO),
     ROW("torch.cat torch.concat torch.concatenate", h_cat, 0, IP_NO),
     ROW("torch.stack", h_cat, SMELT_OP_UNSQUEEZE, IP_NO),
-    ROW("torch.where T.where", h_where, 0, IP_NO),
+    ROW("torch.where", h_where, 0, IP_NO), ROW("T.where", h_where_method, 0, IP_NO),
     ROW("T.masked_fill torch.masked_fill", h_masked_fill, 0, IP_NO),
     ROW("torch.clamp T.clamp torch.clip T.clip", h_clamp, 0, IP_NO),
     ROW("torch.clamp_min T.clamp_min", h_clamp, SMELT_OP_MAXIMUM, IP_NO),
@@ -3593,6 +4996,8 @@ static const op_entry table[] = {
     ROW("T.half", h_to, 1000 + SMELT_F16, IP_NO), ROW("T.bfloat16", h_to, 1000 + SMELT_BF16, IP_NO),
     ROW("T.int", h_to, 1000 + SMELT_I32, IP_NO), ROW("T.long", h_to, 1000 + SMELT_I64, IP_NO),
     ROW("T.bool", h_to, 1000 + SMELT_BOOL, IP_NO),
+    ROW("T.byte", h_to, 1000 + SMELT_U8, IP_NO), ROW("T.char", h_to, 1000 + SMELT_I8, IP_NO),
+    ROW("T.short", h_to, 1000 + SMELT_I16, IP_NO),
     ROW("T.type_as", h_type_as, 0, IP_NO),
     ROW("torch.zeros", h_full, SMELT_OP_ADD, IP_NO), ROW("torch.ones", h_full, SMELT_OP_MUL, IP_NO),
     ROW("torch.full", h_full, SMELT_OP_CLAMP, IP_NO), ROW("torch.empty", h_full, SMELT_OP_ADD, IP_NO),

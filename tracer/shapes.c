@@ -949,7 +949,14 @@ static int sh_einsum(sh_call *c, int arg)
     for (int l = 0; l < E_ELL; l++)
         size[l] = 1;
     if (!ein_sizes(&e, x, nops, size, count, ell, &nell) ||
-        (n = ein_output(&e, count, size, ell, nell, shape, &summed)) < 0 || !sh_out(c, x[0]->dtype, n, shape))
+        (n = ein_output(&e, count, size, ell, nell, shape, &summed)) < 0)
+        return 0;
+    /* integer operands narrower than int64: eager sums some dims with
+     * torch.sum (-> int64), depending on the contraction path: the meta run
+     * says */
+    if (summed && !smelt_dtype_is_float((smelt_dtype)x[0]->dtype) && x[0]->dtype != SMELT_I64)
+        return 0;
+    if (!sh_out(c, x[0]->dtype, n, shape))
         return 0;
     c->m->is_view[0] = nops == 1 && !summed;
     return 1;

@@ -174,6 +174,21 @@ typedef struct tracer {
     uint8_t *contig;       /* per graph node: 1 when eager's value is known contiguous (made by
                               x.contiguous(), or pooling of a contiguous input: native.c) */
     int32_t ccontig;
+    struct tr_layout {     /* a host call result eager lays out other than contiguously
+                              (LAPACK's column-major, ...) or returns as a view of an argument:
+                              its meta run's strides (the run had the sources' eager strides when
+                              `faithful`, else contiguous ones) and, for a view, the graph node
+                              of the argument (vsrc, else -1) and the storage offset in it */
+        int32_t node, vsrc;
+        uint8_t faithful;
+        int64_t st[SMELT_MAX_DIMS], voff;
+    } *lays;
+    int32_t nlays, clays;
+    /* eager_strides' table (ops.c): nodes [0, st_upto) done; a node marked
+     * contiguous after the fact (tr_mark_contig) moves st_upto back */
+    uint8_t *st_known;
+    int64_t (*st_tab)[SMELT_MAX_DIMS];
+    int32_t st_upto, st_cap;
     PyObject *globals, *builtins;   /* of the top frame */
     struct tframe *frame;  /* the innermost running frame */
     int depth;
@@ -303,6 +318,13 @@ int ops_dtype_of(PyObject *torch_dtype);  /* smelt_dtype, or -1 (no error set) *
 int32_t ops_pad_node(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, double value);
 /* 1 / 0: eager lays graph node x out contiguously / does not; -1: unknown. */
 int ops_eager_contiguous(tracer *T, int32_t x);
+/* Eager's strides of graph node x into out: 1 known, 0 not modelled, -1 error. */
+int ops_eager_strides(tracer *T, int32_t x, int64_t *out);
+/* Marks graph node x as eager-contiguous (T->contig) and drops what
+ * eager_strides derived from its earlier state. */
+void tr_mark_contig(tracer *T, int32_t x);
+/* Whether strides st lay node n out channels-last (4-d/5-d, dense, not contiguous). */
+int tr_channels_last(const smelt_node *n, const int64_t *st);
 
 /* extern.c: host calls (CALL nodes running a torch op at run time; see
  * tracer/hostcall.h) */
@@ -384,6 +406,9 @@ struct ext_pending {
     ext_srcs s;
     tracer_call_meta m;
     sh_args sa;
+    int faithful;                  /* the meta run had the sources' eager strides */
+    int need_layout;               /* shape rules inferred the results of sources that are
+                                      not contiguous: ext_emit asks a meta run for their layout */
 };
 
 /* fn(*args, **kwargs) over a host call's argument templates (Slot(k)

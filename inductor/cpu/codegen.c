@@ -154,14 +154,23 @@ static LLVMValueRef call_fn(cg *g, const char *name, LLVMTypeRef ret, LLVMValueR
 }
 
 /* SLEEF math on a value of any width: split into native-width calls. */
+static LLVMValueRef sleef_acc(cg *g, const char *fn, const char *acc, LLVMValueRef *a, int n);
+
+/* SLEEF's 1-ULP variant of fn. */
 static LLVMValueRef sleef(cg *g, const char *fn, LLVMValueRef *a, int n)
+{
+    return sleef_acc(g, fn, "_u10", a, n);
+}
+
+/* SLEEF math on a value of any width (accuracy suffix acc: "_u10", ...):
+ * split into native-width calls. */
+static LLVMValueRef sleef_acc(cg *g, const char *fn, const char *acc, LLVMValueRef *a, int n)
 {
     LLVMTypeRef t = LLVMTypeOf(a[0]);
     int w = LLVMGetTypeKind(t) == LLVMVectorTypeKind ? (int)LLVMGetVectorSize(t) : 1;
     LLVMTypeRef et = w > 1 ? LLVMGetElementType(t) : t;
     int dbl = et == g->f64;
     char name[64];
-    const char *acc = "_u10";   /* 1-ULP variants */
     if (w == 1) {
         snprintf(name, sizeof name, "Sleef_%s%s%s", fn, dbl ? "" : "f", acc);
         return call_fn(g, name, et, a, n);
@@ -548,6 +557,17 @@ static LLVMValueRef unary_fp(cg *g, smelt_op op, LLVMValueRef x, int w)
     case SMELT_OP_TAN: return sleef(g, "tan", &x, 1);
     case SMELT_OP_TANH: return sleef(g, "tanh", &x, 1);
     case SMELT_OP_ERF: return sleef(g, "erf", &x, 1);
+    case SMELT_OP_ACOS: return sleef(g, "acos", &x, 1);
+    case SMELT_OP_ASIN: return sleef(g, "asin", &x, 1);
+    case SMELT_OP_ATAN: return sleef(g, "atan", &x, 1);
+    case SMELT_OP_ACOSH: return sleef(g, "acosh", &x, 1);
+    case SMELT_OP_ASINH: return sleef(g, "asinh", &x, 1);
+    case SMELT_OP_ATANH: return sleef(g, "atanh", &x, 1);
+    case SMELT_OP_COSH: return sleef(g, "cosh", &x, 1);
+    case SMELT_OP_SINH: return sleef(g, "sinh", &x, 1);
+    case SMELT_OP_LOG10: return sleef(g, "log10", &x, 1);
+    case SMELT_OP_LGAMMA: return sleef(g, "lgamma", &x, 1);
+    case SMELT_OP_ERFC: return sleef_acc(g, "erfc", "_u15", &x, 1);   /* SLEEF has no 1-ULP erfc */
     case SMELT_OP_SQRT: return call_intr(g, "llvm.sqrt", t, &x, 1);
     case SMELT_OP_RSQRT: return LLVMBuildFDiv(g->B, one, call_intr(g, "llvm.sqrt", t, &x, 1), "");
     case SMELT_OP_RECIPROCAL: return LLVMBuildFDiv(g->B, one, x, "");
@@ -1067,7 +1087,10 @@ static int is_costly(const kir_pool *P, int32_t e)
     case SMELT_OP_EXP: case SMELT_OP_EXP2: case SMELT_OP_EXPM1: case SMELT_OP_LOG:
     case SMELT_OP_LOG2: case SMELT_OP_LOG1P: case SMELT_OP_SIN: case SMELT_OP_COS:
     case SMELT_OP_TAN: case SMELT_OP_TANH: case SMELT_OP_ERF: case SMELT_OP_POW:
-    case SMELT_OP_SIGMOID: case SMELT_OP_ATAN2:
+    case SMELT_OP_SIGMOID: case SMELT_OP_ATAN2: case SMELT_OP_ACOS: case SMELT_OP_ASIN:
+    case SMELT_OP_ATAN: case SMELT_OP_ACOSH: case SMELT_OP_ASINH: case SMELT_OP_ATANH:
+    case SMELT_OP_COSH: case SMELT_OP_SINH: case SMELT_OP_LOG10: case SMELT_OP_ERFC:
+    case SMELT_OP_LGAMMA:
         return 1;
     default:
         for (int k = 0; k < 3; k++)

@@ -48,6 +48,7 @@
 #define DC_TMP "tmp-"
 #define DC_MAX_FILE ((uint64_t)1 << 31)   /* a larger entry file is corrupt */
 #define DC_MAX_BLOBS 4096u
+#define DC_RESCAN_WRITES 256             /* writes between scans at most (dc.est_bytes) */
 #define DC_STALE_TMP_S 600                /* older temporary files are debris (dc_stale_tmp) */
 
 /* Process-wide state. fd, max_bytes, dir and the init_* texts are written
@@ -64,8 +65,15 @@ static struct {
     _Atomic int64_t hits, misses, writes, evictions, corrupt;
     _Atomic(cpu_dcache_log_fn) log;
     int64_t max_bytes;
+    /* The directory's size as this process last scanned it plus what it
+     * wrote since (-1: not scanned yet): a write scans the directory (and
+     * evicts) only when that estimate passes max_bytes or after
+     * DC_RESCAN_WRITES writes, so writing stays O(1) in the number of
+     * entries (a scan stats every file). */
+    _Atomic int64_t est_bytes;
+    atomic_int since_scan;
     char dir[1024];
-} dc = { .fd = -1 };
+} dc = { .fd = -1, .est_bytes = -1 };
 static pthread_once_t dc_once = PTHREAD_ONCE_INIT;
 
 /* ------------------------------------------------------------------ */
@@ -542,7 +550,11 @@ void cpu_dcache_put(const uint8_t *key, size_t keylen, const cpu_blob *blobs, in
     }
     atomic_fetch_add(&dc.writes, 1);
     dc_log(0, "disk cache write %.32s (%d blobs, %zu bytes)", name, nblobs, n);
-    dc_evict(dfd);
+    int64_t est = atomic_load(&dc.est_bytes);
+    if (est < 0 || est + (int64_t)n > dc.max_bytes || atomic_fetch_add(&dc.since_scan, 1) + 1 >= DC_RESCAN_WRITES)
+        dc_evict(dfd);
+    else
+        atomic_fetch_add(&dc.est_bytes, (int64_t)n);
 }
 
 /* ------------------------------------------------------------------ */
@@ -648,6 +660,8 @@ static void dc_evict(int dfd)
     int64_t total = 0, freed = 0;
     int bad = dc_scan(dfd, &f, &n, &total, &stale);
     dc_note_stale(stale);
+    atomic_store(&dc.since_scan, 0);
+    atomic_store(&dc.est_bytes, bad ? -1 : total);
     if (bad || total <= dc.max_bytes) {
         free(f);
         return;
@@ -660,6 +674,7 @@ static void dc_evict(int dfd)
         gone += ok;
     }
     free(f);
+    atomic_store(&dc.est_bytes, total - freed);
     atomic_fetch_add(&dc.evictions, gone);
     dc_log(0, "disk cache: evicted %d entries (%lld bytes) to stay under %lld bytes", gone, (long long)freed,
            (long long)dc.max_bytes);
@@ -676,6 +691,7 @@ void cpu_dcache_clear(void)
     for (int i = 0; i < n; i++)
         unlinkat(dfd, f[i].name, 0);
     free(f);
+    atomic_store(&dc.est_bytes, -1);
     dc_log(0, "disk cache: cleared %d entries (%lld bytes)", n, (long long)total);
 }
 
@@ -687,6 +703,7 @@ void cpu_dcache_info(cpu_dcache_stats *out)
     memset(out, 0, sizeof *out);
     if (dfd >= 0 && dc_scan(dfd, &f, &n, &total, &stale) == 0) {
         dc_note_stale(stale);
+        atomic_store(&dc.est_bytes, total);
         out->entries = n;
         out->bytes = total;
     }
