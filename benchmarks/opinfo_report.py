@@ -4,7 +4,7 @@ native code over float32/int64/bool/float16, error inputs raising as eager)
 and every failure.
 
     python3 benchmarks/opinfo_report.py [--cap N] [--reference] [--jobs J]
-        [--ops name,name] [--json FILE]
+        [--noncontig] [--ops name,name] [--json FILE]
 
 --cap 0 runs every sample (the `make opinfo` run); exit status 1 on any wrong
 answer, crash or missing error."""
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 
 def _work(job):
-    names, cap, reference = job
+    names, cap, reference, noncontig = job
     import dataclasses
     import torch
     torch.set_num_threads(1)
@@ -31,7 +31,8 @@ def _work(job):
     out = []
     for n in names:
         t0 = time.time()
-        rows = [dataclasses.asdict(r) for r in L.run_op(db[n], cap=cap, reference=reference, native=True)]
+        rows = [dataclasses.asdict(r) for r in L.run_op(db[n], cap=cap, reference=reference, native=True,
+                                                          noncontig=noncontig)]
         for r in rows[:1]:
             r["secs"] = time.time() - t0
         out += rows
@@ -42,6 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cap", type=int, default=3)
     ap.add_argument("--reference", action="store_true")
+    ap.add_argument("--noncontig", action="store_true", help="every sample made non-contiguous (SampleInput.noncontiguous)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--ops", default="")
     ap.add_argument("--json", default="")
@@ -56,7 +58,7 @@ def main():
     t0 = time.time()
     chunks = [names[i::a.jobs * 8] for i in range(a.jobs * 8)]
     with mp.get_context("spawn").Pool(a.jobs) as pool:
-        rows = [r for part in pool.map(_work, [(c, cap, a.reference) for c in chunks if c], chunksize=1) for r in part]
+        rows = [r for part in pool.map(_work, [(c, cap, a.reference, a.noncontig) for c in chunks if c], chunksize=1) for r in part]
     summarise(rows, time.time() - t0, a.q)
     if a.json:
         with open(a.json, "w") as f:

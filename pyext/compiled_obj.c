@@ -531,7 +531,7 @@ static int take_calls(CompiledObject *self, const smelt_graph *g, PyObject *call
         return -1;
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *e = PyList_GET_ITEM(self->calls, k);
-        if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3 ||
+        if (!PyTuple_Check(e) || (PyTuple_GET_SIZE(e) != 3 && PyTuple_GET_SIZE(e) != 4) ||
             !PyTuple_Check(PyTuple_GET_ITEM(e, 1)) ||
             (PyTuple_GET_ITEM(e, 2) != Py_None && !PyDict_Check(PyTuple_GET_ITEM(e, 2))))
             return PyErr_Format(PyExc_RuntimeError, "compile: host call %zd is not an (fn, "

@@ -327,13 +327,45 @@ static int take_result(PyObject *r, smelt_tensor_ref *o, const smelt_tensor_ref 
     return o->data ? store_result(r, o) : adopt_result(r, o, in, nin, keep);
 }
 
-/* Checks the call's result res against out[0..nout) and stores each
- * result (take_result). 0, or -1 with an exception. */
+/* Whether result r (result k) has the strides the graph modelled
+ * (expected[k]: a tuple, or None when not modelled; dims of size 1 are
+ * free): 1, or 0 with hc_mismatch and an exception (the meta kernel and
+ * the CPU kernel lay the result out differently: the frame runs eagerly). */
+static int strides_as_modelled(PyObject *fn, int k, PyObject *r, PyObject *expected)
+{
+    PyObject *want = expected && PyTuple_Check(expected) && k < PyTuple_GET_SIZE(expected)
+                   ? PyTuple_GET_ITEM(expected, k) : NULL;
+    if (!want || !PyTuple_Check(want) || !PyObject_TypeCheck(r, (PyTypeObject *)hc.tensor_type))
+        return 1;
+    PyObject *st = PyObject_CallMethod(r, "stride", NULL), *shape = st ? PyObject_GetAttr(r, hc.s_shape) : NULL;
+    int ok = st && shape && PyTuple_Check(st) && PyTuple_Check(shape) &&   /* (torch.Size is a tuple) */
+             PyTuple_GET_SIZE(st) == PyTuple_GET_SIZE(want) && PyTuple_GET_SIZE(shape) == PyTuple_GET_SIZE(want);
+    for (Py_ssize_t d = 0; ok && d < PyTuple_GET_SIZE(want); d++)
+        ok = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d)) <= 1 ||
+             PyObject_RichCompareBool(PyTuple_GET_ITEM(st, d), PyTuple_GET_ITEM(want, d), Py_EQ) == 1;
+    PyErr_Clear();
+    if (!ok) {
+        PyObject *name = tracer_call_name(fn);
+        hc_mismatch = 1;
+        PyErr_Format(PyExc_RuntimeError, "host call %U: result %d has strides %R; the graph modelled %R",
+                     name ? name : Py_None, k, st ? st : Py_None, want);
+        Py_XDECREF(name);
+    }
+    Py_XDECREF(st);
+    Py_XDECREF(shape);
+    return ok;
+}
+
+/* Checks the call's result res against out[0..nout) (and the modelled
+ * strides, when given) and stores each result (take_result). 0, or -1
+ * with an exception. */
 static int store_results(PyObject *fn, PyObject *res, int nout, smelt_tensor_ref *out,
-                         const smelt_tensor_ref *in, int nin, PyObject *keep)
+                         const smelt_tensor_ref *in, int nin, PyObject *keep, PyObject *expected)
 {
     int one = PyObject_TypeCheck(res, (PyTypeObject *)hc.tensor_type);
     if (one && nout == 1) {
+        if (!strides_as_modelled(fn, 0, res, expected))
+            return -1;
         int rc = take_result(res, &out[0], in, nin, keep);
         return rc == 1 ? 0 : rc == 0 ? result_mismatch(fn, 0, res, &out[0]) : -1;
     }
@@ -351,6 +383,10 @@ static int store_results(PyObject *fn, PyObject *res, int nout, smelt_tensor_ref
     PyObject *seq = PySequence_Tuple(res);   /* lists: items stay alive */
     int rc = seq ? 1 : -1;
     for (int k = 0; rc == 1 && k < nout; k++) {
+        if (!strides_as_modelled(fn, k, PyTuple_GET_ITEM(seq, k), expected)) {
+            rc = -1;
+            break;
+        }
         rc = take_result(PyTuple_GET_ITEM(seq, k), &out[k], in, nin, keep);
         if (rc == 0)
             rc = result_mismatch(fn, k, PyTuple_GET_ITEM(seq, k), &out[k]);
@@ -368,7 +404,7 @@ static PyObject *call_entry(PyObject *calls, int32_t id)
     if (!calls || !PyList_Check(calls) || id < 0 || id >= PyList_GET_SIZE(calls))
         return PyErr_Format(PyExc_RuntimeError, "host call %d: not in the table of calls", id);
     PyObject *e = PyList_GET_ITEM(calls, id);
-    if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 3)
+    if (!PyTuple_Check(e) || (PyTuple_GET_SIZE(e) != 3 && PyTuple_GET_SIZE(e) != 4))
         return PyErr_Format(PyExc_RuntimeError, "host call %d: expected a (fn, args, kwargs) "
                             "tuple, got %s", id, Py_TYPE(e)->tp_name);
     return Py_NewRef(e);
@@ -388,7 +424,8 @@ static int run_entry(PyObject *e, int nin, const smelt_tensor_ref *in, int nout,
         k++;
     PyObject *res = k == nin ? tracer_call_invoke(fn, PyTuple_GET_ITEM(e, 1), PyTuple_GET_ITEM(e, 2),
                                                   ins, nin) : NULL;
-    int rc = res ? store_results(fn, res, nout, out, in, nin, keep) : -1;
+    int rc = res ? store_results(fn, res, nout, out, in, nin, keep,
+                                 PyTuple_GET_SIZE(e) == 4 ? PyTuple_GET_ITEM(e, 3) : NULL) : -1;
     Py_XDECREF(res);
     for (int j = 0; j < k; j++)
         Py_DECREF(ins[j]);

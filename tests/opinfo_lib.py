@@ -323,10 +323,11 @@ def variants(op, with_out):
     return out
 
 
-def samples(op, dtype, reference):
+def samples(op, dtype, reference, noncontig=False):
     try:
         gen = op.reference_inputs("cpu", dtype) if reference else op.sample_inputs("cpu", dtype)
-        yield from gen
+        for s in gen:
+            yield s.noncontiguous() if noncontig else s
     except Exception:  # noqa: BLE001 - some sample functions need what this build lacks
         return
 
@@ -342,13 +343,13 @@ def _out_sample(op, sample):
     return sample.__class__(sample.input, args=sample.args, kwargs={**sample.kwargs, "out": out})
 
 
-def run_op(op, dtypes=DTYPES, cap=3, reference=False, errors=True, with_out=True, native=False):
+def run_op(op, dtypes=DTYPES, cap=3, reference=False, errors=True, with_out=True, native=False, noncontig=False):
     results = []
     supported = op.supported_dtypes("cpu")
     for dtype in dtypes:
         if dtype not in supported:
             continue
-        for i, sample in enumerate(itertools.islice(samples(op, dtype, reference), cap)):
+        for i, sample in enumerate(itertools.islice(samples(op, dtype, reference, noncontig), cap)):
             for name, fn in variants(op, with_out):
                 if name == "inplace" and (sample.broadcasts_input or
                                           not isinstance(sample.input, torch.Tensor)):

@@ -397,7 +397,7 @@ static int infer(tracer *T, ext_pending *p, char *msg, size_t msglen)
 
 /* Appends (fn, args, kwargs) to the result's table of calls (made on
  * first use, kept alive by the result's keep list). 0 or -1. */
-static int record_call(tracer *T, PyObject *fn, PyObject *args, PyObject *kwargs)
+static int record_call(tracer *T, PyObject *fn, PyObject *args, PyObject *kwargs, PyObject *expected)
 {
     if (!T->r->calls) {
         PyObject *l = PyList_New(0);
@@ -408,7 +408,7 @@ static int record_call(tracer *T, PyObject *fn, PyObject *args, PyObject *kwargs
         T->r->calls = l;
         Py_DECREF(l);   /* keep holds it */
     }
-    PyObject *e = PyTuple_Pack(3, fn, args, kwargs);
+    PyObject *e = expected ? PyTuple_Pack(4, fn, args, kwargs, expected) : PyTuple_Pack(3, fn, args, kwargs);
     int r = e ? PyList_Append(T->r->calls, e) : -1;
     Py_XDECREF(e);
     return r;
@@ -574,8 +574,33 @@ static int meta_layout(tracer *T, ext_pending *p)
     return 0;
 }
 
+/* The strides the graph takes from the meta run for p's results, checked
+ * at run time (a meta kernel can lay a result out otherwise than the CPU
+ * kernel: svd's V, nonzero_static): a tuple of one stride tuple per
+ * result, when the run's arguments are graph inputs (whose strides at run
+ * time are the ones the meta run had); else NULL (new reference). */
+static PyObject *modelled_strides(tracer *T, const ext_pending *p)
+{
+    if (p->m.has_strides != 1 || !p->faithful)
+        return NULL;
+    for (int k = 0; k < p->s.n; k++)
+        if (T->g->nodes[p->s.node[k]].op != SMELT_OP_INPUT)
+            return NULL;
+    PyObject *t = PyTuple_New(p->m.nout);
+    for (int k = 0; t && k < p->m.nout; k++) {
+        PyObject *st = tracer_int_tuple(p->m.strides[k], p->m.ndims[k]);
+        if (!st) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, k, st);
+    }
+    return t;
+}
+
 int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a)
 {
+    PyObject *expected = NULL;
     if (p->need_layout && meta_layout(T, p))
         return -1;
     uint64_t key;
@@ -586,8 +611,11 @@ int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a)
         if (first < 0)
             r = tr_break(T, "host call of %U: %s", p->name, T->g->err);
         else if (contig_cover(T) == 0 && note_layouts(T, first, p) == 0 &&
-                 record_call(T, p->fn, p->args, p->kwargs) == 0)
+                 record_call(T, p->fn, p->args, p->kwargs, (expected = modelled_strides(T, p))) == 0)
             r = result_value(T, first, &p->m, p->rtype);
+        Py_XDECREF(expected);
+        if (PyErr_Occurred() && r >= 0)
+            r = -1;
     }
     if (r >= 0 && any_view(&p->m))   /* an in-place update of an argument would have to reach the view */
         args_have_tensor(T, a, 1);

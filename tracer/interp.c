@@ -4323,6 +4323,9 @@ static int alias_out(tracer *T, int32_t v, tr_out *o)
             return -1;
         if (!shared && !lay && b == x->node)
             return 0;   /* a new contiguous tensor */
+        for (int32_t i = x->node; i != b; i = T->g->nodes[i].src[0])
+            if (T->contig[i])
+                return 0;   /* eager made a new tensor on the way (a reshape that copies, pooling, ...) */
         if (!tr_view_geometry(T->g, b, bst, x->node, st, &off))
             return 0;   /* eager copies (a reshape): a tensor of its own */
         if (!shared && !lay && off == 0 && strides_dense(&T->g->nodes[x->node], st))

@@ -374,8 +374,18 @@ static int32_t graph_ops(tracer *T, const sh_args *sa, const int32_t *node, cons
         return tr_break(T, "internal error: %s as graph ops gives %s[%d dims], torch %s[%d dims]",
                         smelt_op_name((smelt_op)T->g->nodes[y].op), smelt_dtype_name((smelt_dtype)T->g->nodes[y].dtype),
                         T->g->nodes[y].ndim, smelt_dtype_name((smelt_dtype)m->dtypes[0]), m->ndims[0]);
-    if (sa->kind != SK_CONV && sa->kind != SK_UNFOLD && ops_eager_contiguous(T, node[sa->x]) == 1)
-        tr_mark_contig(T, y);   /* eager pools (and upsamples) a contiguous input into a contiguous result */
+    if (sa->kind != SK_CONV && sa->kind != SK_UNFOLD) {
+        /* eager pools (and upsamples) a contiguous input into a contiguous
+         * result, a channels-last one into a channels-last result */
+        int64_t st[SMELT_MAX_DIMS];
+        int k = ops_eager_strides(T, node[sa->x], st);
+        if (k < 0)
+            return -1;
+        if (k == 1 && tr_channels_last(&T->g->nodes[node[sa->x]], st) && T->g->nodes[y].ndim == T->g->nodes[node[sa->x]].ndim)
+            tr_mark_layout(T, y, 2);
+        else if (ops_eager_contiguous(T, node[sa->x]) == 1)
+            tr_mark_contig(T, y);
+    }
     return tv_tensor(T, y);
 }
 

@@ -422,8 +422,9 @@ static int32_t h_reduce(tracer *T, const call_args *a, smelt_op op)
     int32_t x = arg(a, 0, "input"), dim = arg(a, 1, "dim"), kd = arg(a, 2, "keepdim");
     if (dim < 0)
         dim = arg(a, -1, "axis");
+    int dt = -1;
     if (!is_none(T, arg(a, -1, "dtype"))) {   /* sum/mean/prod(dtype=): the input cast first, as eager */
-        int dt = op == SMELT_OP_SUM || op == SMELT_OP_MEAN || op == SMELT_OP_PROD ? dtype_arg(T, a, -1) : -1;
+        dt = op == SMELT_OP_SUM || op == SMELT_OP_MEAN || op == SMELT_OP_PROD ? dtype_arg(T, a, -1) : -1;
         if (dt < 0 || T->vals[x].kind != V_TENSOR)
             return T->broke ? -1 : tr_break(T, "%s with dtype=", smelt_op_name(op));
         x = cast_to(T, x, dt);
@@ -432,7 +433,8 @@ static int32_t h_reduce(tracer *T, const call_args *a, smelt_op op)
     int keep;
     if (x < 0 || T->vals[x].kind != V_TENSOR || dims_mask(T, dim, node(T, x)->ndim, &mask) || get_bool(T, kd, 0, &keep))
         return x >= 0 && T->vals[x].kind != V_TENSOR ? tr_break(T, "reduction of a non-tensor") : -1;
-    return red(T, op, x, mask, keep, 0);
+    int32_t r = red(T, op, x, mask, keep, 0);
+    return dt >= 0 && r >= 0 ? cast_to(T, r, dt) : r;   /* in dtype= (integers too: no int64) */
 }
 
 /* torch.max / torch.min: all elements, a dim (values, indices), or two tensors. */
@@ -1041,6 +1043,8 @@ static int32_t h_cat(tracer *T, const call_args *a, smelt_op op)
     int cl = 1;   /* eager: channels-last when every input is, else contiguous */
     for (int i = 0; i < n && cl == 1; i++)
         cl = eager_channels_last(T, items[i]);
+    if (cl == 1 && r >= 0 && T->vals[r].kind == V_TENSOR)
+        tr_mark_layout(T, T->vals[r].node, 2);   /* channels-last in, channels-last out */
     return cl == 0 ? fresh_contiguous(T, -1, r) : r;
 }
 
@@ -1183,10 +1187,18 @@ static int32_t h_clamp(tracer *T, const call_args *a, smelt_op op)
  * the target for the fixed-dtype methods (as SMELT_OP_* + 1000 encoding). */
 static int32_t h_to(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input");
+    int32_t x = arg(a, 0, "input"), mf = arg(a, -1, "memory_format");
+    if (!is_none(T, mf)) {   /* only the default layout rule (preserve_format) is modelled */
+        PyObject *o = tr_const(T, mf), *s = o ? PyObject_Str(o) : NULL;
+        int keep = s && PyUnicode_CompareWithASCIIString(s, "torch.preserve_format") == 0;
+        Py_XDECREF(s);
+        if (!keep)
+            return o ? tr_break(T, ".to(memory_format=%R) is not supported", o) : -1;
+    }
     if ((int)op >= 1000)
         return cast_to(T, x, (int)op - 1000);
     int32_t in = x, cp = -1;
+    int nbools = 0;   /* positional (non_blocking, copy) after the target */
     for (int i = 1; i < a->npos + a->nkw; i++) {
         int32_t v = i < a->npos ? a->pos[i] : a->kwv[i - a->npos];
         if (i >= a->npos && !PyUnicode_CompareWithASCIIString(a->kwn[i - a->npos], "copy")) {
@@ -1195,12 +1207,19 @@ static int32_t h_to(tracer *T, const call_args *a, smelt_op op)
         }
         if (i >= a->npos && PyUnicode_CompareWithASCIIString(a->kwn[i - a->npos], "dtype") &&
             PyUnicode_CompareWithASCIIString(a->kwn[i - a->npos], "device"))
+            continue;   /* memory_format: checked above; non_blocking: nothing to do on the CPU */
+        if (T->vals[v].kind == V_TENSOR) {
+            x = cast_to(T, x, node(T, v)->dtype);
             continue;
-        if (T->vals[v].kind == V_TENSOR)
-            return cast_to(T, x, node(T, v)->dtype);
+        }
         PyObject *o = tr_const(T, v);
         if (!o)
             return -1;
+        if (i > 1 && i < a->npos && PyBool_Check(o)) {
+            if (++nbools == 2)
+                cp = v;
+            continue;
+        }
         int dt = ops_dtype_of(o);
         if (dt >= 0) {
             x = cast_to(T, x, dt);
@@ -2071,6 +2090,17 @@ static int node_strides(tracer *T, int32_t i, const uint8_t *known, int64_t (*st
         memcpy(st[i], n->stride, sizeof st[i]);
         return 1;
     }
+    if (contig[i] == 2 && (n->ndim == 4 || n->ndim == 5)) {   /* channels-last (dim 1 innermost) */
+        int64_t z = 1;
+        st[i][1] = z;
+        z *= n->shape[1] > 1 ? n->shape[1] : 1;
+        for (int d = n->ndim - 1; d >= 2; d--) {
+            st[i][d] = z;
+            z *= n->shape[d] > 1 ? n->shape[d] : 1;
+        }
+        st[i][0] = z;
+        return 1;
+    }
     if (contig[i]) {
         tr_contiguous_strides(n, st[i]);
         return 1;
@@ -2132,11 +2162,16 @@ static int eager_strides(tracer *T, int32_t id, int64_t *out)
     return T->st_known[id];
 }
 
-void tr_mark_contig(tracer *T, int32_t node)
+void tr_mark_layout(tracer *T, int32_t node, int layout)
 {
-    T->contig[node] = 1;
+    T->contig[node] = (uint8_t)layout;
     if (T->st_upto > node)
         T->st_upto = node;
+}
+
+void tr_mark_contig(tracer *T, int32_t node)
+{
+    tr_mark_layout(T, node, 1);
 }
 
 int ops_eager_strides(tracer *T, int32_t id, int64_t *out)
@@ -2561,14 +2596,19 @@ static int32_t h_square(tracer *T, const call_args *a, smelt_op op)
     return op2(T, SMELT_OP_MUL, x, x);
 }
 
+static int32_t up32(tracer *T, int32_t v);
+static int32_t down_to(tracer *T, int32_t r, int32_t x);
+
 /* lerp as eager computes it: start + w*(end-start) for |w| < 0.5, else
  * end - (end-start)*(1-w). */
 static int32_t h_lerp(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t s = arg(a, 0, "input"), e = arg(a, 1, "end"), w = arg(a, 2, "weight");
     (void)op;
-    if (s < 0 || e < 0 || w < 0)
+    if (s < 0 || e < 0 || w < 0 || T->vals[s].kind != V_TENSOR)
         return tr_break(T, "lerp arguments");
+    int32_t s0 = s;   /* half precision: in float32, rounded once (as eager's kernel) */
+    s = up32(T, s), e = up32(T, e), w = up32(T, w);
     int32_t d = op2(T, SMELT_OP_SUB, e, s);
     int32_t lo = op2(T, SMELT_OP_ADD, s, op2(T, SMELT_OP_MUL, w, d));
     int32_t hi = op2(T, SMELT_OP_SUB, e, op2(T, SMELT_OP_MUL, d, op2(T, SMELT_OP_SUB, num(T, 1.0), w)));
@@ -2577,10 +2617,10 @@ static int32_t h_lerp(tracer *T, const call_args *a, smelt_op op)
     if (T->vals[w].kind != V_TENSOR) {
         int err = 0;
         double wv = get_float(T, w, 0, &err);
-        return err ? -1 : fabs(wv) < 0.5 ? lo : hi;
+        return err ? -1 : down_to(T, fabs(wv) < 0.5 ? lo : hi, s0);
     }
     call_args c = { .pos = (int32_t[]){ op2(T, SMELT_OP_LT, op1(T, SMELT_OP_ABS, w), num(T, 0.5)), lo, hi }, .npos = 3 };
-    return c.pos[0] < 0 ? -1 : h_where(T, &c, op);
+    return c.pos[0] < 0 ? -1 : down_to(T, h_where(T, &c, op), s0);
 }
 
 /* v as float32 when it is a half-precision tensor (eager computes those
@@ -3020,10 +3060,12 @@ static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
     if (dt < 0 || PyErr_Occurred())
         return -1;
     if (!smelt_dtype_is_float((smelt_dtype)dt)) {
-        /* eager casts the bounds to the integer dtype first */
+        /* eager's size: int64 from the bounds cast to int64, other
+         * integer dtypes from the bounds as given */
         if (start != floor(start) || step != floor(step))
             return tr_break(T, "integer arange with fractional bounds");
-        end = trunc(end);
+        if (dt == SMELT_I64)
+            end = trunc(end);
     }
     if (step == 0 || !isfinite(start) || !isfinite(end) || (end - start) * step < 0)
         return tr_break(T, "arange with a bad step or bounds (eager raises)");
@@ -3770,6 +3812,12 @@ static int32_t h_cosine_similarity(tracer *T, const call_args *a, smelt_op op)
         return tr_break(T, "cosine_similarity of tensors with different ranks");
     if (get_int(T, arg(a, 2, "dim"), 1, &d) || norm_dim(T, d, nd, &dim))
         return -1;
+    /* eager broadcasts the two first: the norms are over the common shape */
+    call_args bb = { .pos = (int32_t[]){ x, y }, .npos = 2 };
+    int32_t both = h_broadcast_tensors(T, &bb, 0);
+    if (both < 0)
+        return -1;
+    x = T->vals[both].items[0], y = T->vals[both].items[1];
     int32_t nx = clamp_to(T, pnorm(T, x, 2.0, 1u << dim, 1), num(T, eps), -1);
     int32_t ny = clamp_to(T, pnorm(T, y, 2.0, 1u << dim, 1), num(T, eps), -1);
     int32_t p = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_DIV, x, nx), op2(T, SMELT_OP_DIV, y, ny));
@@ -4154,7 +4202,7 @@ static int32_t h_nansum(tracer *T, const call_args *a, smelt_op op)
     if (!is_tensor(T, x) || !is_none(T, arg(a, -1, "dtype")))
         return tr_break(T, "nansum arguments");
     int32_t z = smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype)
-              ? where3(T, op1(T, SMELT_OP_ISNAN, x), op2(T, SMELT_OP_MUL, x, num(T, 0.0)), x) : x;
+              ? where3(T, op1(T, SMELT_OP_ISNAN, x), num(T, 0.0), x) : x;
     call_args b = *a;
     int32_t pos[8];
     for (int i = 0; i < a->npos && i < 8; i++)
@@ -4553,7 +4601,7 @@ static int32_t h_nanmean(tracer *T, const call_args *a, smelt_op op)
         dims_mask(T, arg(a, 1, "dim"), node(T, x)->ndim, &m) || get_bool(T, arg(a, 2, "keepdim"), 0, &keep))
         return T->broke ? -1 : tr_break(T, "nanmean arguments");
     int32_t isn = op1(T, SMELT_OP_ISNAN, x);
-    int32_t s = red(T, SMELT_OP_SUM, where3(T, isn, op2(T, SMELT_OP_MUL, x, num(T, 0.0)), x), m, keep, 0);
+    int32_t s = red(T, SMELT_OP_SUM, where3(T, isn, num(T, 0.0), x), m, keep, 0);
     int32_t c = red(T, SMELT_OP_SUM, cast_to(T, op1(T, SMELT_OP_LOGICAL_NOT, isn), node(T, x)->dtype), m, keep, 0);
     return op2(T, SMELT_OP_DIV, s, c);
 }
@@ -4693,6 +4741,12 @@ static int32_t h_sum_to_size(tracer *T, const call_args *a, smelt_op op)
     if (lead < 0)
         return tr_break(T, "sum_to_size to more dims (eager raises)");
     uint32_t mask = 0;
+    if (n == 0) {   /* eager: the sum of every element (integers and bool: int64) */
+        if (nd)
+            return red(T, SMELT_OP_SUM, x, (1u << nd) - 1, 0, 0);
+        return fresh_contiguous(T, -1, smelt_dtype_is_float(s->dtype) || s->dtype == SMELT_I64 ? copy_of(T, x)
+                                                                                             : cast_to(T, x, SMELT_I64));
+    }
     for (int d = 0; d < nd; d++) {
         if (d < lead)
             mask |= 1u << d;
@@ -4701,9 +4755,8 @@ static int32_t h_sum_to_size(tracer *T, const call_args *a, smelt_op op)
         else if (size[d - lead] != s->shape[d])
             return tr_break(T, "sum_to_size of a shape that does not broadcast (eager raises)");
     }
-    if (!mask)   /* eager sums over no dims: a new tensor, integers and bool in int64 */
-        return fresh_contiguous(T, -1, smelt_dtype_is_float(s->dtype) || s->dtype == SMELT_I64 ? copy_of(T, x)
-                                                                                             : cast_to(T, x, SMELT_I64));
+    if (!mask)   /* eager: x itself */
+        return x;
     int32_t r = red(T, SMELT_OP_SUM, x, mask, 1, 0);
     return r < 0 ? -1 : v_reshape(T, r, size, n);
 }
@@ -4797,6 +4850,165 @@ static int32_t h_addmv(tracer *T, const call_args *a, smelt_op op)
     if (p >= 0 && half)
         p = cast_to(T, p, dt);
     return p < 0 ? -1 : fresh_contiguous(T, -1, p);
+}
+
+
+/* isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False), as ATen: equal,
+ * or |a - b| finite and within atol + |rtol * b| (bool in the default
+ * float); NaNs equal when equal_nan. One dtype; tolerances >= 0. */
+static int32_t h_isclose(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "other");
+    int err = 0, en = 0;
+    (void)op;
+    double rtol = farg(T, a, 2, "rtol", 1e-5, &err), atol = farg(T, a, 3, "atol", 1e-8, &err);
+    if (err || get_bool(T, arg(a, 4, "equal_nan"), 0, &en))
+        return -1;
+    if (!is_tensor(T, x) || !is_tensor(T, y) || node(T, x)->dtype != node(T, y)->dtype || rtol < 0 || atol < 0)
+        return tr_break(T, "isclose arguments (eager raises)");
+    int fl = smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype);
+    int32_t close = op2(T, SMELT_OP_EQ, x, y);
+    if (en && fl)
+        close = op2(T, SMELT_OP_LOGICAL_OR, close, op2(T, SMELT_OP_LOGICAL_AND, op1(T, SMELT_OP_ISNAN, x), op1(T, SMELT_OP_ISNAN, y)));
+    if (rtol == 0 && atol == 0)
+        return close;
+    int32_t cx = node(T, x)->dtype == SMELT_BOOL ? cast_to(T, x, default_float()) : x;
+    int32_t cy = node(T, y)->dtype == SMELT_BOOL ? cast_to(T, y, default_float()) : y;
+    int32_t allowed = op2(T, SMELT_OP_ADD, op1(T, SMELT_OP_ABS, op2(T, SMELT_OP_MUL, cy, num(T, rtol))), num(T, atol));
+    int32_t actual = op1(T, SMELT_OP_ABS, op2(T, SMELT_OP_SUB, cx, cy));
+    int32_t fin = T->vals[actual].kind == V_TENSOR && smelt_dtype_is_float((smelt_dtype)node(T, actual)->dtype)
+                ? op1(T, SMELT_OP_LOGICAL_NOT, op2(T, SMELT_OP_LOGICAL_OR, op1(T, SMELT_OP_ISNAN, actual), op1(T, SMELT_OP_ISINF, actual)))
+                : -1;
+    int32_t within = op2(T, SMELT_OP_LE, actual, allowed);
+    if (fin >= 0)
+        within = op2(T, SMELT_OP_LOGICAL_AND, fin, within);
+    return op2(T, SMELT_OP_LOGICAL_OR, close, within);
+}
+
+/* pairwise_distance(x1, x2, p=2, eps=1e-6, keepdim=False): the p-norm of
+ * x1 - x2 + eps over the last dim. */
+static int32_t h_pairwise_distance(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "x1"), y = arg(a, 1, "x2");
+    int err = 0, keep = 0;
+    (void)op;
+    double p = farg(T, a, 2, "p", 2.0, &err), eps = farg(T, a, 3, "eps", 1e-6, &err);
+    if (err || get_bool(T, arg(a, 4, "keepdim"), 0, &keep))
+        return -1;
+    if (!is_tensor(T, x) || !is_tensor(T, y) || !smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) || !(p > 0))
+        return tr_break(T, "pairwise_distance arguments");
+    int32_t d = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_SUB, x, y), num(T, eps));
+    if (d < 0)
+        return -1;
+    int nd = node(T, d)->ndim;
+    if (nd == 0)
+        return tr_break(T, "pairwise_distance of 0-d tensors");
+    int32_t r = pnorm(T, d, p, 1u << (nd - 1), keep);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, r);
+}
+
+/* Embedding and margin losses (op selects): element-wise loss values,
+ * then reduction= (argument position rpos). */
+enum { L_COSINE_EMBEDDING, L_HINGE_EMBEDDING, L_SOFT_MARGIN, L_HUBER };
+
+static int32_t h_loss2(tracer *T, const call_args *a, smelt_op op)
+{
+    int err = 0, rpos;
+    int32_t l = -1, p0 = arg(a, 0, "input"), p1 = arg(a, 1, "target");
+    if ((int)op != L_COSINE_EMBEDDING && is_tensor(T, p0) && is_tensor(T, p1) &&
+        (node(T, p0)->ndim != node(T, p1)->ndim ||
+         memcmp(node(T, p0)->shape, node(T, p1)->shape, sizeof(int64_t) * node(T, p0)->ndim)))
+        return tr_break(T, "loss of an input and a target of different sizes (eager warns)");
+    switch ((int)op) {
+    case L_COSINE_EMBEDDING: {   /* ATen: EPSILON 1e-12 on the squared magnitudes */
+        int32_t x1 = arg(a, 0, "input1"), x2 = arg(a, 1, "input2"), y = arg(a, 2, "target");
+        double margin = farg(T, a, 3, "margin", 0.0, &err);
+        if (err || !is_tensor(T, x1) || !is_tensor(T, x2) || !is_tensor(T, y) || node(T, x1)->ndim < 1 ||
+            node(T, x1)->ndim > 2 || node(T, x1)->ndim != node(T, x2)->ndim)
+            return err ? -1 : tr_break(T, "cosine_embedding_loss arguments");
+        uint32_t m = 1u << (node(T, x1)->ndim - 1);
+        int32_t ps = red(T, SMELT_OP_SUM, op2(T, SMELT_OP_MUL, x1, x2), m, 0, 0);
+        int32_t m1 = op2(T, SMELT_OP_ADD, red(T, SMELT_OP_SUM, op2(T, SMELT_OP_MUL, x1, x1), m, 0, 0), num(T, 1e-12));
+        int32_t m2 = op2(T, SMELT_OP_ADD, red(T, SMELT_OP_SUM, op2(T, SMELT_OP_MUL, x2, x2), m, 0, 0), num(T, 1e-12));
+        int32_t cos = op2(T, SMELT_OP_DIV, ps, op1(T, SMELT_OP_SQRT, op2(T, SMELT_OP_MUL, m1, m2)));
+        int32_t pos = where3(T, op2(T, SMELT_OP_EQ, y, num(T, 1.0)), op2(T, SMELT_OP_SUB, num(T, 1.0), cos), num(T, 0.0));
+        int32_t neg = where3(T, op2(T, SMELT_OP_EQ, y, num(T, -1.0)),
+                             clamp_to(T, op2(T, SMELT_OP_SUB, cos, num(T, margin)), num(T, 0.0), -1), num(T, 0.0));
+        l = op2(T, SMELT_OP_ADD, pos, neg);
+        rpos = 6;
+        break;
+    }
+    case L_HINGE_EMBEDDING: {
+        int32_t x = arg(a, 0, "input"), y = arg(a, 1, "target");
+        double margin = farg(T, a, 2, "margin", 1.0, &err);
+        if (err || !is_tensor(T, x) || !is_tensor(T, y))
+            return err ? -1 : tr_break(T, "hinge_embedding_loss arguments");
+        int32_t mc = clamp_to(T, op2(T, SMELT_OP_SUB, num(T, margin), x), num(T, 0.0), -1);
+        l = op2(T, SMELT_OP_ADD, where3(T, op2(T, SMELT_OP_NE, y, num(T, 1.0)), mc, num(T, 0.0)),
+                where3(T, op2(T, SMELT_OP_NE, y, num(T, -1.0)), x, num(T, 0.0)));
+        rpos = 5;
+        break;
+    }
+    case L_SOFT_MARGIN: {
+        int32_t x = arg(a, 0, "input"), y = arg(a, 1, "target");
+        if (!is_tensor(T, x) || !is_tensor(T, y))
+            return tr_break(T, "soft_margin_loss arguments");
+        l = op1(T, SMELT_OP_LOG1P, op1(T, SMELT_OP_EXP, op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_NEG, x), y)));
+        rpos = 4;
+        break;
+    }
+    case L_HUBER: {
+        int32_t x = arg(a, 0, "input"), y = arg(a, 1, "target");
+        if (!is_tensor(T, x) || !is_tensor(T, y) || !is_none(T, arg(a, -1, "weight")))
+            return tr_break(T, "huber_loss arguments");
+        double delta = farg(T, a, 3, "delta", 1.0, &err);
+        if (err)
+            return -1;
+        if (!(delta > 0))
+            return tr_break(T, "huber_loss with a non-positive delta (eager raises)");
+        int32_t z = op1(T, SMELT_OP_ABS, op2(T, SMELT_OP_SUB, up32(T, x), up32(T, y)));
+        l = where3(T, op2(T, SMELT_OP_LT, z, num(T, delta)), op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, z, z), num(T, 0.5)),
+                   op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_SUB, z, num(T, 0.5 * delta)), num(T, delta)));
+        l = down_to(T, l, x);   /* half precision: in float32, rounded once */
+        /* reduction is F.huber_loss's third argument */
+        int32_t rv = arg(a, 2, "reduction");
+        call_args b = { .pos = (int32_t[]){ -1, -1, -1, -1, -1, rv }, .npos = rv >= 0 ? 6 : 0 };
+        return l < 0 ? -1 : reduce_loss(T, &b, 5, l);
+    }
+    default:
+        return tr_break(T, "unknown loss");
+    }
+    return l < 0 ? -1 : reduce_loss(T, a, rpos, l);
+}
+
+/* linalg.cross(a, b, dim=-1) (and torch.cross with a dim): components
+ * from slices of the size-3 dim. */
+static int32_t h_cross(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "other"), dv = arg(a, 2, "dim");
+    int64_t d;
+    int dim;
+    if (!is_tensor(T, x) || !is_tensor(T, y) || ((int)op == 1 && is_none(T, dv)))
+        return tr_break(T, "cross arguments (torch.cross without dim warns)");
+    if (get_int(T, dv, -1, &d))
+        return -1;
+    const smelt_node *p = node(T, x), *q = node(T, y);
+    if (p->ndim != q->ndim || p->dtype != q->dtype || p->dtype == SMELT_BOOL || norm_dim(T, d, p->ndim, &dim))
+        return T->broke ? -1 : tr_break(T, "cross of other ranks or dtypes (eager raises)");
+    if (p->shape[dim] != 3 || q->shape[dim] != 3)
+        return tr_break(T, "cross over a dim not of size 3 (eager raises)");
+    int32_t xs[3], ys[3], c[3];
+    for (int i = 0; i < 3; i++)
+        if ((xs[i] = v_slice(T, x, dim, i, i + 1, 1)) < 0 || (ys[i] = v_slice(T, y, dim, i, i + 1, 1)) < 0)
+            return -1;
+    for (int i = 0; i < 3; i++) {
+        int j = (i + 1) % 3, k = (i + 2) % 3;
+        if ((c[i] = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, xs[j], ys[k]), op2(T, SMELT_OP_MUL, xs[k], ys[j]))) < 0)
+            return -1;
+    }
+    int32_t l = tv_tuple(T, c, 3);
+    call_args cc = { .pos = (int32_t[]){ l, int_value(T, dim) }, .npos = 2 };
+    return l < 0 || cc.pos[1] < 0 ? -1 : fresh_contiguous(T, -1, h_cat(T, &cc, 0));
 }
 
 static const op_fn copy_forms[] = { h_t, h_transpose, h_permute, h_expand, h_unsqueeze, h_squeeze, h_diagonal,
@@ -4922,6 +5134,13 @@ static const op_entry table[] = {
     ROW("torch.repeat_interleave T.repeat_interleave", h_repeat_interleave, 0, IP_NO),
     ROW("torch.kron T.kron", h_kron, 0, IP_NO),
     ROW("torch.addmv T.addmv", h_addmv, 0, IP_NO),
+    ROW("torch.isclose T.isclose", h_isclose, 0, IP_NO),
+    ROW("F.pairwise_distance torch.pairwise_distance", h_pairwise_distance, 0, IP_NO),
+    ROW("F.cosine_embedding_loss", h_loss2, L_COSINE_EMBEDDING, IP_NO),
+    ROW("F.hinge_embedding_loss", h_loss2, L_HINGE_EMBEDDING, IP_NO),
+    ROW("F.soft_margin_loss", h_loss2, L_SOFT_MARGIN, IP_NO),
+    ROW("F.huber_loss", h_loss2, L_HUBER, IP_NO),
+    ROW("torch.linalg.cross", h_cross, 0, IP_NO), ROW("torch.cross T.cross", h_cross, 1, IP_NO),
     ROW("torch.deg2rad T.deg2rad", h_unary_composite, C_DEG2RAD, IP_NO),
     ROW("torch.rad2deg T.rad2deg", h_unary_composite, C_RAD2DEG, IP_NO),
     ROW("torch.sgn T.sgn", h_unary_composite, C_SGN, IP_NO),

@@ -172,7 +172,8 @@ typedef struct tracer {
     PyObject *tensor_of;   /* dict: id(tensor) -> value id of its graph input */
     int32_t *muts; int32_t nmuts, cmuts;   /* values of inputs updated in place */
     uint8_t *contig;       /* per graph node: 1 when eager's value is known contiguous (made by
-                              x.contiguous(), or pooling of a contiguous input: native.c) */
+                              x.contiguous(), or pooling of a contiguous input: native.c), 2
+                              when known channels-last (pooling or cat of channels-last inputs) */
     int32_t ccontig;
     struct tr_layout {     /* a host call result eager lays out other than contiguously
                               (LAPACK's column-major, ...) or returns as a view of an argument:
@@ -323,6 +324,8 @@ int ops_eager_strides(tracer *T, int32_t x, int64_t *out);
 /* Marks graph node x as eager-contiguous (T->contig) and drops what
  * eager_strides derived from its earlier state. */
 void tr_mark_contig(tracer *T, int32_t x);
+/* Marks node x's eager layout: 1 contiguous, 2 channels-last (4-d/5-d). */
+void tr_mark_layout(tracer *T, int32_t x, int layout);
 /* Whether strides st lay node n out channels-last (4-d/5-d, dense, not contiguous). */
 int tr_channels_last(const smelt_node *n, const int64_t *st);
 
