@@ -3712,6 +3712,9 @@ static int32_t h_batch_norm(tracer *T, const call_args *a, smelt_op op)
         return -1;
     if (T->vals[x].kind != V_TENSOR)
         return tr_break(T, "batch_norm of a non-tensor");
+    int hdt = node(T, x)->dtype;
+    if ((hdt == SMELT_F16 || hdt == SMELT_BF16) && ops_eager_contiguous(T, T->vals[x].node) != 1)
+        return tr_break(T, "half-precision batch_norm of a non-contiguous input (eager rounds otherwise)");
     if (train || is_none(T, rm) || is_none(T, rv))
         return batch_norm_train(T, a, x, train ? rm : -1, train ? rv : -1, mom, eps);
     int nd = node(T, x)->ndim;
