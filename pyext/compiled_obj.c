@@ -37,7 +37,6 @@ typedef struct CompiledObject {
     PyObject *calls;         /* table of host calls (list), NULL if the plan has none */
     int nhost;               /* smelt_plan_num_host_calls */
     int64_t ncalls;          /* calls started (outputs get huge pages from KERN_HUGE_AFTER on) */
-    int trusting;            /* the call being run is trusted */
     int eager_only;          /* a host call's result was not what the graph inferred: trusted
                                 calls (a compiled frame's) run the frame eagerly from then on */
     /* Inputs the plan keeps packed copies of (weights): for each, a weak
@@ -199,8 +198,10 @@ static int set_grad_mode(pyext_state *st, int on)
 
 /* Runs a plan with host calls on ptrs (inputs, then outputs) with the GIL
  * released and grad mode off (once for all its calls); a call's exception
- * is raised again as it was. 0, or -1 with an exception. */
-static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *stamps)
+ * is raised again as it was, except that for a `trusted` call (a compiled
+ * frame's) a result the graph inferred wrongly returns 1: the caller runs
+ * the frame eagerly. 0, 1, or -1 with an exception. */
+static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *stamps, int trusted)
 {
     pyext_state *st = pyext_state_of((PyObject *)self);
     char err[512];
@@ -219,7 +220,7 @@ static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *
         Py_XDECREF(ctx.exc);
         return -1;
     }
-    if (ctx.exc && ctx.mismatch && self->trusting) {
+    if (ctx.exc && ctx.mismatch && trusted) {
         /* the graph inferred this call's results wrongly: nothing was
          * written to the inputs yet (updates are written back after the
          * run), so the frame runs eagerly, now and from now on */
@@ -276,8 +277,8 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
  * stamping the packed inputs of args from the second call on (packing a
  * weight costs more than one unpacked matmul); with host calls (`host`), grad mode
  * is off (once for all its calls) and a call's exception is raised again
- * as it was. 0, or -1 with an exception. */
-static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, int host)
+ * as it was (run_host). 0, 1 (run eagerly), or -1 with an exception. */
+static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, int host, int trusted)
 {
     smelt_input_stamp small[16], *stamps = NULL;
     if (self->npacked && self->ncalls > 1) {   /* a first call does not pay for packing */
@@ -289,7 +290,7 @@ static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, in
     }
     int rc;
     if (host) {
-        rc = run_host(self, ptrs, stamps);
+        rc = run_host(self, ptrs, stamps, trusted);
     } else {
         char err[512];
         Py_BEGIN_ALLOW_THREADS
@@ -348,7 +349,6 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
     }
     if ((napart && apart_overlaps(self, ptrs, apart, napart)) || (trusted && self->eager_only))
         return 1;
-    self->trusting = trusted;
     self->ncalls++;   /* under the GIL */
     for (Py_ssize_t k = 0; k < self->nout; k++) {
         PyObject *t = new_output(st, self, k, &ptrs[self->nin + k]);
@@ -356,7 +356,7 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
             return -1;
         PyList_SET_ITEM(outs, k, t);
     }
-    return run_plan(self, args, ptrs, self->nhost != 0);
+    return run_plan(self, args, ptrs, self->nhost != 0, trusted);
 }
 
 static PyObject *call(CompiledObject *self, PyObject *const *args, int trusted, const int32_t *apart,

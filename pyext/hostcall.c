@@ -471,6 +471,11 @@ int pyext_hostcall_run(void *vctx, int32_t id, int nin, const smelt_tensor_ref *
     PyObject *e = call_entry(ctx ? ctx->calls : NULL, id);
     hc_mismatch = 0;
     int rc = e && !keep_list(ctx) ? run_entry(e, nin, in, nout, out, ctx->keep) : -1;
+    if (rc == 0 && PyTuple_GET_SIZE(e) == 4) {   /* strides as modelled once: not checked again (same inputs' layout) */
+        PyObject *plain = PyTuple_GetSlice(e, 0, 3);
+        if (!plain || PyList_SetItem(ctx->calls, id, plain) < 0)
+            PyErr_Clear();
+    }
     if (rc && ctx)
         ctx->mismatch = hc_mismatch;
     if (rc)

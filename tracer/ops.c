@@ -468,23 +468,36 @@ static int32_t h_minmax(tracer *T, const call_args *a, smelt_op op)
     return t;
 }
 
-static int32_t h_var(tracer *T, const call_args *a, smelt_op op)
+/* The arguments of var/std (and var_mean/std_mean) as torch takes them:
+ * (input, dim, *, correction, keepdim), the legacy unbiased flag
+ * (x.var(False), (input, dim, unbiased, keepdim)). 0, or -1 on a break or
+ * error. */
+static int var_args(tracer *T, const call_args *a, uint32_t *mask, int *keep, int64_t *corr)
 {
     int32_t x = arg(a, 0, "input"), dim = arg(a, 1, "dim");
-    int32_t unb = arg(a, -1, "unbiased"), corr = arg(a, -1, "correction"), kd = arg(a, -1, "keepdim");
+    int32_t unb = arg(a, -1, "unbiased"), corr_v = arg(a, -1, "correction"), kd = arg(a, -1, "keepdim");
+    if (x < 0 || T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "var of a non-tensor");
     if (dim >= 0 && T->vals[dim].kind == V_OBJ && PyBool_Check(T->vals[dim].obj)) {
         unb = dim;   /* x.var(False): the legacy unbiased flag */
         dim = -1;
     }
-    if (kd < 0 && a->npos > 2)
-        kd = a->pos[a->npos - 1];
-    int64_t c = 1;
-    int u, keep;
+    if (unb < 0 && a->npos > 2)   /* (input, dim, unbiased, keepdim) */
+        unb = a->pos[2];
+    if (kd < 0 && a->npos > 3)
+        kd = a->pos[3];
+    int u;
+    *corr = 1;
+    return get_bool(T, unb, 1, &u) || get_int(T, corr_v, u ? 1 : 0, corr) || get_bool(T, kd, 0, keep) ||
+           dims_mask(T, dim, node(T, x)->ndim, mask) ? -1 : 0;
+}
+
+static int32_t h_var(tracer *T, const call_args *a, smelt_op op)
+{
     uint32_t mask;
-    if (get_bool(T, unb, 1, &u) || get_int(T, corr, u ? 1 : 0, &c) || get_bool(T, kd, 0, &keep) ||
-        dims_mask(T, dim, node(T, x)->ndim, &mask))
-        return -1;
-    return red(T, op, x, mask, keep, c);
+    int keep;
+    int64_t c;
+    return var_args(T, a, &mask, &keep, &c) ? -1 : red(T, op, arg(a, 0, "input"), mask, keep, c);
 }
 
 /* The dtype= argument of softmax-like calls (keyword, or positional after
@@ -1748,7 +1761,6 @@ static int32_t keep_layout(tracer *T, int32_t x, int32_t r)
 }
 
 static int strides_contiguous(const smelt_node *n, const int64_t *stride);
-static int node_strides(tracer *T, int32_t i, const uint8_t *known, int64_t (*st)[SMELT_MAX_DIMS]);
 
 /* Eager's strides of every node of the graph so far (known[i]: modelled). */
 typedef struct stride_table {
@@ -1756,15 +1768,22 @@ typedef struct stride_table {
     int64_t (*st)[SMELT_MAX_DIMS];
 } stride_table;
 
+static int eager_strides(tracer *T, int32_t id, int64_t *out);
+
+/* A copy of eager_strides' table (its own: the caller adds nodes while it
+ * reads it). */
 static int strides_all(tracer *T, stride_table *t)
 {
     int32_t n = T->g->n;
+    int64_t one[SMELT_MAX_DIMS];
     t->known = PyMem_Calloc((size_t)n + 1, 1);
     t->st = PyMem_Calloc((size_t)n + 1, sizeof *t->st);
     if (!t->known || !t->st)
         return PyErr_NoMemory(), -1;
-    for (int32_t i = 0; i < n; i++)
-        t->known[i] = (uint8_t)node_strides(T, i, t->known, t->st);
+    if (n > 0 && eager_strides(T, n - 1, one) < 0)
+        return -1;
+    memcpy(t->known, T->st_known, (size_t)n);
+    memcpy(t->st, T->st_tab, sizeof *t->st * (size_t)n);
     return 0;
 }
 
@@ -2492,7 +2511,7 @@ static int32_t h_meshgrid(tracer *T, const call_args *a, smelt_op op)
  * of x along a dim, by a number of sections or by indices. */
 static int32_t h_tensor_split(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input"), sv = arg(a, 1, op ? "indices_or_sections" : "indices_or_sections");
+    int32_t x = arg(a, 0, "input"), sv = arg(a, 1, "indices_or_sections");
     if (sv < 0)
         sv = arg(a, 1, "sections") >= 0 ? arg(a, 1, "sections") : arg(a, 1, "indices");
     if (x < 0 || sv < 0 || T->vals[x].kind != V_TENSOR)
@@ -2671,9 +2690,9 @@ static int32_t h_outer(tracer *T, const call_args *a, smelt_op op)
  * kernel accumulates in float32 and rounds the final value). */
 static int32_t h_addmm(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input"), m1 = arg(a, 1, "mat1"), m2 = arg(a, 2, "mat2");
+    int mv = (int)op == 1;   /* addmv(input, mat, vec) */
+    int32_t x = arg(a, 0, "input"), m1 = arg(a, 1, mv ? "mat" : "mat1"), m2 = arg(a, 2, mv ? "vec" : "mat2");
     int err = 0;
-    (void)op;
     if (m1 < 0)
         m1 = arg(a, 1, "batch1"), m2 = arg(a, 2, "batch2");
     double beta = get_float(T, arg(a, -1, "beta"), 1.0, &err), alpha = err ? 0 : get_float(T, arg(a, -1, "alpha"), 1.0, &err);
@@ -2684,11 +2703,14 @@ static int32_t h_addmm(tracer *T, const call_args *a, smelt_op op)
     int dt = node(T, m1)->dtype;
     if (dt != node(T, m2)->dtype || dt != node(T, x)->dtype || dt == SMELT_BOOL)
         return tr_break(T, "addmm of mixed dtypes");
-    int isfloat = smelt_dtype_is_float((smelt_dtype)dt), half = dt == SMELT_F16 || dt == SMELT_BF16;
+    if (mv && (node(T, m1)->ndim != 2 || node(T, m2)->ndim != 1))
+        return tr_break(T, "addmv of other shapes (eager raises)");
+    int isfloat = smelt_dtype_is_float((smelt_dtype)dt);
     if (!isfloat)
         alpha = trunc(alpha), beta = trunc(beta);
-    if (half)
-        m1 = cast_to(T, m1, SMELT_F32), m2 = cast_to(T, m2, SMELT_F32), x = cast_to(T, x, SMELT_F32);
+    m1 = up32(T, m1), m2 = up32(T, m2);
+    int32_t x0 = x;
+    x = up32(T, x);
     int32_t p = m1 < 0 || m2 < 0 || x < 0 ? -1 : matmul(T, m1, m2);
     int32_t av = isfloat ? num(T, alpha) : wrap_new(T, PyLong_FromDouble(alpha));
     int32_t bv = isfloat ? num(T, beta) : wrap_new(T, PyLong_FromDouble(beta));
@@ -2696,8 +2718,7 @@ static int32_t h_addmm(tracer *T, const call_args *a, smelt_op op)
         p = op2(T, SMELT_OP_MUL, p, av);
     if (p >= 0 && beta != 0.0)
         p = op2(T, SMELT_OP_ADD, p, beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, bv));
-    if (p >= 0 && half)
-        p = cast_to(T, p, dt);
+    p = down_to(T, p, x0);
     /* eager's result is a new contiguous tensor, whatever input's layout */
     return p < 0 ? -1 : fresh_contiguous(T, -1, p);
 }
@@ -4639,23 +4660,11 @@ static int32_t h_constant_pad_nd(tracer *T, const call_args *a, smelt_op op)
  * dims, arguments as torch.var takes them. */
 static int32_t h_var_mean(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input"), dim = arg(a, 1, "dim");
-    int32_t unb = arg(a, -1, "unbiased"), corr = arg(a, -1, "correction"), kd = arg(a, -1, "keepdim");
-    if (!is_tensor(T, x))
-        return tr_break(T, "var_mean of a non-tensor");
-    if (dim >= 0 && T->vals[dim].kind == V_OBJ && PyBool_Check(T->vals[dim].obj)) {
-        unb = dim;
-        dim = -1;
-    }
-    if (kd < 0 && a->npos > 2)
-        kd = a->pos[a->npos - 1];
-    if (unb < 0 && a->npos == 4)
-        unb = a->pos[2];
-    int64_t c = 1;
-    int u, keep;
+    int32_t x = arg(a, 0, "input");
     uint32_t mask;
-    if (get_bool(T, unb, 1, &u) || get_int(T, corr, u ? 1 : 0, &c) || get_bool(T, kd, 0, &keep) ||
-        dims_mask(T, dim, node(T, x)->ndim, &mask))
+    int keep;
+    int64_t c;
+    if (var_args(T, a, &mask, &keep, &c))
         return -1;
     int32_t items[2] = { red(T, op, x, mask, keep, c), -1 };
     items[1] = items[0] < 0 ? -1 : red(T, SMELT_OP_MEAN, x, mask, keep, 0);
@@ -4825,36 +4834,6 @@ static int32_t h_kron(tracer *T, const call_args *a, smelt_op op)
         return tr_break(T, "kron of bool");
     return m < 0 ? -1 : v_reshape(T, m, out, nd);
 }
-
-/* addmv(input, mat, vec, beta=1, alpha=1) as addmm (floats; integers
- * scale by truncated alpha/beta). */
-static int32_t h_addmv(tracer *T, const call_args *a, smelt_op op)
-{
-    int32_t x = arg(a, 0, "input"), m = arg(a, 1, "mat"), v = arg(a, 2, "vec");
-    int err = 0;
-    (void)op;
-    double beta = get_float(T, arg(a, -1, "beta"), 1.0, &err), alpha = err ? 0 : get_float(T, arg(a, -1, "alpha"), 1.0, &err);
-    if (err || !is_tensor(T, x) || !is_tensor(T, m) || !is_tensor(T, v))
-        return err ? -1 : tr_break(T, "addmv arguments");
-    int dt = node(T, m)->dtype;
-    if (dt != node(T, v)->dtype || dt != node(T, x)->dtype || dt == SMELT_BOOL || node(T, m)->ndim != 2 ||
-        node(T, v)->ndim != 1)
-        return tr_break(T, "addmv of mixed dtypes or shapes");
-    int fl = smelt_dtype_is_float((smelt_dtype)dt), half = dt == SMELT_F16 || dt == SMELT_BF16;
-    if (!fl)
-        alpha = trunc(alpha), beta = trunc(beta);
-    if (half)
-        m = cast_to(T, m, SMELT_F32), v = cast_to(T, v, SMELT_F32), x = cast_to(T, x, SMELT_F32);
-    int32_t p = matmul(T, m, v);
-    if (p >= 0 && alpha != 1.0)
-        p = op2(T, SMELT_OP_MUL, p, fl ? num(T, alpha) : wrap_new(T, PyLong_FromDouble(alpha)));
-    if (p >= 0 && beta != 0.0)
-        p = op2(T, SMELT_OP_ADD, p, beta == 1.0 ? x : op2(T, SMELT_OP_MUL, x, fl ? num(T, beta) : wrap_new(T, PyLong_FromDouble(beta))));
-    if (p >= 0 && half)
-        p = cast_to(T, p, dt);
-    return p < 0 ? -1 : fresh_contiguous(T, -1, p);
-}
-
 
 /* isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False), as ATen: equal,
  * or |a - b| finite and within atol + |rtol * b| (bool in the default
@@ -5136,7 +5115,7 @@ static const op_entry table[] = {
     ROW("T.sum_to_size", h_sum_to_size, 0, IP_NO),
     ROW("torch.repeat_interleave T.repeat_interleave", h_repeat_interleave, 0, IP_NO),
     ROW("torch.kron T.kron", h_kron, 0, IP_NO),
-    ROW("torch.addmv T.addmv", h_addmv, 0, IP_NO),
+    ROW("torch.addmv T.addmv", h_addmm, 1, IP_NO),
     ROW("torch.isclose T.isclose", h_isclose, 0, IP_NO),
     ROW("F.pairwise_distance torch.pairwise_distance", h_pairwise_distance, 0, IP_NO),
     ROW("F.cosine_embedding_loss", h_loss2, L_COSINE_EMBEDDING, IP_NO),
