@@ -518,6 +518,19 @@ def test_lru_eviction_at_the_size_bound(tmp_path):
     assert again["gen"] == [0, 0, 1]         # recent ones kept, graph 1 evicted long ago
 
 
+def test_eviction_leaves_room(tmp_path):
+    """Eviction frees a quarter of the bound, so the writes after it do not
+    each rescan a directory left just under the bound."""
+    d = tmp_path / "cache"
+    one, _ = run(d, [0.0])
+    size = one["info"]["bytes"]
+    bound_mb = 4.5 * size / 2 ** 20          # room for 4 entries
+    res, _ = run(d, [1.0, 2.0, 3.0, 4.0], SMELT_CACHE_MAX_MB=repr(bound_mb))
+    info = res["info"]
+    assert info["entries"] == 3 and info["bytes"] <= 0.75 * bound_mb * 2 ** 20
+    assert info["evictions"] == 2
+
+
 def test_clear_cache(tmp_path):
     d = tmp_path / "cache"
     run(d, [0.5, 1.5])

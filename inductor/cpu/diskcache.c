@@ -49,6 +49,7 @@
 #define DC_MAX_FILE ((uint64_t)1 << 31)   /* a larger entry file is corrupt */
 #define DC_MAX_BLOBS 4096u
 #define DC_RESCAN_WRITES 256             /* writes between scans at most (dc.est_bytes) */
+#define DC_LOW_WATER_DIV 4               /* eviction frees a quarter of the bound (dc_evict) */
 #define DC_STALE_TMP_S 600                /* older temporary files are debris (dc_stale_tmp) */
 
 /* Process-wide state. fd, max_bytes, dir and the init_* texts are written
@@ -652,7 +653,8 @@ static int by_atime(const void *a, const void *b)
 }
 
 /* Deletes least-recently-used entries until the directory holds at most
- * max_bytes of them. */
+ * three quarters of max_bytes: a directory left just under the bound would
+ * be scanned again (every entry stat'ed and sorted) at the next write. */
 static void dc_evict(int dfd)
 {
     dc_file *f = NULL;
@@ -667,7 +669,8 @@ static void dc_evict(int dfd)
         return;
     }
     qsort(f, (size_t)n, sizeof *f, by_atime);
-    for (int i = 0; i < n && total - freed > dc.max_bytes; i++) {
+    int64_t keep = dc.max_bytes - dc.max_bytes / DC_LOW_WATER_DIV;
+    for (int i = 0; i < n && total - freed > keep; i++) {
         int ok = unlinkat(dfd, f[i].name, 0) == 0;
         if (ok || errno == ENOENT)   /* (or another process deleted it first) */
             freed += f[i].size;
@@ -677,7 +680,7 @@ static void dc_evict(int dfd)
     atomic_store(&dc.est_bytes, total - freed);
     atomic_fetch_add(&dc.evictions, gone);
     dc_log(0, "disk cache: evicted %d entries (%lld bytes) to stay under %lld bytes", gone, (long long)freed,
-           (long long)dc.max_bytes);
+           (long long)keep);
 }
 
 void cpu_dcache_clear(void)
