@@ -37,9 +37,10 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
 /* Runs the plan. inputs[k] points at the first element of graph input k,
  * laid out with the shape and strides declared on that INPUT node. outputs[k]
  * points at a caller-allocated contiguous buffer with the dtype and shape of
- * graph output k. Safe to call without the GIL. Returns 0, or -1 with err
- * (e.g. integer division by zero detected, a plan compiled for another
- * cpu). */
+ * graph output k. Safe to call without the GIL. Returns 0, -2 with err
+ * when an index was out of range (GATHER, CHECKIDX: the outputs are not
+ * meaningful), or -1 with err (e.g. integer division by zero detected, a
+ * plan compiled for another cpu). */
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
                    char *err, size_t errlen);
 

@@ -515,6 +515,15 @@ static int infer_unary(infer_ctx *c)
         return 0;
     case SMELT_OP_CLAMP:
         return infer_clamp(c);
+    case SMELT_OP_CHECKIDX:
+        if (!smelt_dtype_is_int(dt))
+            return fail(c, "needs an integer index, got %s", VAL(s));
+        if (c->in->a.gather.n < 0)
+            return fail(c, "negative bound %lld", (long long)c->in->a.gather.n);
+        c->out->dtype = SMELT_I64;
+        c->out->a.gather.n = c->in->a.gather.n;
+        c->out->a.gather.wrap = c->in->a.gather.wrap != 0;
+        return 0;
     default:    /* float math: integers and bool compute in the default float */
         c->out->dtype = (uint8_t)(smelt_dtype_is_float(dt) ? dt : c->g->default_float);
         return 0;
@@ -886,6 +895,28 @@ static int infer_view(infer_ctx *c)
     }
 }
 
+/* GATHER: out[i] = src[i, dim replaced by index[i]]; index's shape. */
+static int infer_gather(infer_ctx *c)
+{
+    const smelt_node *s = c->s[0], *ix = c->s[1];
+    int dim;
+    if (!smelt_dtype_is_int((smelt_dtype)ix->dtype))
+        return fail(c, "needs an integer index, got %s", VAL(ix));
+    if (ix->ndim != s->ndim || s->ndim == 0)
+        return fail(c, "index %s and source %s need the same rank, at least 1", VAL(ix), VAL(s));
+    if (norm_dim(c, c->in->a.gather.dim, s->ndim, s, &dim))
+        return -1;
+    for (int d = 0; d < s->ndim; d++)
+        if (d != dim && ix->shape[d] > s->shape[d])
+            return fail(c, "index %s larger than source %s off dim %d", VAL(ix), VAL(s), dim);
+    copy_shape(c->out, ix);
+    c->out->dtype = s->dtype;
+    c->out->a.gather.dim = dim;
+    c->out->a.gather.wrap = c->in->a.gather.wrap != 0;
+    c->out->a.gather.n = s->shape[dim];
+    return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* cat and matmul                                                     */
 
@@ -1135,6 +1166,7 @@ static int infer_node(const smelt_graph *g, int32_t self, const smelt_node *in,
     case SMELT_KIND_REDUCTION: rc = infer_reduction(&c); break;
     case SMELT_KIND_VIEW: rc = infer_view(&c); break;
     case SMELT_KIND_CAT: rc = infer_cat(&c); break;
+    case SMELT_KIND_GATHER: rc = infer_gather(&c); break;
     default:
         rc = in->op == SMELT_OP_CALL   ? infer_call(&c, self)
              : in->op == SMELT_OP_SDPA ? infer_sdpa(&c)
@@ -1329,7 +1361,7 @@ int32_t smelt_graph_num_calls(const smelt_graph *g)
 /* canonical encoding                                                 */
 
 enum attr_member { AM_NONE, AM_INPUT, AM_SCALAR, AM_ARANGE, AM_AXIS, AM_CLAMP, AM_RED,
-                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL, AM_SDPA, AM_UNFOLD, AM_CONV };
+                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL, AM_SDPA, AM_UNFOLD, AM_CONV, AM_GATHER };
 
 /* Which member of smelt_attrs op uses (see graph.h). */
 static enum attr_member attr_member_of(smelt_op op)
@@ -1349,6 +1381,7 @@ static enum attr_member attr_member_of(smelt_op op)
     case SMELT_OP_SDPA: return AM_SDPA;
     case SMELT_OP_UNFOLD: return AM_UNFOLD;
     case SMELT_OP_CONV: return AM_CONV;
+    case SMELT_OP_GATHER: case SMELT_OP_CHECKIDX: return AM_GATHER;
     default:
         return smelt_op_kind_of(op) == SMELT_KIND_REDUCTION ? AM_RED : AM_NONE;
     }
@@ -1412,6 +1445,7 @@ static uint8_t *encode_attrs(uint8_t *p, const smelt_node *n)
             PUT(a->conv.pad_hi[d], 4); PUT(a->conv.dil[d], 4);
         }
         break;
+    case AM_GATHER: PUT(a->gather.dim, 4); PUT(a->gather.wrap, 1); PUT(a->gather.n, 8); break;
     case AM_NONE: break;
     }
     return p;
@@ -1659,6 +1693,11 @@ static void print_attrs(strbuf *b, const smelt_node *n)
         for (int d = 0; d < n->ndim; d++)
             sb_printf(b, "%s%d", d ? ", " : "", a->perm.perm[d]);
         sb_printf(b, "]");
+        break;
+    case AM_GATHER:
+        if (n->op == SMELT_OP_GATHER)
+            sb_printf(b, ", dim=%d", (int)a->gather.dim);
+        sb_printf(b, ", n=%lld%s", (long long)a->gather.n, a->gather.wrap ? ", wrap" : "");
         break;
     case AM_SLICE:
         sb_printf(b, ", dim=%d, start=%lld, end=%lld, step=%lld", (int)a->slice.dim,

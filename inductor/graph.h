@@ -56,7 +56,8 @@ typedef enum smelt_op_kind {
     SMELT_KIND_REDUCTION,
     SMELT_KIND_VIEW,
     SMELT_KIND_CAT,
-    SMELT_KIND_EXTERN
+    SMELT_KIND_EXTERN,
+    SMELT_KIND_GATHER
 } smelt_op_kind;
 
 /* Inline attributes. Which member is valid:
@@ -103,6 +104,7 @@ typedef union smelt_attrs {
     struct { double scale; uint8_t causal; } sdpa;
     struct { int32_t dim; int64_t size, step, dil; } unfold;
     struct { int32_t nsp, groups; int32_t stride[3], pad_lo[3], pad_hi[3], dil[3]; } conv;
+    struct { int32_t dim; uint8_t wrap; int64_t n; } gather;   /* GATHER, CHECKIDX */
 } smelt_attrs;
 
 typedef struct smelt_node {

@@ -44,8 +44,10 @@ typedef enum kexpr_op {
     KE_CONST,    /* f (floating dtype) or i (bool/integer) */
     KE_INDEX,    /* the integer value of index expression ix (dtype I64) */
     KE_PHASE,    /* phase value number `phase` */
-    KE_OP        /* graph op `gop` over src[0..2]; attrs from graph node `gnode`;
+    KE_OP,       /* graph op `gop` over src[0..2]; attrs from graph node `gnode`;
                     operands are converted to `cdtype` before computing */
+    KE_GATHER    /* buf[ix + src[0] * i]: a load at a computed position (src[0]
+                    an int64 value in range, CHECKIDX's) */
 } kexpr_op;
 
 typedef struct kexpr {

@@ -78,6 +78,13 @@ static void print_ex(sbuf *b, const kir_pool *P, int32_t e)
     case KE_PHASE:
         sb_printf(b, "phase%d", x->phase);
         return;
+    case KE_GATHER:
+        sb_printf(b, "buf%d[", x->buf);
+        print_ix(b, P, x->ix);
+        sb_printf(b, " + ");
+        print_ex(b, P, x->src[0]);
+        sb_printf(b, " * %lld]", (long long)x->i);
+        return;
     default:
         sb_printf(b, "%s(", smelt_op_name((smelt_op)x->gop));
         for (int k = 0; k < 3 && x->src[k] >= 0; k++) {

@@ -557,9 +557,40 @@ static int32_t pointwise_value(kb *b, int32_t node, const int32_t *idx)
     kexpr e = kexpr_blank(KE_OP, n->dtype);
     e.gop = n->op;
     e.cdtype = (uint8_t)compute_dtype(g, n);
-    e.gnode = n->op == SMELT_OP_CLAMP ? node : -1;
+    e.gnode = n->op == SMELT_OP_CLAMP || n->op == SMELT_OP_CHECKIDX ? node : -1;
     memcpy(e.src, v, sizeof v);
     return kexpr_intern(&b->L->p->pool, e);
+}
+
+/* GATHER's value at idx: its source (a strided view of a buffer, see
+ * realize_extern_sources) read at idx with the gather dim's coordinate the
+ * checked index value. */
+static int32_t gather_value(kb *b, int32_t node, const int32_t *idx)
+{
+    lowering *L = b->L;
+    kir_pool *P = &L->p->pool;
+    const smelt_node *n = &L->g->nodes[node], *s = &L->g->nodes[n->src[0]];
+    int32_t buf, sidx[SMELT_MAX_DIMS];
+    int64_t off, st[SMELT_MAX_DIMS];
+    int32_t iv = access(b, n->src[1], idx);
+    if (iv < 0)
+        return -1;
+    if (!strided_of(L, n->src[0], &buf, &off, st)) {
+        b->fail_node = n->src[0];   /* realized, then built again */
+        return -1;
+    }
+    kexpr c = kexpr_blank(KE_OP, SMELT_I64);
+    c.gop = SMELT_OP_CHECKIDX;
+    c.gnode = node;
+    c.src[0] = iv;
+    for (int d = 0; d < s->ndim; d++)
+        sidx[d] = d == n->a.gather.dim ? kix_const(P, 0) : idx[d];
+    kexpr e = kexpr_blank(KE_GATHER, s->dtype);
+    e.buf = buf;
+    e.ix = kix_add(P, buf_index(P, s->ndim, st, sidx), kix_const(P, off));
+    e.src[0] = kexpr_intern(P, c);
+    e.i = st[n->a.gather.dim];
+    return kexpr_intern(P, e);
 }
 
 /* Scalar expression for node at index idx (one kix per dim of node). */
@@ -588,6 +619,8 @@ static int32_t access(kb *b, int32_t node, const int32_t *idx)
     }
     case SMELT_KIND_REDUCTION:
         return reduction_value(b, node, idx);
+    case SMELT_KIND_GATHER:
+        return gather_value(b, node, idx);
     default:
         return pointwise_value(b, node, idx);
     }
@@ -605,6 +638,7 @@ static int node_cost(lowering *L, int32_t node, int depth)
     case SMELT_KIND_LEAF: return 0;
     case SMELT_KIND_VIEW: break;
     case SMELT_KIND_REDUCTION: return 2;   /* a phase of the same kernel */
+    case SMELT_KIND_GATHER: return 2 + node_cost(L, n->src[1], depth + 1);
     default:
         switch ((smelt_op)n->op) {
         case SMELT_OP_EXP: case SMELT_OP_LOG: case SMELT_OP_SIN: case SMELT_OP_COS:
@@ -632,7 +666,8 @@ static void decide_realized(lowering *L)
             L->realized[i] = 1;
         else if (k == SMELT_KIND_REDUCTION && L->nuse[i] > 1)
             L->realized[i] = 1;
-        else if ((k == SMELT_KIND_UNARY || k == SMELT_KIND_BINARY || k == SMELT_KIND_TERNARY) &&
+        else if ((k == SMELT_KIND_UNARY || k == SMELT_KIND_BINARY || k == SMELT_KIND_TERNARY ||
+                  k == SMELT_KIND_GATHER) &&
                  L->nuse[i] > 1 && node_cost(L, i, 0) > CHEAP_COST)
             L->realized[i] = 1;
     }
@@ -640,18 +675,18 @@ static void decide_realized(lowering *L)
         L->realized[g->outputs[o]] = 1;
 }
 
-/* Sources of library calls that are not a strided view of a buffer are
- * realized (after the layouts are chosen: a reshape of a channels-last
- * buffer is not a view). */
+/* Sources of library calls, and what GATHER reads from, that are not a
+ * strided view of a buffer are realized (after the layouts are chosen: a
+ * reshape of a channels-last buffer is not a view). */
 static void realize_extern_sources(lowering *L)
 {
     const smelt_graph *g = L->g;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
         if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA &&
-            n->op != SMELT_OP_CONV)
+            n->op != SMELT_OP_CONV && n->op != SMELT_OP_GATHER)
             continue;
-        for (int k = 0; k < n->nsrc; k++) {
+        for (int k = 0; k < (n->op == SMELT_OP_GATHER ? 1 : n->nsrc); k++) {
             int32_t buf;
             int64_t off, st[SMELT_MAX_DIMS];
             if (!strided_of(L, n->src[k], &buf, &off, st))
@@ -868,7 +903,7 @@ static void collect_ix(const kir_pool *P, int32_t e, uint8_t *seen, int32_t *out
         return;
     seen[e] = 1;
     const kexpr *x = &P->ex[e];
-    if ((x->op == KE_LOAD || x->op == KE_INDEX) && *n < cap)
+    if ((x->op == KE_LOAD || x->op == KE_INDEX || x->op == KE_GATHER) && *n < cap)
         out[(*n)++] = x->ix;
     for (int k = 0; k < 3; k++)
         collect_ix(P, x->src[k], seen, out, n, cap);

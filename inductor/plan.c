@@ -383,7 +383,10 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
         free(kb[c->nslots + 1]);
         if (kb != small)
             free(kb);
-        if (flag) {
+        if (flag & PLAN_FLAG_INDEX) {
+            snprintf(err, errlen, "index out of range");
+            rc = -2;
+        } else if (flag) {
             snprintf(err, errlen, "ZeroDivisionError: integer division by zero");
             rc = -1;
         }

@@ -81,6 +81,10 @@ typedef struct plan_step {
     plan_conv *conv;                       /* PS_CONV (owned) */
 } plan_step;
 
+/* Bits of a run's error flag, set by generated kernels. */
+#define PLAN_FLAG_ZERODIV 1   /* integer division by zero: the run fails (-1) */
+#define PLAN_FLAG_INDEX 2     /* an index out of range (CHECKIDX, GATHER): the run fails (-2) */
+
 /* Signature of every generated kernel: items [begin, end) of its work.
  * `bufs` is the kernel's own slot table: bufs[i] = plan buffer slots[i],
  * then the error flag, then a split kernel's partials. */

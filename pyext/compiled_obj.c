@@ -196,6 +196,19 @@ static int set_grad_mode(pyext_state *st, int on)
     return prev;
 }
 
+/* What a failed plan run (rc < 0, message err) returns: an index out of
+ * range (-2) in a `trusted` call (a compiled frame's) returns 1 without an
+ * exception, so the frame runs eagerly this once and raises eager's own
+ * error (nothing was written to the inputs: updates are written back
+ * after the run); otherwise -1 with the exception. */
+static int run_failed(int rc, const char *err, int trusted)
+{
+    if (rc == -2 && trusted)
+        return 1;
+    PyErr_Format(rc == -2 ? PyExc_IndexError : PyExc_RuntimeError, "%s", err);
+    return -1;
+}
+
 /* Runs a plan with host calls on ptrs (inputs, then outputs) with the GIL
  * released and grad mode off (once for all its calls); a call's exception
  * is raised again as it was, except that for a `trusted` call (a compiled
@@ -239,9 +252,7 @@ static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *
         PyErr_Restore(Py_NewRef(Py_TYPE(ctx.exc)), ctx.exc, PyException_GetTraceback(ctx.exc));
         return -1;
     }
-    if (rc)
-        PyErr_Format(PyExc_RuntimeError, "%s", err);
-    return rc;
+    return rc ? run_failed(rc, err, trusted) : 0;
 }
 
 /* The stamp of packed input j (self->packed[j]), tensor t: a version
@@ -297,7 +308,7 @@ static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, in
         rc = smelt_plan_run_stamped(self->plan, ptrs, ptrs + self->nin, stamps, NULL, NULL, err, sizeof err);
         Py_END_ALLOW_THREADS
         if (rc)
-            PyErr_Format(PyExc_RuntimeError, "%s", err);
+            rc = run_failed(rc, err, trusted);
     }
     if (stamps != small)
         PyMem_Free(stamps);

@@ -262,7 +262,7 @@ static int state_init_names(pyext_state *st)
 static int add_op_table(PyObject *m)
 {
     static const char *const kinds[] = {"leaf", "unary", "binary", "ternary",
-                                        "reduction", "view", "cat", "extern"};
+                                        "reduction", "view", "cat", "extern", "gather"};
     PyObject *ops = PyTuple_New(SMELT_NOPS);
     if (!ops)
         return -1;

@@ -4963,6 +4963,164 @@ static int32_t h_loss2(tracer *T, const call_args *a, smelt_op op)
     return l < 0 ? -1 : reduce_loss(T, a, rpos, l);
 }
 
+/* ---------- indexing: gather, index_select, take, embedding ---------- */
+
+/* The op as a host call (what eager's kernel gives, its errors included):
+ * for the cases the native forms below leave to torch. */
+static int32_t as_host_call(tracer *T, PyObject *fn, const call_args *a)
+{
+    int32_t r = ext_call(T, fn, a);
+    return r != -2 ? r : tr_break(T, "%s is not a host call", Py_TYPE(fn)->tp_name);
+}
+
+/* x broadcast to shape (n dims) without a copy: an EXPAND view. */
+static int32_t expand_to(tracer *T, int32_t x, const int64_t *shape, int n)
+{
+    if (x < 0)
+        return -1;
+    const smelt_node *xn = node(T, x);
+    if (xn->ndim == n && !memcmp(xn->shape, shape, sizeof(int64_t) * (size_t)n))
+        return x;
+    smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[x].node }, .ndim = (uint8_t)n };
+    memcpy(p.shape, shape, sizeof(int64_t) * (size_t)n);
+    return mk(T, &p);
+}
+
+/* GATHER of x along dim d at index ix (an integer tensor of x's rank,
+ * >= 1): a new contiguous tensor. An index out of range (negatives
+ * counting from the end when wrap) fails the run: the frame runs eagerly
+ * and raises eager's error. */
+static int32_t gather_at(tracer *T, int32_t x, int32_t ix, int d, int wrap)
+{
+    int32_t a = x < 0 ? -1 : gnode(T, x), b = a < 0 || ix < 0 ? -1 : gnode(T, ix);
+    if (b < 0)
+        return -1;
+    smelt_node p = { .op = SMELT_OP_GATHER, .nsrc = 2, .src = { a, b } };
+    p.a.gather.dim = d;
+    p.a.gather.wrap = (uint8_t)wrap;
+    return fresh_contiguous(T, -1, mk(T, &p));
+}
+
+/* x (>= 1-d) at the positions of 1-d index ix along dim d: x's shape with
+ * dim d of ix's length (index_select, embedding, x[ix]). */
+static int32_t select_rows(tracer *T, int32_t x, int32_t ix, int d, int wrap)
+{
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim;
+    int64_t one[SMELT_MAX_DIMS], shape[SMELT_MAX_DIMS], k = node(T, ix)->ndim ? node(T, ix)->shape[0] : 1;
+    for (int i = 0; i < nd; i++) {
+        one[i] = i == d ? k : 1;
+        shape[i] = i == d ? k : xn->shape[i];
+    }
+    return gather_at(T, x, expand_to(T, v_reshape(T, ix, one, nd), shape, nd), d, wrap);
+}
+
+static int is_index_tensor(tracer *T, int32_t v, int int32_ok)
+{
+    if (!is_tensor(T, v))
+        return 0;
+    int dt = node(T, v)->dtype;
+    return dt == SMELT_I64 || (int32_ok && dt == SMELT_I32);
+}
+
+/* gather(input, dim, index, *, sparse_grad=False) */
+static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index");
+    int64_t d;
+    int dim;
+    (void)first;
+    if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0) || node(T, x)->ndim < 1 ||
+        node(T, ix)->ndim != node(T, x)->ndim || tr_int(T, arg(a, 1, "dim"), &d) ||
+        d < -node(T, x)->ndim || d >= node(T, x)->ndim || !is_none(T, arg(a, 3, "sparse_grad")))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    dim = (int)(d < 0 ? d + node(T, x)->ndim : d);
+    for (int i = 0; i < node(T, x)->ndim; i++)
+        if (i != dim && node(T, ix)->shape[i] > node(T, x)->shape[i])
+            return as_host_call(T, fn, a);   /* eager raises */
+    return gather_at(T, x, ix, dim, 0);
+}
+
+/* index_select(input, dim, index): a 1-d (or 0-d) int64/int32 index. */
+static int32_t c_index_select(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index");
+    int64_t d;
+    (void)first;
+    if (!is_tensor(T, x) || !is_index_tensor(T, ix, 1) || node(T, x)->ndim < 1 || node(T, ix)->ndim > 1 ||
+        tr_int(T, arg(a, 1, "dim"), &d) || d < -node(T, x)->ndim || d >= node(T, x)->ndim)
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    return select_rows(T, x, ix, (int)(d < 0 ? d + node(T, x)->ndim : d), 0);
+}
+
+/* take(input, index): input flattened, read at index (negatives from the
+ * end); index's shape. */
+static int32_t c_take(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t x = arg(a, 0, "input"), ix = arg(a, 1, "index");
+    (void)first;
+    if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0))
+        return as_host_call(T, fn, a);
+    const smelt_node *in = node(T, ix);
+    int64_t n = smelt_node_numel(node(T, x)), m = smelt_node_numel(in), shape[SMELT_MAX_DIMS];
+    int nd = in->ndim;
+    memcpy(shape, in->shape, sizeof shape);
+    int32_t r = gather_at(T, v_reshape(T, x, &n, 1), v_reshape(T, ix, &m, 1), 0, 1);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, r, shape, nd));
+}
+
+/* take_along_dim(input, indices, dim=None): without dim, take of the
+ * flattened input at the flattened indices; with it, input and indices
+ * broadcast to each other off dim, then gathered (negatives from the end). */
+static int32_t c_take_along_dim(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t x = arg(a, 0, "input"), ix = arg(a, 1, "indices"), dv = arg(a, 2, "dim");
+    int64_t d;
+    (void)first;
+    if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0))
+        return as_host_call(T, fn, a);
+    if (is_none(T, dv)) {
+        int64_t n = smelt_node_numel(node(T, x)), m = smelt_node_numel(node(T, ix));
+        return gather_at(T, v_reshape(T, x, &n, 1), v_reshape(T, ix, &m, 1), 0, 1);
+    }
+    const smelt_node *xn = node(T, x), *in = node(T, ix);
+    int nd = xn->ndim;
+    if (tr_int(T, dv, &d))
+        return -1;
+    if (nd < 1 || in->ndim != nd || d < -nd || d >= nd)
+        return as_host_call(T, fn, a);
+    int dim = (int)(d < 0 ? d + nd : d);
+    int64_t xs[SMELT_MAX_DIMS], is[SMELT_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        int64_t p = xn->shape[i], q = in->shape[i];
+        if (i != dim && p != q && p != 1 && q != 1)
+            return as_host_call(T, fn, a);   /* eager raises */
+        int64_t b = p == 1 ? q : p;
+        xs[i] = i == dim ? p : b;
+        is[i] = i == dim ? q : b;
+    }
+    return gather_at(T, expand_to(T, x, xs, nd), expand_to(T, ix, is, nd), dim, 1);
+}
+
+/* torch.embedding(weight, indices, padding_idx, scale_grad_by_freq,
+ * sparse): rows of the 2-d weight; indices' shape plus the row. */
+static int32_t c_embedding(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t w = arg(a, 0, "weight"), ix = arg(a, 1, "indices");
+    (void)first;
+    if (!is_tensor(T, w) || !is_index_tensor(T, ix, 1) || node(T, w)->ndim != 2)
+        return as_host_call(T, fn, a);
+    const smelt_node *in = node(T, ix);
+    int64_t m = smelt_node_numel(in), shape[SMELT_MAX_DIMS];
+    int nd = in->ndim;
+    if (nd + 1 > SMELT_MAX_DIMS)
+        return as_host_call(T, fn, a);
+    memcpy(shape, in->shape, sizeof(int64_t) * (size_t)nd);
+    shape[nd] = node(T, w)->shape[1];
+    int32_t r = select_rows(T, w, v_reshape(T, ix, &m, 1), 0, 0);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, r, shape, nd + 1));
+}
+
 /* linalg.cross(a, b, dim=-1) (and torch.cross with a dim): components
  * from slices of the size-3 dim. */
 static int32_t h_cross(tracer *T, const call_args *a, smelt_op op)
@@ -5115,6 +5273,11 @@ static const op_entry table[] = {
     ROW("T.sum_to_size", h_sum_to_size, 0, IP_NO),
     ROW("torch.repeat_interleave T.repeat_interleave", h_repeat_interleave, 0, IP_NO),
     ROW("torch.kron T.kron", h_kron, 0, IP_NO),
+    { "torch.gather T.gather", NULL, 0, IP_NO, OUT_NO, c_gather },
+    { "torch.index_select T.index_select", NULL, 0, IP_NO, OUT_NO, c_index_select },
+    { "torch.take T.take", NULL, 0, IP_NO, OUT_NO, c_take },
+    { "torch.take_along_dim T.take_along_dim", NULL, 0, IP_NO, OUT_NO, c_take_along_dim },
+    { "torch.embedding", NULL, 0, IP_NO, OUT_NO, c_embedding },
     ROW("torch.addmv T.addmv", h_addmm, 1, IP_NO),
     ROW("torch.isclose T.isclose", h_isclose, 0, IP_NO),
     ROW("F.pairwise_distance torch.pairwise_distance", h_pairwise_distance, 0, IP_NO),
@@ -5730,8 +5893,53 @@ static int32_t index_host_call(tracer *T, int32_t x, int32_t index)
     return r != -2 ? r : tr_break(T, "indexing of a non-tensor");
 }
 
-/* x[index]: ints, slices, None and Ellipsis (a tuple of them); tensors,
- * lists of ints and bools through index_host_call. */
+/* x[..., ix, ...] with one int64/int32 tensor ix among full-range
+ * slices and at most one Ellipsis, x laid out contiguously: a gather
+ * along ix's dim (negatives from the end), that dim replaced by ix's
+ * shape; eager's result is then contiguous. -2 for any other index. */
+static int32_t index_gather(tracer *T, int32_t x, const int32_t *it, int n)
+{
+    int d = -1, ell = -1, t = -1;
+    for (int i = 0; i < n; i++) {
+        tv *k = &T->vals[it[i]];
+        if (k->kind == V_TENSOR && is_index_tensor(T, it[i], 1) && node(T, it[i])->ndim >= 1 && d < 0)
+            d = t = i;   /* (a 0-d index is eager's integer index: a view) */
+        else if (k->kind == V_OBJ && k->obj == Py_Ellipsis && ell < 0)
+            ell = i;
+        else if (!(k->kind == V_SLICE && k->sl[0] < 0 && k->sl[1] < 0 && k->sl[2] < 0))
+            return -2;
+    }
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim;
+    if (d < 0 || n - (ell >= 0) > nd)
+        return -2;
+    if (ell >= 0 && ell < d)
+        d = nd - (n - d);   /* the dims after the Ellipsis are the last ones */
+    int64_t st[SMELT_MAX_DIMS];
+    int k = eager_strides(T, T->vals[x].node, st);
+    if (k < 0)
+        return -1;
+    if (!k || !strides_contiguous(xn, st))
+        return -2;
+    int32_t ix = it[t];
+    const smelt_node *in = node(T, ix);
+    if (nd - 1 + in->ndim > SMELT_MAX_DIMS)
+        return -2;
+    int64_t m = smelt_node_numel(in), shape[SMELT_MAX_DIMS];
+    int r = 0;
+    for (int i = 0; i < d; i++)
+        shape[r++] = xn->shape[i];
+    for (int i = 0; i < in->ndim; i++)
+        shape[r++] = in->shape[i];
+    for (int i = d + 1; i < nd; i++)
+        shape[r++] = xn->shape[i];
+    int32_t g = select_rows(T, x, v_reshape(T, ix, &m, 1), d, 1);
+    return g < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, g, shape, r));
+}
+
+/* x[index]: ints, slices, None and Ellipsis (a tuple of them); one
+ * integer tensor among full slices (index_gather); other tensors, lists
+ * of ints and bools through index_host_call. */
 int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
 {
     int32_t items[16], *it = items;
@@ -5744,6 +5952,11 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
     int ell = -1;
     for (int i = 0; i < n; i++) {
         tv *k = &T->vals[it[i]];
+        if (k->kind == V_TENSOR && T->vals[x].kind == V_TENSOR) {
+            int32_t r = index_gather(T, x, it, n);
+            if (r != -2)
+                return r;
+        }
         if (k->kind == V_TENSOR || k->kind == V_LIST || (k->kind == V_OBJ && PyBool_Check(k->obj)))
             return index_host_call(T, x, index);   /* x[True] adds a dim: not the int 1 */
         if (k->kind == V_OBJ && k->obj == Py_Ellipsis)

@@ -352,16 +352,41 @@ static LLVMValueRef load_raw(cg *g, int32_t b, LLVMTypeRef st, int32_t ix, int w
     return r;
 }
 
-static LLVMValueRef load_val(cg *g, int32_t b, int32_t ix, int w)
+/* A loaded value v of dtype dt (storage type) as computed (bool i1, half
+ * precision as f32). */
+static LLVMValueRef widen_loaded(cg *g, smelt_dtype dt, LLVMValueRef v, int w)
 {
-    smelt_dtype dt = g->p->bufs[b].dtype;
-    LLVMValueRef v = load_raw(g, b, stype(g, dt), ix, w);
     switch (dt) {
     case SMELT_BOOL: return LLVMBuildICmp(g->B, LLVMIntNE, v, cint(g, g->i8, 0, w), "");
     case SMELT_F16: return LLVMBuildFPExt(g->B, v, vec(g->f32, w), "");
     case SMELT_BF16: return bf16_to_f32(g, v, w);
     default: return v;
     }
+}
+
+static LLVMValueRef load_val(cg *g, int32_t b, int32_t ix, int w)
+{
+    smelt_dtype dt = g->p->bufs[b].dtype;
+    return widen_loaded(g, dt, load_raw(g, b, stype(g, dt), ix, w), w);
+}
+
+static LLVMValueRef emit(cg *g, int32_t e, int w);
+
+/* KE_GATHER: lane by lane, buf[ix + value * x->i] (value checked). */
+static LLVMValueRef gather_val(cg *g, const kexpr *x, int w)
+{
+    smelt_dtype dt = g->p->bufs[x->buf].dtype;
+    LLVMTypeRef st = stype(g, dt);
+    LLVMValueRef v = emit(g, x->src[0], w), base[64], r = w > 1 ? LLVMGetUndef(vec(st, w)) : NULL;
+    ix_lanes(g, x->ix, w, base);
+    for (int i = 0; i < w; i++) {
+        LLVMValueRef lane = LLVMConstInt(g->i32, (unsigned long long)i, 0);
+        LLVMValueRef vi = w > 1 ? LLVMBuildExtractElement(g->B, v, lane, "") : v;
+        LLVMValueRef at = LLVMBuildAdd(g->B, base[i], LLVMBuildMul(g->B, vi, LLVMConstInt(g->i64, (unsigned long long)x->i, 1), ""), "");
+        LLVMValueRef l = LLVMBuildLoad2(g->B, st, elem_ptr(g, st, x->buf, at), "");
+        r = w > 1 ? LLVMBuildInsertElement(g->B, r, l, lane, "") : l;
+    }
+    return widen_loaded(g, dt, r, w);
 }
 
 static void store_val(cg *g, int32_t b, int32_t ix, LLVMValueRef v, int w)
@@ -408,14 +433,16 @@ static LLVMValueRef icmp(cg *g, LLVMIntPredicate p, LLVMValueRef a, LLVMValueRef
     return LLVMBuildICmp(g->B, p, a, b, "");
 }
 
-static void set_flag(cg *g, LLVMValueRef bad, int w)
+/* ORs `bit` (PLAN_FLAG_*) into the run's flag where any lane of bad is set. */
+static void set_flag(cg *g, LLVMValueRef bad, int w, int bit)
 {
     LLVMValueRef any = bad;
     if (w > 1)
         any = call_intr(g, "llvm.vector.reduce.or", LLVMTypeOf(bad), &bad, 1);
     LLVMValueRef cur = LLVMBuildLoad2(g->B, g->i32, g->flag, "");
     LLVMSetVolatile(cur, 1);
-    LLVMValueRef nv = LLVMBuildOr(g->B, cur, LLVMBuildZExt(g->B, any, g->i32, ""), "");
+    LLVMValueRef nv = LLVMBuildOr(g->B, cur, LLVMBuildMul(g->B, LLVMBuildZExt(g->B, any, g->i32, ""),
+                                                            LLVMConstInt(g->i32, (unsigned long long)bit, 0), ""), "");
     LLVMValueRef s = LLVMBuildStore(g->B, nv, g->flag);
     LLVMSetVolatile(s, 1);
 }
@@ -426,7 +453,7 @@ static LLVMValueRef int_div(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef a, 
     LLVMTypeRef t = ctype(g, dt);
     LLVMValueRef zero = cint(g, t, 0, w), one = cint(g, t, 1, w), m1 = cint(g, t, -1, w);
     LLVMValueRef bz = icmp(g, LLVMIntEQ, b, zero);
-    set_flag(g, bz, w);
+    set_flag(g, bz, w, PLAN_FLAG_ZERODIV);
     if (is_unsigned(dt)) {
         LLVMValueRef bs = sel(g, bz, one, b);
         return op == SMELT_OP_FLOORDIV ? LLVMBuildUDiv(g->B, a, bs, "") : LLVMBuildURem(g->B, a, bs, "");
@@ -698,6 +725,15 @@ static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
         return sel(g, a[0], a[1], a[2]);
     if (op == SMELT_OP_CLAMP)
         return clamp(g, &g->p->graph->nodes[x->gnode], cd, a[0], w);
+    if (op == SMELT_OP_CHECKIDX) {   /* (cd is int64) */
+        const smelt_node *n = &g->p->graph->nodes[x->gnode];
+        LLVMValueRef lim = cint(g, g->i64, n->a.gather.n, w), zero = cint(g, g->i64, 0, w), v = a[0];
+        if (n->a.gather.wrap)
+            v = sel(g, icmp(g, LLVMIntSLT, v, zero), LLVMBuildAdd(g->B, v, lim, ""), v);
+        LLVMValueRef bad = icmp(g, LLVMIntUGE, v, lim);
+        set_flag(g, bad, w, PLAN_FLAG_INDEX);
+        return sel(g, bad, zero, v);
+    }
     if (op == SMELT_OP_LOGICAL_NOT)
         return LLVMBuildNot(g->B, a[0], "");
     if (op >= SMELT_OP_EQ && op <= SMELT_OP_GE)
@@ -746,6 +782,7 @@ static LLVMValueRef emit(cg *g, int32_t e, int w)
     }
     switch (x->op) {
     case KE_LOAD: r = load_val(g, x->buf, x->ix, w); break;
+    case KE_GATHER: r = gather_val(g, x, w); break;
     case KE_CONST: r = cval(g, x->dtype, x->f, x->i, w); break;
     case KE_INDEX: r = ix_vector(g, x->ix, w); break;
     case KE_PHASE:
@@ -1117,6 +1154,8 @@ static int reads_buf(const kir_pool *P, int32_t root, int32_t b)
     const kexpr *x = &P->ex[root];
     if (x->op == KE_LOAD)
         return x->buf == b;
+    if (x->op == KE_GATHER && x->buf == b)
+        return 1;
     for (int k = 0; k < 3; k++)
         if (x->src[k] >= 0 && reads_buf(P, x->src[k], b))
             return 1;
@@ -1494,9 +1533,13 @@ static void kk_ex(kkey *k, const smelt_plan *p, int32_t e)
     memcpy(&fb, &x->f, sizeof fb);
     int64_t h[7] = { x->op, x->dtype, x->cdtype, x->gop, x->phase, fb, x->i };
     kk_put(k, h, sizeof h);
-    if (x->gnode >= 0)   /* clamp bounds: the attrs, not the node number */
+    if (x->gnode >= 0 && x->gop == SMELT_OP_CLAMP)   /* clamp bounds: the attrs, not the node number */
         kk_put(k, &p->graph->nodes[x->gnode].a.clamp, sizeof p->graph->nodes[x->gnode].a.clamp);
-    if (x->op == KE_LOAD)
+    if (x->gnode >= 0 && x->gop == SMELT_OP_CHECKIDX) {   /* the bound, not the node number */
+        kk_i64(k, p->graph->nodes[x->gnode].a.gather.n);
+        kk_i64(k, p->graph->nodes[x->gnode].a.gather.wrap);
+    }
+    if (x->op == KE_LOAD || x->op == KE_GATHER)
         kk_slot(k, p, x->buf);
     if (x->ix >= 0)
         kk_ix(k, &p->pool, x->ix);
