@@ -5023,16 +5023,117 @@ static int is_index_tensor(tracer *T, int32_t v, int int32_ok)
     return dt == SMELT_I64 || (int32_ok && dt == SMELT_I32);
 }
 
+/* nll_loss over log-probabilities x ([C], [N, C] or [N, C, d...]) of the
+ * int64 class indices t (x's shape without C), per-class weight w (or -1),
+ * reduction 0 none / 1 mean / 2 sum, ignore_index ig: -x[t] * w[t] where t
+ * is not ig (0 there); the mean divides by the weights summed over those.
+ * Half precision without reduction computes in float32, rounded once (its
+ * sums are left to eager's kernel, which rounds as it goes). A target out of range
+ * fails the run (the GATHER's check): eager raises. -2 for shapes and
+ * dtypes left to the host call. */
+static int32_t nll_of(tracer *T, int32_t x, int32_t t, int32_t w, int64_t red_mode, int64_t ig)
+{
+    const smelt_node *xn = node(T, x), *tn = node(T, t);
+    int nd = xn->ndim, cd = nd == 1 ? 0 : 1, xdt = xn->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)xdt) || tn->dtype != SMELT_I64 || nd < 1 || tn->ndim != nd - 1 ||
+        red_mode < 0 || red_mode > 2 || xn->shape[cd] == 0)
+        return -2;
+    for (int i = 0, j = 0; i < nd; i++)
+        if (i != cd && xn->shape[i] != tn->shape[j++])
+            return -2;
+    if (w >= 0 && (!is_tensor(T, w) || node(T, w)->ndim != 1 || node(T, w)->shape[0] != xn->shape[cd] ||
+                   node(T, w)->dtype != xdt))
+        return -2;
+    int half = xdt == SMELT_F16 || xdt == SMELT_BF16;
+    if (half && red_mode)
+        return -2;   /* eager's half-precision sums round as they go */
+    if (half) {
+        x = cast_to(T, x, SMELT_F32);
+        w = w >= 0 ? cast_to(T, w, SMELT_F32) : -1;
+    }
+    int64_t ishape[SMELT_MAX_DIMS], m = smelt_node_numel(tn), tshape[SMELT_MAX_DIMS];
+    memcpy(tshape, tn->shape, sizeof tshape);
+    int tnd = tn->ndim;
+    for (int i = 0, j = 0; i < nd; i++)
+        ishape[i] = i == cd ? 1 : tshape[j++];
+    int32_t valid = op2(T, SMELT_OP_NE, t, int_value(T, ig));
+    int32_t ts = where3(T, valid, t, int_value(T, 0));
+    int32_t picked = gather_at(T, x, v_reshape(T, ts, ishape, nd), cd, 0);
+    picked = v_reshape(T, picked, tshape, tnd);
+    int32_t loss = op1(T, SMELT_OP_NEG, picked), wt = -1;
+    if (w >= 0) {
+        wt = v_reshape(T, gather_at(T, w, v_reshape(T, ts, &m, 1), 0, 0), tshape, tnd);
+        loss = op2(T, SMELT_OP_MUL, loss, wt);
+    }
+    loss = where3(T, valid, loss, num(T, 0.0));
+    if (loss < 0)
+        return -1;
+    uint32_t all = tnd ? (1u << tnd) - 1 : 0;
+    int32_t r = loss;
+    if (red_mode == 2) {
+        r = red(T, SMELT_OP_SUM, loss, all, 0, 0);
+    } else if (red_mode == 1) {
+        int32_t den = wt >= 0 ? where3(T, valid, wt, num(T, 0.0)) : cast_to(T, valid, SMELT_F32);
+        if (!half && wt < 0)
+            den = cast_to(T, valid, xdt);
+        r = op2(T, SMELT_OP_DIV, red(T, SMELT_OP_SUM, loss, all, 0, 0), red(T, SMELT_OP_SUM, den, all, 0, 0));
+    }
+    if (half && r >= 0)
+        r = cast_to(T, r, xdt);
+    return fresh_contiguous(T, -1, r);
+}
+
+/* torch._C._nn.nll_loss_nd(input, target, weight, reduction, ignore_index)
+ * and cross_entropy_loss(input, target, weight, reduction, ignore_index,
+ * label_smoothing) (first positional args as F.* passes them): class-index
+ * targets natively (cross entropy: log_softmax over the class dim, then
+ * nll; label smoothing and probability targets are host calls). */
+static int32_t nll_call(tracer *T, PyObject *fn, const call_args *a, int ce)
+{
+    int32_t x = arg(a, 0, "self"), t = arg(a, 1, "target"), w = arg(a, 2, "weight");
+    int64_t rm = 1, ig = -100;
+    int err = 0;
+    if (!is_tensor(T, x) || !is_tensor(T, t) || (!is_none(T, arg(a, 3, "reduction")) && tr_int(T, arg(a, 3, "reduction"), &rm)) ||
+        (!is_none(T, arg(a, 4, "ignore_index")) && tr_int(T, arg(a, 4, "ignore_index"), &ig)))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    double ls = ce ? farg(T, a, 5, "label_smoothing", 0.0, &err) : 0.0;
+    if (err)
+        return -1;
+    if (ls != 0.0 || !smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) || node(T, x)->ndim < 1)
+        return as_host_call(T, fn, a);
+    int32_t lp = x;
+    if (ce) {
+        int32_t dv = int_value(T, node(T, x)->ndim == 1 ? 0 : 1);
+        call_args b = { .pos = (int32_t[]){ x, dv }, .npos = 2 };
+        if (dv < 0 || (lp = h_softmax(T, &b, SMELT_OP_LOG)) < 0)
+            return -1;
+    }
+    int32_t r = nll_of(T, lp, t, is_none(T, w) ? -1 : w, rm, ig);
+    return r != -2 ? r : as_host_call(T, fn, a);
+}
+
+static int32_t c_nll_loss(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    (void)first;
+    return nll_call(T, fn, a, 0);
+}
+
+static int32_t c_cross_entropy(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    (void)first;
+    return nll_call(T, fn, a, 1);
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int first)
 {
     int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index");
     int64_t d;
-    int dim;
+    int dim, sg = 0;
     (void)first;
     if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0) || node(T, x)->ndim < 1 ||
         node(T, ix)->ndim != node(T, x)->ndim || tr_int(T, arg(a, 1, "dim"), &d) ||
-        d < -node(T, x)->ndim || d >= node(T, x)->ndim || !is_none(T, arg(a, 3, "sparse_grad")))
+        d < -node(T, x)->ndim || d >= node(T, x)->ndim || get_bool(T, arg(a, 3, "sparse_grad"), 0, &sg) || sg)
         return T->broke ? -1 : as_host_call(T, fn, a);
     dim = (int)(d < 0 ? d + node(T, x)->ndim : d);
     for (int i = 0; i < node(T, x)->ndim; i++)
@@ -5278,6 +5379,8 @@ static const op_entry table[] = {
     { "torch.take T.take", NULL, 0, IP_NO, OUT_NO, c_take },
     { "torch.take_along_dim T.take_along_dim", NULL, 0, IP_NO, OUT_NO, c_take_along_dim },
     { "torch.embedding", NULL, 0, IP_NO, OUT_NO, c_embedding },
+    { "torch._C._nn.nll_loss_nd", NULL, 0, IP_NO, OUT_NO, c_nll_loss },
+    { "torch._C._nn.cross_entropy_loss", NULL, 0, IP_NO, OUT_NO, c_cross_entropy },
     ROW("torch.addmv T.addmv", h_addmm, 1, IP_NO),
     ROW("torch.isclose T.isclose", h_isclose, 0, IP_NO),
     ROW("F.pairwise_distance torch.pairwise_distance", h_pairwise_distance, 0, IP_NO),
