@@ -4117,8 +4117,8 @@ static int32_t h_nan_to_num(tracer *T, const call_args *a, smelt_op op)
 }
 
 /* Binary composites of two tensors (op selects): heaviside, fmax, fmin,
- * float_power, xlogy, special.xlog1py. */
-enum { C_HEAVISIDE, C_FMAX, C_FMIN, C_FLOAT_POWER, C_XLOGY, C_XLOG1PY };
+ * float_power, xlogy, special.xlog1py, ldexp (x * 2.0 ** e, as eager). */
+enum { C_HEAVISIDE, C_FMAX, C_FMIN, C_FLOAT_POWER, C_XLOGY, C_XLOG1PY, C_LDEXP };
 
 static int32_t h_binary_composite(tracer *T, const call_args *a, smelt_op op)
 {
@@ -4130,6 +4130,8 @@ static int32_t h_binary_composite(tracer *T, const call_args *a, smelt_op op)
     if (!is_tensor(T, x) || (!is_tensor(T, y) && (int)op != C_FLOAT_POWER && (int)op != C_XLOGY && (int)op != C_XLOG1PY))
         return tr_break(T, "element-wise composite of a non-tensor");
     switch ((int)op) {
+    case C_LDEXP:
+        return op2(T, SMELT_OP_MUL, x, op2(T, SMELT_OP_POW, num(T, 2.0), y));
     case C_HEAVISIDE:
         if (node(T, x)->dtype != node(T, y)->dtype)
             return tr_break(T, "heaviside of different dtypes (eager raises)");
@@ -5124,6 +5126,9 @@ static int32_t c_cross_entropy(tracer *T, PyObject *fn, const call_args *a, int 
     return nll_call(T, fn, a, 1);
 }
 
+static int32_t c_slice_scatter(tracer *T, PyObject *fn, const call_args *a, int first);
+static int32_t c_select_scatter(tracer *T, PyObject *fn, const call_args *a, int first);
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int first)
 {
@@ -5379,6 +5384,8 @@ static const op_entry table[] = {
     { "torch.take T.take", NULL, 0, IP_NO, OUT_NO, c_take },
     { "torch.take_along_dim T.take_along_dim", NULL, 0, IP_NO, OUT_NO, c_take_along_dim },
     { "torch.embedding", NULL, 0, IP_NO, OUT_NO, c_embedding },
+    { "torch.slice_scatter T.slice_scatter", NULL, 0, IP_NO, OUT_NO, c_slice_scatter },
+    { "torch.select_scatter T.select_scatter", NULL, 0, IP_NO, OUT_NO, c_select_scatter },
     { "torch._C._nn.nll_loss_nd", NULL, 0, IP_NO, OUT_NO, c_nll_loss },
     { "torch._C._nn.cross_entropy_loss", NULL, 0, IP_NO, OUT_NO, c_cross_entropy },
     ROW("torch.addmv T.addmv", h_addmm, 1, IP_NO),
@@ -5403,6 +5410,7 @@ static const op_entry table[] = {
     ROW("torch.nan_to_num T.nan_to_num", h_nan_to_num, 0, IP_NO),
     ROW("torch.heaviside T.heaviside", h_binary_composite, C_HEAVISIDE, IP_NO),
     ROW("torch.fmax T.fmax", h_binary_composite, C_FMAX, IP_NO),
+    ROW("torch.ldexp T.ldexp", h_binary_composite, C_LDEXP, IP_NO),
     ROW("torch.fmin T.fmin", h_binary_composite, C_FMIN, IP_NO),
     ROW("torch.float_power T.float_power", h_binary_composite, C_FLOAT_POWER, IP_NO),
     ROW("torch.xlogy T.xlogy torch.special.xlogy", h_binary_composite, C_XLOGY, IP_NO),
@@ -6135,6 +6143,83 @@ static int32_t splice(tracer *T, int32_t x, int32_t val, const int64_t *st, cons
     for (int i = 0; i < n; i++)
         parts[i] = T->vals[parts[i]].node;
     return cat_nodes(T, parts, n, d);
+}
+
+/* slice_scatter(input, src, dim=0, start=None, end=None, step=1) (op 0)
+ * and select_scatter(input, src, dim, index) (op 1): input with the slice
+ * (a step of 1) or the index along dim replaced by src (its shape, input's
+ * dtype), joined by CAT; a contiguous input (eager clones it, keeping its
+ * layout), else a host call. */
+static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int sel)
+{
+    int32_t x = arg(a, 0, "input"), src = arg(a, 1, "src");
+    int64_t d = 0, st[SMELT_MAX_DIMS], en[SMELT_MAX_DIMS], xs[SMELT_MAX_DIMS];
+    if (!is_tensor(T, x) || !is_tensor(T, src) || node(T, x)->ndim < 1 || node(T, src)->dtype != node(T, x)->dtype)
+        return as_host_call(T, fn, a);
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim, dim;
+    if (get_int(T, arg(a, 2, "dim"), 0, &d))
+        return -1;
+    if (d < -nd || d >= nd)
+        return as_host_call(T, fn, a);
+    dim = (int)(d < 0 ? d + nd : d);
+    for (int i = 0; i < nd; i++) {
+        st[i] = 0;
+        en[i] = xs[i] = xn->shape[i];
+    }
+    int64_t size = xn->shape[dim];
+    if (sel) {
+        int64_t ix;
+        if (tr_int(T, arg(a, 3, "index"), &ix))
+            return -1;
+        if (ix < -size || ix >= size)
+            return as_host_call(T, fn, a);   /* eager raises */
+        st[dim] = ix < 0 ? ix + size : ix;
+        en[dim] = st[dim] + 1;
+    } else {
+        int64_t s0, e0, step;
+        if (get_int(T, arg(a, 3, "start"), 0, &s0) || get_int(T, arg(a, 4, "end"), INT64_MAX, &e0) ||
+            get_int(T, arg(a, 5, "step"), 1, &step))
+            return -1;
+        if (step != 1)
+            return as_host_call(T, fn, a);
+        Py_ssize_t ps = (Py_ssize_t)(s0 < -PY_SSIZE_T_MAX ? -PY_SSIZE_T_MAX : s0);
+        Py_ssize_t pe = (Py_ssize_t)(e0 > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : e0);
+        PySlice_AdjustIndices(size, &ps, &pe, 1);
+        st[dim] = ps;
+        en[dim] = pe < ps ? ps : pe;
+    }
+    xs[dim] = en[dim] - st[dim];
+    const smelt_node *sn = node(T, src);
+    int want = sel ? nd - 1 : nd;
+    for (int i = 0, j = 0; i < nd; i++) {
+        if (sel && i == dim)
+            continue;
+        if (sn->ndim != want || sn->shape[j++] != xs[i])
+            return as_host_call(T, fn, a);   /* eager raises */
+    }
+    int64_t stt[SMELT_MAX_DIMS];
+    int k = eager_strides(T, T->vals[x].node, stt);
+    if (k < 0)
+        return -1;
+    if (!k || !strides_contiguous(xn, stt))
+        return as_host_call(T, fn, a);
+    int32_t v = sel ? v_reshape(T, src, xs, nd) : src, r = v < 0 ? -1 : splice(T, x, v, st, en, 0);
+    if (r >= 0 && r == v)   /* src is the whole of it: eager's result is still a new tensor */
+        r = copy_of(T, v);
+    return fresh_contiguous(T, x, r);
+}
+
+static int32_t c_slice_scatter(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    (void)first;
+    return scatter_region(T, fn, a, 0);
+}
+
+static int32_t c_select_scatter(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    (void)first;
+    return scatter_region(T, fn, a, 1);
 }
 
 /* The region index selects: [st, en) per dim of an nd-dim tensor x, and
