@@ -4130,8 +4130,16 @@ static int32_t h_binary_composite(tracer *T, const call_args *a, smelt_op op)
     if (!is_tensor(T, x) || (!is_tensor(T, y) && (int)op != C_FLOAT_POWER && (int)op != C_XLOGY && (int)op != C_XLOG1PY))
         return tr_break(T, "element-wise composite of a non-tensor");
     switch ((int)op) {
-    case C_LDEXP:
-        return op2(T, SMELT_OP_MUL, x, op2(T, SMELT_OP_POW, num(T, 2.0), y));
+    case C_LDEXP: {   /* in the promoted float type (integers: the default float), half in float32 */
+        int dx = node(T, x)->dtype, dy = node(T, y)->dtype;
+        if (dx == SMELT_BOOL || dy == SMELT_BOOL)
+            return tr_break(T, "ldexp of bool (eager raises)");
+        int rt = smelt_dtype_promote((smelt_dtype)dx, (smelt_dtype)dy);
+        rt = smelt_dtype_is_float((smelt_dtype)rt) ? rt : default_float();
+        int ct = rt == SMELT_F16 || rt == SMELT_BF16 ? SMELT_F32 : rt;
+        int32_t p = op2(T, SMELT_OP_POW, num(T, 2.0), cast_to(T, y, ct));
+        return cast_to(T, op2(T, SMELT_OP_MUL, cast_to(T, x, ct), p), rt);
+    }
     case C_HEAVISIDE:
         if (node(T, x)->dtype != node(T, y)->dtype)
             return tr_break(T, "heaviside of different dtypes (eager raises)");
