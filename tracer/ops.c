@@ -5137,6 +5137,198 @@ static int32_t c_cross_entropy(tracer *T, PyObject *fn, const call_args *a, int 
 static int32_t c_slice_scatter(tracer *T, PyObject *fn, const call_args *a, int first);
 static int32_t c_select_scatter(tracer *T, PyObject *fn, const call_args *a, int first);
 
+/* ---------- more native composites: diff, addr, isin, index_fill, ... ---------- */
+
+/* diff(input, n=1, dim=-1, prepend=None, append=None): prepend and append
+ * (tensors of input's rank) joined along dim, then n times the difference
+ * of neighbours (bool: not-equal, as eager). */
+static int32_t c_diff(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t x = arg(a, 0, "input"), pre = arg(a, 3, "prepend"), app = arg(a, 4, "append");
+    int64_t n = 1, d = -1;
+    (void)first;
+    if (!is_tensor(T, x) || get_int(T, arg(a, 1, "n"), 1, &n) || get_int(T, arg(a, 2, "dim"), -1, &d))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    int nd = node(T, x)->ndim;
+    if (n < 1 || nd < 1 || d < -nd || d >= nd || (!is_none(T, pre) && (!is_tensor(T, pre) || node(T, pre)->ndim != nd)) ||
+        (!is_none(T, app) && (!is_tensor(T, app) || node(T, app)->ndim != nd)))
+        return as_host_call(T, fn, a);
+    int dim = (int)(d < 0 ? d + nd : d);
+    int32_t parts[3], np = 0;
+    for (int k = 0; k < 3; k++) {
+        int32_t v = k == 0 ? pre : k == 1 ? x : app;
+        if (k != 1 && is_none(T, v))
+            continue;
+        if (node(T, v)->dtype != node(T, x)->dtype)
+            return as_host_call(T, fn, a);
+        for (int i = 0; i < nd; i++)
+            if (i != dim && node(T, v)->shape[i] != node(T, x)->shape[i])
+                return as_host_call(T, fn, a);   /* eager raises */
+        parts[np++] = T->vals[v].node;
+    }
+    int32_t y = np > 1 ? cat_nodes(T, parts, np, dim) : x;
+    int isbool = node(T, x)->dtype == SMELT_BOOL;
+    for (int64_t k = 0; k < n && y >= 0; k++) {
+        int64_t len = node(T, y)->shape[dim];
+        if (len == 0)
+            break;
+        int32_t hi = v_slice(T, y, dim, 1, len, 1), lo = v_slice(T, y, dim, 0, len - 1, 1);
+        y = op2(T, isbool ? SMELT_OP_NE : SMELT_OP_SUB, hi, lo);
+    }
+    if (y >= 0 && T->vals[y].node == T->vals[x].node)
+        y = copy_of(T, y);
+    return y;
+}
+
+/* addr(input, vec1, vec2, *, beta=1, alpha=1): beta * input + alpha *
+ * outer(vec1, vec2) (bool: or/and; beta 0: input's values ignored). */
+static int32_t c_addr(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t m = arg(a, 0, "input"), v1 = arg(a, 1, "vec1"), v2 = arg(a, 2, "vec2");
+    int32_t bv = arg(a, 3, "beta"), av = arg(a, 4, "alpha");
+    (void)first;
+    if (!is_tensor(T, m) || !is_tensor(T, v1) || !is_tensor(T, v2) || node(T, v1)->ndim != 1 || node(T, v2)->ndim != 1 ||
+        (!is_none(T, bv) && T->vals[bv].kind != V_OBJ) || (!is_none(T, av) && T->vals[av].kind != V_OBJ))
+        return as_host_call(T, fn, a);
+    PyObject *bo = is_none(T, bv) ? NULL : tr_const(T, bv), *ao = is_none(T, av) ? NULL : tr_const(T, av);
+    if ((!is_none(T, bv) && !bo) || (!is_none(T, av) && !ao))
+        return -1;
+    if ((bo && !PyLong_Check(bo) && !PyFloat_Check(bo)) || (ao && !PyLong_Check(ao) && !PyFloat_Check(ao)))
+        return as_host_call(T, fn, a);
+    int rt = smelt_dtype_promote(smelt_dtype_promote((smelt_dtype)node(T, m)->dtype, (smelt_dtype)node(T, v1)->dtype),
+                                 (smelt_dtype)node(T, v2)->dtype);
+    int isf = smelt_dtype_is_float((smelt_dtype)rt);
+    if ((!isf && ((bo && PyFloat_Check(bo)) || (ao && PyFloat_Check(ao)))))
+        return as_host_call(T, fn, a);   /* eager raises */
+    int64_t shape[2] = { node(T, v1)->shape[0], node(T, v2)->shape[0] };
+    const smelt_node *mn = node(T, m);
+    for (int i = 0; i < mn->ndim; i++)
+        if (mn->ndim > 2 || (mn->shape[i] != 1 && mn->shape[i] != shape[i + 2 - mn->ndim]))
+            return as_host_call(T, fn, a);   /* eager raises */
+    double beta = bo ? PyFloat_AsDouble(bo) : 1.0, alpha = ao ? PyFloat_AsDouble(ao) : 1.0;
+    if ((rt == SMELT_F16 || rt == SMELT_BF16) && (alpha != 1 || (beta != 1 && beta != 0)))
+        return as_host_call(T, fn, a);   /* eager rounds alpha and beta to half first */
+    int ct = rt;   /* half: each product and sum rounded, as eager's kernel */
+    int64_t col[2] = { shape[0], 1 }, row[2] = { 1, shape[1] };
+    int32_t c1 = v_reshape(T, cast_to(T, v1, ct), col, 2), c2 = v_reshape(T, cast_to(T, v2, ct), row, 2);
+    int32_t r;
+    if (rt == SMELT_BOOL) {
+        r = alpha != 0 ? op2(T, SMELT_OP_LOGICAL_AND, c1, c2) : -1;
+        if (beta != 0)
+            r = r < 0 ? m : op2(T, SMELT_OP_LOGICAL_OR, m, r);
+        if (r < 0)
+            r = full_of(T, Py_False, SMELT_BOOL, shape, 2);
+        else
+            r = expand_to(T, r, shape, 2);
+        return fresh_contiguous(T, m, r);
+    }
+    int32_t o = op2(T, SMELT_OP_MUL, c1, c2);
+    if (alpha != 1)
+        o = op2(T, SMELT_OP_MUL, o, ao && PyLong_Check(ao) ? int_value(T, (int64_t)alpha) : num(T, alpha));
+    if (beta != 0) {
+        int32_t mm = cast_to(T, m, ct);
+        if (beta != 1)
+            mm = op2(T, SMELT_OP_MUL, mm, bo && PyLong_Check(bo) ? int_value(T, (int64_t)beta) : num(T, beta));
+        o = op2(T, SMELT_OP_ADD, mm, o);
+    }
+    r = cast_to(T, o, rt);
+    return r < 0 ? -1 : fresh_contiguous(T, m, r);
+}
+
+/* isin(elements, test_elements, *, assume_unique=False, invert=False) of
+ * two tensors: any element of test_elements equal (as torch.eq) to each
+ * element; a reduction over the test elements (at most 4096 of them:
+ * larger sets are eager's sort-based kernel). */
+static int32_t c_isin(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t e = arg(a, 0, "elements"), t = arg(a, 1, "test_elements");
+    int inv = 0, uq = 0;
+    (void)first;
+    if (!is_tensor(T, e) || !is_tensor(T, t) || get_bool(T, arg(a, 2, "assume_unique"), 0, &uq) ||
+        get_bool(T, arg(a, 3, "invert"), 0, &inv))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    const smelt_node *en = node(T, e);
+    int64_t k = smelt_node_numel(node(T, t)), shape[SMELT_MAX_DIMS];
+    int nd = en->ndim;
+    if (k > 4096 || nd + 1 > SMELT_MAX_DIMS || node(T, e)->dtype == SMELT_BOOL || node(T, t)->dtype == SMELT_BOOL)
+        return as_host_call(T, fn, a);
+    memcpy(shape, en->shape, sizeof(int64_t) * (size_t)nd);
+    shape[nd] = 1;
+    int32_t eq = op2(T, SMELT_OP_EQ, v_reshape(T, e, shape, nd + 1), v_reshape(T, t, &k, 1));
+    int32_t r = red(T, SMELT_OP_ANY, eq, 1u << nd, 0, 0);
+    if (inv)
+        r = op1(T, SMELT_OP_LOGICAL_NOT, r);
+    return fresh_contiguous(T, -1, r);
+}
+
+/* index_fill(input, dim, index, value): where any checked index (CHECKIDX,
+ * negatives from the end) names the position along dim, value (cast to
+ * input's dtype), else input. */
+static int32_t c_index_fill(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index"), v = arg(a, 3, "value");
+    int64_t d;
+    (void)first;
+    if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0) || node(T, ix)->ndim > 1 || tr_int(T, arg(a, 1, "dim"), &d))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim, dim;
+    if (nd < 1 || d < -nd || d >= nd || (is_tensor(T, v) && node(T, v)->ndim != 0) ||
+        (!is_tensor(T, v) && !(T->vals[v].kind == V_OBJ && (PyLong_Check(T->vals[v].obj) || PyFloat_Check(T->vals[v].obj)))))
+        return as_host_call(T, fn, a);
+    dim = (int)(d < 0 ? d + nd : d);
+    int64_t k = smelt_node_numel(node(T, ix)), shape[SMELT_MAX_DIMS + 1];
+    for (int i = 0; i <= nd; i++)
+        shape[i] = i == dim ? xn->shape[dim] : 1;
+    int32_t ixn = gnode(T, v_reshape(T, ix, &k, 1));
+    if (ixn < 0)
+        return -1;
+    smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { ixn } };
+    p.a.gather.n = xn->shape[dim];
+    p.a.gather.wrap = 1;
+    int32_t ck = mk(T, &p);
+    smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)(nd + 1) };
+    memcpy(io.shape, shape, sizeof shape);
+    io.shape[nd] = 1;
+    io.a.axis.dim = dim;
+    int32_t pos = mk(T, &io);
+    int32_t eq = op2(T, SMELT_OP_EQ, pos, ck);   /* [.., n at dim, .., k] */
+    int32_t hit = red(T, SMELT_OP_ANY, eq, 1u << nd, 0, 0);
+    int32_t r = where3(T, hit, v, x);
+    return r < 0 ? -1 : cast_to(T, r, xn->dtype);
+}
+
+/* aten._safe_softmax(x, dim, dtype=None): softmax, 0 on rows that are all
+ * -inf. */
+static int32_t c_safe_softmax(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    int32_t x = arg(a, 0, "self"), dv = arg(a, 1, "dim");
+    int64_t d;
+    (void)first;
+    if (!is_tensor(T, x) || !smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) || !is_none(T, arg(a, 2, "dtype")) ||
+        tr_int(T, dv, &d) || node(T, x)->ndim < 1 || d < -node(T, x)->ndim || d >= node(T, x)->ndim)
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    call_args b = { .pos = (int32_t[]){ x, dv }, .npos = 2 };
+    int32_t sm = h_softmax(T, &b, SMELT_OP_EXP);
+    int dim = (int)(d < 0 ? d + node(T, x)->ndim : d);
+    int32_t dead = red(T, SMELT_OP_ALL, op2(T, SMELT_OP_EQ, x, num(T, -INFINITY)), 1u << dim, 1, 0);
+    int32_t r = where3(T, dead, num(T, 0.0), sm);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, cast_to(T, r, node(T, x)->dtype));
+}
+
+/* unfold_copy(input, dimension, size, step): Tensor.unfold's view, copied. */
+static int32_t c_unfold_copy(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    PyObject *m = PyObject_GetAttrString(tensor_type, "unfold");
+    int32_t v = m ? native_call(T, m, a, first) : -1;
+    Py_XDECREF(m);
+    (void)fn;
+    if (v < 0 || T->vals[v].kind != V_TENSOR)
+        return v < 0 ? -1 : tr_break(T, "unfold of a non-tensor");
+    return fresh_contiguous(T, -1, copy_of(T, v));
+}
+
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int first)
 {
@@ -5392,6 +5584,12 @@ static const op_entry table[] = {
     { "torch.take T.take", NULL, 0, IP_NO, OUT_NO, c_take },
     { "torch.take_along_dim T.take_along_dim", NULL, 0, IP_NO, OUT_NO, c_take_along_dim },
     { "torch.embedding", NULL, 0, IP_NO, OUT_NO, c_embedding },
+    { "torch.diff T.diff", NULL, 0, IP_NO, OUT_NO, c_diff },
+    { "torch.addr T.addr", NULL, 0, IP_NO, OUT_NO, c_addr },
+    { "torch.isin", NULL, 0, IP_NO, OUT_NO, c_isin },
+    { "torch.index_fill T.index_fill", NULL, 0, IP_NO, OUT_NO, c_index_fill },
+    { "torch.unfold_copy", NULL, 0, IP_NO, OUT_NO, c_unfold_copy },
+    { "torch.ops.aten._safe_softmax.default torch.ops.aten._safe_softmax", NULL, 0, IP_NO, OUT_NO, c_safe_softmax },
     { "torch.slice_scatter T.slice_scatter", NULL, 0, IP_NO, OUT_NO, c_slice_scatter },
     { "torch.select_scatter T.select_scatter", NULL, 0, IP_NO, OUT_NO, c_select_scatter },
     { "torch._C._nn.nll_loss_nd", NULL, 0, IP_NO, OUT_NO, c_nll_loss },
