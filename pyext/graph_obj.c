@@ -591,6 +591,26 @@ static int attrs_conv(op_call *c)
     return 0;
 }
 
+/* gather: dim, wrap (default False); checkidx: n, wrap. */
+static int attrs_gather(op_call *c)
+{
+    static const char *const names[] = {"dim", "n", "wrap", NULL};
+    PyObject *v[3];
+    int64_t dim = 0, n = 0;
+    int g = c->p->op == SMELT_OP_GATHER;
+    if (take_kwargs(c->kw, c->name, names, v) || require(g ? v[0] : v[1], c->name, g ? "dim" : "n") ||
+        (v[0] && small_int_arg(v[0], c->name, "dim", INT32_MIN, INT32_MAX, &dim)) ||
+        (v[1] && int_arg(v[1], c->name, "n", &n)))
+        return -1;
+    int wrap = v[2] ? PyObject_IsTrue(v[2]) : 0;
+    if (wrap < 0)
+        return -1;
+    c->p->a.gather.dim = (int32_t)dim;
+    c->p->a.gather.n = n;
+    c->p->a.gather.wrap = (uint8_t)wrap;
+    return 0;
+}
+
 static int attrs_none(op_call *c)
 {
     static const char *const names[] = {NULL};
@@ -615,6 +635,7 @@ static int op_attrs(op_call *c)
     case SMELT_OP_SDPA: return attrs_sdpa(c);
     case SMELT_OP_UNFOLD: return attrs_unfold(c);
     case SMELT_OP_CONV: return attrs_conv(c);
+    case SMELT_OP_GATHER: case SMELT_OP_CHECKIDX: return attrs_gather(c);
     default:
         if (smelt_op_kind_of(op) == SMELT_KIND_REDUCTION)
             return attrs_reduction(c);

@@ -250,6 +250,12 @@ def torch_op(name, *s, **a):
         return s[0].to(a["dtype"])
     if name == "clamp":
         return torch.clamp(s[0], min=a.get("min"), max=a.get("max"))
+    if name in ("checkidx", "gather"):   # an index out of range: IndexError
+        i, n = s[-1].long(), a.get("n") if name == "checkidx" else s[0].shape[a["dim"]]
+        i = torch.where(i < 0, i + n, i) if a.get("wrap") else i
+        if ((i < 0) | (i >= n)).any():
+            raise IndexError("index out of range")
+        return i if name == "checkidx" else torch.gather(s[0], a["dim"], i)
     if kind == "UNARY":
         return torch_fn(name)(s[0])
     if kind == "BINARY":

@@ -5057,13 +5057,13 @@ static int32_t nll_of(tracer *T, int32_t x, int32_t t, int32_t w, int64_t red_mo
     int half = xdt == SMELT_F16 || xdt == SMELT_BF16;
     if (half && red_mode)
         return -2;   /* eager's half-precision sums round as they go */
+    int64_t ishape[SMELT_MAX_DIMS], m = smelt_node_numel(tn), tshape[SMELT_MAX_DIMS];
+    memcpy(tshape, tn->shape, sizeof tshape);
+    int tnd = tn->ndim;   /* (xn, tn move as nodes are added: not read below) */
     if (half) {
         x = cast_to(T, x, SMELT_F32);
         w = w >= 0 ? cast_to(T, w, SMELT_F32) : -1;
     }
-    int64_t ishape[SMELT_MAX_DIMS], m = smelt_node_numel(tn), tshape[SMELT_MAX_DIMS];
-    memcpy(tshape, tn->shape, sizeof tshape);
-    int tnd = tn->ndim;
     for (int i = 0, j = 0; i < nd; i++)
         ishape[i] = i == cd ? 1 : tshape[j++];
     int32_t valid = op2(T, SMELT_OP_NE, t, int_value(T, ig));
@@ -5277,14 +5277,15 @@ static int32_t c_index_fill(tracer *T, PyObject *fn, const call_args *a, int fir
         (!is_tensor(T, v) && !(T->vals[v].kind == V_OBJ && (PyLong_Check(T->vals[v].obj) || PyFloat_Check(T->vals[v].obj)))))
         return as_host_call(T, fn, a);
     dim = (int)(d < 0 ? d + nd : d);
-    int64_t k = smelt_node_numel(node(T, ix)), shape[SMELT_MAX_DIMS + 1];
+    int64_t k = smelt_node_numel(node(T, ix)), shape[SMELT_MAX_DIMS + 1], size = xn->shape[dim];
+    int xdt = xn->dtype;   /* (xn moves as nodes are added) */
     for (int i = 0; i <= nd; i++)
-        shape[i] = i == dim ? xn->shape[dim] : 1;
+        shape[i] = i == dim ? size : 1;
     int32_t ixn = gnode(T, v_reshape(T, ix, &k, 1));
     if (ixn < 0)
         return -1;
     smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { ixn } };
-    p.a.gather.n = xn->shape[dim];
+    p.a.gather.n = size;
     p.a.gather.wrap = 1;
     int32_t ck = mk(T, &p);
     smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)(nd + 1) };
@@ -5295,7 +5296,7 @@ static int32_t c_index_fill(tracer *T, PyObject *fn, const call_args *a, int fir
     int32_t eq = op2(T, SMELT_OP_EQ, pos, ck);   /* [.., n at dim, .., k] */
     int32_t hit = red(T, SMELT_OP_ANY, eq, 1u << nd, 0, 0);
     int32_t r = where3(T, hit, v, x);
-    return r < 0 ? -1 : cast_to(T, r, xn->dtype);
+    return r < 0 ? -1 : cast_to(T, r, xdt);
 }
 
 /* aten._safe_softmax(x, dim, dtype=None): softmax, 0 on rows that are all
@@ -5326,6 +5327,88 @@ static int32_t c_unfold_copy(tracer *T, PyObject *fn, const call_args *a, int fi
     if (v < 0 || T->vals[v].kind != V_TENSOR)
         return v < 0 ? -1 : tr_break(T, "unfold of a non-tensor");
     return fresh_contiguous(T, -1, copy_of(T, v));
+}
+
+
+/* Scans of at most SCAN_NATIVE_MAX elements along dim (cumsum, cumprod:
+ * op SUM / PROD; logcumsumexp: op EXP) as a reduction over a triangular
+ * mask: out[.., i, ..] = reduce over j <= i of x[.., j, ..] (O(n^2) work,
+ * fused; longer scans are eager's kernel). Integers and bool scan in int64
+ * (dtype= casts first); a contiguous input (eager's result is then
+ * contiguous), else a host call. */
+#define SCAN_NATIVE_MAX 64
+
+static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, smelt_op op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t d;
+    if (!is_tensor(T, x) || tr_int(T, arg(a, 1, "dim"), &d))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    int dt = op == SMELT_OP_EXP ? -2 : dtype_arg(T, a, -2);
+    if (dt == -1)
+        return -1;
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim, n0 = nd ? nd : 1;
+    if (d < -n0 || d >= n0 || nd + 1 > SMELT_MAX_DIMS)
+        return as_host_call(T, fn, a);
+    int dim = nd ? (int)(d < 0 ? d + nd : d) : 0;
+    int64_t n = nd ? xn->shape[dim] : 1, st[SMELT_MAX_DIMS];
+    int k = eager_strides(T, T->vals[x].node, st);
+    if (k < 0)
+        return -1;
+    if (n > SCAN_NATIVE_MAX || !k || !strides_contiguous(xn, st) ||
+        (op == SMELT_OP_EXP && !smelt_dtype_is_float((smelt_dtype)xn->dtype)))
+        return as_host_call(T, fn, a);
+    int64_t shape[SMELT_MAX_DIMS], mshape[SMELT_MAX_DIMS];
+    for (int i = 0; i <= nd; i++) {   /* [.., i: n, j: n, ..] */
+        shape[i] = i == dim || i == dim + 1 ? n : xn->shape[i < dim ? i : i - 1];
+        mshape[i] = i == dim || i == dim + 1 ? n : 1;
+    }
+    if (dt >= 0)   /* (xn moves as nodes are added: not read below) */
+        x = cast_to(T, x, dt);
+    else if (!smelt_dtype_is_float((smelt_dtype)xn->dtype))
+        x = cast_to(T, x, SMELT_I64);
+    if (x < 0)
+        return -1;
+    if (nd == 0)   /* a 0-d scan is the value itself, a new tensor */
+        return fresh_contiguous(T, -1, copy_of(T, x));
+    int32_t xj = expand_to(T, v_axis(T, SMELT_OP_UNSQUEEZE, x, dim), shape, nd + 1);
+    smelt_node pi = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)(nd + 1) }, pj;
+    memcpy(pi.shape, mshape, sizeof mshape);
+    pj = pi;
+    pi.a.axis.dim = dim;
+    pj.a.axis.dim = dim + 1;
+    int32_t mask = op2(T, SMELT_OP_GE, mk(T, &pi), mk(T, &pj));
+    uint32_t rd = 1u << (dim + 1);
+    int32_t r;
+    if (op == SMELT_OP_EXP) {   /* log(sum exp(x - m)) + m, m the running max; inf as eager */
+        int32_t m = red(T, SMELT_OP_AMAX, where3(T, mask, xj, num(T, -INFINITY)), rd, 1, 0);
+        int32_t s = red(T, SMELT_OP_SUM, where3(T, mask, op1(T, SMELT_OP_EXP, op2(T, SMELT_OP_SUB, xj, m)), num(T, 0.0)), rd, 1, 0);
+        r = op2(T, SMELT_OP_ADD, m, op1(T, SMELT_OP_LOG, s));
+        r = where3(T, op1(T, SMELT_OP_ISINF, m), m, r);
+        r = v_axis(T, SMELT_OP_SQUEEZE, r, dim + 1);
+    } else {
+        r = red(T, op, where3(T, mask, xj, int_value(T, op == SMELT_OP_PROD)), rd, 0, 0);
+    }
+    return r < 0 ? -1 : fresh_contiguous(T, -1, cast_to(T, r, node(T, x)->dtype));
+}
+
+static int32_t c_cumsum(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    (void)first;
+    return scan_call(T, fn, a, SMELT_OP_SUM);
+}
+
+static int32_t c_cumprod(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    (void)first;
+    return scan_call(T, fn, a, SMELT_OP_PROD);
+}
+
+static int32_t c_logcumsumexp(tracer *T, PyObject *fn, const call_args *a, int first)
+{
+    (void)first;
+    return scan_call(T, fn, a, SMELT_OP_EXP);
 }
 
 
@@ -5589,6 +5672,9 @@ static const op_entry table[] = {
     { "torch.isin", NULL, 0, IP_NO, OUT_NO, c_isin },
     { "torch.index_fill T.index_fill", NULL, 0, IP_NO, OUT_NO, c_index_fill },
     { "torch.unfold_copy", NULL, 0, IP_NO, OUT_NO, c_unfold_copy },
+    { "torch.cumsum T.cumsum", NULL, 0, IP_NO, OUT_NO, c_cumsum },
+    { "torch.cumprod T.cumprod", NULL, 0, IP_NO, OUT_NO, c_cumprod },
+    { "torch.logcumsumexp T.logcumsumexp", NULL, 0, IP_NO, OUT_NO, c_logcumsumexp },
     { "torch.ops.aten._safe_softmax.default torch.ops.aten._safe_softmax", NULL, 0, IP_NO, OUT_NO, c_safe_softmax },
     { "torch.slice_scatter T.slice_scatter", NULL, 0, IP_NO, OUT_NO, c_slice_scatter },
     { "torch.select_scatter T.select_scatter", NULL, 0, IP_NO, OUT_NO, c_select_scatter },

@@ -1,0 +1,244 @@
+"""Data-dependent reads in generated code (GATHER, CHECKIDX): gather,
+index_select, take, take_along_dim, embedding, x[int tensor], nll_loss and
+cross_entropy run as smelt's own kernels, agree with eager on random
+inputs (odd sizes, negative indices, non-contiguous sources, every figure
+dtype) and raise eager's own error for an index out of range (the run
+fails, nothing is written, and the frame runs eagerly once)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import smelt
+
+DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.bool, torch.float16, torch.bfloat16]
+
+
+def rand(shape, dtype, gen):
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=gen) > 0.5
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=gen) * 3).to(dtype)
+    return torch.randint(-50, 50, shape, generator=gen).to(dtype)
+
+
+def run_both(fn, *args):
+    """(eager result or exception, compiled result or exception, explain)."""
+    cf = smelt.compile(fn)
+    outs = []
+    for f in (fn, cf):
+        try:
+            outs.append(f(*[a.clone() if isinstance(a, torch.Tensor) else a for a in args]))
+        except Exception as e:  # noqa: BLE001 - the exception is the result compared
+            outs.append(e)
+    return outs[0], outs[1], smelt.explain(cf, *args)
+
+
+def same(e, r):
+    if isinstance(e, Exception):
+        assert type(r) is type(e) and str(r) == str(e), (r, e)
+        return
+    assert not isinstance(r, Exception), r
+    for a, b in zip(e if isinstance(e, tuple) else (e,), r if isinstance(r, tuple) else (r,)):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride(), (a, b)
+        torch.testing.assert_close(b, a, equal_nan=True)
+
+
+def native(info):
+    assert info["compiles"] and info["host_calls"] == [], info
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gather_family_matches_eager_and_is_native(dtype):
+    g = torch.Generator().manual_seed(7)
+    for shape in [(1, 1), (5, 7), (3, 13, 2), (0, 4)]:
+        x = rand(shape, dtype, g)
+        nd = len(shape)
+        for dim in range(-nd, nd):
+            n = shape[dim]
+            ishape = list(shape)
+            ishape[dim] = 3
+            if n == 0:
+                continue
+            ix = torch.randint(0, n, ishape, generator=g)
+            e, r, info = run_both(lambda x, i: torch.gather(x, dim, i), x, ix)
+            same(e, r)
+            native(info)
+            sel = torch.randint(0, n, (4,), generator=g)
+            e, r, info = run_both(lambda x, i: x.index_select(dim, i), x, sel)
+            same(e, r)
+            native(info)
+            e, r, info = run_both(lambda x, i: torch.take_along_dim(x, i, dim), x, ix - n)   # negatives wrap
+            same(e, r)
+            native(info)
+        if x.numel():
+            t = torch.randint(-x.numel(), x.numel(), (2, 3), generator=g)
+            e, r, info = run_both(torch.take, x, t)
+            same(e, r)
+            native(info)
+
+
+def test_sources_that_are_views_or_computed():
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(9, 11, generator=g)
+    ix = torch.randint(0, 9, (5, 4), generator=g)
+    for x in (base.t(), base[1:8:2], base.t()[::3]):
+        e, r, info = run_both(lambda x, i: torch.gather(x, 0, i[: x.shape[0] and 4, : x.shape[1]] % x.shape[0]), x, ix)
+        same(e, r)
+        native(info)
+    e, r, info = run_both(lambda x, i: (torch.gather(x.exp() * 2, 1, i) + 1).sum(1), base, ix)
+    same(e, r)
+    native(info)
+
+
+def test_out_of_range_raises_eagers_error():
+    x = torch.randn(4, 6)
+    cases = [
+        (lambda x, i: torch.gather(x, 1, i), torch.tensor([[6]])),
+        (lambda x, i: torch.gather(x, 1, i), torch.tensor([[-1]])),          # gather does not wrap
+        (lambda x, i: x.index_select(0, i), torch.tensor([0, 4])),
+        (lambda x, i: torch.take(x, i), torch.tensor([-25])),
+        (lambda x, i: x[i], torch.tensor([1, -5])),
+        (lambda x, i: F.embedding(i, x), torch.tensor([[0, 4]])),
+    ]
+    for fn, i in cases:
+        e, r, info = run_both(fn, x, i)
+        assert isinstance(e, Exception)
+        same(e, r)
+        native(info)
+        ok = i.clamp(0, 3) if i.dim() == 1 else i.clamp(0, 3)
+        same(*run_both(fn, x, ok)[:2])          # the same compiled frame, in range
+
+
+def test_an_update_before_a_failed_gather_is_applied_once():
+    """The run fails before anything reaches the inputs; the frame then runs
+    eagerly, which updates x once and raises."""
+    def fn(x, i):
+        x.add_(1)
+        return torch.gather(x, 0, i) * 2
+
+    x = torch.zeros(5)
+    cf = smelt.compile(fn)
+    assert torch.equal(cf(x, torch.tensor([1, 2])), torch.tensor([2.0, 2.0]))
+    assert torch.equal(x, torch.ones(5))
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        cf(x, torch.tensor([9]))
+    assert torch.equal(x, torch.full((5,), 2.0))
+
+
+def test_advanced_index_with_one_int_tensor():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 5, 6, generator=g)
+    fns = [lambda x, i: x[i], lambda x, i: x[:, i], lambda x, i: x[..., i] * 2, lambda x, i: x[i, ...],
+           lambda x, i: x[..., i, :]]
+    for i in (torch.tensor([3, -1, 0]), torch.tensor([[1, 2], [0, 3]]), torch.tensor([1, 2], dtype=torch.int32)):
+        for fn in fns:
+            e, r, info = run_both(fn, x, i)
+            same(e, r)
+            native(info)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_nll_and_cross_entropy(reduction):
+    g = torch.Generator().manual_seed(5)
+    for shape in [(5,), (6, 5), (2, 5, 3, 4)]:
+        x = torch.randn(shape, generator=g)
+        C = shape[0] if len(shape) == 1 else shape[1]
+        tshape = () if len(shape) == 1 else (shape[0],) + shape[2:]
+        t = torch.randint(0, C, tshape, generator=g)
+        w = torch.rand(C, generator=g)
+        for fn in (lambda x, t, w: F.nll_loss(x, t, reduction=reduction),
+                   lambda x, t, w: F.nll_loss(x, t, w, reduction=reduction, ignore_index=2),
+                   lambda x, t, w: F.cross_entropy(x, t, reduction=reduction),
+                   lambda x, t, w: F.cross_entropy(x, t, w, reduction=reduction, ignore_index=1)):
+            e, r, info = run_both(fn, x, t, w)
+            same(e, r)
+            native(info)
+    x = torch.randn(6, 5)
+    e, r, _ = run_both(lambda x, t: F.cross_entropy(x, t, reduction=reduction), x, torch.full((6,), -100))
+    same(e, r)                                   # every target ignored: nan mean, as eager
+    e, r, _ = run_both(lambda x, t: F.nll_loss(x, t, reduction=reduction), x, torch.tensor([0, 1, 5, 0, 0, 0]))
+    assert isinstance(e, Exception)
+    same(e, r)
+
+
+def test_slice_and_select_scatter():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 7, generator=g)
+    for fn, src in [(lambda x, s: torch.slice_scatter(x, s, 1, 2, 5), torch.randn(5, 3, generator=g)),
+                    (lambda x, s: torch.slice_scatter(x, s, 0), torch.randn(5, 7, generator=g)),
+                    (lambda x, s: torch.select_scatter(x, s, 1, -2), torch.randn(5, generator=g))]:
+        e, r, info = run_both(fn, x, src)
+        same(e, r)
+        native(info)
+    cf = smelt.compile(lambda x, s: torch.slice_scatter(x, s, 0))
+    src = torch.randn(5, 7)
+    out = cf(x, src)
+    out[0, 0] = 123.0                             # a new tensor, not src
+    assert src[0, 0] != 123.0
+
+
+def test_ldexp():
+    g = torch.Generator().manual_seed(4)
+    for dt in (torch.float32, torch.float16, torch.int64):
+        x = rand((3, 5), dt, g)
+        e, r, info = run_both(torch.ldexp, x, torch.randint(-4, 5, (5,), generator=g))
+        same(e, r)
+        native(info)
+
+
+def test_short_scans_native_long_ones_eager():
+    g = torch.Generator().manual_seed(6)
+    for dt in (torch.float32, torch.float16, torch.int64, torch.bool):
+        x = rand((3, 17, 2), dt, g)
+        for fn in (lambda x: torch.cumsum(x, 1), lambda x: x.cumprod(-1), lambda x: torch.cumsum(x, 0, dtype=torch.float64)):
+            e, r, info = run_both(fn, x)
+            same(e, r)
+            native(info)
+    x = torch.tensor([[1.0, float("inf"), 2.0], [-float("inf"), -float("inf"), 1.0], [float("nan"), 0.0, 1.0]])
+    e, r, info = run_both(lambda x: torch.logcumsumexp(x, 1), x)
+    same(e, r)
+    native(info)
+    long = torch.randn(2, 100, generator=g)
+    e, r, info = run_both(lambda x: torch.cumsum(x, 1) * 2, long)
+    same(e, r)
+    assert info["host_calls"] == ["torch.cumsum"]
+
+
+# ---------------------------------------------------------------- the graph ops themselves
+
+def test_graph_gather_and_checkidx_ops():
+    """GATHER and CHECKIDX through the graph builder (smelt._C.Graph),
+    against torch.gather: every dim, int32 and int64 indices, wrap, a
+    transposed source, a gather of a computed value fused with its use; a
+    direct call with an index out of range raises IndexError."""
+    from conftest import C, check
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(6, 5, 4, generator=g)
+    for dim in range(3):
+        n = x.shape[dim]
+        ishape = [3, 2, 4]
+        ishape[dim] = 7
+        ix = torch.randint(-n, n, ishape, generator=g)
+        for dt in (torch.int64, torch.int32):
+            i = ix.to(dt)
+            check(lambda gr, x, i: [gr.op("gather", x, i, dim=dim, wrap=True),
+                                    gr.op("checkidx", i, n=n, wrap=True),
+                                    gr.op("gather", gr.op("exp", x), gr.op("checkidx", i, n=n, wrap=True), dim=dim)],
+                  x, i)
+    xt = torch.randn(5, 6, generator=g).t()
+    check(lambda gr, x, i: gr.op("gather", x, i, dim=1), xt, torch.randint(0, 5, (6, 9), generator=g))
+    gr = C.Graph()
+    a, b = gr.input(torch.float32, (4, 3)), gr.input(torch.int64, (2, 3))
+    gr.output(gr.op("gather", a, b, dim=0))
+    f = gr.compile()
+    ok = torch.tensor([[0, 3, 1], [2, 2, 0]])
+    src = torch.randn(4, 3)
+    assert torch.equal(f(src, ok)[0], torch.gather(src, 0, ok))
+    with pytest.raises(IndexError, match="index out of range"):
+        f(src, torch.tensor([[0, 4, 1], [2, 2, 0]]))
+    with pytest.raises(IndexError, match="index out of range"):
+        f(src, torch.tensor([[0, -1, 1], [2, 2, 0]]))          # no wrap: negatives are out of range
+    with pytest.raises(Exception, match="integer index"):
+        gr.op("gather", a, gr.input(torch.float32, (2, 3)), dim=0)
+    with pytest.raises(Exception, match="larger than source"):
+        gr.op("gather", a, gr.input(torch.int64, (2, 4)), dim=0)
