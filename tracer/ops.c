@@ -4022,6 +4022,10 @@ static int32_t h_adaptive_max(tracer *T, const call_args *a, smelt_op op)
  * it): native.c's native_call. */
 typedef int32_t (*call_fn)(tracer *T, PyObject *fn, const call_args *a, int first);
 
+/* A handler that may make a host call of the callable, with its row's op
+ * (VROW). */
+typedef int32_t (*vcall_fn)(tracer *T, PyObject *fn, const call_args *a, int op);
+
 
 /* ---------- element-wise composites (OpInfo's pointwise ops) ---------- */
 
@@ -5122,31 +5126,18 @@ static int32_t nll_call(tracer *T, PyObject *fn, const call_args *a, int ce)
     return r != -2 ? r : as_host_call(T, fn, a);
 }
 
-static int32_t c_nll_loss(tracer *T, PyObject *fn, const call_args *a, int first)
-{
-    (void)first;
-    return nll_call(T, fn, a, 0);
-}
-
-static int32_t c_cross_entropy(tracer *T, PyObject *fn, const call_args *a, int first)
-{
-    (void)first;
-    return nll_call(T, fn, a, 1);
-}
-
-static int32_t c_slice_scatter(tracer *T, PyObject *fn, const call_args *a, int first);
-static int32_t c_select_scatter(tracer *T, PyObject *fn, const call_args *a, int first);
+static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int sel);
 
 /* ---------- more native composites: diff, addr, isin, index_fill, ... ---------- */
 
 /* diff(input, n=1, dim=-1, prepend=None, append=None): prepend and append
  * (tensors of input's rank) joined along dim, then n times the difference
  * of neighbours (bool: not-equal, as eager). */
-static int32_t c_diff(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_diff(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t x = arg(a, 0, "input"), pre = arg(a, 3, "prepend"), app = arg(a, 4, "append");
     int64_t n = 1, d = -1;
-    (void)first;
+    (void)op;
     if (!is_tensor(T, x) || get_int(T, arg(a, 1, "n"), 1, &n) || get_int(T, arg(a, 2, "dim"), -1, &d))
         return T->broke ? -1 : as_host_call(T, fn, a);
     int nd = node(T, x)->ndim;
@@ -5182,11 +5173,11 @@ static int32_t c_diff(tracer *T, PyObject *fn, const call_args *a, int first)
 
 /* addr(input, vec1, vec2, *, beta=1, alpha=1): beta * input + alpha *
  * outer(vec1, vec2) (bool: or/and; beta 0: input's values ignored). */
-static int32_t c_addr(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_addr(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t m = arg(a, 0, "input"), v1 = arg(a, 1, "vec1"), v2 = arg(a, 2, "vec2");
     int32_t bv = arg(a, 3, "beta"), av = arg(a, 4, "alpha");
-    (void)first;
+    (void)op;
     if (!is_tensor(T, m) || !is_tensor(T, v1) || !is_tensor(T, v2) || node(T, v1)->ndim != 1 || node(T, v2)->ndim != 1 ||
         (!is_none(T, bv) && T->vals[bv].kind != V_OBJ) || (!is_none(T, av) && T->vals[av].kind != V_OBJ))
         return as_host_call(T, fn, a);
@@ -5239,11 +5230,11 @@ static int32_t c_addr(tracer *T, PyObject *fn, const call_args *a, int first)
  * two tensors: any element of test_elements equal (as torch.eq) to each
  * element; a reduction over the test elements (at most 4096 of them:
  * larger sets are eager's sort-based kernel). */
-static int32_t c_isin(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_isin(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t e = arg(a, 0, "elements"), t = arg(a, 1, "test_elements");
     int inv = 0, uq = 0;
-    (void)first;
+    (void)op;
     if (!is_tensor(T, e) || !is_tensor(T, t) || get_bool(T, arg(a, 2, "assume_unique"), 0, &uq) ||
         get_bool(T, arg(a, 3, "invert"), 0, &inv))
         return T->broke ? -1 : as_host_call(T, fn, a);
@@ -5264,11 +5255,11 @@ static int32_t c_isin(tracer *T, PyObject *fn, const call_args *a, int first)
 /* index_fill(input, dim, index, value): where any checked index (CHECKIDX,
  * negatives from the end) names the position along dim, value (cast to
  * input's dtype), else input. */
-static int32_t c_index_fill(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_index_fill(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index"), v = arg(a, 3, "value");
     int64_t d;
-    (void)first;
+    (void)op;
     if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0) || node(T, ix)->ndim > 1 || tr_int(T, arg(a, 1, "dim"), &d))
         return T->broke ? -1 : as_host_call(T, fn, a);
     const smelt_node *xn = node(T, x);
@@ -5301,11 +5292,11 @@ static int32_t c_index_fill(tracer *T, PyObject *fn, const call_args *a, int fir
 
 /* aten._safe_softmax(x, dim, dtype=None): softmax, 0 on rows that are all
  * -inf. */
-static int32_t c_safe_softmax(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_safe_softmax(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t x = arg(a, 0, "self"), dv = arg(a, 1, "dim");
     int64_t d;
-    (void)first;
+    (void)op;
     if (!is_tensor(T, x) || !smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) || !is_none(T, arg(a, 2, "dtype")) ||
         tr_int(T, dv, &d) || node(T, x)->ndim < 1 || d < -node(T, x)->ndim || d >= node(T, x)->ndim)
         return T->broke ? -1 : as_host_call(T, fn, a);
@@ -5318,12 +5309,13 @@ static int32_t c_safe_softmax(tracer *T, PyObject *fn, const call_args *a, int f
 }
 
 /* unfold_copy(input, dimension, size, step): Tensor.unfold's view, copied. */
-static int32_t c_unfold_copy(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_unfold_copy(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     PyObject *m = PyObject_GetAttrString(tensor_type, "unfold");
-    int32_t v = m ? native_call(T, m, a, first) : -1;
+    int32_t v = m ? native_call(T, m, a, 0) : -1;
     Py_XDECREF(m);
     (void)fn;
+    (void)op;
     if (v < 0 || T->vals[v].kind != V_TENSOR)
         return v < 0 ? -1 : tr_break(T, "unfold of a non-tensor");
     return fresh_contiguous(T, -1, copy_of(T, v));
@@ -5338,7 +5330,7 @@ static int32_t c_unfold_copy(tracer *T, PyObject *fn, const call_args *a, int fi
  * contiguous), else a host call. */
 #define SCAN_NATIVE_MAX 64
 
-static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, smelt_op op)
+static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t x = arg(a, 0, "input");
     int64_t d;
@@ -5393,32 +5385,14 @@ static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, smelt_op o
     return r < 0 ? -1 : fresh_contiguous(T, -1, cast_to(T, r, node(T, x)->dtype));
 }
 
-static int32_t c_cumsum(tracer *T, PyObject *fn, const call_args *a, int first)
-{
-    (void)first;
-    return scan_call(T, fn, a, SMELT_OP_SUM);
-}
-
-static int32_t c_cumprod(tracer *T, PyObject *fn, const call_args *a, int first)
-{
-    (void)first;
-    return scan_call(T, fn, a, SMELT_OP_PROD);
-}
-
-static int32_t c_logcumsumexp(tracer *T, PyObject *fn, const call_args *a, int first)
-{
-    (void)first;
-    return scan_call(T, fn, a, SMELT_OP_EXP);
-}
-
 
 /* gather(input, dim, index, *, sparse_grad=False) */
-static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index");
     int64_t d;
     int dim, sg = 0;
-    (void)first;
+    (void)op;
     if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0) || node(T, x)->ndim < 1 ||
         node(T, ix)->ndim != node(T, x)->ndim || tr_int(T, arg(a, 1, "dim"), &d) ||
         d < -node(T, x)->ndim || d >= node(T, x)->ndim || get_bool(T, arg(a, 3, "sparse_grad"), 0, &sg) || sg)
@@ -5431,11 +5405,11 @@ static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int first)
 }
 
 /* index_select(input, dim, index): a 1-d (or 0-d) int64/int32 index. */
-static int32_t c_index_select(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_index_select(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index");
     int64_t d;
-    (void)first;
+    (void)op;
     if (!is_tensor(T, x) || !is_index_tensor(T, ix, 1) || node(T, x)->ndim < 1 || node(T, ix)->ndim > 1 ||
         tr_int(T, arg(a, 1, "dim"), &d) || d < -node(T, x)->ndim || d >= node(T, x)->ndim)
         return T->broke ? -1 : as_host_call(T, fn, a);
@@ -5444,10 +5418,10 @@ static int32_t c_index_select(tracer *T, PyObject *fn, const call_args *a, int f
 
 /* take(input, index): input flattened, read at index (negatives from the
  * end); index's shape. */
-static int32_t c_take(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_take(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t x = arg(a, 0, "input"), ix = arg(a, 1, "index");
-    (void)first;
+    (void)op;
     if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0))
         return as_host_call(T, fn, a);
     const smelt_node *in = node(T, ix);
@@ -5461,11 +5435,11 @@ static int32_t c_take(tracer *T, PyObject *fn, const call_args *a, int first)
 /* take_along_dim(input, indices, dim=None): without dim, take of the
  * flattened input at the flattened indices; with it, input and indices
  * broadcast to each other off dim, then gathered (negatives from the end). */
-static int32_t c_take_along_dim(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_take_along_dim(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t x = arg(a, 0, "input"), ix = arg(a, 1, "indices"), dv = arg(a, 2, "dim");
     int64_t d;
-    (void)first;
+    (void)op;
     if (!is_tensor(T, x) || !is_index_tensor(T, ix, 0))
         return as_host_call(T, fn, a);
     if (is_none(T, dv)) {
@@ -5493,10 +5467,10 @@ static int32_t c_take_along_dim(tracer *T, PyObject *fn, const call_args *a, int
 
 /* torch.embedding(weight, indices, padding_idx, scale_grad_by_freq,
  * sparse): rows of the 2-d weight; indices' shape plus the row. */
-static int32_t c_embedding(tracer *T, PyObject *fn, const call_args *a, int first)
+static int32_t c_embedding(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t w = arg(a, 0, "weight"), ix = arg(a, 1, "indices");
-    (void)first;
+    (void)op;
     if (!is_tensor(T, w) || !is_index_tensor(T, ix, 1) || node(T, w)->ndim != 2)
         return as_host_call(T, fn, a);
     const smelt_node *in = node(T, ix);
@@ -5550,17 +5524,21 @@ typedef struct op_entry {
     int ip;                /* in-place behaviour */
     int out;               /* out= behaviour */
     call_fn call;          /* the handler taking the callable (fn NULL), or NULL */
+    vcall_fn vcall;        /* the handler taking the callable and op (fn, call NULL), or NULL */
 } op_entry;
 
 /* A row with the common columns: no out=, no callable-taking handler. */
-#define ROW(names, fn, op, ip) { names, fn, op, ip, OUT_NO, NULL }
+#define ROW(names, fn, op, ip) { names, fn, op, ip, OUT_NO, NULL, NULL }
+/* A row whose handler takes the callable too (for a host call of it in the
+ * cases it leaves to torch's kernel). */
+#define VROW(names, fn, op) { names, NULL, op, IP_NO, OUT_NO, NULL, fn }
 /* Rows whose home is native.c (graph ops where they take a form that
  * expresses them, else a host call). */
-#define NATIVE(names) { names, NULL, 0, IP_NO, OUT_NO, native_call }
+#define NATIVE(names) { names, NULL, 0, IP_NO, OUT_NO, native_call, NULL }
 
-#define U(n, OP) { "torch." n " T." n, h_unary, SMELT_OP_##OP, IP_NO, OUT_CAST, NULL }
-#define B(n, OP) { "torch." n " T." n, h_binary, SMELT_OP_##OP, IP_NO, OUT_CAST, NULL }
-#define R(n, OP) { "torch." n " T." n, h_reduce, SMELT_OP_##OP, IP_NO, OUT_NO, NULL }
+#define U(n, OP) { "torch." n " T." n, h_unary, SMELT_OP_##OP, IP_NO, OUT_CAST, NULL, NULL }
+#define B(n, OP) { "torch." n " T." n, h_binary, SMELT_OP_##OP, IP_NO, OUT_CAST, NULL, NULL }
+#define R(n, OP) { "torch." n " T." n, h_reduce, SMELT_OP_##OP, IP_NO, OUT_NO, NULL, NULL }
 
 static const op_entry table[] = {
     U("neg", NEG), U("negative", NEG), U("abs", ABS), U("exp", EXP), U("exp2", EXP2), U("expm1", EXPM1),
@@ -5662,24 +5640,24 @@ static const op_entry table[] = {
     ROW("T.sum_to_size", h_sum_to_size, 0, IP_NO),
     ROW("torch.repeat_interleave T.repeat_interleave", h_repeat_interleave, 0, IP_NO),
     ROW("torch.kron T.kron", h_kron, 0, IP_NO),
-    { "torch.gather T.gather", NULL, 0, IP_NO, OUT_NO, c_gather },
-    { "torch.index_select T.index_select", NULL, 0, IP_NO, OUT_NO, c_index_select },
-    { "torch.take T.take", NULL, 0, IP_NO, OUT_NO, c_take },
-    { "torch.take_along_dim T.take_along_dim", NULL, 0, IP_NO, OUT_NO, c_take_along_dim },
-    { "torch.embedding", NULL, 0, IP_NO, OUT_NO, c_embedding },
-    { "torch.diff T.diff", NULL, 0, IP_NO, OUT_NO, c_diff },
-    { "torch.addr T.addr", NULL, 0, IP_NO, OUT_NO, c_addr },
-    { "torch.isin", NULL, 0, IP_NO, OUT_NO, c_isin },
-    { "torch.index_fill T.index_fill", NULL, 0, IP_NO, OUT_NO, c_index_fill },
-    { "torch.unfold_copy", NULL, 0, IP_NO, OUT_NO, c_unfold_copy },
-    { "torch.cumsum T.cumsum", NULL, 0, IP_NO, OUT_NO, c_cumsum },
-    { "torch.cumprod T.cumprod", NULL, 0, IP_NO, OUT_NO, c_cumprod },
-    { "torch.logcumsumexp T.logcumsumexp", NULL, 0, IP_NO, OUT_NO, c_logcumsumexp },
-    { "torch.ops.aten._safe_softmax.default torch.ops.aten._safe_softmax", NULL, 0, IP_NO, OUT_NO, c_safe_softmax },
-    { "torch.slice_scatter T.slice_scatter", NULL, 0, IP_NO, OUT_NO, c_slice_scatter },
-    { "torch.select_scatter T.select_scatter", NULL, 0, IP_NO, OUT_NO, c_select_scatter },
-    { "torch._C._nn.nll_loss_nd", NULL, 0, IP_NO, OUT_NO, c_nll_loss },
-    { "torch._C._nn.cross_entropy_loss", NULL, 0, IP_NO, OUT_NO, c_cross_entropy },
+    VROW("torch.gather T.gather", c_gather, 0),
+    VROW("torch.index_select T.index_select", c_index_select, 0),
+    VROW("torch.take T.take", c_take, 0),
+    VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
+    VROW("torch.embedding", c_embedding, 0),
+    VROW("torch.diff T.diff", c_diff, 0),
+    VROW("torch.addr T.addr", c_addr, 0),
+    VROW("torch.isin", c_isin, 0),
+    VROW("torch.index_fill T.index_fill", c_index_fill, 0),
+    VROW("torch.unfold_copy", c_unfold_copy, 0),
+    VROW("torch.cumsum T.cumsum", scan_call, SMELT_OP_SUM),
+    VROW("torch.cumprod T.cumprod", scan_call, SMELT_OP_PROD),
+    VROW("torch.logcumsumexp T.logcumsumexp", scan_call, SMELT_OP_EXP),
+    VROW("torch.ops.aten._safe_softmax.default torch.ops.aten._safe_softmax", c_safe_softmax, 0),
+    VROW("torch.slice_scatter T.slice_scatter", scatter_region, 0),
+    VROW("torch.select_scatter T.select_scatter", scatter_region, 1),
+    VROW("torch._C._nn.nll_loss_nd", nll_call, 0),
+    VROW("torch._C._nn.cross_entropy_loss", nll_call, 1),
     ROW("torch.addmv T.addmv", h_addmm, 1, IP_NO),
     ROW("torch.isclose T.isclose", h_isclose, 0, IP_NO),
     ROW("F.pairwise_distance torch.pairwise_distance", h_pairwise_distance, 0, IP_NO),
@@ -5749,7 +5727,7 @@ static const op_entry table[] = {
     ROW("T.numel torch.numel T.nelement", h_numel, 0, IP_NO),
     ROW("T.is_floating_point torch.is_floating_point", h_is_floating_point, 0, IP_NO),
     ROW("torch.result_type", h_result_type, 0, IP_NO),
-    { "torch.promote_types torch.can_cast", NULL, 0, IP_NO, OUT_NO, dtype_query },
+    { "torch.promote_types torch.can_cast", NULL, 0, IP_NO, OUT_NO, dtype_query, NULL },
     ROW("T.element_size", h_element_size, 0, IP_NO),
     ROW("torch.cat torch.concat torch.concatenate", h_cat, 0, IP_NO),
     ROW("torch.stack", h_cat, SMELT_OP_UNSQUEEZE, IP_NO),
@@ -5875,14 +5853,14 @@ fail:
     return -1;
 }
 
-/* Runs entry e's handler: e->fn, or e->call with the callable fn (for a
- * method, fn NULL: torch.Tensor's attribute `name`). */
+/* Runs entry e's handler: e->fn, or e->call / e->vcall with the callable
+ * fn (for a method, fn NULL: torch.Tensor's attribute `name`). */
 static int32_t run_entry(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a)
 {
-    if (!e->call)
+    if (e->fn)
         return e->fn(T, a, (smelt_op)e->op);
     PyObject *m = fn ? Py_NewRef(fn) : PyObject_GetAttr(tensor_type, name);
-    int32_t r = m ? e->call(T, m, a, 0) : -1;
+    int32_t r = !m ? -1 : e->call ? e->call(T, m, a, 0) : e->vcall(T, m, a, e->op);
     Py_XDECREF(m);
     return r;
 }
@@ -6500,18 +6478,6 @@ static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int s
     if (r >= 0 && r == v)   /* src is the whole of it: eager's result is still a new tensor */
         r = copy_of(T, v);
     return fresh_contiguous(T, x, r);
-}
-
-static int32_t c_slice_scatter(tracer *T, PyObject *fn, const call_args *a, int first)
-{
-    (void)first;
-    return scatter_region(T, fn, a, 0);
-}
-
-static int32_t c_select_scatter(tracer *T, PyObject *fn, const call_args *a, int first)
-{
-    (void)first;
-    return scatter_region(T, fn, a, 1);
 }
 
 /* The region index selects: [st, en) per dim of an nd-dim tensor x, and
