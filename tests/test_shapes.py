@@ -385,6 +385,20 @@ def test_pad(xs, pad, mode, dt):
     check(lambda x: F.pad(x, pad, mode=mode), rnd(*xs, dtype=dt))
 
 
+def test_pad_reflect_and_cropping_native():
+    """reflect (pads below the size) and replicate with negative pads are
+    slices, flips and CAT in the graph: no host call, and a crop is a new
+    tensor (eager's), not a view of the input."""
+    x = rnd(2, 3, 6, 5)
+    for fn in (lambda x: F.pad(x, (1, 4, 2, 0), mode="reflect"), lambda x: F.pad(x, (-1, 2, -2, -1), mode="replicate"),
+               lambda x: F.pad(x, (-1, -2), mode="constant")):
+        check(fn, x)
+        assert smelt.explain(smelt.compile(fn), x)["host_calls"] == []
+    out = smelt.compile(lambda x: F.pad(x, (-1, -2)))(x)
+    out.fill_(7.0)
+    assert not (x == 7.0).any()
+
+
 def test_pad_refused():
     refused(lambda x: F.pad(x, (3, 0), mode="reflect"), rnd(2, 3, 3))            # pad >= size
     refused(lambda x: F.pad(x, (1, 1), mode="reflect"), rnd(2, 3, 3, 3, 3))      # rank

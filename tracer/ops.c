@@ -3849,9 +3849,10 @@ static int32_t h_cosine_similarity(tracer *T, const call_args *a, smelt_op op)
 }
 
 /* F.pad with static pads: constant (FULL blocks), replicate (the edge
- * slice expanded) and circular (slices from the other end), joined by CAT;
- * negative pads crop. mode: 0 constant, 1 replicate, 2 circular; other
- * modes (reflect) are a host call of torch._C._nn.pad. */
+ * slice expanded), circular (slices from the other end) and reflect (the
+ * slice next to the edge, flipped), joined by CAT; negative pads crop.
+ * mode: 0 constant, 1 replicate, 2 circular, 3 reflect; other modes and
+ * forms are a host call of torch._C._nn.pad. */
 
 /* The w-wide block padded before (side 0) or after (side 1) x along dim. */
 static int32_t pad_block(tracer *T, int32_t x, int dim, int64_t w, int side, int mode, PyObject *value)
@@ -3861,6 +3862,16 @@ static int32_t pad_block(tracer *T, int32_t x, int dim, int64_t w, int side, int
         if (w > n)
             return tr_break(T, "circular pad wider than the dim");
         return side ? v_slice(T, x, dim, 0, w, 1) : v_slice(T, x, dim, n - w, n, 1);
+    }
+    if (mode == 3) {   /* reflect: the w elements next to the edge, mirrored */
+        if (w >= n)
+            return tr_break(T, "reflect pad as wide as the dim");
+        int32_t s = side ? v_slice(T, x, dim, n - 1 - w, n - 1, 1) : v_slice(T, x, dim, 1, w + 1, 1);
+        if (s < 0 || w <= 1)
+            return s;
+        smelt_node f = { .op = SMELT_OP_FLIP, .nsrc = 1, .src = { T->vals[s].node } };
+        f.a.axis.dim = dim;
+        return mk(T, &f);
     }
     smelt_node p = { .op = mode ? SMELT_OP_EXPAND : SMELT_OP_FULL, .nsrc = (uint8_t)mode, .ndim = node(T, x)->ndim };
     memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
@@ -3908,18 +3919,23 @@ int32_t ops_pad_node(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, doub
     return r < 0 ? -1 : T->vals[r].node;
 }
 
-/* Whether torch accepts replicate (mode 1) / circular (mode 2) padding of
- * x by pads[0..n): k = n/2 padded dims in 1..3 of a (k+1)- or (k+2)-d
- * non-bool tensor, non-negative pads, circular ones at most the dim size.
- * Anything else goes to torch's own pad. */
+/* Whether torch accepts replicate (mode 1) / circular (mode 2) / reflect
+ * (mode 3) padding of x by pads[0..n): k = n/2 padded dims in 1..3 of a
+ * (k+1)- or (k+2)-d non-bool tensor, non-negative pads (replicate: negative
+ * ones crop, leaving at least one element), circular ones at most the dim
+ * size, reflect ones less than it. Anything else goes to torch's own pad. */
 static int native_pad_ok(const smelt_node *x, const int64_t *pads, int n, int mode)
 {
     int k = n / 2;
     if (n % 2 || k < 1 || k > 3 || (x->ndim != k + 1 && x->ndim != k + 2) || x->dtype == SMELT_BOOL)
         return 0;
-    for (int i = 0; i < n; i++)
-        if (pads[i] < 0 || (mode == 2 && pads[i] > x->shape[x->ndim - 1 - i / 2]))
+    for (int i = 0; i < n; i++) {
+        int64_t size = x->shape[x->ndim - 1 - i / 2];
+        if ((pads[i] < 0 && mode != 1) || (mode == 2 && pads[i] > size) || (mode == 3 && pads[i] >= size))
             return 0;
+        if (mode == 1 && i % 2 && size + (pads[i - 1] < 0 ? pads[i - 1] : 0) + (pads[i] < 0 ? pads[i] : 0) < 1)
+            return 0;
+    }
     return 1;
 }
 
@@ -3936,7 +3952,7 @@ static int32_t h_pad(tracer *T, const call_args *a, smelt_op op)
     if ((!is_none(T, mv) && !m) || (!is_none(T, vv) && !value) || int_list(T, &pa, 0, NULL, pads, &n))
         return -1;
     int mode = !m || !PyUnicode_CompareWithASCIIString(m, "constant") ? 0 : !PyUnicode_CompareWithASCIIString(m, "replicate") ? 1
-             : !PyUnicode_CompareWithASCIIString(m, "circular") ? 2 : -1;
+             : !PyUnicode_CompareWithASCIIString(m, "circular") ? 2 : !PyUnicode_CompareWithASCIIString(m, "reflect") ? 3 : -1;
     if (mode > 0 && !native_pad_ok(node(T, x), pads, n, mode))
         mode = -1;   /* torch's own pad decides (and raises what eager raises) */
     if (mode < 0 || n % 2 || n / 2 > node(T, x)->ndim)   /* reflect, ...: torch's own pad at run time */
@@ -3947,6 +3963,8 @@ static int32_t h_pad(tracer *T, const call_args *a, smelt_op op)
     for (int i = 0; x >= 0 && i < n / 2; i++)
         x = pad_dim(T, x, node(T, x)->ndim - 1 - i, pads[2 * i], pads[2 * i + 1], mode, value ? value : zero);
     Py_XDECREF(zero);
+    if (x >= 0 && smelt_op_kind_of((smelt_op)node(T, x)->op) == SMELT_KIND_VIEW)
+        x = copy_of(T, x);   /* only cropped: still a new tensor, as eager's */
     if (cl < 0 && x >= 0 && T->vals[x].node == T->vals[x0].node)
         x = copy_of(T, x);   /* a new tensor, as eager's, of unknown layout */
     return cl == 0 ? fresh_contiguous(T, x0, x) : x;   /* eager keeps channels-last, else contiguous */
