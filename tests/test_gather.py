@@ -179,11 +179,13 @@ def test_slice_and_select_scatter():
 
 def test_ldexp():
     g = torch.Generator().manual_seed(4)
-    for dt in (torch.float32, torch.float16, torch.int64):
+    for dt in (torch.float32, torch.float16, torch.int64, torch.bool):
         x = rand((3, 5), dt, g)
         e, r, info = run_both(torch.ldexp, x, torch.randint(-4, 5, (5,), generator=g))
         same(e, r)
         native(info)
+        e, r, info = run_both(torch.ldexp, x, torch.rand(5, generator=g) > 0.5)   # eager raises for float x
+        same(e, r)
 
 
 def test_short_scans_native_long_ones_eager():

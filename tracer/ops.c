@@ -4154,8 +4154,8 @@ static int32_t h_binary_composite(tracer *T, const call_args *a, smelt_op op)
     switch ((int)op) {
     case C_LDEXP: {   /* in the promoted float type (integers: the default float), half in float32 */
         int dx = node(T, x)->dtype, dy = node(T, y)->dtype;
-        if (dx == SMELT_BOOL || dy == SMELT_BOOL)
-            return tr_break(T, "ldexp of bool (eager raises)");
+        if (dy == SMELT_BOOL && smelt_dtype_is_float((smelt_dtype)dx))
+            return tr_break(T, "ldexp of a float by bool exponents (eager raises)");
         int rt = smelt_dtype_promote((smelt_dtype)dx, (smelt_dtype)dy);
         rt = smelt_dtype_is_float((smelt_dtype)rt) ? rt : default_float();
         int ct = rt == SMELT_F16 || rt == SMELT_BF16 ? SMELT_F32 : rt;
