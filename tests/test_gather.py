@@ -248,3 +248,45 @@ def test_graph_gather_and_checkidx_ops():
         gr.op("gather", a, gr.input(torch.float32, (2, 3)), dim=0)
     with pytest.raises(Exception, match="larger than source"):
         gr.op("gather", a, gr.input(torch.int64, (2, 4)), dim=0)
+
+
+def test_scatter_family():
+    """Writes at data-dependent positions as reductions: duplicates add up
+    (sums) or keep the last entry (copies, as eager's CPU kernels); index
+    smaller than the input off dim; include_self; integer means round down;
+    an index out of range raises eager's error; more than 64 entries along
+    dim stay eager's kernel."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(4, 6, generator=g)
+    xi = torch.randint(-20, 20, (4, 6), generator=g)
+    ix = torch.tensor([[0, 5, 5], [1, 1, 1], [2, 0, 2]])             # duplicates, 3 of 4 rows
+    src = torch.randn(3, 4, generator=g)
+    srci = torch.randint(-20, 20, (3, 4), generator=g)
+    cases = [(lambda x, i, s: torch.scatter_add(x, 1, i, s), x, src),
+             (lambda x, i, s: x.scatter(1, i, s), x, src),
+             (lambda x, i, s: x.scatter(1, i, 2.5), x, src),
+             (lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "amax"), x, src),
+             (lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "prod", include_self=False), x, src),
+             (lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "mean"), xi, srci),
+             (lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "mean", include_self=False), xi, srci),
+             (lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "amin"), xi, srci)]
+    for fn, a, s in cases:
+        e, r, info = run_both(fn, a, ix, s)
+        same(e, r)
+        native(info)
+    k = torch.tensor([3, 0, 3, 1])
+    s6 = torch.randn(4, 4, generator=g)
+    for fn in (lambda x, i, s: x.index_add(1, i, s, alpha=2), lambda x, i, s: torch.index_copy(x, 1, i, s),
+               lambda x, i, s: x.index_reduce(1, i, s, "amax", include_self=False)):
+        e, r, info = run_both(fn, x, k, s6)
+        same(e, r)
+        native(info)
+    e, r, info = run_both(lambda x, i, s: torch.scatter_add(x, 1, i, s), x, torch.tensor([[6]]), src)
+    assert isinstance(e, Exception)
+    same(e, r)
+    wide = torch.randint(0, 6, (2, 70), generator=g)
+    e, r, info = run_both(lambda x, i, s: torch.scatter_add(x, 0, i, s), torch.randn(6, 70), wide, torch.randn(2, 70))
+    same(e, r)
+    e, r, info = run_both(lambda x, i, s: torch.scatter_add(x, 1, i, s), torch.randn(2, 6), wide, torch.randn(2, 70))
+    same(e, r)
+    assert info["host_calls"] == ["torch.scatter_add"]

@@ -5340,13 +5340,13 @@ static int32_t c_unfold_copy(tracer *T, PyObject *fn, const call_args *a, int op
 }
 
 
-/* Scans of at most SCAN_NATIVE_MAX elements along dim (cumsum, cumprod:
+/* Scans of at most SHORT_NATIVE_MAX elements along dim (cumsum, cumprod:
  * op SUM / PROD; logcumsumexp: op EXP) as a reduction over a triangular
  * mask: out[.., i, ..] = reduce over j <= i of x[.., j, ..] (O(n^2) work,
  * fused; longer scans are eager's kernel). Integers and bool scan in int64
  * (dtype= casts first); a contiguous input (eager's result is then
  * contiguous), else a host call. */
-#define SCAN_NATIVE_MAX 64
+#define SHORT_NATIVE_MAX 64
 
 static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -5366,7 +5366,7 @@ static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
     int k = eager_strides(T, T->vals[x].node, st);
     if (k < 0)
         return -1;
-    if (n > SCAN_NATIVE_MAX || !k || !strides_contiguous(xn, st) ||
+    if (n > SHORT_NATIVE_MAX || !k || !strides_contiguous(xn, st) ||
         (op == SMELT_OP_EXP && !smelt_dtype_is_float((smelt_dtype)xn->dtype)))
         return as_host_call(T, fn, a);
     int64_t shape[SMELT_MAX_DIMS], mshape[SMELT_MAX_DIMS];
@@ -5401,6 +5401,225 @@ static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
         r = red(T, op, where3(T, mask, xj, int_value(T, op == SMELT_OP_PROD)), rd, 0, 0);
     }
     return r < 0 ? -1 : fresh_contiguous(T, -1, cast_to(T, r, node(T, x)->dtype));
+}
+
+
+/* ---------- writes at data-dependent positions: scatter, index_add, ... ---------- */
+
+/* Scatter-style ops write x's positions along dim from K entries of an
+ * index (K at most SHORT_NATIVE_MAX): out[.., j, ..] combines the entries
+ * k whose checked index (CHECKIDX, no wrap) is j. Built as reductions over
+ * a k axis inserted after dim: mask[.., j, k, ..] = (index[.., k, ..] ==
+ * j), so the write is a fused reduction (O(n K) per row) instead of a
+ * sequential loop. Duplicates: sums add up, copies keep the last entry (as
+ * eager's CPU kernels). */
+enum { SC_SUM, SC_PROD, SC_MEAN, SC_AMAX, SC_AMIN, SC_COPY, SC_VALUE };
+
+typedef struct scatter_args {
+    int32_t x, ci, src;    /* ci: checked index [.., 1, K, ..]; src: [.., 1, K, ..] (or a scalar value) */
+    int32_t srcf;          /* SC_COPY: the source laid out with K along dim (x's shape off dim) */
+    int dim, nd;
+    int64_t n, K;
+} scatter_args;
+
+static int scatter_reduce_op(PyObject *r)
+{
+    static const char *const names[] = { "sum", "prod", "mean", "amax", "amin" };
+    for (int i = 0; r && PyUnicode_Check(r) && i < 5; i++)
+        if (!PyUnicode_CompareWithASCIIString(r, names[i]))
+            return i;
+    return -1;
+}
+
+/* The combined value of the writes (kind SC_*) with x where an entry
+ * writes (include_self: x takes part in the reduction), x elsewhere, in
+ * x's dtype: a new contiguous tensor. */
+static int32_t scatter_combine(tracer *T, const scatter_args *s, int kind, int include_self, int32_t value)
+{
+    int nd = s->nd, dim = s->dim, xdt = node(T, s->x)->dtype;
+    int64_t ishape[SMELT_MAX_DIMS];
+    for (int i = 0; i <= nd; i++)
+        ishape[i] = i == dim ? s->n : 1;
+    smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)(nd + 1) };
+    memcpy(io.shape, ishape, sizeof ishape);
+    io.a.axis.dim = dim;
+    int32_t mask = op2(T, SMELT_OP_EQ, mk(T, &io), s->ci);
+    uint32_t kd = 1u << (dim + 1);
+    int32_t hits = red(T, SMELT_OP_ANY, mask, kd, 0, 0), v = -1, x = s->x;
+    int fl = smelt_dtype_is_float((smelt_dtype)xdt);
+    switch (kind) {
+    case SC_VALUE:
+        v = value;
+        break;
+    case SC_COPY: {   /* the last entry that writes here */
+        smelt_node ko = io;
+        ko.shape[dim] = 1;
+        ko.shape[dim + 1] = s->K;
+        ko.a.axis.dim = dim + 1;
+        int32_t last = red(T, SMELT_OP_AMAX, where3(T, mask, mk(T, &ko), int_value(T, -1)), kd, 0, 0);
+        int64_t xs[SMELT_MAX_DIMS];   /* (the mask of a 1-d index broadcasts off dim) */
+        memcpy(xs, node(T, x)->shape, sizeof xs);
+        v = gather_at(T, s->srcf, expand_to(T, where3(T, hits, last, int_value(T, 0)), xs, nd), dim, 0);
+        break;
+    }
+    case SC_SUM: case SC_MEAN:
+        v = red(T, SMELT_OP_SUM, where3(T, mask, s->src, int_value(T, 0)), kd, 0, 0);
+        if (include_self)
+            v = op2(T, SMELT_OP_ADD, cast_to(T, x, node(T, v)->dtype), v);
+        if (kind == SC_MEAN) {
+            int32_t c = red(T, SMELT_OP_SUM, mask, kd, 0, 0);
+            if (include_self)
+                c = op2(T, SMELT_OP_ADD, c, int_value(T, 1));
+            v = op2(T, fl ? SMELT_OP_DIV : SMELT_OP_FLOORDIV, v, where3(T, hits, c, int_value(T, 1)));
+        }
+        break;
+    case SC_PROD:
+        v = red(T, SMELT_OP_PROD, where3(T, mask, s->src, int_value(T, 1)), kd, 0, 0);
+        if (include_self)
+            v = op2(T, SMELT_OP_MUL, cast_to(T, x, node(T, v)->dtype), v);
+        break;
+    default: {   /* amax / amin: the identity is the other end of the range */
+        int mx = kind == SC_AMAX;
+        int32_t id = fl ? num(T, mx ? -INFINITY : INFINITY) : int_value(T, mx ? INT64_MIN : INT64_MAX);
+        int32_t sv = fl ? s->src : cast_to(T, s->src, SMELT_I64);   /* (the identity fits int64 only) */
+        v = red(T, mx ? SMELT_OP_AMAX : SMELT_OP_AMIN, where3(T, mask, sv, id), kd, 0, 0);
+        if (include_self)
+            v = op2(T, mx ? SMELT_OP_MAXIMUM : SMELT_OP_MINIMUM, x, v);
+    }
+    }
+    int32_t r = where3(T, hits, v, x);
+    return r < 0 ? -1 : fresh_contiguous(T, x, cast_to(T, r, xdt));
+}
+
+/* Checks shared by the scatter forms: x a contiguous (eager's strides)
+ * tensor of 1..7 dims in a dtype the kind computes, dim in range. 0 ok,
+ * 1 leave it to torch, -1 error. */
+static int scatter_x_ok(tracer *T, int32_t x, int32_t dv, int kind, int *dim)
+{
+    int64_t d, st[SMELT_MAX_DIMS];
+    if (!is_tensor(T, x) || tr_int(T, dv, &d))
+        return T->broke ? -1 : 1;
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim, dt = xn->dtype;
+    if (nd < 1 || nd + 1 > SMELT_MAX_DIMS || d < -nd || d >= nd ||
+        (dt == SMELT_BOOL && kind != SC_COPY && kind != SC_VALUE) ||
+        ((dt == SMELT_F16 || dt == SMELT_BF16) && kind != SC_COPY && kind != SC_VALUE && kind != SC_AMAX && kind != SC_AMIN))
+        return 1;   /* (eager's half sums round as they go) */
+    *dim = (int)(d < 0 ? d + nd : d);
+    int k = eager_strides(T, T->vals[x].node, st);
+    return k < 0 ? -1 : !k || !strides_contiguous(xn, st);
+}
+
+/* CHECKIDX of index value ix against n (no wrap). */
+static int32_t checked_index(tracer *T, int32_t ix, int64_t n)
+{
+    int32_t in = ix < 0 ? -1 : gnode(T, ix);
+    if (in < 0)
+        return -1;
+    smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { in } };
+    p.a.gather.n = n;
+    return mk(T, &p);
+}
+
+/* scatter(input, dim, index, src | value, *, reduce=None) (op SC_COPY),
+ * scatter_add(input, dim, index, src) (SC_SUM) and scatter_reduce(input,
+ * dim, index, src, reduce, *, include_self=True) (op -1: reduce names it):
+ * index and src of input's rank, index no larger than src, nor than input
+ * off dim; entries of input's positions the index does not cover are
+ * padded (index -1, which no position has). */
+static int32_t scatter_call(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index"), src = arg(a, 3, "src");
+    int kind = op, self = 1, dim;
+    if (src < 0)
+        src = arg(a, 3, "value");
+    if (op < 0) {
+        PyObject *r = T->vals[arg(a, 4, "reduce")].kind == V_OBJ ? tr_const(T, arg(a, 4, "reduce")) : NULL;
+        if ((kind = scatter_reduce_op(r)) < 0 || get_bool(T, arg(a, 5, "include_self"), 1, &self))
+            return T->broke ? -1 : as_host_call(T, fn, a);
+    } else if (!is_none(T, arg(a, 4, "reduce"))) {
+        return as_host_call(T, fn, a);
+    }
+    if (op == SC_COPY && !is_tensor(T, src))
+        kind = SC_VALUE;
+    int ok = scatter_x_ok(T, x, arg(a, 1, "dim"), kind, &dim);
+    if (ok)
+        return ok < 0 ? -1 : as_host_call(T, fn, a);
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim;
+    if (!is_index_tensor(T, ix, 0) || node(T, ix)->ndim != nd ||
+        (kind != SC_VALUE && (node(T, src)->ndim != nd || node(T, src)->dtype != xn->dtype)) ||
+        (kind == SC_VALUE && !(T->vals[src].kind == V_OBJ && (PyLong_Check(T->vals[src].obj) || PyFloat_Check(T->vals[src].obj)))))
+        return as_host_call(T, fn, a);
+    int64_t xs[SMELT_MAX_DIMS], is[SMELT_MAX_DIMS], K = node(T, ix)->shape[dim], n = xn->shape[dim];
+    memcpy(xs, xn->shape, sizeof xs);
+    memcpy(is, node(T, ix)->shape, sizeof is);
+    for (int i = 0; i < nd; i++)
+        if ((i != dim && is[i] > xs[i]) || (kind != SC_VALUE && is[i] > node(T, src)->shape[i]))
+            return as_host_call(T, fn, a);   /* eager raises */
+    if (K > SHORT_NATIVE_MAX)
+        return as_host_call(T, fn, a);
+    if (K == 0 || !smelt_node_numel(node(T, ix)))
+        return fresh_contiguous(T, -1, copy_of(T, x));
+    scatter_args s = { .x = x, .dim = dim, .nd = nd, .n = n, .K = K, .srcf = -1 };
+    PyObject *m1 = PyLong_FromLong(-1), *z = PyLong_FromLong(0);
+    int32_t ci = checked_index(T, ix, n), sv = kind == SC_VALUE ? -1 : src;
+    for (int i = 0; i < nd && sv >= 0; i++)   /* src cut to the index's extent */
+        if (node(T, sv)->shape[i] != is[i])
+            sv = v_slice(T, sv, i, 0, is[i], 1);
+    for (int i = 0; i < nd && ci >= 0; i++)   /* both padded to x's extent off dim */
+        if (i != dim && is[i] < xs[i]) {
+            ci = pad_dim(T, ci, i, 0, xs[i] - is[i], 0, m1);
+            if (sv >= 0)
+                sv = pad_dim(T, sv, i, 0, xs[i] - is[i], 0, z);
+        }
+    Py_XDECREF(m1);
+    Py_XDECREF(z);
+    s.ci = v_axis(T, SMELT_OP_UNSQUEEZE, ci, dim);
+    s.src = sv < 0 ? -1 : v_axis(T, SMELT_OP_UNSQUEEZE, sv, dim);
+    s.srcf = sv;
+    if (s.ci < 0 || (kind != SC_VALUE && s.src < 0))
+        return -1;
+    return scatter_combine(T, &s, kind, self, kind == SC_VALUE ? src : -1);
+}
+
+/* index_add(input, dim, index, source, *, alpha=1) (op SC_SUM),
+ * index_copy(input, dim, index, source) (SC_COPY) and index_reduce(input,
+ * dim, index, source, reduce, *, include_self=True) (op -1): a 1-d index
+ * of K entries, source of input's shape with K along dim. */
+static int32_t index_write_call(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), ix = arg(a, 2, "index"), src = arg(a, 3, "source"), av = arg(a, -1, "alpha");
+    int kind = op, self = 1, dim;
+    if (op < 0) {
+        PyObject *r = T->vals[arg(a, 4, "reduce")].kind == V_OBJ ? tr_const(T, arg(a, 4, "reduce")) : NULL;
+        if ((kind = scatter_reduce_op(r)) < 0 || kind == SC_SUM || get_bool(T, arg(a, 5, "include_self"), 1, &self))
+            return T->broke ? -1 : as_host_call(T, fn, a);
+    }
+    int ok = scatter_x_ok(T, x, arg(a, 1, "dim"), kind, &dim);
+    if (ok)
+        return ok < 0 ? -1 : as_host_call(T, fn, a);
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim;
+    if (!is_index_tensor(T, ix, 1) || node(T, ix)->ndim > 1 || !is_tensor(T, src) || node(T, src)->ndim != nd ||
+        node(T, src)->dtype != xn->dtype || (!is_none(T, av) && (T->vals[av].kind != V_OBJ || !PyLong_Check(T->vals[av].obj))))
+        return as_host_call(T, fn, a);
+    int64_t K = smelt_node_numel(node(T, ix)), n = xn->shape[dim], alpha = 1, kshape[SMELT_MAX_DIMS];
+    for (int i = 0; i < nd; i++)
+        if (node(T, src)->shape[i] != (i == dim ? K : xn->shape[i]))
+            return as_host_call(T, fn, a);   /* eager raises */
+    if (K > SHORT_NATIVE_MAX || (!is_none(T, av) && tr_int(T, av, &alpha)))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    if (K == 0)
+        return fresh_contiguous(T, -1, copy_of(T, x));
+    for (int i = 0; i <= nd; i++)
+        kshape[i] = i == dim + 1 ? K : 1;
+    scatter_args s = { .x = x, .dim = dim, .nd = nd, .n = n, .K = K, .srcf = src };
+    s.ci = v_reshape(T, checked_index(T, v_reshape(T, ix, &K, 1), n), kshape, nd + 1);
+    s.src = v_axis(T, SMELT_OP_UNSQUEEZE, alpha == 1 ? src : op2(T, SMELT_OP_MUL, src, int_value(T, alpha)), dim);
+    if (s.ci < 0 || s.src < 0)
+        return -1;
+    return scatter_combine(T, &s, kind, self, -1);
 }
 
 
@@ -5663,6 +5882,10 @@ static const op_entry table[] = {
     VROW("torch.take T.take", c_take, 0),
     VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
     VROW("torch.embedding", c_embedding, 0),
+    VROW("torch.scatter T.scatter", scatter_call, SC_COPY), VROW("torch.scatter_add T.scatter_add", scatter_call, SC_SUM),
+    VROW("torch.scatter_reduce T.scatter_reduce", scatter_call, -1),
+    VROW("torch.index_add T.index_add", index_write_call, SC_SUM), VROW("torch.index_copy T.index_copy", index_write_call, SC_COPY),
+    VROW("torch.index_reduce T.index_reduce", index_write_call, -1),
     VROW("torch.diff T.diff", c_diff, 0),
     VROW("torch.addr T.addr", c_addr, 0),
     VROW("torch.isin", c_isin, 0),
