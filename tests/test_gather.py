@@ -290,3 +290,18 @@ def test_scatter_family():
     e, r, info = run_both(lambda x, i, s: torch.scatter_add(x, 1, i, s), torch.randn(2, 6), wide, torch.randn(2, 70))
     same(e, r)
     assert info["host_calls"] == ["torch.scatter_add"]
+
+
+def test_mvlgamma():
+    """mvlgamma as eager builds it; eager checks no domain (inf below it)."""
+    g = torch.Generator().manual_seed(10)
+    for dt in (torch.float32, torch.float64, torch.float16, torch.int64):
+        x = (torch.rand(3, 7, generator=g) * 5 + 2.5).to(dt)
+        for p in (1, 3, 5):
+            e, r, info = run_both(lambda x: torch.mvlgamma(x, p) * 2, x)
+            same(e, r)
+            native(info)
+    low = torch.tensor([3.0, 1.0, -4.0, float("nan")])
+    e, r, info = run_both(lambda x: torch.mvlgamma(x, 3) * 2, low)
+    same(e, r)
+    native(info)

@@ -5623,6 +5623,34 @@ static int32_t index_write_call(tracer *T, PyObject *fn, const call_args *a, int
 }
 
 
+/* mvlgamma(input, p) / special.multigammaln: as eager builds it, the sum
+ * of lgamma(x + [-(p-1)/2, .., 0]) over the added last dim plus p(p-1)/4
+ * log(pi) (integers in the default float; eager checks no domain: inf
+ * there). */
+static int32_t c_mvlgamma(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t p;
+    (void)op;
+    if (!is_tensor(T, x) || tr_int(T, arg(a, 1, "p"), &p))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim, dt = smelt_dtype_is_float((smelt_dtype)xn->dtype) ? xn->dtype : default_float();
+    if (p < 1 || p > 64 || nd + 1 > SMELT_MAX_DIMS)
+        return as_host_call(T, fn, a);
+    int64_t shape[SMELT_MAX_DIMS];
+    memcpy(shape, xn->shape, sizeof shape);
+    shape[nd] = 1;
+    smelt_node ar = { .op = SMELT_OP_ARANGE, .dtype = (uint8_t)dt, .ndim = 1, .shape = { p } };
+    ar.a.arange.fstart = -0.5 * (double)(p - 1);
+    ar.a.arange.fstep = 0.5;
+    int32_t xf = cast_to(T, x, dt);
+    int32_t args = op2(T, SMELT_OP_ADD, mk(T, &ar), v_reshape(T, xf, shape, nd + 1));
+    int32_t s = red(T, SMELT_OP_SUM, op1(T, SMELT_OP_LGAMMA, args), 1u << nd, 0, 0);
+    int32_t r = op2(T, SMELT_OP_ADD, s, num(T, (double)(p * (p - 1)) * log(3.14159265358979323846) * 0.25));
+    return r < 0 ? -1 : fresh_contiguous(T, -1, r);
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -5882,6 +5910,7 @@ static const op_entry table[] = {
     VROW("torch.take T.take", c_take, 0),
     VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
     VROW("torch.embedding", c_embedding, 0),
+    VROW("torch.mvlgamma T.mvlgamma torch.special.multigammaln", c_mvlgamma, 0),
     VROW("torch.scatter T.scatter", scatter_call, SC_COPY), VROW("torch.scatter_add T.scatter_add", scatter_call, SC_SUM),
     VROW("torch.scatter_reduce T.scatter_reduce", scatter_call, -1),
     VROW("torch.index_add T.index_add", index_write_call, SC_SUM), VROW("torch.index_copy T.index_copy", index_write_call, SC_COPY),
