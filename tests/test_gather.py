@@ -305,3 +305,18 @@ def test_mvlgamma():
     e, r, info = run_both(lambda x: torch.mvlgamma(x, 3) * 2, low)
     same(e, r)
     native(info)
+
+
+def test_digamma():
+    """digamma in float64, rounded once: positive, negative (reflection),
+    near poles, zeros of either sign, negative integers, inf and NaN."""
+    x = torch.tensor([0.1, 1.0, 1.4616, 2.5, 7.0, 123.4, 1e6, -0.5, -1.5, -2.9999, -1e-3,
+                      0.0, -0.0, -3.0, float("inf"), -float("inf"), float("nan")], dtype=torch.float64)
+    for dt in (torch.float64, torch.float32, torch.float16):
+        for fn in (torch.digamma, lambda x: torch.polygamma(0, x), torch.special.psi):
+            e, r, info = run_both(fn, x.to(dt))
+            same(e, r)
+            native(info)
+    e, r, info = run_both(torch.digamma, torch.tensor([1, 2, 0, -4]))
+    same(e, r)
+    native(info)

@@ -5651,6 +5651,54 @@ static int32_t c_mvlgamma(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : fresh_contiguous(T, -1, r);
 }
 
+/* digamma (psi) of x, computed in float64 and rounded once to x's float
+ * dtype (integers: the default float): 1 - x and pi / tan(pi r) (r the
+ * fractional part) below 0, six steps of the recurrence psi(z) = psi(z +
+ * 1) - 1/z, then the asymptotic series to w^-10 at w = z + 6 (error below
+ * 1e-11); 0 gives -inf (-0: inf) and negative integers NaN, as eager. */
+static int32_t digamma_of(tracer *T, int32_t x)
+{
+    int dt = node(T, x)->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)dt))
+        dt = default_float();
+    const double pi = 3.14159265358979323846;
+    int32_t y = cast_to(T, x, SMELT_F64);
+    int32_t neg = op2(T, SMELT_OP_LT, y, num(T, 0.0)), ty = op1(T, SMELT_OP_TRUNC, y);
+    int32_t refl = op2(T, SMELT_OP_DIV, num(T, pi), op1(T, SMELT_OP_TAN, op2(T, SMELT_OP_MUL, num(T, pi), op2(T, SMELT_OP_SUB, y, ty))));
+    int32_t z = where3(T, neg, op2(T, SMELT_OP_SUB, num(T, 1.0), y), y), s = -1;
+    for (int k = 0; k < 6; k++) {
+        int32_t t = op1(T, SMELT_OP_RECIPROCAL, k ? op2(T, SMELT_OP_ADD, z, num(T, (double)k)) : z);
+        s = s < 0 ? t : op2(T, SMELT_OP_ADD, s, t);
+    }
+    int32_t w = op2(T, SMELT_OP_ADD, z, num(T, 6.0)), iw = op1(T, SMELT_OP_RECIPROCAL, w);
+    int32_t iw2 = op2(T, SMELT_OP_MUL, iw, iw);
+    static const double c[] = { 1.0 / 132, 1.0 / 240, 1.0 / 252, 1.0 / 120, 1.0 / 12 };
+    int32_t h = op2(T, SMELT_OP_MUL, iw2, num(T, c[0]));
+    for (int k = 1; k < 5; k++)   /* c[k] - iw2 * h */
+        h = op2(T, SMELT_OP_SUB, num(T, c[k]), h), h = k < 4 ? op2(T, SMELT_OP_MUL, iw2, h) : h;
+    int32_t ser = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_SUB, op1(T, SMELT_OP_LOG, w), op2(T, SMELT_OP_MUL, iw, num(T, 0.5))),
+                      op2(T, SMELT_OP_MUL, iw2, h));
+    int32_t psi = op2(T, SMELT_OP_SUB, ser, s);
+    int32_t r = where3(T, neg, op2(T, SMELT_OP_SUB, psi, refl), psi);
+    int32_t nint = op2(T, SMELT_OP_LOGICAL_AND, neg, op2(T, SMELT_OP_EQ, y, ty));
+    int32_t zero = where3(T, op2(T, SMELT_OP_LT, op1(T, SMELT_OP_RECIPROCAL, y), num(T, 0.0)), num(T, INFINITY), num(T, -INFINITY));
+    r = where3(T, op2(T, SMELT_OP_EQ, y, num(T, 0.0)), zero, where3(T, nint, num(T, NAN), r));
+    return cast_to(T, r, dt);
+}
+
+/* digamma(input) (op 0) and polygamma(n, input) with n 0 (op 1; other n:
+ * torch's kernel). */
+static int32_t c_digamma(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, op, "input");
+    int64_t n = 0;
+    if (!is_tensor(T, x) || (op && tr_int(T, arg(a, 0, "n"), &n)))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    if (n != 0)
+        return as_host_call(T, fn, a);
+    return digamma_of(T, x);
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -5910,6 +5958,8 @@ static const op_entry table[] = {
     VROW("torch.take T.take", c_take, 0),
     VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
     VROW("torch.embedding", c_embedding, 0),
+    VROW("torch.digamma T.digamma torch.special.digamma torch.special.psi", c_digamma, 0),
+    VROW("torch.polygamma torch.special.polygamma", c_digamma, 1),
     VROW("torch.mvlgamma T.mvlgamma torch.special.multigammaln", c_mvlgamma, 0),
     VROW("torch.scatter T.scatter", scatter_call, SC_COPY), VROW("torch.scatter_add T.scatter_add", scatter_call, SC_SUM),
     VROW("torch.scatter_reduce T.scatter_reduce", scatter_call, -1),
