@@ -501,7 +501,7 @@ static int infer_unary(infer_ctx *c)
         return 0;
     case SMELT_OP_SIGN:
         return 0;
-    case SMELT_OP_LOGICAL_NOT: case SMELT_OP_ISNAN: case SMELT_OP_ISINF:
+    case SMELT_OP_LOGICAL_NOT: case SMELT_OP_ISNAN: case SMELT_OP_ISINF: case SMELT_OP_SIGNBIT:
         c->out->dtype = SMELT_BOOL;
         return 0;
     case SMELT_OP_BITWISE_NOT:

@@ -514,7 +514,7 @@ static smelt_dtype compute_dtype(const smelt_graph *g, const smelt_node *n)
     case SMELT_OP_LOGICAL_AND: case SMELT_OP_LOGICAL_OR: case SMELT_OP_LOGICAL_XOR:
     case SMELT_OP_LOGICAL_NOT:
         return SMELT_BOOL;
-    case SMELT_OP_ISNAN: case SMELT_OP_ISINF: case SMELT_OP_CAST:
+    case SMELT_OP_ISNAN: case SMELT_OP_ISINF: case SMELT_OP_SIGNBIT: case SMELT_OP_CAST:
         return g->nodes[n->src[0]].dtype;
     default:
         return n->dtype;

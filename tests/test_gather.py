@@ -320,3 +320,32 @@ def test_digamma():
     e, r, info = run_both(torch.digamma, torch.tensor([1, 2, 0, -4]))
     same(e, r)
     native(info)
+
+
+def test_signbit_and_copysign_see_the_sign_bit():
+    """-0.0 and a NaN with its sign bit set count as negative (a bit test,
+    not a comparison), in every float dtype, on the vector and tail paths."""
+    vals = [1.5, -2.0, 0.0, -0.0, float("inf"), -float("inf"), float("nan"), -float("nan")] * 5
+    for dt in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = torch.tensor(vals, dtype=dt)
+        y = torch.tensor(vals[::-1], dtype=dt)
+        for fn in (torch.signbit, lambda a: torch.copysign(a, y), lambda a: torch.copysign(torch.tensor(3.0), a)):
+            e, r, info = run_both(fn, x)
+            assert torch.equal(torch.signbit(e) if e.dtype != torch.bool else e,
+                               torch.signbit(r) if r.dtype != torch.bool else r)
+            same(e, r)
+            native(info)
+    for dt in (torch.int64, torch.bool):
+        x = rand((7,), dt, torch.Generator().manual_seed(1))
+        for fn in (torch.signbit, lambda a: torch.copysign(torch.tensor(2.0), a)):
+            e, r, info = run_both(fn, x)
+            same(e, r)
+            native(info)
+
+
+def test_ldexp_copysign_result_type_with_0d_tensors():
+    h = torch.tensor([1.5, -2.0, 3.0], dtype=torch.float16)
+    for fn, a, b in [(torch.ldexp, h, torch.tensor(2.0)), (torch.ldexp, torch.tensor(2.0, dtype=torch.float64), h),
+                     (torch.copysign, torch.tensor(3.0), h), (torch.copysign, h, torch.tensor(-1.0, dtype=torch.float64))]:
+        e, r, info = run_both(fn, a, b)
+        same(e, r)

@@ -211,7 +211,7 @@ UNARY = {
     "lgamma": torch.lgamma,
     "relu": torch.relu, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
     "trunc": torch.trunc, "sign": torch.sign, "reciprocal": torch.reciprocal,
-    "logical_not": torch.logical_not, "isnan": torch.isnan, "isinf": torch.isinf,
+    "logical_not": torch.logical_not, "isnan": torch.isnan, "isinf": torch.isinf, "signbit": torch.signbit,
     "bitwise_not": torch.bitwise_not,
 }
 

@@ -65,7 +65,7 @@ def unary_kw(op, dtype):
         return dict(low=-10, high=10, quant=0.25)   # exact .5 halves for round
     if op in ("sign", "logical_not"):
         return dict(low=-2, high=2, quant=1) if fl else dict(low=-2, high=3)
-    if op in ("isnan", "isinf"):
+    if op in ("isnan", "isinf", "signbit"):
         return dict(specials=True)
     if op == "bitwise_not":
         return dict(low=-1000, high=1000)

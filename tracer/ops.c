@@ -4139,8 +4139,9 @@ static int32_t h_nan_to_num(tracer *T, const call_args *a, smelt_op op)
 }
 
 /* Binary composites of two tensors (op selects): heaviside, fmax, fmin,
- * float_power, xlogy, special.xlog1py, ldexp (x * 2.0 ** e, as eager). */
-enum { C_HEAVISIDE, C_FMAX, C_FMIN, C_FLOAT_POWER, C_XLOGY, C_XLOG1PY, C_LDEXP };
+ * float_power, xlogy, special.xlog1py, ldexp (x * 2.0 ** e, as eager),
+ * copysign (|x| with y's sign bit, NaNs' included). */
+enum { C_HEAVISIDE, C_FMAX, C_FMIN, C_FLOAT_POWER, C_XLOGY, C_XLOG1PY, C_LDEXP, C_COPYSIGN };
 
 static int32_t h_binary_composite(tracer *T, const call_args *a, smelt_op op)
 {
@@ -4152,11 +4153,19 @@ static int32_t h_binary_composite(tracer *T, const call_args *a, smelt_op op)
     if (!is_tensor(T, x) || (!is_tensor(T, y) && (int)op != C_FLOAT_POWER && (int)op != C_XLOGY && (int)op != C_XLOG1PY))
         return tr_break(T, "element-wise composite of a non-tensor");
     switch ((int)op) {
-    case C_LDEXP: {   /* in the promoted float type (integers: the default float), half in float32 */
+    case C_COPYSIGN: {   /* in the result type, a float (integers: the default float) */
+        const smelt_node *both[2] = { node(T, x), node(T, y) };
+        int rt = smelt_result_type(both, 2, (smelt_dtype)default_float());
+        rt = smelt_dtype_is_float((smelt_dtype)rt) ? rt : default_float();
+        int32_t m = op1(T, SMELT_OP_ABS, cast_to(T, x, rt));
+        return where3(T, op1(T, SMELT_OP_SIGNBIT, y), op1(T, SMELT_OP_NEG, m), m);
+    }
+    case C_LDEXP: {   /* in the result type, a float (integers: the default float), half in float32 */
         int dx = node(T, x)->dtype, dy = node(T, y)->dtype;
         if (dy == SMELT_BOOL && smelt_dtype_is_float((smelt_dtype)dx))
             return tr_break(T, "ldexp of a float by bool exponents (eager raises)");
-        int rt = smelt_dtype_promote((smelt_dtype)dx, (smelt_dtype)dy);
+        const smelt_node *both[2] = { node(T, x), node(T, y) };
+        int rt = smelt_result_type(both, 2, (smelt_dtype)default_float());
         rt = smelt_dtype_is_float((smelt_dtype)rt) ? rt : default_float();
         int ct = rt == SMELT_F16 || rt == SMELT_BF16 ? SMELT_F32 : rt;
         int32_t p = op2(T, SMELT_OP_POW, num(T, 2.0), cast_to(T, y, ct));
@@ -6001,6 +6010,7 @@ static const op_entry table[] = {
     ROW("torch.heaviside T.heaviside", h_binary_composite, C_HEAVISIDE, IP_NO),
     ROW("torch.fmax T.fmax", h_binary_composite, C_FMAX, IP_NO),
     ROW("torch.ldexp T.ldexp", h_binary_composite, C_LDEXP, IP_NO),
+    ROW("torch.copysign T.copysign", h_binary_composite, C_COPYSIGN, IP_NO), U("signbit", SIGNBIT),
     ROW("torch.fmin T.fmin", h_binary_composite, C_FMIN, IP_NO),
     ROW("torch.float_power T.float_power", h_binary_composite, C_FLOAT_POWER, IP_NO),
     ROW("torch.xlogy T.xlogy torch.special.xlogy", h_binary_composite, C_XLOGY, IP_NO),

@@ -208,8 +208,9 @@ static LLVMValueRef f32_to_bf16(cg *g, LLVMValueRef x, int w)
                                     cint(g, g->i32, 1, w), "");
     LLVMValueRef r = LLVMBuildAdd(g->B, bits, LLVMBuildAdd(g->B, lsb, cint(g, g->i32, 0x7fff, w), ""), "");
     r = LLVMBuildLShr(g->B, r, cint(g, g->i32, 16, w), "");
-    LLVMValueRef nan = LLVMBuildFCmp(g->B, LLVMRealUNO, x, x, "");
-    r = LLVMBuildSelect(g->B, nan, cint(g, g->i32, 0x7fc0, w), r, "");
+    LLVMValueRef nan = LLVMBuildFCmp(g->B, LLVMRealUNO, x, x, "");   /* quiet, sign kept (as eager's vector path) */
+    LLVMValueRef qnan = LLVMBuildOr(g->B, LLVMBuildLShr(g->B, bits, cint(g, g->i32, 16, w), ""), cint(g, g->i32, 0x40, w), "");
+    r = LLVMBuildSelect(g->B, nan, qnan, r, "");
     return LLVMBuildTrunc(g->B, r, vec(g->i16, w), "");
 }
 
@@ -613,6 +614,10 @@ static LLVMValueRef unary_fp(cg *g, smelt_op op, LLVMValueRef x, int w)
                    sel(g, fcmp(g, LLVMRealOLT, x, zero), cfp(g, et, -1, w), zero));
     case SMELT_OP_ISNAN: return fcmp(g, LLVMRealUNO, x, x);
     case SMELT_OP_ISINF: return fcmp(g, LLVMRealOEQ, call_intr(g, "llvm.fabs", t, &x, 1), cfp(g, et, INFINITY, w));
+    case SMELT_OP_SIGNBIT: {   /* the bits as an integer of the same width */
+        LLVMTypeRef it = et == g->f64 ? g->i64 : g->i32;
+        return icmp(g, LLVMIntSLT, LLVMBuildBitCast(g->B, x, vec(it, w), ""), cint(g, it, 0, w));
+    }
     default: return NULL;
     }
 }
@@ -633,6 +638,7 @@ static LLVMValueRef unary_int(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef x
         return LLVMBuildSub(g->B, LLVMBuildZExt(g->B, icmp(g, u ? LLVMIntUGT : LLVMIntSGT, x, zero), LLVMTypeOf(x), ""),
                             LLVMBuildZExt(g->B, icmp(g, LLVMIntSLT, x, zero), LLVMTypeOf(x), ""), "");
     case SMELT_OP_ISNAN: case SMELT_OP_ISINF: return cint(g, g->i1, 0, w);
+    case SMELT_OP_SIGNBIT: return u ? cint(g, g->i1, 0, w) : icmp(g, LLVMIntSLT, x, zero);
     case SMELT_OP_BITWISE_NOT: return LLVMBuildNot(g->B, x, "");
     default: return NULL;
     }
