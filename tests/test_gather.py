@@ -349,3 +349,23 @@ def test_ldexp_copysign_result_type_with_0d_tensors():
                      (torch.copysign, torch.tensor(3.0), h), (torch.copysign, h, torch.tensor(-1.0, dtype=torch.float64))]:
         e, r, info = run_both(fn, a, b)
         same(e, r)
+
+
+def test_more_native_composites():
+    """hypot, trapezoid/trapz/cumulative_trapezoid with a constant spacing,
+    linalg.vecdot, dist and block_diag against eager, without host calls."""
+    g = torch.Generator().manual_seed(11)
+    x, y = torch.randn(4, 7, generator=g), torch.randn(4, 7, generator=g)
+    h = x.half()
+    cases = [(torch.hypot, (x, y)), (torch.hypot, (h, y.half())),
+             (lambda y: torch.trapezoid(y, dx=0.5), (x,)), (lambda y: torch.trapz(y, dim=0), (x,)),
+             (lambda y: torch.trapezoid(y), (torch.randint(-9, 9, (3, 5), generator=g),)),
+             (lambda y: torch.cumulative_trapezoid(y, dx=2.0, dim=1), (x,)),
+             (lambda a, b: torch.linalg.vecdot(a, b, dim=0), (x, y)), (lambda a, b: torch.dist(a, b, 3), (x, y)),
+             (lambda a, b: torch.dist(a, b, float("inf")), (h, y.half())),
+             (lambda a, b, c: torch.block_diag(a, b, c), (x, torch.tensor(2.0), torch.randn(3, generator=g))),
+             (lambda a, b: torch.block_diag(a, b), (torch.randint(0, 5, (2, 2), generator=g), y))]
+    for fn, args in cases:
+        e, r, info = run_both(fn, *args)
+        same(e, r)
+        native(info)

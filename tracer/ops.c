@@ -5708,6 +5708,151 @@ static int32_t c_digamma(tracer *T, PyObject *fn, const call_args *a, int op)
     return digamma_of(T, x);
 }
 
+/* hypot(input, other) of float tensors below float64: sqrt(x^2 + y^2) in
+ * float64 (no overflow, one rounding); float64 is torch's kernel. */
+static int32_t c_hypot(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "other");
+    (void)op;
+    if (!is_tensor(T, x) || !is_tensor(T, y))
+        return as_host_call(T, fn, a);
+    const smelt_node *both[2] = { node(T, x), node(T, y) };
+    int rt = smelt_result_type(both, 2, (smelt_dtype)default_float());
+    if (!smelt_dtype_is_float((smelt_dtype)rt) || rt == SMELT_F64)
+        return as_host_call(T, fn, a);
+    int32_t xf = cast_to(T, x, SMELT_F64), yf = cast_to(T, y, SMELT_F64);
+    int32_t s = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, xf, xf), op2(T, SMELT_OP_MUL, yf, yf));
+    return cast_to(T, op1(T, SMELT_OP_SQRT, s), rt);
+}
+
+/* trapezoid(y, x=None, *, dx=None, dim=-1) / trapz(y, *, dx=1, dim=-1)
+ * (op 0) and cumulative_trapezoid (op 1) with a constant spacing: (sum -
+ * (first + last) / 2) * dx, as eager; the cumulative form is the short
+ * scan of (y[1:] + y[:-1]) * dx / 2. A tensor x is torch's kernel. */
+static int32_t c_trapezoid(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t y = arg(a, 0, "y"), xv = arg(a, 1, "x"), dv = arg(a, -1, "dx");
+    int64_t d = -1;
+    int err = 0;
+    if (y < 0)
+        y = arg(a, 0, "input");
+    if (!is_tensor(T, y) || !is_none(T, xv) || get_int(T, arg(a, -1, "dim"), -1, &d))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    double dx = farg(T, a, -1, "dx", 1.0, &err);
+    if (err)
+        return -1;
+    (void)dv;
+    const smelt_node *yn = node(T, y);
+    int nd = yn->ndim;
+    if (nd < 1 || d < -nd || d >= nd || yn->dtype == SMELT_BOOL)
+        return as_host_call(T, fn, a);
+    int dim = (int)(d < 0 ? d + nd : d);
+    int64_t n = yn->shape[dim];
+    if (n == 0 || (op && n - 1 > SHORT_NATIVE_MAX))
+        return as_host_call(T, fn, a);
+    int32_t r;
+    if (!op) {
+        int32_t ends = op2(T, SMELT_OP_ADD, v_axis(T, SMELT_OP_SQUEEZE, v_slice(T, y, dim, 0, 1, 1), dim),
+                           v_axis(T, SMELT_OP_SQUEEZE, v_slice(T, y, dim, n - 1, n, 1), dim));
+        r = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_SUB, red(T, SMELT_OP_SUM, y, 1u << dim, 0, 0),
+                                     op2(T, SMELT_OP_MUL, ends, num(T, 0.5))), num(T, dx));
+        return r < 0 ? -1 : fresh_contiguous(T, -1, r);
+    }
+    int32_t pair = op2(T, SMELT_OP_ADD, v_slice(T, y, dim, 0, n - 1, 1), v_slice(T, y, dim, 1, n, 1));
+    int32_t part = fresh_contiguous(T, -1, op2(T, SMELT_OP_MUL, num(T, dx / 2.0), pair));
+    int32_t dimv = int_value(T, dim);
+    call_args b = { .pos = (int32_t[]){ part, dimv }, .npos = 2 };
+    return part < 0 || dimv < 0 ? -1 : scan_call(T, fn, &b, SMELT_OP_SUM);
+}
+
+/* linalg.vecdot(x, y, *, dim=-1) of float tensors of one dtype: the
+ * product summed over dim (x's conjugate: real here). */
+static int32_t c_vecdot(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "x"), y = arg(a, 1, "y");
+    int64_t d = -1;
+    (void)op;
+    if (!is_tensor(T, x) || !is_tensor(T, y) || get_int(T, arg(a, -1, "dim"), -1, &d))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    int dt = node(T, x)->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)dt) || node(T, y)->dtype != dt)
+        return as_host_call(T, fn, a);
+    int32_t p = op2(T, SMELT_OP_MUL, x, y);
+    if (p < 0)
+        return -1;
+    int nd = node(T, p)->ndim;
+    if (nd < 1 || d < -nd || d >= nd)
+        return as_host_call(T, fn, a);
+    return fresh_contiguous(T, -1, red(T, SMELT_OP_SUM, p, 1u << (d < 0 ? d + nd : d), 0, 0));
+}
+
+/* dist(input, other, p=2) of float tensors: the p-norm of the difference. */
+static int32_t c_dist(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), y = arg(a, 1, "other");
+    int err = 0;
+    (void)op;
+    if (!is_tensor(T, x) || !is_tensor(T, y) || node(T, x)->dtype != node(T, y)->dtype ||
+        !smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype))
+        return as_host_call(T, fn, a);
+    double p = farg(T, a, 2, "p", 2.0, &err);
+    if (err)
+        return -1;
+    int32_t dif = op2(T, SMELT_OP_SUB, x, y);
+    if (dif < 0)
+        return -1;
+    int nd = node(T, dif)->ndim;
+    return fresh_contiguous(T, -1, pnorm(T, dif, p, nd ? (1u << nd) - 1 : 0, 0));
+}
+
+/* block_diag(*tensors) of 0-d to 2-d tensors: each its own rows and
+ * columns, zeros elsewhere (FULL blocks joined by CAT), in the promoted
+ * dtype. */
+static int32_t c_block_diag(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int n = a->npos, rt = -1;
+    int64_t rows[64], cols[64], tc = 0;
+    (void)op;
+    if (n < 1 || n > 64 || a->nkw)
+        return as_host_call(T, fn, a);
+    for (int i = 0; i < n; i++) {
+        int32_t t = a->pos[i];
+        if (!is_tensor(T, t) || node(T, t)->ndim > 2)
+            return as_host_call(T, fn, a);
+        const smelt_node *tn = node(T, t);
+        rows[i] = tn->ndim == 2 ? tn->shape[0] : 1;
+        cols[i] = tn->ndim == 2 ? tn->shape[1] : tn->ndim == 1 ? tn->shape[0] : 1;
+        tc += cols[i];
+        rt = rt < 0 ? tn->dtype : smelt_dtype_promote((smelt_dtype)rt, (smelt_dtype)tn->dtype);
+    }
+    int32_t rowsv[64], nr = 0;
+    int64_t before = 0;
+    PyObject *zero = PyLong_FromLong(0);
+    for (int i = 0; i < n && zero; i++) {
+        int64_t shp[2] = { rows[i], cols[i] };
+        int32_t parts[3], np = 0, blk = v_reshape(T, cast_to(T, a->pos[i], rt), shp, 2);
+        int64_t zb[2] = { rows[i], before }, za[2] = { rows[i], tc - before - cols[i] };
+        if (before && (parts[np++] = full_of(T, zero, rt, zb, 2)) < 0)
+            break;
+        parts[np++] = blk;
+        if (za[1] && (parts[np++] = full_of(T, zero, rt, za, 2)) < 0)
+            break;
+        before += cols[i];
+        for (int k = 0; k < np; k++)
+            parts[k] = parts[k] < 0 ? -1 : T->vals[parts[k]].node;
+        if (parts[np - 1] < 0 || blk < 0)
+            break;
+        rowsv[nr++] = np > 1 ? T->vals[cat_nodes(T, parts, np, 1)].node : parts[0];
+    }
+    Py_XDECREF(zero);
+    if (nr != n)
+        return -1;
+    int32_t r = nr > 1 ? cat_nodes(T, rowsv, nr, 0) : tv_tensor(T, rowsv[0]);
+    if (r >= 0 && nr == 1 && T->vals[r].node == T->vals[a->pos[0]].node)
+        r = copy_of(T, r);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, r);
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -5967,6 +6112,9 @@ static const op_entry table[] = {
     VROW("torch.take T.take", c_take, 0),
     VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
     VROW("torch.embedding", c_embedding, 0),
+    VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
+    VROW("torch.cumulative_trapezoid", c_trapezoid, 1), VROW("torch.linalg.vecdot", c_vecdot, 0),
+    VROW("torch.dist T.dist", c_dist, 0), VROW("torch.block_diag", c_block_diag, 0),
     VROW("torch.digamma T.digamma torch.special.digamma torch.special.psi", c_digamma, 0),
     VROW("torch.polygamma torch.special.polygamma", c_digamma, 1),
     VROW("torch.mvlgamma T.mvlgamma torch.special.multigammaln", c_mvlgamma, 0),
