@@ -203,8 +203,11 @@ static int set_grad_mode(pyext_state *st, int on)
  * after the run); otherwise -1 with the exception. */
 static int run_failed(int rc, const char *err, int trusted)
 {
-    if (rc == -2 && trusted)
+    if (rc == -2 && trusted) {
+        if (pyext_log_on(PYEXT_LOG_GRAPH_BREAKS))
+            pyext_log_write(PYEXT_LOG_GRAPH_BREAKS, "compiled graph: an index out of range: this call runs eagerly");
         return 1;
+    }
     PyErr_Format(rc == -2 ? PyExc_IndexError : PyExc_RuntimeError, "%s", err);
     return -1;
 }

@@ -369,3 +369,29 @@ def test_more_native_composites():
         e, r, info = run_both(fn, *args)
         same(e, r)
         native(info)
+
+
+def test_advanced_index_with_several_tensors():
+    """Adjacent integer tensors (broadcast together) index the flattened
+    dims with one gather; non-adjacent ones stay eager's __getitem__;
+    _unsafe_masked_index clamps its indices as eager does."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(4, 5, 6, generator=g)
+    i = torch.tensor([[0, 3], [-1, 2]])
+    j = torch.tensor([4, -5])
+    k = torch.tensor([[1], [5]])
+    for fn in (lambda x: x[i, j], lambda x: x[:, j, k], lambda x: x[i, j, k] + 1, lambda x: x[..., j, k],
+               lambda x: torch.Tensor.__getitem__(x, (i, j))):
+        e, r, info = run_both(fn, x)
+        same(e, r)
+        native(info)
+    e, r, info = run_both(lambda x: x[i, :, k], x)
+    same(e, r)
+    e, r, info = run_both(lambda x: x[i, torch.tensor([5])], x)           # 5 is out of range for dim 1
+    assert isinstance(e, IndexError)
+    same(e, r)
+    mask = torch.rand(2, 2, 6, generator=g) > 0.5
+    far = torch.tensor([[9, 0], [-7, 1]])                                 # out of range where masked out
+    e, r, info = run_both(lambda x, m, a: torch._unsafe_masked_index(x, m, [a, a], 0.5), x, mask, far)
+    same(e, r)
+    native(info)

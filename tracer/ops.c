@@ -5154,6 +5154,7 @@ static int32_t nll_call(tracer *T, PyObject *fn, const call_args *a, int ce)
 }
 
 static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int sel);
+static int32_t c_unsafe_masked_index(tracer *T, PyObject *fn, const call_args *a, int op);
 
 /* ---------- more native composites: diff, addr, isin, index_fill, ... ---------- */
 
@@ -6112,6 +6113,7 @@ static const op_entry table[] = {
     VROW("torch.take T.take", c_take, 0),
     VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
     VROW("torch.embedding", c_embedding, 0),
+    VROW("torch._unsafe_masked_index", c_unsafe_masked_index, 0),
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
     VROW("torch.cumulative_trapezoid", c_trapezoid, 1), VROW("torch.linalg.vecdot", c_vecdot, 0),
     VROW("torch.dist T.dist", c_dist, 0), VROW("torch.block_diag", c_block_diag, 0),
@@ -6542,6 +6544,8 @@ static PyObject *disable_wrapped(PyObject *fn)
 
 int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
 {
+    if (fn == getitem_fn && a->npos == 2 && !a->nkw && T->vals[a->pos[0]].kind == V_TENSOR)
+        return ops_subscr(T, a->pos[0], a->pos[1]);   /* torch.Tensor.__getitem__(x, index): x[index] */
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
     PyObject *w = idx ? NULL : disable_wrapped(fn);
     if (!idx && w)
@@ -6752,52 +6756,116 @@ static int32_t index_host_call(tracer *T, int32_t x, int32_t index)
     return r != -2 ? r : tr_break(T, "indexing of a non-tensor");
 }
 
-/* x[..., ix, ...] with one int64/int32 tensor ix among full-range
- * slices and at most one Ellipsis, x laid out contiguously: a gather
- * along ix's dim (negatives from the end), that dim replaced by ix's
- * shape; eager's result is then contiguous. -2 for any other index. */
-static int32_t index_gather(tracer *T, int32_t x, const int32_t *it, int n)
+/* x[..., i0, i1, .., ...]: adjacent int64/int32 tensors (>= 1-d, broadcast
+ * to one shape B) among full-range slices and at most one Ellipsis, x laid
+ * out contiguously: the indexed dims flattened into one and read by a
+ * GATHER at the flat position (each index checked, negatives from the
+ * end; clamp: first clamped into [-n, n), as _unsafe_masked_index does);
+ * the indexed dims replaced by B, eager's result then being contiguous.
+ * -2 for any other index. */
+static int32_t index_gather(tracer *T, int32_t x, const int32_t *it, int n, int clamp)
 {
-    int d = -1, ell = -1, t = -1;
+    int t0 = -1, m = 0, ell = -1;
     for (int i = 0; i < n; i++) {
         tv *k = &T->vals[it[i]];
-        if (k->kind == V_TENSOR && is_index_tensor(T, it[i], 1) && node(T, it[i])->ndim >= 1 && d < 0)
-            d = t = i;   /* (a 0-d index is eager's integer index: a view) */
-        else if (k->kind == V_OBJ && k->obj == Py_Ellipsis && ell < 0)
+        if (k->kind == V_TENSOR && is_index_tensor(T, it[i], 1) && node(T, it[i])->ndim >= 1) {
+            if (t0 >= 0 && i != t0 + m)
+                return -2;   /* not adjacent: eager puts B first */
+            t0 = t0 < 0 ? i : t0;
+            m++;
+        } else if (k->kind == V_OBJ && k->obj == Py_Ellipsis && ell < 0) {
             ell = i;
-        else if (!(k->kind == V_SLICE && k->sl[0] < 0 && k->sl[1] < 0 && k->sl[2] < 0))
-            return -2;
+        } else if (!(k->kind == V_SLICE && k->sl[0] < 0 && k->sl[1] < 0 && k->sl[2] < 0)) {
+            return -2;   /* (a 0-d index is eager's integer index: a view) */
+        }
     }
     const smelt_node *xn = node(T, x);
     int nd = xn->ndim;
-    if (d < 0 || n - (ell >= 0) > nd)
+    if (t0 < 0 || n - (ell >= 0) > nd)
         return -2;
-    if (ell >= 0 && ell < d)
-        d = nd - (n - d);   /* the dims after the Ellipsis are the last ones */
-    int64_t st[SMELT_MAX_DIMS];
-    int k = eager_strides(T, T->vals[x].node, st);
+    int d0 = ell >= 0 && ell < t0 ? nd - (n - t0) : t0;   /* the dims after the Ellipsis are the last ones */
+    int64_t st[SMELT_MAX_DIMS], B[SMELT_MAX_DIMS], xs[SMELT_MAX_DIMS];
+    int k = eager_strides(T, T->vals[x].node, st), nb = 0;
     if (k < 0)
         return -1;
     if (!k || !strides_contiguous(xn, st))
         return -2;
-    int32_t ix = it[t];
-    const smelt_node *in = node(T, ix);
-    if (nd - 1 + in->ndim > SMELT_MAX_DIMS)
+    memcpy(xs, xn->shape, sizeof xs);
+    for (int q = 0; q < m; q++) {   /* B: the indices broadcast */
+        const smelt_node *in = node(T, it[t0 + q]);
+        for (int i = 0; i < in->ndim; i++) {
+            int bi = i + (nb > in->ndim ? nb - in->ndim : 0);
+            if (in->ndim > nb) {
+                memmove(B + (in->ndim - nb), B, sizeof(int64_t) * (size_t)nb);
+                for (int z = 0; z < in->ndim - nb; z++)
+                    B[z] = 1;
+                nb = in->ndim;
+                bi = i;
+            }
+            int64_t v = in->shape[i];
+            if (B[bi] != v && B[bi] != 1 && v != 1)
+                return -2;   /* eager raises */
+            B[bi] = B[bi] == 1 ? v : B[bi];
+        }
+    }
+    if (nd - m + nb > SMELT_MAX_DIMS)
         return -2;
-    int64_t m = smelt_node_numel(in), shape[SMELT_MAX_DIMS];
-    int r = 0;
-    for (int i = 0; i < d; i++)
-        shape[r++] = xn->shape[i];
-    for (int i = 0; i < in->ndim; i++)
-        shape[r++] = in->shape[i];
-    for (int i = d + 1; i < nd; i++)
-        shape[r++] = xn->shape[i];
-    int32_t g = select_rows(T, x, v_reshape(T, ix, &m, 1), d, 1);
+    int64_t N = 1, nb1 = 1, rs[SMELT_MAX_DIMS], shape[SMELT_MAX_DIMS];
+    for (int i = 0; i < nb; i++)
+        nb1 *= B[i];
+    int32_t flat = -1;
+    for (int q = m - 1; q >= 0; q--) {   /* flat = sum of index_q * (the sizes after it) */
+        int64_t size = xs[d0 + q], one[SMELT_MAX_DIMS];
+        const smelt_node *in = node(T, it[t0 + q]);
+        for (int i = 0; i < nb; i++)
+            one[i] = i < nb - in->ndim ? 1 : in->shape[i - (nb - in->ndim)];
+        int32_t iq = expand_to(T, v_reshape(T, it[t0 + q], one, nb), B, nb);
+        if (clamp)
+            iq = op2(T, SMELT_OP_MINIMUM, op2(T, SMELT_OP_MAXIMUM, iq, int_value(T, -size)), int_value(T, size - 1));
+        int32_t ck = iq < 0 ? -1 : gnode(T, iq);
+        if (ck < 0)
+            return -1;
+        smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { ck } };
+        p.a.gather.n = size;
+        p.a.gather.wrap = 1;
+        int32_t v = mk(T, &p);
+        if (N != 1)
+            v = op2(T, SMELT_OP_MUL, v, int_value(T, N));
+        flat = flat < 0 ? v : op2(T, SMELT_OP_ADD, flat, v);
+        N *= size;
+    }
+    int r = 0, nr = 0;
+    for (int i = 0; i < d0; i++)
+        rs[nr++] = shape[r++] = xs[i];
+    rs[nr++] = N;
+    for (int i = 0; i < nb; i++)
+        shape[r++] = B[i];
+    for (int i = d0 + m; i < nd; i++)
+        rs[nr++] = shape[r++] = xs[i];
+    int32_t g = select_rows(T, v_reshape(T, x, rs, nr), v_reshape(T, flat, &nb1, 1), d0, 0);
     return g < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, g, shape, r));
 }
 
-/* x[index]: ints, slices, None and Ellipsis (a tuple of them); one
- * integer tensor among full slices (index_gather); other tensors, lists
+/* _unsafe_masked_index(self, mask, indices, fill): self at the indices
+ * (clamped into range first, as eager) where mask holds, fill elsewhere. */
+static int32_t c_unsafe_masked_index(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "self"), mask = arg(a, 1, "mask"), il = arg(a, 2, "indices"), fill = arg(a, 3, "fill");
+    (void)op;
+    if (!is_tensor(T, x) || !is_tensor(T, mask) || node(T, mask)->dtype != SMELT_BOOL || il < 0 ||
+        (T->vals[il].kind != V_LIST && T->vals[il].kind != V_TUPLE) || fill < 0 || T->vals[il].n > 16)
+        return as_host_call(T, fn, a);
+    int32_t items[16];
+    int n = T->vals[il].n;
+    memcpy(items, T->vals[il].items, sizeof(int32_t) * (size_t)n);
+    int32_t r = index_gather(T, x, items, n, 1);
+    if (r == -2)
+        return as_host_call(T, fn, a);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, where3(T, mask, r, fill));
+}
+
+/* x[index]: ints, slices, None and Ellipsis (a tuple of them); adjacent
+ * integer tensors among full slices (index_gather); other tensors, lists
  * of ints and bools through index_host_call. */
 int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
 {
@@ -6812,7 +6880,7 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
     for (int i = 0; i < n; i++) {
         tv *k = &T->vals[it[i]];
         if (k->kind == V_TENSOR && T->vals[x].kind == V_TENSOR) {
-            int32_t r = index_gather(T, x, it, n);
+            int32_t r = index_gather(T, x, it, n, 0);
             if (r != -2)
                 return r;
         }
