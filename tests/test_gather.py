@@ -395,3 +395,31 @@ def test_advanced_index_with_several_tensors():
     e, r, info = run_both(lambda x, m, a: torch._unsafe_masked_index(x, m, [a, a], 0.5), x, mask, far)
     same(e, r)
     native(info)
+
+
+def test_put_and_index_put():
+    """put / index_put / _unsafe_masked_index_put_accumulate as writes at
+    flat positions: duplicates add up when accumulating, else the last
+    write wins; negatives count from the end; out of range raises eager's
+    error; values broadcast over the indexed shape and the remaining dims."""
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(3, 4, generator=g)
+    xi = torch.randint(-9, 9, (3, 4), generator=g)
+    cases = [(lambda x, i, v: torch.put(x, i, v), x, torch.tensor([-1, 0, 5, 5]), torch.randn(4, generator=g)),
+             (lambda x, i, v: x.put(i, v, accumulate=True), xi, torch.tensor([[1, 1], [11, -12]]), torch.randint(0, 5, (2, 2), generator=g)),
+             (lambda x, i, v: torch.index_put(x, (i,), v), x, torch.tensor([2, -1, 0]), torch.randn(4, generator=g)),
+             (lambda x, i, v: torch.index_put(x, (i, i), v, accumulate=True), x, torch.tensor([0, 2, 0]), torch.tensor(1.5)),
+             (lambda x, i, v: torch.index_put(x, (i, i + 1), v), xi, torch.tensor([[0], [1]]), torch.randint(0, 5, (2, 1), generator=g))]
+    for fn, a, i, v in cases:
+        e, r, info = run_both(fn, a, i, v)
+        same(e, r)
+        native(info)
+    e, r, info = run_both(lambda x, i, v: torch.put(x, i, v), x, torch.tensor([12]), torch.randn(1))
+    assert isinstance(e, IndexError)
+    same(e, r)
+    mask = torch.tensor([[True], [False]])
+    far = torch.tensor([1, 7])                                             # out of range where masked out
+    e, r, info = run_both(lambda x, m, i, v: torch._unsafe_masked_index_put_accumulate(x, m, [i], v), x, mask, far,
+                          torch.randn(2, 4, generator=g))
+    same(e, r)
+    native(info)

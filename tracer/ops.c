@@ -5155,6 +5155,7 @@ static int32_t nll_call(tracer *T, PyObject *fn, const call_args *a, int ce)
 
 static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int sel);
 static int32_t c_unsafe_masked_index(tracer *T, PyObject *fn, const call_args *a, int op);
+static int32_t put_call(tracer *T, PyObject *fn, const call_args *a, int op);
 
 /* ---------- more native composites: diff, addr, isin, index_fill, ... ---------- */
 
@@ -5593,6 +5594,25 @@ static int32_t scatter_call(tracer *T, PyObject *fn, const call_args *a, int op)
     return scatter_combine(T, &s, kind, self, kind == SC_VALUE ? src : -1);
 }
 
+/* x written along dim at the K positions of ck (a 1-d checked int64
+ * index) from src (x's shape with K along dim): scatter_combine with the
+ * index broadcast off dim. */
+static int32_t index_write(tracer *T, int32_t x, int dim, int32_t ck, int32_t src, int kind, int self)
+{
+    if (ck < 0 || src < 0)
+        return -1;
+    int nd = node(T, x)->ndim;
+    int64_t K = smelt_node_numel(node(T, ck)), kshape[SMELT_MAX_DIMS];
+    for (int i = 0; i <= nd; i++)
+        kshape[i] = i == dim + 1 ? K : 1;
+    scatter_args s = { .x = x, .dim = dim, .nd = nd, .n = node(T, x)->shape[dim], .K = K, .srcf = src };
+    s.ci = v_reshape(T, ck, kshape, nd + 1);
+    s.src = v_axis(T, SMELT_OP_UNSQUEEZE, src, dim);
+    if (s.ci < 0 || s.src < 0)
+        return -1;
+    return scatter_combine(T, &s, kind, self, -1);
+}
+
 /* index_add(input, dim, index, source, *, alpha=1) (op SC_SUM),
  * index_copy(input, dim, index, source) (SC_COPY) and index_reduce(input,
  * dim, index, source, reduce, *, include_self=True) (op -1): a 1-d index
@@ -5614,7 +5634,7 @@ static int32_t index_write_call(tracer *T, PyObject *fn, const call_args *a, int
     if (!is_index_tensor(T, ix, 1) || node(T, ix)->ndim > 1 || !is_tensor(T, src) || node(T, src)->ndim != nd ||
         node(T, src)->dtype != xn->dtype || (!is_none(T, av) && (T->vals[av].kind != V_OBJ || !PyLong_Check(T->vals[av].obj))))
         return as_host_call(T, fn, a);
-    int64_t K = smelt_node_numel(node(T, ix)), n = xn->shape[dim], alpha = 1, kshape[SMELT_MAX_DIMS];
+    int64_t K = smelt_node_numel(node(T, ix)), n = xn->shape[dim], alpha = 1;
     for (int i = 0; i < nd; i++)
         if (node(T, src)->shape[i] != (i == dim ? K : xn->shape[i]))
             return as_host_call(T, fn, a);   /* eager raises */
@@ -5622,14 +5642,8 @@ static int32_t index_write_call(tracer *T, PyObject *fn, const call_args *a, int
         return T->broke ? -1 : as_host_call(T, fn, a);
     if (K == 0)
         return fresh_contiguous(T, -1, copy_of(T, x));
-    for (int i = 0; i <= nd; i++)
-        kshape[i] = i == dim + 1 ? K : 1;
-    scatter_args s = { .x = x, .dim = dim, .nd = nd, .n = n, .K = K, .srcf = src };
-    s.ci = v_reshape(T, checked_index(T, v_reshape(T, ix, &K, 1), n), kshape, nd + 1);
-    s.src = v_axis(T, SMELT_OP_UNSQUEEZE, alpha == 1 ? src : op2(T, SMELT_OP_MUL, src, int_value(T, alpha)), dim);
-    if (s.ci < 0 || s.src < 0)
-        return -1;
-    return scatter_combine(T, &s, kind, self, -1);
+    return index_write(T, x, dim, checked_index(T, v_reshape(T, ix, &K, 1), n),
+                       alpha == 1 ? src : op2(T, SMELT_OP_MUL, src, int_value(T, alpha)), kind, self);
 }
 
 
@@ -6114,6 +6128,8 @@ static const op_entry table[] = {
     VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
     VROW("torch.embedding", c_embedding, 0),
     VROW("torch._unsafe_masked_index", c_unsafe_masked_index, 0),
+    VROW("torch.put T.put", put_call, 0), VROW("torch.index_put T.index_put", put_call, 1),
+    VROW("torch._unsafe_masked_index_put_accumulate", put_call, 2),
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
     VROW("torch.cumulative_trapezoid", c_trapezoid, 1), VROW("torch.linalg.vecdot", c_vecdot, 0),
     VROW("torch.dist T.dist", c_dist, 0), VROW("torch.block_diag", c_block_diag, 0),
@@ -6756,6 +6772,61 @@ static int32_t index_host_call(tracer *T, int32_t x, int32_t index)
     return r != -2 ? r : tr_break(T, "indexing of a non-tensor");
 }
 
+/* The flat position of the indexed dims [d0, d0 + m) of a tensor of sizes
+ * xs for the m integer index tensors it[] (>= 1-d): each checked against
+ * its dim (CHECKIDX, negatives from the end; clamp: first clamped into
+ * [-n, n)), all broadcast to one shape B (nb dims, into B), flat = sum of
+ * index_q times the sizes after it; *N the product of the indexed sizes.
+ * An int64 tensor of shape B, -2 when the indices do not broadcast (eager
+ * raises), -1 on error. */
+static int32_t flat_index(tracer *T, const int64_t *xs, int d0, const int32_t *it, int m, int clamp, int64_t *B, int *nbp,
+                          int64_t *Np)
+{
+    int nb = 0;
+    for (int q = 0; q < m; q++) {   /* B: the indices broadcast */
+        const smelt_node *in = node(T, it[q]);
+        for (int i = 0; i < in->ndim; i++) {
+            int bi = i + (nb > in->ndim ? nb - in->ndim : 0);
+            if (in->ndim > nb) {
+                memmove(B + (in->ndim - nb), B, sizeof(int64_t) * (size_t)nb);
+                for (int z = 0; z < in->ndim - nb; z++)
+                    B[z] = 1;
+                nb = in->ndim;
+                bi = i;
+            }
+            int64_t v = in->shape[i];
+            if (B[bi] != v && B[bi] != 1 && v != 1)
+                return -2;   /* eager raises */
+            B[bi] = B[bi] == 1 ? v : B[bi];
+        }
+    }
+    int64_t N = 1;
+    int32_t flat = -1;
+    for (int q = m - 1; q >= 0; q--) {   /* flat = sum of index_q * (the sizes after it) */
+        int64_t size = xs[d0 + q], one[SMELT_MAX_DIMS];
+        const smelt_node *in = node(T, it[q]);
+        for (int i = 0; i < nb; i++)
+            one[i] = i < nb - in->ndim ? 1 : in->shape[i - (nb - in->ndim)];
+        int32_t iq = expand_to(T, v_reshape(T, it[q], one, nb), B, nb);
+        if (clamp)
+            iq = op2(T, SMELT_OP_MINIMUM, op2(T, SMELT_OP_MAXIMUM, iq, int_value(T, -size)), int_value(T, size - 1));
+        int32_t ck = iq < 0 ? -1 : gnode(T, iq);
+        if (ck < 0)
+            return -1;
+        smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { ck } };
+        p.a.gather.n = size;
+        p.a.gather.wrap = 1;
+        int32_t v = mk(T, &p);
+        if (N != 1)
+            v = op2(T, SMELT_OP_MUL, v, int_value(T, N));
+        flat = flat < 0 ? v : op2(T, SMELT_OP_ADD, flat, v);
+        N *= size;
+    }
+    *nbp = nb;
+    *Np = N;
+    return flat;
+}
+
 /* x[..., i0, i1, .., ...]: adjacent int64/int32 tensors (>= 1-d, broadcast
  * to one shape B) among full-range slices and at most one Ellipsis, x laid
  * out contiguously: the indexed dims flattened into one and read by a
@@ -6791,49 +6862,13 @@ static int32_t index_gather(tracer *T, int32_t x, const int32_t *it, int n, int 
     if (!k || !strides_contiguous(xn, st))
         return -2;
     memcpy(xs, xn->shape, sizeof xs);
-    for (int q = 0; q < m; q++) {   /* B: the indices broadcast */
-        const smelt_node *in = node(T, it[t0 + q]);
-        for (int i = 0; i < in->ndim; i++) {
-            int bi = i + (nb > in->ndim ? nb - in->ndim : 0);
-            if (in->ndim > nb) {
-                memmove(B + (in->ndim - nb), B, sizeof(int64_t) * (size_t)nb);
-                for (int z = 0; z < in->ndim - nb; z++)
-                    B[z] = 1;
-                nb = in->ndim;
-                bi = i;
-            }
-            int64_t v = in->shape[i];
-            if (B[bi] != v && B[bi] != 1 && v != 1)
-                return -2;   /* eager raises */
-            B[bi] = B[bi] == 1 ? v : B[bi];
-        }
-    }
+    int64_t N, nb1, rs[SMELT_MAX_DIMS], shape[SMELT_MAX_DIMS];
+    int32_t flat = flat_index(T, xs, d0, it + t0, m, clamp, B, &nb, &N);
+    if (flat < 0)
+        return flat;
     if (nd - m + nb > SMELT_MAX_DIMS)
         return -2;
-    int64_t N = 1, nb1 = 1, rs[SMELT_MAX_DIMS], shape[SMELT_MAX_DIMS];
-    for (int i = 0; i < nb; i++)
-        nb1 *= B[i];
-    int32_t flat = -1;
-    for (int q = m - 1; q >= 0; q--) {   /* flat = sum of index_q * (the sizes after it) */
-        int64_t size = xs[d0 + q], one[SMELT_MAX_DIMS];
-        const smelt_node *in = node(T, it[t0 + q]);
-        for (int i = 0; i < nb; i++)
-            one[i] = i < nb - in->ndim ? 1 : in->shape[i - (nb - in->ndim)];
-        int32_t iq = expand_to(T, v_reshape(T, it[t0 + q], one, nb), B, nb);
-        if (clamp)
-            iq = op2(T, SMELT_OP_MINIMUM, op2(T, SMELT_OP_MAXIMUM, iq, int_value(T, -size)), int_value(T, size - 1));
-        int32_t ck = iq < 0 ? -1 : gnode(T, iq);
-        if (ck < 0)
-            return -1;
-        smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { ck } };
-        p.a.gather.n = size;
-        p.a.gather.wrap = 1;
-        int32_t v = mk(T, &p);
-        if (N != 1)
-            v = op2(T, SMELT_OP_MUL, v, int_value(T, N));
-        flat = flat < 0 ? v : op2(T, SMELT_OP_ADD, flat, v);
-        N *= size;
-    }
+    nb1 = smelt_node_numel(node(T, flat));
     int r = 0, nr = 0;
     for (int i = 0; i < d0; i++)
         rs[nr++] = shape[r++] = xs[i];
@@ -6862,6 +6897,95 @@ static int32_t c_unsafe_masked_index(tracer *T, PyObject *fn, const call_args *a
     if (r == -2)
         return as_host_call(T, fn, a);
     return r < 0 ? -1 : fresh_contiguous(T, -1, where3(T, mask, r, fill));
+}
+
+/* put(input, index, source, accumulate=False) (op 0), index_put(input,
+ * indices, values, accumulate=False) (op 1) and
+ * _unsafe_masked_index_put_accumulate(input, mask, indices, values) (op 2):
+ * writes at the flat positions of the indexed leading dims (put: of the
+ * whole tensor; negatives from the end, checked; the masked form clamps
+ * its indices and writes 0 where mask is false), at most SHORT_NATIVE_MAX
+ * of them, as index_write along dim 0 of input viewed as [N, rest]: sums
+ * when accumulating, else the last write (as eager's CPU kernel). */
+static int32_t put_call(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), il = arg(a, op == 2 ? 2 : 1, op ? "indices" : "index");
+    int32_t v = arg(a, op == 2 ? 3 : 2, op ? "values" : "source"), mask = op == 2 ? arg(a, 1, "mask") : -1;
+    int acc = op == 2, xdt;
+    if (x < 0)
+        x = arg(a, 0, "self");
+    if (!is_tensor(T, x) || !is_tensor(T, v) || (op < 2 && get_bool(T, arg(a, 3, "accumulate"), 0, &acc)))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim, m = 1;
+    int64_t st[SMELT_MAX_DIMS], xs[SMELT_MAX_DIMS], B[SMELT_MAX_DIMS], N, orig[SMELT_MAX_DIMS];
+    int ond = nd;
+    xdt = xn->dtype;
+    memcpy(xs, xn->shape, sizeof xs);
+    memcpy(orig, xn->shape, sizeof orig);
+    int k = eager_strides(T, T->vals[x].node, st);
+    if (k < 0)
+        return -1;
+    if (!k || !strides_contiguous(xn, st) || node(T, v)->dtype != xdt || (acc && (xdt == SMELT_BOOL || xdt == SMELT_F16 || xdt == SMELT_BF16)) ||
+        (op == 2 && (!is_tensor(T, mask) || node(T, mask)->dtype != SMELT_BOOL)))
+        return as_host_call(T, fn, a);
+    int32_t items[SMELT_MAX_DIMS];
+    if (op == 0) {   /* put: the tensor flattened */
+        if (!is_index_tensor(T, il, 0))
+            return as_host_call(T, fn, a);
+        int64_t numel = smelt_node_numel(xn);
+        items[0] = il;
+        if ((x = v_reshape(T, x, &numel, 1)) < 0)
+            return -1;
+        xs[0] = numel;
+        nd = 1;
+    } else {
+        if (il < 0 || (T->vals[il].kind != V_LIST && T->vals[il].kind != V_TUPLE) || (m = T->vals[il].n) < 1 || m > nd)
+            return as_host_call(T, fn, a);
+        for (int q = 0; q < m; q++)
+            if (!is_index_tensor(T, (items[q] = T->vals[il].items[q]), 1) || node(T, items[q])->ndim < 1)
+                return as_host_call(T, fn, a);
+    }
+    if (op == 0 && smelt_node_numel(node(T, items[0])) != smelt_node_numel(node(T, v)))
+        return as_host_call(T, fn, a);   /* eager raises */
+    int nb = 0;
+    int32_t flat = flat_index(T, xs, 0, items, m, op == 2, B, &nb, &N);
+    if (flat < 0)
+        return flat == -2 ? as_host_call(T, fn, a) : -1;
+    int64_t K = smelt_node_numel(node(T, flat)), vs[SMELT_MAX_DIMS], rs[SMELT_MAX_DIMS];
+    if (K > SHORT_NATIVE_MAX || nb + nd - m > SMELT_MAX_DIMS)
+        return as_host_call(T, fn, a);
+    int nv = 0, nr = 0;
+    for (int i = 0; i < nb; i++)
+        vs[nv++] = B[i];
+    rs[nr++] = N;
+    for (int i = m; i < nd; i++)
+        vs[nv++] = rs[nr++] = xs[i];
+    if (op == 0) {
+        v = v_reshape(T, v, &K, 1);
+    } else {   /* values broadcast to B + the remaining dims */
+        const smelt_node *vn = node(T, v);
+        if (vn->ndim > nv)
+            return as_host_call(T, fn, a);
+        for (int i = 0; i < vn->ndim; i++) {
+            int64_t want = vs[nv - vn->ndim + i];
+            if (vn->shape[i] != want && vn->shape[i] != 1)
+                return as_host_call(T, fn, a);   /* eager raises */
+        }
+        int64_t one[SMELT_MAX_DIMS];
+        for (int i = 0; i < nv; i++)
+            one[i] = i < nv - vn->ndim ? 1 : vn->shape[i - (nv - vn->ndim)];
+        v = expand_to(T, v_reshape(T, v, one, nv), vs, nv);
+        if (op == 2)
+            v = where3(T, mask, v, int_value(T, 0));
+        int64_t kr[SMELT_MAX_DIMS];
+        kr[0] = K;
+        for (int i = m; i < nd; i++)
+            kr[1 + i - m] = xs[i];
+        v = v_reshape(T, v, kr, 1 + nd - m);
+    }
+    int32_t r = index_write(T, v_reshape(T, x, rs, nr), 0, v_reshape(T, flat, &K, 1), v, acc ? SC_SUM : SC_COPY, 1);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, cast_to(T, v_reshape(T, r, orig, ond), xdt));
 }
 
 /* x[index]: ints, slices, None and Ellipsis (a tuple of them); adjacent
