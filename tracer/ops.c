@@ -5014,6 +5014,18 @@ static int32_t as_host_call(tracer *T, PyObject *fn, const call_args *a)
     return r != -2 ? r : tr_break(T, "%s is not a host call", Py_TYPE(fn)->tp_name);
 }
 
+/* CHECKIDX of index value ix against n (wrap: negatives from the end). */
+static int32_t checked_index(tracer *T, int32_t ix, int64_t n, int wrap)
+{
+    int32_t in = ix < 0 ? -1 : gnode(T, ix);
+    if (in < 0)
+        return -1;
+    smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { in } };
+    p.a.gather.n = n;
+    p.a.gather.wrap = (uint8_t)wrap;
+    return mk(T, &p);
+}
+
 /* x broadcast to shape (n dims) without a copy: an EXPAND view. */
 static int32_t expand_to(tracer *T, int32_t x, const int64_t *shape, int n)
 {
@@ -5301,13 +5313,7 @@ static int32_t c_index_fill(tracer *T, PyObject *fn, const call_args *a, int op)
     int xdt = xn->dtype;   /* (xn moves as nodes are added) */
     for (int i = 0; i <= nd; i++)
         shape[i] = i == dim ? size : 1;
-    int32_t ixn = gnode(T, v_reshape(T, ix, &k, 1));
-    if (ixn < 0)
-        return -1;
-    smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { ixn } };
-    p.a.gather.n = size;
-    p.a.gather.wrap = 1;
-    int32_t ck = mk(T, &p);
+    int32_t ck = checked_index(T, v_reshape(T, ix, &k, 1), size, 1);
     smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)(nd + 1) };
     memcpy(io.shape, shape, sizeof shape);
     io.shape[nd] = 1;
@@ -5521,17 +5527,6 @@ static int scatter_x_ok(tracer *T, int32_t x, int32_t dv, int kind, int *dim)
     return k < 0 ? -1 : !k || !strides_contiguous(xn, st);
 }
 
-/* CHECKIDX of index value ix against n (no wrap). */
-static int32_t checked_index(tracer *T, int32_t ix, int64_t n)
-{
-    int32_t in = ix < 0 ? -1 : gnode(T, ix);
-    if (in < 0)
-        return -1;
-    smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { in } };
-    p.a.gather.n = n;
-    return mk(T, &p);
-}
-
 /* scatter(input, dim, index, src | value, *, reduce=None) (op SC_COPY),
  * scatter_add(input, dim, index, src) (SC_SUM) and scatter_reduce(input,
  * dim, index, src, reduce, *, include_self=True) (op -1: reduce names it):
@@ -5574,7 +5569,7 @@ static int32_t scatter_call(tracer *T, PyObject *fn, const call_args *a, int op)
         return fresh_contiguous(T, -1, copy_of(T, x));
     scatter_args s = { .x = x, .dim = dim, .nd = nd, .n = n, .K = K, .srcf = -1 };
     PyObject *m1 = PyLong_FromLong(-1), *z = PyLong_FromLong(0);
-    int32_t ci = checked_index(T, ix, n), sv = kind == SC_VALUE ? -1 : src;
+    int32_t ci = checked_index(T, ix, n, 0), sv = kind == SC_VALUE ? -1 : src;
     for (int i = 0; i < nd && sv >= 0; i++)   /* src cut to the index's extent */
         if (node(T, sv)->shape[i] != is[i])
             sv = v_slice(T, sv, i, 0, is[i], 1);
@@ -5642,7 +5637,7 @@ static int32_t index_write_call(tracer *T, PyObject *fn, const call_args *a, int
         return T->broke ? -1 : as_host_call(T, fn, a);
     if (K == 0)
         return fresh_contiguous(T, -1, copy_of(T, x));
-    return index_write(T, x, dim, checked_index(T, v_reshape(T, ix, &K, 1), n),
+    return index_write(T, x, dim, checked_index(T, v_reshape(T, ix, &K, 1), n, 0),
                        alpha == 1 ? src : op2(T, SMELT_OP_MUL, src, int_value(T, alpha)), kind, self);
 }
 
@@ -6810,13 +6805,9 @@ static int32_t flat_index(tracer *T, const int64_t *xs, int d0, const int32_t *i
         int32_t iq = expand_to(T, v_reshape(T, it[q], one, nb), B, nb);
         if (clamp)
             iq = op2(T, SMELT_OP_MINIMUM, op2(T, SMELT_OP_MAXIMUM, iq, int_value(T, -size)), int_value(T, size - 1));
-        int32_t ck = iq < 0 ? -1 : gnode(T, iq);
-        if (ck < 0)
+        int32_t v = checked_index(T, iq, size, 1);
+        if (v < 0)
             return -1;
-        smelt_node p = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { ck } };
-        p.a.gather.n = size;
-        p.a.gather.wrap = 1;
-        int32_t v = mk(T, &p);
         if (N != 1)
             v = op2(T, SMELT_OP_MUL, v, int_value(T, N));
         flat = flat < 0 ? v : op2(T, SMELT_OP_ADD, flat, v);
