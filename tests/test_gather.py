@@ -423,3 +423,14 @@ def test_put_and_index_put():
                           torch.randn(2, 4, generator=g))
     same(e, r)
     native(info)
+
+
+def test_addbmm_is_one_product():
+    g = torch.Generator().manual_seed(14)
+    for dt in (torch.float32, torch.float64, torch.int64):
+        x = rand((3, 5), dt, g)
+        b1, b2 = rand((4, 3, 2), dt, g), rand((4, 2, 5), dt, g)
+        kw = {} if dt == torch.int64 else {"beta": 0.5, "alpha": 2.0}
+        e, r, info = run_both(lambda x, b1, b2: torch.addbmm(x, b1, b2, **kw), x, b1, b2)
+        same(e, r)
+        native(info)

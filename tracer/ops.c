@@ -5863,6 +5863,34 @@ static int32_t c_block_diag(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : fresh_contiguous(T, -1, r);
 }
 
+/* addbmm(input, batch1, batch2, *, beta=1, alpha=1): addmm of batch1's
+ * batches side by side ([n, b*k]) and batch2's stacked ([b*k, p]): the sum
+ * over batches as one product; half precision (eager rounds per batch)
+ * is torch's kernel. */
+static int32_t c_addbmm(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t b1 = arg(a, 1, "batch1"), b2 = arg(a, 2, "batch2");
+    (void)op;
+    if (!is_tensor(T, b1) || !is_tensor(T, b2) || node(T, b1)->ndim != 3 || node(T, b2)->ndim != 3 ||
+        node(T, b1)->shape[0] != node(T, b2)->shape[0] || node(T, b1)->shape[2] != node(T, b2)->shape[1] ||
+        node(T, b1)->dtype == SMELT_F16 || node(T, b1)->dtype == SMELT_BF16 || node(T, b1)->dtype == SMELT_BOOL)
+        return as_host_call(T, fn, a);
+    const smelt_node *n1 = node(T, b1), *n2 = node(T, b2);
+    int64_t s1[2] = { n1->shape[1], n1->shape[0] * n1->shape[2] }, s2[2] = { n2->shape[0] * n2->shape[1], n2->shape[2] };
+    int perm[3] = { 1, 0, 2 };
+    int32_t m1 = v_reshape(T, v_permute(T, b1, perm), s1, 2), m2 = v_reshape(T, b2, s2, 2);
+    if (m1 < 0 || m2 < 0)
+        return -1;
+    int32_t x = arg(a, 0, "input"), pos[3] = { x, m1, m2 };
+    call_args b = { .pos = pos, .npos = 3, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
+    if (x < 0 || a->npos != 3 || !is_tensor(T, x))
+        return as_host_call(T, fn, a);
+    for (int k = 0; k < a->nkw; k++)   /* (input given by keyword: the host call) */
+        if (PyUnicode_CompareWithASCIIString(a->kwn[k], "beta") && PyUnicode_CompareWithASCIIString(a->kwn[k], "alpha"))
+            return as_host_call(T, fn, a);
+    return h_addmm(T, &b, (smelt_op)0);
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -6122,7 +6150,7 @@ static const op_entry table[] = {
     VROW("torch.take T.take", c_take, 0),
     VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
     VROW("torch.embedding", c_embedding, 0),
-    VROW("torch._unsafe_masked_index", c_unsafe_masked_index, 0),
+    VROW("torch._unsafe_masked_index", c_unsafe_masked_index, 0), VROW("torch.addbmm T.addbmm", c_addbmm, 0),
     VROW("torch.put T.put", put_call, 0), VROW("torch.index_put T.index_put", put_call, 1),
     VROW("torch._unsafe_masked_index_put_accumulate", put_call, 2),
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
