@@ -434,3 +434,17 @@ def test_addbmm_is_one_product():
         e, r, info = run_both(lambda x, b1, b2: torch.addbmm(x, b1, b2, **kw), x, b1, b2)
         same(e, r)
         native(info)
+
+
+def test_tensordot_as_eager_computes_it():
+    g = torch.Generator().manual_seed(15)
+    a, b = torch.randn(3, 4, 5, generator=g), torch.randn(5, 4, 2, generator=g)
+    for fn in (lambda a, b: torch.tensordot(a, b, dims=([1, 2], [1, 0])), lambda a, b: torch.tensordot(a, b, dims=1),
+               lambda a, b: torch.tensordot(a, b.transpose(0, 2), dims=0)):
+        e, r, info = run_both(fn, a, b)
+        same(e, r)
+        native(info)
+    ai, bi = torch.randint(-5, 5, (2, 3), generator=g), torch.randint(-5, 5, (3, 4), generator=g)
+    e, r, info = run_both(lambda a, b: torch.tensordot(a, b, dims=1), ai, bi)
+    same(e, r)
+    native(info)

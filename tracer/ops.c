@@ -5891,6 +5891,51 @@ static int32_t c_addbmm(tracer *T, PyObject *fn, const call_args *a, int op)
     return h_addmm(T, &b, (smelt_op)0);
 }
 
+/* _VF.tensordot(a, b, dims_a, dims_b) (torch.tensordot's last step), as
+ * eager computes it: a's free dims then the contracted ones, b's
+ * contracted dims then its free ones, one [M, K] x [K, N] product,
+ * reshaped to a's free sizes then b's. */
+static int32_t c_tensordot(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "self"), y = arg(a, 1, "other");
+    int64_t da[SMELT_MAX_DIMS], db[SMELT_MAX_DIMS];
+    int na = 0, nbd = 0;
+    (void)op;
+    if (!is_tensor(T, x) || !is_tensor(T, y) || a->npos != 4 || a->nkw || node(T, x)->dtype != node(T, y)->dtype ||
+        node(T, x)->dtype == SMELT_BOOL || int_list(T, a, 2, "dims_self", da, &na) || int_list(T, a, 3, "dims_other", db, &nbd))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    const smelt_node *xn = node(T, x), *yn = node(T, y);
+    int ndx = xn->ndim, ndy = yn->ndim, px[SMELT_MAX_DIMS], py[SMELT_MAX_DIMS], nx = 0, ny = 0;
+    uint32_t cx = 0, cy = 0;
+    int64_t K = 1, M = 1, N = 1, out[2 * SMELT_MAX_DIMS];
+    int no = 0;
+    if (na != nbd)
+        return as_host_call(T, fn, a);
+    for (int i = 0; i < na; i++) {
+        int64_t p = da[i] < 0 ? da[i] + ndx : da[i], q = db[i] < 0 ? db[i] + ndy : db[i];
+        if (p < 0 || p >= ndx || q < 0 || q >= ndy || (cx >> p & 1) || (cy >> q & 1) || xn->shape[p] != yn->shape[q])
+            return as_host_call(T, fn, a);   /* eager raises (or broadcasts a size 1: its kernel) */
+        cx |= 1u << p;
+        cy |= 1u << q;
+    }
+    for (int i = 0; i < ndx; i++)
+        if (!(cx >> i & 1))
+            px[nx++] = i, M *= xn->shape[i], out[no++] = xn->shape[i];
+    for (int i = 0; i < na; i++)
+        px[nx++] = (int)(da[i] < 0 ? da[i] + ndx : da[i]), K *= xn->shape[px[nx - 1]];
+    for (int i = 0; i < na; i++)
+        py[ny++] = (int)(db[i] < 0 ? db[i] + ndy : db[i]);
+    for (int i = 0; i < ndy; i++)
+        if (!(cy >> i & 1))
+            py[ny++] = i, N *= yn->shape[i], out[no++] = yn->shape[i];
+    if (no > SMELT_MAX_DIMS)
+        return as_host_call(T, fn, a);
+    int64_t s1[2] = { M, K }, s2[2] = { K, N };
+    int32_t m1 = v_reshape(T, ndx ? v_permute(T, x, px) : x, s1, 2), m2 = v_reshape(T, ndy ? v_permute(T, y, py) : y, s2, 2);
+    int32_t r = m1 < 0 || m2 < 0 ? -1 : matmul(T, m1, m2);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, r, out, no));
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -6151,6 +6196,7 @@ static const op_entry table[] = {
     VROW("torch.take_along_dim T.take_along_dim", c_take_along_dim, 0),
     VROW("torch.embedding", c_embedding, 0),
     VROW("torch._unsafe_masked_index", c_unsafe_masked_index, 0), VROW("torch.addbmm T.addbmm", c_addbmm, 0),
+    VROW("torch._C._VariableFunctions.tensordot", c_tensordot, 0),
     VROW("torch.put T.put", put_call, 0), VROW("torch.index_put T.index_put", put_call, 1),
     VROW("torch._unsafe_masked_index_put_accumulate", put_call, 2),
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
