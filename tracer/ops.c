@@ -872,16 +872,42 @@ static int32_t h_unsqueeze(tracer *T, const call_args *a, smelt_op op)
     return v_axis(T, SMELT_OP_UNSQUEEZE, x, dim);
 }
 
+/* Dims from value v: an int, or a tuple/list of ints (normalised for an
+ * nd-dim tensor; a repeat is a break: eager raises). 0 or -1. */
+static int dims_of(tracer *T, int32_t v, int nd, int *out, int *n)
+{
+    tv *x = &T->vals[v];
+    int single = x->kind != V_TUPLE && x->kind != V_LIST;
+    uint32_t seen = 0;
+    *n = single ? 1 : x->n;
+    if (*n > SMELT_MAX_DIMS)
+        return tr_break(T, "too many dims");
+    for (int i = 0; i < *n; i++) {
+        int64_t d;
+        if (tr_int(T, single ? v : x->items[i], &d) || norm_dim(T, d, nd, &out[i]))
+            return -1;
+        if (seen >> out[i] & 1)
+            return tr_break(T, "repeated dim (eager raises)");
+        seen |= 1u << out[i];
+    }
+    return 0;
+}
+
 static int32_t h_squeeze(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), dv = arg(a, 1, "dim");
     (void)op;
-    if (!is_none(T, dv)) {
-        int64_t d;
-        int dim;
-        if (tr_int(T, dv, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
+    if (!is_none(T, dv)) {   /* a dim or a sequence of them: those of size 1, last first */
+        int dims[SMELT_MAX_DIMS], n;
+        uint32_t m = 0;
+        if (dims_of(T, dv, node(T, x)->ndim, dims, &n))
             return -1;
-        return node(T, x)->shape[dim] == 1 ? v_axis(T, SMELT_OP_SQUEEZE, x, dim) : x;
+        for (int i = 0; i < n; i++)
+            m |= 1u << dims[i];
+        for (int d = node(T, x)->ndim - 1; x >= 0 && d >= 0; d--)
+            if ((m >> d & 1) && node(T, x)->shape[d] == 1)
+                x = v_axis(T, SMELT_OP_SQUEEZE, x, d);
+        return x;
     }
     for (int d = node(T, x)->ndim - 1; x >= 0 && d >= 0; d--)
         if (node(T, x)->shape[d] == 1)
@@ -1377,12 +1403,17 @@ static int32_t h_split(tracer *T, const call_args *a, smelt_op op)
         return sv < 0 || T->vals[x].kind != V_TENSOR ? tr_break(T, "split arguments") : -1;
     int64_t len = node(T, x)->shape[dim];
     tv *s = &T->vals[sv];
-    if (s->kind == V_TUPLE || s->kind == V_LIST) {   /* explicit sections */
-        if (op == SMELT_OP_DIV || s->n > 256)
+    PyObject *so = s->kind == V_OBJ && PyTuple_Check(s->obj) ? tr_const(T, sv) : NULL;   /* a torch.Size */
+    if (s->kind == V_OBJ && PyTuple_Check(s->obj) && !so)
+        return -1;
+    if (s->kind == V_TUPLE || s->kind == V_LIST || so) {   /* explicit sections */
+        int cnt = so ? (int)PyTuple_GET_SIZE(so) : T->vals[sv].n;
+        if (op == SMELT_OP_DIV || cnt > 256)
             return tr_break(T, "split sections");
         int64_t total = 0;
-        for (int i = 0; i < T->vals[sv].n; i++) {
-            if (tr_int(T, T->vals[sv].items[i], &sizes[n]))
+        for (int i = 0; i < cnt; i++) {
+            if (so ? (sizes[n] = PyLong_AsLongLong(PyTuple_GET_ITEM(so, i))) == -1 && PyErr_Occurred()
+                   : tr_int(T, T->vals[sv].items[i], &sizes[n]))
                 return -1;
             total += sizes[n++];
         }
@@ -2981,20 +3012,30 @@ static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
     return fresh_contiguous(T, arg(a, 0, "input"), fresh_of(T, arg(a, 0, "input"), x));   /* eager's roll: a new contiguous tensor */
 }
 
+/* movedim(x, source, destination) (ints or sequences of them): source
+ * dims placed at destination, the others in order. */
 static int32_t h_movedim(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input");
-    int64_t s, d;
-    int src, dst, nd = node(T, x)->ndim, perm[SMELT_MAX_DIMS], rest[SMELT_MAX_DIMS], k = 0;
+    int src[SMELT_MAX_DIMS], dst[SMELT_MAX_DIMS], ns, nd_, nd = node(T, x)->ndim, perm[SMELT_MAX_DIMS];
     (void)op;
-    if (tr_int(T, arg(a, 1, "source"), &s) || tr_int(T, arg(a, 2, "destination"), &d) ||
-        norm_dim(T, s, nd, &src) || norm_dim(T, d, nd, &dst))
+    if (dims_of(T, arg(a, 1, "source"), nd, src, &ns) || dims_of(T, arg(a, 2, "destination"), nd, dst, &nd_))
         return -1;
-    for (int i = 0; i < nd; i++)   /* the other dims in order, src placed at dst */
-        if (i != src)
-            rest[k++] = i;
-    for (int i = 0, j = 0; i < nd; i++)
-        perm[i] = i == dst ? src : rest[j++];
+    if (ns != nd_)
+        return tr_break(T, "movedim source and destination lengths differ (eager raises)");
+    uint32_t used = 0, placed = 0;
+    for (int i = 0; i < ns; i++) {
+        perm[dst[i]] = src[i];
+        used |= 1u << src[i];
+        placed |= 1u << dst[i];
+    }
+    for (int i = 0, j = 0; i < nd; i++) {   /* the other dims in order */
+        if (placed >> i & 1)
+            continue;
+        while (used >> j & 1)
+            j++;
+        perm[i] = j++;
+    }
     return v_permute(T, x, perm);
 }
 
@@ -3180,6 +3221,19 @@ static int32_t full_of(tracer *T, PyObject *o, int dt, const int64_t *shape, int
     double f = p.a.scalar.f = PyFloat_AsDouble(o);
     p.a.scalar.i = PyLong_Check(o) ? PyLong_AsLongLong(o) : fabs(f) < 0x1p63 ? (int64_t)f : 0;   /* inf, NaN: 0 */
     return PyErr_Occurred() ? -1 : mk(T, &p);
+}
+
+/* scalar_tensor(s, *, dtype=None, layout, device, pin_memory): a 0-d
+ * tensor of the number s (the default float unless dtype= says). */
+static int32_t h_scalar_tensor(tracer *T, const call_args *a, smelt_op op)
+{
+    int32_t v = arg(a, 0, "s");
+    (void)op;
+    PyObject *o = v < 0 || T->vals[v].kind != V_OBJ ? NULL : tr_const(T, v);
+    if (!o || !(PyLong_Check(o) || PyFloat_Check(o)) || device_cpu(T, a))
+        return T->broke || PyErr_Occurred() ? -1 : tr_break(T, "scalar_tensor of a non-number");
+    int dt = dtype_arg(T, a, default_float());
+    return dt < 0 ? -1 : fresh_contiguous(T, -1, full_of(T, o, dt, NULL, 0));
 }
 
 /* torch.rand / randn / randint (op 0, 1, 2) and their *_like forms (op +
@@ -6147,7 +6201,7 @@ static const op_entry table[] = {
     ROW("F.cosine_similarity torch.cosine_similarity", h_cosine_similarity, 0, IP_NO),
     ROW("T.contiguous", h_contiguous, 0, IP_NO), ROW("T.is_contiguous", h_is_contiguous, 0, IP_NO),
     ROW("T.clone torch.clone", h_clone, 0, IP_NO), ROW("T.detach torch.detach", h_detach, 0, IP_NO),
-    ROW("T.zero_", h_fill, 0, IP_ALWAYS), ROW("T.fill_", h_fill, SMELT_OP_FULL, IP_ALWAYS),
+    ROW("T.zero_ torch.zero_", h_fill, 0, IP_ALWAYS), ROW("torch.scalar_tensor", h_scalar_tensor, 0, IP_NO), ROW("T.fill_", h_fill, SMELT_OP_FULL, IP_ALWAYS),
     ROW("T.copy_", h_copy, 0, IP_ALWAYS),
     ROW("torch.square T.square", h_square, 0, IP_NO), ROW("torch.lerp T.lerp", h_lerp, 0, IP_NO),
     ROW("torch.addcmul T.addcmul", h_addc, SMELT_OP_MUL, IP_NO), ROW("torch.addcdiv T.addcdiv", h_addc, SMELT_OP_DIV, IP_NO),
@@ -6772,13 +6826,15 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
     for (size_t i = 0; i < sizeof false_flags / sizeof false_flags[0]; i++)
         if (!strcmp(s, false_flags[i]))
             return tv_obj(T, Py_False, -1);
-    if (!strcmp(s, "T") || !strcmp(s, "mT")) {
+    if (!strcmp(s, "T") || !strcmp(s, "mT") || !strcmp(s, "H") || !strcmp(s, "mH")) {   /* (real: H is T) */
         int perm[SMELT_MAX_DIMS];
+        if (s[0] == 'H' && n->ndim != 2)
+            return tr_break(T, "H of a tensor that is not 2-d (eager raises)");
         for (int d = 0; d < n->ndim; d++)
-            perm[d] = s[0] == 'T' ? n->ndim - 1 - d : d;
+            perm[d] = s[0] != 'm' ? n->ndim - 1 - d : d;
         if (s[0] == 'm') {
             if (n->ndim < 2)
-                return tr_break(T, "mT of a < 2-d tensor");
+                return tr_break(T, "%s of a < 2-d tensor", s);
             perm[n->ndim - 1] = n->ndim - 2;
             perm[n->ndim - 2] = n->ndim - 1;
         }
