@@ -448,3 +448,19 @@ def test_tensordot_as_eager_computes_it():
     e, r, info = run_both(lambda a, b: torch.tensordot(a, b, dims=1), ai, bi)
     same(e, r)
     native(info)
+
+
+def test_modified_bessel_i():
+    """I0, I1 and the scaled forms against eager across the series and the
+    asymptotic ranges, negative arguments (I1 odd), 0, inf and NaN."""
+    x = torch.cat([torch.linspace(-40, 40, 161, dtype=torch.float64),
+                   torch.tensor([0.0, 29.99, 30.01, 300.0, 700.0, float("inf"), -float("inf"), float("nan")],
+                                dtype=torch.float64)])
+    for dt in (torch.float64, torch.float32):
+        for fn in (torch.i0, torch.special.i1, torch.special.i0e, torch.special.i1e):
+            e, r, info = run_both(fn, x.to(dt))
+            same(e, r)
+            native(info)
+    e, r, info = run_both(torch.i0, torch.linspace(-8, 8, 33).half())
+    same(e, r)
+    native(info)

@@ -5990,6 +5990,54 @@ static int32_t c_tensordot(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, r, out, no));
 }
 
+/* Modified Bessel functions of the first kind, I0 and I1 (op bit 0: the
+ * order) and their exponentially scaled forms (op bit 1: times e^-|x|), in
+ * float64, rounded once to x's float dtype (integers: the default float):
+ * the power series sum (x^2/4)^k / (k! (k+nu)!) (x/2)^nu, 64 terms, for
+ * |x| <= 30 (positive terms: no cancellation), the asymptotic series
+ * e^|x| / sqrt(2 pi |x|) sum (-1)^k a_k(nu) / |x|^k, 14 terms, beyond;
+ * I1 odd. Half-precision scaled forms are torch's kernel. */
+static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input");
+    int nu = op & 1, scaled = op >> 1 & 1;
+    if (!is_tensor(T, x))
+        return as_host_call(T, fn, a);
+    int dt = node(T, x)->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)dt))
+        dt = default_float();
+    if (scaled && (dt == SMELT_F16 || dt == SMELT_BF16))
+        return as_host_call(T, fn, a);   /* eager's scaled forms round in half precision as they go */
+    int32_t xf = cast_to(T, x, SMELT_F64), ax = op1(T, SMELT_OP_ABS, xf);
+    int32_t y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, ax, ax), num(T, 0.25));
+    enum { NS = 64, NA = 14 };
+    double c[NS];
+    c[0] = 1.0;   /* 1 / (k! (k + nu)!) */
+    for (int k = 1; k < NS; k++)
+        c[k] = c[k - 1] / ((double)k * (double)(k + nu));
+    int32_t s = num(T, c[NS - 1]);
+    for (int k = NS - 2; k >= 0; k--)
+        s = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, s, y), num(T, c[k]));
+    if (nu)
+        s = op2(T, SMELT_OP_MUL, s, op2(T, SMELT_OP_MUL, ax, num(T, 0.5)));
+    if (scaled)
+        s = op2(T, SMELT_OP_MUL, s, op1(T, SMELT_OP_EXP, op1(T, SMELT_OP_NEG, ax)));
+    double d[NA], mu = 4.0 * nu * nu;   /* (-1)^k a_k(nu) */
+    d[0] = 1.0;
+    for (int k = 1; k < NA; k++)
+        d[k] = -d[k - 1] * (mu - (double)(2 * k - 1) * (double)(2 * k - 1)) / (8.0 * (double)k);
+    int32_t t = op1(T, SMELT_OP_RECIPROCAL, ax), as = num(T, d[NA - 1]);
+    for (int k = NA - 2; k >= 0; k--)
+        as = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, as, t), num(T, d[k]));
+    as = op2(T, SMELT_OP_MUL, as, op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_MUL, ax, num(T, 2.0 * 3.14159265358979323846))));
+    if (!scaled)
+        as = op2(T, SMELT_OP_MUL, as, op1(T, SMELT_OP_EXP, ax));
+    int32_t r = where3(T, op2(T, SMELT_OP_LE, ax, num(T, 30.0)), s, as);
+    if (nu)   /* odd */
+        r = where3(T, op2(T, SMELT_OP_LT, xf, num(T, 0.0)), op1(T, SMELT_OP_NEG, r), r);
+    return r < 0 ? -1 : cast_to(T, r, dt);
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -6251,6 +6299,9 @@ static const op_entry table[] = {
     VROW("torch.embedding", c_embedding, 0),
     VROW("torch._unsafe_masked_index", c_unsafe_masked_index, 0), VROW("torch.addbmm T.addbmm", c_addbmm, 0),
     VROW("torch._C._VariableFunctions.tensordot", c_tensordot, 0),
+    VROW("torch.i0 T.i0 torch.special.i0 torch.special.modified_bessel_i0", c_bessel_i, 0),
+    VROW("torch.special.i1 torch.special.modified_bessel_i1", c_bessel_i, 1),
+    VROW("torch.special.i0e", c_bessel_i, 2), VROW("torch.special.i1e", c_bessel_i, 3),
     VROW("torch.put T.put", put_call, 0), VROW("torch.index_put T.index_put", put_call, 1),
     VROW("torch._unsafe_masked_index_put_accumulate", put_call, 2),
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
