@@ -464,3 +464,15 @@ def test_modified_bessel_i():
     e, r, info = run_both(torch.i0, torch.linspace(-8, 8, 33).half())
     same(e, r)
     native(info)
+
+
+def test_cummax_cummin():
+    """Running extremes with eager's indices: the last of equal values, a
+    NaN's index once one is seen; ints and bool."""
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, float("nan"), 5.0, float("nan")], [0.0, -1.0, -1.0, 4.0, 4.0, -2.0, 7.0]])
+    for t in (x, x.half(), torch.tensor([[2, 2, 1, 3, 1, 1]]), torch.tensor([[False, True, False, True]])):
+        for fn in (lambda t: torch.cummax(t, 1), lambda t: t.cummin(-1), lambda t: torch.cummax(t, 0).indices * 2):
+            e, r, info = run_both(fn, t)
+            same(tuple(e) if isinstance(e, tuple) else e, tuple(r) if isinstance(r, tuple) else r)
+            assert type(e) is type(r)
+            native(info)

@@ -437,6 +437,24 @@ static int32_t h_reduce(tracer *T, const call_args *a, smelt_op op)
     return dt >= 0 && r >= 0 ? cast_to(T, r, dt) : r;   /* in dtype= (integers too: no int64) */
 }
 
+/* The tuple (a, b) typed as torch.return_types.<name> (values/indices,
+ * min/max: the named tuple torch returns). */
+static int32_t named_pair(tracer *T, int32_t a, int32_t b, const char *name)
+{
+    int32_t items[2] = { a, b };
+    int32_t t = tv_tuple(T, items, 2);
+    PyObject *rt = t < 0 ? NULL : PyImport_ImportModule("torch.return_types");
+    PyObject *ty = rt ? PyObject_GetAttrString(rt, name) : NULL;
+    Py_XDECREF(rt);
+    if (!ty || tr_keep(T, ty)) {
+        Py_XDECREF(ty);
+        return -1;
+    }
+    T->vals[t].obj = ty;
+    Py_DECREF(ty);
+    return t;
+}
+
 /* torch.max / torch.min: all elements, a dim (values, indices), or two tensors. */
 static int32_t h_minmax(tracer *T, const call_args *a, smelt_op op)
 {
@@ -454,18 +472,7 @@ static int32_t h_minmax(tracer *T, const call_args *a, smelt_op op)
         return -1;
     int32_t vals = red(T, op, x, mask, keep, 0);
     int32_t idx = vals < 0 ? -1 : red(T, is_max ? SMELT_OP_ARGMAX : SMELT_OP_ARGMIN, x, mask, keep, 0);
-    int32_t items[2] = { vals, idx };
-    int32_t t = idx < 0 ? -1 : tv_tuple(T, items, 2);
-    PyObject *rt = t < 0 ? NULL : PyImport_ImportModule("torch.return_types");
-    PyObject *ty = rt ? PyObject_GetAttrString(rt, is_max ? "max" : "min") : NULL;
-    Py_XDECREF(rt);
-    if (!ty || tr_keep(T, ty)) {   /* values/indices named tuple, like torch */
-        Py_XDECREF(ty);
-        return -1;
-    }
-    T->vals[t].obj = ty;
-    Py_DECREF(ty);
-    return t;
+    return idx < 0 ? -1 : named_pair(T, vals, idx, is_max ? "max" : "min");
 }
 
 /* The arguments of var/std (and var_mean/std_mean) as torch takes them:
@@ -4345,19 +4352,8 @@ static int32_t h_aminmax(tracer *T, const call_args *a, smelt_op op)
         return is_tensor(T, x) && a->npos == 1 ? -1 : tr_break(T, "aminmax arguments");
     if (smelt_node_numel(node(T, x)) == 0)
         return tr_break(T, "aminmax of an empty tensor (eager raises)");
-    int32_t items[2] = { red(T, SMELT_OP_AMIN, x, m, keep, 0), -1 };
-    items[1] = items[0] < 0 ? -1 : red(T, SMELT_OP_AMAX, x, m, keep, 0);
-    int32_t t = items[1] < 0 ? -1 : tv_tuple(T, items, 2);
-    PyObject *rt = t < 0 ? NULL : PyImport_ImportModule("torch.return_types");
-    PyObject *ty = rt ? PyObject_GetAttrString(rt, "aminmax") : NULL;
-    Py_XDECREF(rt);
-    if (!ty || tr_keep(T, ty)) {
-        Py_XDECREF(ty);
-        return -1;
-    }
-    T->vals[t].obj = ty;
-    Py_DECREF(ty);
-    return t;
+    int32_t lo = red(T, SMELT_OP_AMIN, x, m, keep, 0), hi = lo < 0 ? -1 : red(T, SMELT_OP_AMAX, x, m, keep, 0);
+    return hi < 0 ? -1 : named_pair(T, lo, hi, "aminmax");
 }
 
 /* torch.fill(x, value): a new tensor like x filled with value (cast). */
@@ -5445,6 +5441,9 @@ static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
         shape[i] = i == dim || i == dim + 1 ? n : xn->shape[i < dim ? i : i - 1];
         mshape[i] = i == dim || i == dim + 1 ? n : 1;
     }
+    int odt = xn->dtype, ext = op == SMELT_OP_AMAX || op == SMELT_OP_AMIN;
+    if (ext && nd == 0)
+        return as_host_call(T, fn, a);
     if (dt >= 0)   /* (xn moves as nodes are added: not read below) */
         x = cast_to(T, x, dt);
     else if (!smelt_dtype_is_float((smelt_dtype)xn->dtype))
@@ -5468,6 +5467,21 @@ static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
         r = op2(T, SMELT_OP_ADD, m, op1(T, SMELT_OP_LOG, s));
         r = where3(T, op1(T, SMELT_OP_ISINF, m), m, r);
         r = v_axis(T, SMELT_OP_SQUEEZE, r, dim + 1);
+    } else if (ext) {   /* cummax / cummin: the running extreme and its last index (a NaN's once seen) */
+        int mx = op == SMELT_OP_AMAX, fl = smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype);
+        int32_t id = fl ? num(T, mx ? -INFINITY : INFINITY) : int_value(T, mx ? INT64_MIN : INT64_MAX);
+        int32_t m = red(T, op, where3(T, mask, xj, id), rd, 1, 0), jv = mk(T, &pj);
+        int32_t hit = op2(T, SMELT_OP_LOGICAL_AND, mask, op2(T, SMELT_OP_EQ, xj, m));
+        int32_t idx = red(T, SMELT_OP_AMAX, where3(T, hit, jv, int_value(T, -1)), rd, 0, 0);
+        if (fl) {
+            int32_t nan = op2(T, SMELT_OP_LOGICAL_AND, mask, op1(T, SMELT_OP_ISNAN, xj));
+            int32_t ni = red(T, SMELT_OP_AMAX, where3(T, nan, jv, int_value(T, -1)), rd, 0, 0);
+            idx = where3(T, op2(T, SMELT_OP_GE, ni, int_value(T, 0)), ni, idx);
+        }
+        int32_t vals = cast_to(T, v_axis(T, SMELT_OP_SQUEEZE, m, dim + 1), odt);
+        if (vals < 0 || idx < 0)
+            return -1;
+        return named_pair(T, fresh_contiguous(T, -1, vals), fresh_contiguous(T, -1, idx), mx ? "cummax" : "cummin");
     } else {
         r = red(T, op, where3(T, mask, xj, int_value(T, op == SMELT_OP_PROD)), rd, 0, 0);
     }
@@ -6320,6 +6334,7 @@ static const op_entry table[] = {
     VROW("torch.index_fill T.index_fill", c_index_fill, 0),
     VROW("torch.unfold_copy", c_unfold_copy, 0),
     VROW("torch.cumsum T.cumsum", scan_call, SMELT_OP_SUM),
+    VROW("torch.cummax T.cummax", scan_call, SMELT_OP_AMAX), VROW("torch.cummin T.cummin", scan_call, SMELT_OP_AMIN),
     VROW("torch.cumprod T.cumprod", scan_call, SMELT_OP_PROD),
     VROW("torch.logcumsumexp T.logcumsumexp", scan_call, SMELT_OP_EXP),
     VROW("torch.ops.aten._safe_softmax.default torch.ops.aten._safe_softmax", c_safe_softmax, 0),
