@@ -6052,6 +6052,101 @@ static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : cast_to(T, r, dt);
 }
 
+/* Chebyshev polynomials T, U, V, W (op 0..3) of x at integer degree n (a
+ * tensor or number, truncated as eager casts it), computed as eager's
+ * kernel does in the result's float type: the |x| == 1 values, the closed
+ * form for |x| < 1 above a degree (T: 6, else 8), else the recurrence r_k
+ * = 2x r_(k-1) - r_(k-2) from 1 and q1 (x, 2x, 2x - 1, 2x + 1), unrolled
+ * to CHEB_UNROLL; a larger degree needing the recurrence fails the run (a
+ * CHECKIDX of it: the frame runs eagerly). n < 0 gives 0. */
+#define CHEB_UNROLL 24
+
+static int32_t c_chebyshev(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), nv = arg(a, 1, "n");
+    if (x < 0)
+        x = arg(a, 0, "x");
+    if (!is_tensor(T, x) || nv < 0 || (!is_tensor(T, nv) && !(T->vals[nv].kind == V_OBJ && PyNumber_Check(T->vals[nv].obj))))
+        return as_host_call(T, fn, a);
+    const smelt_node *both[2] = { node(T, x), is_tensor(T, nv) ? node(T, nv) : node(T, x) };
+    int rt = smelt_result_type(both, 2, (smelt_dtype)default_float());
+    rt = smelt_dtype_is_float((smelt_dtype)rt) ? rt : default_float();
+    if (rt != SMELT_F32 && rt != SMELT_F64)
+        return as_host_call(T, fn, a);   /* eager has no half-precision kernel: it raises */
+    for (int k = 0; k < 2; k++) {   /* contiguous operands (the layout of the long chain below is not modelled) */
+        int32_t v = k ? nv : x;
+        int64_t st[SMELT_MAX_DIMS];
+        int known = is_tensor(T, v) ? eager_strides(T, T->vals[v].node, st) : 1;
+        if (known < 0)
+            return -1;
+        if (is_tensor(T, v) && (!known || !strides_contiguous(node(T, v), st)))
+            return as_host_call(T, fn, a);
+    }
+    int32_t xf = cast_to(T, x, rt), n = is_tensor(T, nv) ? cast_to(T, nv, SMELT_I64) : -1;
+    if (n < 0) {   /* a number: its truncation */
+        double d = PyFloat_AsDouble(T->vals[nv].obj);
+        if (PyErr_Occurred())
+            return -1;
+        n = int_value(T, (int64_t)d);
+    }
+    int32_t nf = cast_to(T, n, rt), ax = op1(T, SMELT_OP_ABS, xf), x2 = op2(T, SMELT_OP_ADD, xf, xf);
+    int32_t one = num(T, 1.0), pos = op2(T, SMELT_OP_GT, xf, num(T, 0.0));
+    int32_t even = op2(T, SMELT_OP_EQ, op2(T, SMELT_OP_REMAINDER, n, int_value(T, 2)), int_value(T, 0));
+    int32_t ac = op1(T, SMELT_OP_ACOS, xf), np1 = op2(T, SMELT_OP_ADD, nf, one), n2p1 = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_ADD, nf, nf), one);
+    int32_t atone, closed, q1;
+    int thr = op == 0 ? 6 : 8;
+    switch (op) {
+    case 0:
+        atone = where3(T, op2(T, SMELT_OP_LOGICAL_OR, pos, even), one, num(T, -1.0));
+        closed = op1(T, SMELT_OP_COS, op2(T, SMELT_OP_MUL, nf, ac));
+        q1 = xf;
+        break;
+    case 1: {
+        atone = where3(T, op2(T, SMELT_OP_LOGICAL_OR, pos, even), np1, op1(T, SMELT_OP_NEG, np1));
+        int32_t s = op1(T, SMELT_OP_SIN, ac), ang = op2(T, SMELT_OP_MUL, np1, ac);
+        closed = where3(T, op2(T, SMELT_OP_NE, s, num(T, 0.0)), op2(T, SMELT_OP_DIV, op1(T, SMELT_OP_SIN, ang), s),
+                        op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_MUL, np1, op1(T, SMELT_OP_COS, ang)), xf));
+        q1 = x2;
+        break;
+    }
+    case 2: {
+        int32_t alt = where3(T, even, n2p1, op1(T, SMELT_OP_NEG, n2p1));
+        atone = where3(T, pos, one, alt);
+        int32_t half = op2(T, SMELT_OP_DIV, ac, num(T, 2.0));
+        int32_t c = op1(T, SMELT_OP_COS, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_ADD, nf, num(T, 0.5)), ac));
+        closed = where3(T, op2(T, SMELT_OP_NE, op1(T, SMELT_OP_SIN, half), one), op2(T, SMELT_OP_DIV, c, op1(T, SMELT_OP_COS, half)), alt);
+        q1 = op2(T, SMELT_OP_SUB, x2, one);
+        break;
+    }
+    default: {
+        int32_t alt = where3(T, even, one, num(T, -1.0));
+        atone = where3(T, pos, n2p1, alt);
+        int32_t half = op2(T, SMELT_OP_DIV, ac, num(T, 2.0));
+        int32_t sn = op1(T, SMELT_OP_SIN, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_ADD, nf, num(T, 0.5)), ac));
+        closed = where3(T, op2(T, SMELT_OP_NE, op1(T, SMELT_OP_COS, half), one), op2(T, SMELT_OP_DIV, sn, op1(T, SMELT_OP_SIN, half)),
+                        where3(T, pos, n2p1, alt));
+        q1 = op2(T, SMELT_OP_ADD, x2, one);
+    }
+    }
+    int32_t p = one, q = q1, r = where3(T, op2(T, SMELT_OP_EQ, n, int_value(T, 1)), q1, one);   /* n 0: 1 */
+    for (int k = 2; k <= CHEB_UNROLL && r >= 0; k++) {
+        int32_t nk = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, x2, q), p);
+        p = q;
+        q = nk;
+        r = where3(T, op2(T, SMELT_OP_EQ, n, int_value(T, k)), nk, r);
+    }
+    int32_t inside = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, thr)), op2(T, SMELT_OP_LT, ax, one));
+    int32_t unit = op2(T, SMELT_OP_EQ, ax, one);
+    int32_t deep = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, CHEB_UNROLL)),
+                       op1(T, SMELT_OP_LOGICAL_NOT, op2(T, SMELT_OP_LOGICAL_OR, inside, unit)));
+    r = where3(T, inside, closed, r);
+    r = where3(T, unit, atone, r);
+    r = where3(T, op2(T, SMELT_OP_LT, n, int_value(T, 0)), num(T, 0.0), r);
+    int32_t ck = checked_index(T, cast_to(T, op2(T, SMELT_OP_LOGICAL_AND, deep, op2(T, SMELT_OP_GE, n, int_value(T, 0))), SMELT_I64), 1, 0);
+    r = where3(T, op2(T, SMELT_OP_EQ, ck, int_value(T, 0)), r, r);   /* (the check computed with r) */
+    return r < 0 ? -1 : cast_to(T, r, rt);
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -6316,6 +6411,8 @@ static const op_entry table[] = {
     VROW("torch.i0 T.i0 torch.special.i0 torch.special.modified_bessel_i0", c_bessel_i, 0),
     VROW("torch.special.i1 torch.special.modified_bessel_i1", c_bessel_i, 1),
     VROW("torch.special.i0e", c_bessel_i, 2), VROW("torch.special.i1e", c_bessel_i, 3),
+    VROW("torch.special.chebyshev_polynomial_t", c_chebyshev, 0), VROW("torch.special.chebyshev_polynomial_u", c_chebyshev, 1),
+    VROW("torch.special.chebyshev_polynomial_v", c_chebyshev, 2), VROW("torch.special.chebyshev_polynomial_w", c_chebyshev, 3),
     VROW("torch.put T.put", put_call, 0), VROW("torch.index_put T.index_put", put_call, 1),
     VROW("torch._unsafe_masked_index_put_accumulate", put_call, 2),
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
