@@ -6052,13 +6052,15 @@ static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : cast_to(T, r, dt);
 }
 
-/* Chebyshev polynomials T, U, V, W (op 0..3) of x at integer degree n (a
- * tensor or number, truncated as eager casts it), computed as eager's
- * kernel does in the result's float type: the |x| == 1 values, the closed
- * form for |x| < 1 above a degree (T: 6, else 8), else the recurrence r_k
- * = 2x r_(k-1) - r_(k-2) from 1 and q1 (x, 2x, 2x - 1, 2x + 1), unrolled
- * to CHEB_UNROLL; a larger degree needing the recurrence fails the run (a
- * CHECKIDX of it: the frame runs eagerly). n < 0 gives 0. */
+/* Chebyshev polynomials T, U, V, W (op & 3) of x at integer degree n (a
+ * tensor or number, truncated as eager casts it), and the shifted ones (op
+ * & 4: of y = 2x - 1), computed as eager's kernels do in the result's
+ * float type: the values at the ends (|x| == 1; shifted: x == 1 or 0), the
+ * closed form for |y| < 1 above a degree (T: 6, U/V/W: 8; shifted: 6, W 4),
+ * else the recurrence r_k = 2y r_(k-1) - r_(k-2) from 1 and q1 (y, 2y, 2y -
+ * 1, 2y + 1), unrolled to CHEB_UNROLL; a larger degree needing the
+ * recurrence fails the run (a CHECKIDX of it: the frame runs eagerly). n <
+ * 0 gives 0. */
 #define CHEB_UNROLL 24
 
 static int32_t c_chebyshev(tracer *T, PyObject *fn, const call_args *a, int op)
@@ -6089,23 +6091,29 @@ static int32_t c_chebyshev(tracer *T, PyObject *fn, const call_args *a, int op)
             return -1;
         n = int_value(T, (int64_t)d);
     }
-    int32_t nf = cast_to(T, n, rt), ax = op1(T, SMELT_OP_ABS, xf), x2 = op2(T, SMELT_OP_ADD, xf, xf);
-    int32_t one = num(T, 1.0), pos = op2(T, SMELT_OP_GT, xf, num(T, 0.0));
+    int sh = op >> 2 & 1;
+    op &= 3;
+    int32_t one = num(T, 1.0), nf = cast_to(T, n, rt);
+    int32_t y = sh ? op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_ADD, xf, xf), one) : xf;
+    int32_t ay = op1(T, SMELT_OP_ABS, y), x2 = op2(T, SMELT_OP_ADD, y, y);
+    int32_t pos = sh ? op2(T, SMELT_OP_EQ, xf, one) : op2(T, SMELT_OP_GT, xf, num(T, 0.0));
+    int32_t unit = sh ? op2(T, SMELT_OP_LOGICAL_OR, pos, op2(T, SMELT_OP_EQ, xf, num(T, 0.0))) : op2(T, SMELT_OP_EQ, ay, one);
     int32_t even = op2(T, SMELT_OP_EQ, op2(T, SMELT_OP_REMAINDER, n, int_value(T, 2)), int_value(T, 0));
-    int32_t ac = op1(T, SMELT_OP_ACOS, xf), np1 = op2(T, SMELT_OP_ADD, nf, one), n2p1 = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_ADD, nf, nf), one);
+    int32_t ac = op1(T, SMELT_OP_ACOS, y), np1 = op2(T, SMELT_OP_ADD, nf, one), n2p1 = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_ADD, nf, nf), one);
     int32_t atone, closed, q1;
-    int thr = op == 0 ? 6 : 8;
+    static const int thr_of[2][4] = { { 6, 8, 8, 8 }, { 6, 6, 6, 4 } };
+    int thr = thr_of[sh][op];
     switch (op) {
     case 0:
         atone = where3(T, op2(T, SMELT_OP_LOGICAL_OR, pos, even), one, num(T, -1.0));
         closed = op1(T, SMELT_OP_COS, op2(T, SMELT_OP_MUL, nf, ac));
-        q1 = xf;
+        q1 = y;
         break;
     case 1: {
         atone = where3(T, op2(T, SMELT_OP_LOGICAL_OR, pos, even), np1, op1(T, SMELT_OP_NEG, np1));
         int32_t s = op1(T, SMELT_OP_SIN, ac), ang = op2(T, SMELT_OP_MUL, np1, ac);
         closed = where3(T, op2(T, SMELT_OP_NE, s, num(T, 0.0)), op2(T, SMELT_OP_DIV, op1(T, SMELT_OP_SIN, ang), s),
-                        op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_MUL, np1, op1(T, SMELT_OP_COS, ang)), xf));
+                        op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_MUL, np1, op1(T, SMELT_OP_COS, ang)), y));
         q1 = x2;
         break;
     }
@@ -6124,7 +6132,7 @@ static int32_t c_chebyshev(tracer *T, PyObject *fn, const call_args *a, int op)
         int32_t half = op2(T, SMELT_OP_DIV, ac, num(T, 2.0));
         int32_t sn = op1(T, SMELT_OP_SIN, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_ADD, nf, num(T, 0.5)), ac));
         closed = where3(T, op2(T, SMELT_OP_NE, op1(T, SMELT_OP_COS, half), one), op2(T, SMELT_OP_DIV, sn, op1(T, SMELT_OP_SIN, half)),
-                        where3(T, pos, n2p1, alt));
+                        sh ? alt : where3(T, pos, n2p1, alt));
         q1 = op2(T, SMELT_OP_ADD, x2, one);
     }
     }
@@ -6135,8 +6143,7 @@ static int32_t c_chebyshev(tracer *T, PyObject *fn, const call_args *a, int op)
         q = nk;
         r = where3(T, op2(T, SMELT_OP_EQ, n, int_value(T, k)), nk, r);
     }
-    int32_t inside = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, thr)), op2(T, SMELT_OP_LT, ax, one));
-    int32_t unit = op2(T, SMELT_OP_EQ, ax, one);
+    int32_t inside = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, thr)), op2(T, SMELT_OP_LT, ay, one));
     int32_t deep = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, CHEB_UNROLL)),
                        op1(T, SMELT_OP_LOGICAL_NOT, op2(T, SMELT_OP_LOGICAL_OR, inside, unit)));
     r = where3(T, inside, closed, r);
@@ -6413,6 +6420,10 @@ static const op_entry table[] = {
     VROW("torch.special.i0e", c_bessel_i, 2), VROW("torch.special.i1e", c_bessel_i, 3),
     VROW("torch.special.chebyshev_polynomial_t", c_chebyshev, 0), VROW("torch.special.chebyshev_polynomial_u", c_chebyshev, 1),
     VROW("torch.special.chebyshev_polynomial_v", c_chebyshev, 2), VROW("torch.special.chebyshev_polynomial_w", c_chebyshev, 3),
+    VROW("torch.special.shifted_chebyshev_polynomial_t", c_chebyshev, 4),
+    VROW("torch.special.shifted_chebyshev_polynomial_u", c_chebyshev, 5),
+    VROW("torch.special.shifted_chebyshev_polynomial_v", c_chebyshev, 6),
+    VROW("torch.special.shifted_chebyshev_polynomial_w", c_chebyshev, 7),
     VROW("torch.put T.put", put_call, 0), VROW("torch.index_put T.index_put", put_call, 1),
     VROW("torch._unsafe_masked_index_put_accumulate", put_call, 2),
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
