@@ -496,3 +496,15 @@ def test_chebyshev_polynomials():
         same(e, r)
         e, r, info = run_both(fn, torch.tensor([1.5, 0.5]), torch.tensor([40, 40]))   # 1.5: beyond the unrolling
         same(e, r)
+
+
+def test_laguerre_legendre_hermite():
+    x = torch.tensor([-1.0, 1.0, 0.0, 0.3, -0.7, 1.5, -2.0, 0.99, 2.5] * 3)
+    n = torch.tensor([3, 4, 9, 12, 5, 7, 0, 30, 2, -1, 1, 2, 3, 10, 0, 24, 1, 6, 8, 9, 10, 11, 20, 2, 3, 5, 6])
+    sp = torch.special
+    for fn, dts in ((sp.laguerre_polynomial_l, (torch.float32, torch.float64)), (sp.legendre_polynomial_p, (torch.float32, torch.float64)),
+                    (sp.hermite_polynomial_h, (torch.float64,)), (sp.hermite_polynomial_he, (torch.float64,))):
+        for dt in dts:
+            e, r, info = run_both(fn, x.to(dt), n)
+            same(e, r)
+            native(info)

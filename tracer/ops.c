@@ -6052,6 +6052,61 @@ static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : cast_to(T, r, dt);
 }
 
+#define CHEB_UNROLL 24
+
+/* The operands of a polynomial of x at degree n (special.chebyshev_*,
+ * hermite_*, laguerre_*, legendre_*): x in the result's float type (*rt),
+ * n as int64 (a number truncated) and in that float type. 0, -2 when the
+ * call is left to torch's kernel (half precision, which eager's kernel
+ * lacks; non-contiguous operands: the long chains' layout is not
+ * modelled), -1 on error. */
+static int poly_operands(tracer *T, const call_args *a, int32_t *xf, int32_t *n, int32_t *nf, int *rtp)
+{
+    int32_t x = arg(a, 0, "input"), nv = arg(a, 1, "n");
+    if (x < 0)
+        x = arg(a, 0, "x");
+    if (!is_tensor(T, x) || nv < 0 || (!is_tensor(T, nv) && !(T->vals[nv].kind == V_OBJ && PyNumber_Check(T->vals[nv].obj))))
+        return -2;
+    const smelt_node *both[2] = { node(T, x), is_tensor(T, nv) ? node(T, nv) : node(T, x) };
+    int rt = smelt_result_type(both, 2, (smelt_dtype)default_float());
+    rt = smelt_dtype_is_float((smelt_dtype)rt) ? rt : default_float();
+    if (rt != SMELT_F32 && rt != SMELT_F64)
+        return -2;
+    for (int k = 0; k < 2; k++) {
+        int32_t v = k ? nv : x;
+        int64_t st[SMELT_MAX_DIMS];
+        int known = is_tensor(T, v) ? eager_strides(T, T->vals[v].node, st) : 1;
+        if (known < 0)
+            return -1;
+        if (is_tensor(T, v) && (!known || !strides_contiguous(node(T, v), st)))
+            return -2;
+    }
+    *xf = cast_to(T, x, rt);
+    *n = is_tensor(T, nv) ? cast_to(T, nv, SMELT_I64) : -1;
+    if (*n < 0) {   /* a number: its truncation */
+        double d = PyFloat_AsDouble(T->vals[nv].obj);
+        if (PyErr_Occurred())
+            return -1;
+        *n = int_value(T, (int64_t)d);
+    }
+    *nf = cast_to(T, *n, rt);
+    *rtp = rt;
+    return *xf < 0 || *nf < 0 ? -1 : 0;
+}
+
+/* r_n of a recurrence given r_0 = 1, r_1 = q1 and its steps r[2..CHEB_UNROLL]
+ * (built by the caller), selected by the degree n; a degree beyond the
+ * unrolling where `deep` holds fails the run (CHECKIDX: eager runs it). */
+static int32_t poly_select(tracer *T, int32_t n, const int32_t *r, int32_t deep)
+{
+    int32_t sel = where3(T, op2(T, SMELT_OP_EQ, n, int_value(T, 1)), r[1], r[0]);
+    for (int k = 2; k <= CHEB_UNROLL && sel >= 0; k++)
+        sel = where3(T, op2(T, SMELT_OP_EQ, n, int_value(T, k)), r[k], sel);
+    int32_t big = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, CHEB_UNROLL)), deep);
+    int32_t ck = checked_index(T, cast_to(T, big, SMELT_I64), 1, 0);
+    return where3(T, op2(T, SMELT_OP_EQ, ck, int_value(T, 0)), sel, sel);   /* (the check computed with it) */
+}
+
 /* Chebyshev polynomials T, U, V, W (op & 3) of x at integer degree n (a
  * tensor or number, truncated as eager casts it), and the shifted ones (op
  * & 4: of y = 2x - 1), computed as eager's kernels do in the result's
@@ -6061,39 +6116,15 @@ static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
  * 1, 2y + 1), unrolled to CHEB_UNROLL; a larger degree needing the
  * recurrence fails the run (a CHECKIDX of it: the frame runs eagerly). n <
  * 0 gives 0. */
-#define CHEB_UNROLL 24
-
 static int32_t c_chebyshev(tracer *T, PyObject *fn, const call_args *a, int op)
 {
-    int32_t x = arg(a, 0, "input"), nv = arg(a, 1, "n");
-    if (x < 0)
-        x = arg(a, 0, "x");
-    if (!is_tensor(T, x) || nv < 0 || (!is_tensor(T, nv) && !(T->vals[nv].kind == V_OBJ && PyNumber_Check(T->vals[nv].obj))))
-        return as_host_call(T, fn, a);
-    const smelt_node *both[2] = { node(T, x), is_tensor(T, nv) ? node(T, nv) : node(T, x) };
-    int rt = smelt_result_type(both, 2, (smelt_dtype)default_float());
-    rt = smelt_dtype_is_float((smelt_dtype)rt) ? rt : default_float();
-    if (rt != SMELT_F32 && rt != SMELT_F64)
-        return as_host_call(T, fn, a);   /* eager has no half-precision kernel: it raises */
-    for (int k = 0; k < 2; k++) {   /* contiguous operands (the layout of the long chain below is not modelled) */
-        int32_t v = k ? nv : x;
-        int64_t st[SMELT_MAX_DIMS];
-        int known = is_tensor(T, v) ? eager_strides(T, T->vals[v].node, st) : 1;
-        if (known < 0)
-            return -1;
-        if (is_tensor(T, v) && (!known || !strides_contiguous(node(T, v), st)))
-            return as_host_call(T, fn, a);
-    }
-    int32_t xf = cast_to(T, x, rt), n = is_tensor(T, nv) ? cast_to(T, nv, SMELT_I64) : -1;
-    if (n < 0) {   /* a number: its truncation */
-        double d = PyFloat_AsDouble(T->vals[nv].obj);
-        if (PyErr_Occurred())
-            return -1;
-        n = int_value(T, (int64_t)d);
-    }
+    int32_t xf, n, nf;
+    int rt, rc = poly_operands(T, a, &xf, &n, &nf, &rt);
+    if (rc)
+        return rc == -2 ? as_host_call(T, fn, a) : -1;
     int sh = op >> 2 & 1;
     op &= 3;
-    int32_t one = num(T, 1.0), nf = cast_to(T, n, rt);
+    int32_t one = num(T, 1.0);
     int32_t y = sh ? op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_ADD, xf, xf), one) : xf;
     int32_t ay = op1(T, SMELT_OP_ABS, y), x2 = op2(T, SMELT_OP_ADD, y, y);
     int32_t pos = sh ? op2(T, SMELT_OP_EQ, xf, one) : op2(T, SMELT_OP_GT, xf, num(T, 0.0));
@@ -6136,21 +6167,60 @@ static int32_t c_chebyshev(tracer *T, PyObject *fn, const call_args *a, int op)
         q1 = op2(T, SMELT_OP_ADD, x2, one);
     }
     }
-    int32_t p = one, q = q1, r = where3(T, op2(T, SMELT_OP_EQ, n, int_value(T, 1)), q1, one);   /* n 0: 1 */
-    for (int k = 2; k <= CHEB_UNROLL && r >= 0; k++) {
-        int32_t nk = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, x2, q), p);
-        p = q;
-        q = nk;
-        r = where3(T, op2(T, SMELT_OP_EQ, n, int_value(T, k)), nk, r);
-    }
+    int32_t rs[CHEB_UNROLL + 1] = { one, q1 };
+    for (int k = 2; k <= CHEB_UNROLL; k++)
+        rs[k] = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, x2, rs[k - 1]), rs[k - 2]);
     int32_t inside = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, thr)), op2(T, SMELT_OP_LT, ay, one));
-    int32_t deep = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, CHEB_UNROLL)),
-                       op1(T, SMELT_OP_LOGICAL_NOT, op2(T, SMELT_OP_LOGICAL_OR, inside, unit)));
+    int32_t r = poly_select(T, n, rs, op1(T, SMELT_OP_LOGICAL_NOT, op2(T, SMELT_OP_LOGICAL_OR, inside, unit)));
     r = where3(T, inside, closed, r);
     r = where3(T, unit, atone, r);
     r = where3(T, op2(T, SMELT_OP_LT, n, int_value(T, 0)), num(T, 0.0), r);
-    int32_t ck = checked_index(T, cast_to(T, op2(T, SMELT_OP_LOGICAL_AND, deep, op2(T, SMELT_OP_GE, n, int_value(T, 0))), SMELT_I64), 1, 0);
-    r = where3(T, op2(T, SMELT_OP_EQ, ck, int_value(T, 0)), r, r);   /* (the check computed with r) */
+    return r < 0 ? -1 : cast_to(T, r, rt);
+}
+
+/* Hermite H and He (float64 only), Laguerre L and Legendre P (op 0..3)
+ * at degree n as eager's kernels compute them: their three-term recurrences unrolled to
+ * CHEB_UNROLL (a deeper one fails the run: eager runs it; eager's Hermite
+ * gives NaN beyond 128 in float32 anyway), L 1 at x == 0, P +-1 at |x| ==
+ * 1, 0 for n < 0. */
+static int32_t c_polynomial(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t xf, n, nf;
+    int rt, rc = poly_operands(T, a, &xf, &n, &nf, &rt);
+    if (rc)
+        return rc == -2 ? as_host_call(T, fn, a) : -1;
+    if (op < 2 && rt != SMELT_F64)   /* float32 Hermite cancels: eager's rounding (contracted or not) cannot be matched */
+        return as_host_call(T, fn, a);
+    int32_t one = num(T, 1.0), x2 = op2(T, SMELT_OP_ADD, xf, xf), rs[CHEB_UNROLL + 1];
+    rs[0] = one;
+    rs[1] = op == 0 ? x2 : op == 2 ? op2(T, SMELT_OP_SUB, one, xf) : xf;
+    for (int m = 2; m <= CHEB_UNROLL; m++) {   /* step k of eager's loop */
+        int32_t p = rs[m - 2], q = rs[m - 1];
+        double k = op == 0 ? 2.0 * (m - 1) : (double)(m - 1);
+        int32_t kp = op2(T, SMELT_OP_MUL, num(T, k), p);
+        switch (op) {
+        case 0: rs[m] = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, x2, q), kp); break;
+        case 1: rs[m] = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, xf, q), kp); break;
+        case 2:
+            rs[m] = op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_ADD, num(T, k + k),
+                                                                                     op2(T, SMELT_OP_SUB, one, xf)), q), kp),
+                        num(T, k + 1));
+            break;
+        default:
+            rs[m] = op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, num(T, k + k + 1), xf), q), kp),
+                        num(T, k + 1));
+        }
+    }
+    int32_t special = op == 2 ? op2(T, SMELT_OP_EQ, op1(T, SMELT_OP_ABS, xf), num(T, 0.0))
+                    : op == 3 ? op2(T, SMELT_OP_EQ, op1(T, SMELT_OP_ABS, xf), one) : -1;
+    int32_t r = poly_select(T, n, rs, special >= 0 ? op1(T, SMELT_OP_LOGICAL_NOT, special) : op2(T, SMELT_OP_EQ, n, n));
+    if (op == 2)
+        r = where3(T, special, one, r);
+    if (op == 3) {
+        int32_t even = op2(T, SMELT_OP_EQ, op2(T, SMELT_OP_REMAINDER, n, int_value(T, 2)), int_value(T, 0));
+        r = where3(T, special, where3(T, op2(T, SMELT_OP_LOGICAL_OR, op2(T, SMELT_OP_GT, xf, num(T, 0.0)), even), one, num(T, -1.0)), r);
+    }
+    r = where3(T, op2(T, SMELT_OP_LT, n, int_value(T, 0)), num(T, 0.0), r);
     return r < 0 ? -1 : cast_to(T, r, rt);
 }
 
@@ -6424,6 +6494,8 @@ static const op_entry table[] = {
     VROW("torch.special.shifted_chebyshev_polynomial_u", c_chebyshev, 5),
     VROW("torch.special.shifted_chebyshev_polynomial_v", c_chebyshev, 6),
     VROW("torch.special.shifted_chebyshev_polynomial_w", c_chebyshev, 7),
+    VROW("torch.special.hermite_polynomial_h", c_polynomial, 0), VROW("torch.special.hermite_polynomial_he", c_polynomial, 1),
+    VROW("torch.special.laguerre_polynomial_l", c_polynomial, 2), VROW("torch.special.legendre_polynomial_p", c_polynomial, 3),
     VROW("torch.put T.put", put_call, 0), VROW("torch.index_put T.index_put", put_call, 1),
     VROW("torch._unsafe_masked_index_put_accumulate", put_call, 2),
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
