@@ -508,3 +508,17 @@ def test_laguerre_legendre_hermite():
             e, r, info = run_both(fn, x.to(dt), n)
             same(e, r)
             native(info)
+
+
+def test_erfinv_and_spherical_bessel_j0():
+    x = torch.tensor([0.0, -0.0, 0.5, -0.9, 0.999999, -0.9999999, 1.0, -1.0, 1.5, 1e-8, float("nan")])
+    for dt in (torch.float32, torch.float16):
+        e, r, info = run_both(torch.erfinv, x.to(dt))
+        same(e, r)
+        native(info)
+    y = torch.tensor([0.0, 1e-3, 0.49, 0.5, 3.0, -7.5, 100.0, float("inf"), -float("inf"), float("nan")])
+    e, r, info = run_both(torch.special.spherical_bessel_j0, y)
+    same(e, r)
+    native(info)
+    e, r, info = run_both(torch.erfinv, torch.tensor([0, 1, -1, 2]))
+    same(e, r)

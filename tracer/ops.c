@@ -6224,6 +6224,51 @@ static int32_t c_polynomial(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : cast_to(T, r, rt);
 }
 
+/* special.spherical_bessel_j0 (op 0): sin(x) / x (0 at +-inf; the Taylor
+ * series to x^12 below 0.5) and erfinv (op 1: a closed-form start refined
+ * by three Newton steps on erf, to double precision) of x below float64,
+ * computed in float64 and rounded once (integers: the default float);
+ * float64 is torch's kernel. */
+static int32_t c_special_f64(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input");
+    if (!is_tensor(T, x))
+        return as_host_call(T, fn, a);
+    int dt = node(T, x)->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)dt))
+        dt = default_float();
+    if (dt == SMELT_F64)
+        return as_host_call(T, fn, a);
+    int32_t y = cast_to(T, x, SMELT_F64), one = num(T, 1.0), r;
+    if (op == 0) {
+        int32_t y2 = op2(T, SMELT_OP_MUL, y, y);
+        static const double c[] = { 1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0, 1.0 / 120.0, -1.0 / 6.0 };
+        int32_t h = num(T, c[0]);
+        for (int k = 1; k < 6; k++)
+            h = op2(T, SMELT_OP_ADD, num(T, c[k]), op2(T, SMELT_OP_MUL, y2, h));
+        int32_t ser = op2(T, SMELT_OP_ADD, one, op2(T, SMELT_OP_MUL, y2, h));
+        r = where3(T, op2(T, SMELT_OP_LT, op1(T, SMELT_OP_ABS, y), num(T, 0.5)), ser,
+                   op2(T, SMELT_OP_DIV, op1(T, SMELT_OP_SIN, y), y));
+        r = where3(T, op1(T, SMELT_OP_ISINF, y), num(T, 0.0), r);
+    } else {
+        const double pa = 0.147, pi = 3.14159265358979323846;
+        int32_t l = op1(T, SMELT_OP_LOG, op2(T, SMELT_OP_SUB, one, op2(T, SMELT_OP_MUL, y, y)));   /* ln(1 - x^2) */
+        int32_t b = op2(T, SMELT_OP_ADD, num(T, 2.0 / (pi * pa)), op2(T, SMELT_OP_MUL, l, num(T, 0.5)));
+        int32_t in = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, b, b), op2(T, SMELT_OP_DIV, l, num(T, pa)));
+        int32_t g = op1(T, SMELT_OP_SQRT, op2(T, SMELT_OP_SUB, op1(T, SMELT_OP_SQRT, in), b));
+        g = where3(T, op2(T, SMELT_OP_LT, y, num(T, 0.0)), op1(T, SMELT_OP_NEG, g), g);
+        for (int k = 0; k < 3; k++) {   /* g -= (erf(g) - x) / (2/sqrt(pi) e^(-g^2)) */
+            int32_t d = op2(T, SMELT_OP_MUL, num(T, 2.0 / sqrt(pi)), op1(T, SMELT_OP_EXP, op1(T, SMELT_OP_NEG, op2(T, SMELT_OP_MUL, g, g))));
+            g = op2(T, SMELT_OP_SUB, g, op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_SUB, op1(T, SMELT_OP_ERF, g), y), d));
+        }
+        int32_t ay = op1(T, SMELT_OP_ABS, y);
+        r = where3(T, op2(T, SMELT_OP_EQ, ay, one), op2(T, SMELT_OP_MUL, y, num(T, INFINITY)), g);
+        r = where3(T, op2(T, SMELT_OP_EQ, y, num(T, 0.0)), y, r);
+        r = where3(T, op2(T, SMELT_OP_GT, ay, one), num(T, NAN), r);
+    }
+    return r < 0 ? -1 : cast_to(T, r, dt);
+}
+
 /* gather(input, dim, index, *, sparse_grad=False) */
 static int32_t c_gather(tracer *T, PyObject *fn, const call_args *a, int op)
 {
@@ -6488,6 +6533,8 @@ static const op_entry table[] = {
     VROW("torch.i0 T.i0 torch.special.i0 torch.special.modified_bessel_i0", c_bessel_i, 0),
     VROW("torch.special.i1 torch.special.modified_bessel_i1", c_bessel_i, 1),
     VROW("torch.special.i0e", c_bessel_i, 2), VROW("torch.special.i1e", c_bessel_i, 3),
+    VROW("torch.special.spherical_bessel_j0", c_special_f64, 0),
+    VROW("torch.erfinv T.erfinv torch.special.erfinv", c_special_f64, 1),
     VROW("torch.special.chebyshev_polynomial_t", c_chebyshev, 0), VROW("torch.special.chebyshev_polynomial_u", c_chebyshev, 1),
     VROW("torch.special.chebyshev_polynomial_v", c_chebyshev, 2), VROW("torch.special.chebyshev_polynomial_w", c_chebyshev, 3),
     VROW("torch.special.shifted_chebyshev_polynomial_t", c_chebyshev, 4),
