@@ -47,3 +47,17 @@ def test_zero_and_scalar_tensor():
     same(*both(lambda x: torch.zero_(x) + 1, torch.randn(3, 2)))
     same(*both(lambda x: x + torch.scalar_tensor(2.5), torch.randn(3)))
     same(*both(lambda x: x * torch.scalar_tensor(3, dtype=torch.int64), torch.arange(4)))
+
+
+def test_nearest_downsampling_is_a_new_tensor():
+    # every second element: a strided slice of x inside, a new contiguous
+    # tensor outside (eager's upsample kernels never alias their input)
+    for shape in ((2, 3, 4), (1, 2, 4, 6)):
+        x = torch.randn(shape)
+        fn = lambda x: torch.nn.functional.interpolate(x, scale_factor=0.5, mode="nearest")
+        e, r = both(fn, x)
+        same(e, r)
+        r = smelt.compile(fn)(x)
+        assert r.is_contiguous() and r.data_ptr() != x.data_ptr()
+        r.fill_(7.0)
+        assert not (x == 7.0).any()

@@ -341,7 +341,17 @@ static int32_t nearest(tracer *T, const sh_args *sa, const int32_t *node)
     ex.src[0] = y;
     y = y < 0 ? -1 : tr_node_add(T, &ex);
     r2.src[0] = y;
-    return y < 0 ? -1 : tr_node_add(T, &r2);
+    y = y < 0 ? -1 : tr_node_add(T, &r2);
+    int repeats = 0;
+    for (int i = 0; i < k; i++)
+        repeats |= rep[i] > 1;
+    if (y >= 0 && !repeats) {
+        /* slices and reshapes alone are a view of x: eager's result is a
+         * new tensor */
+        smelt_node c = { .op = SMELT_OP_CAST, .nsrc = 1, .src = { y }, .dtype = T->g->nodes[y].dtype };
+        y = tr_node_add(T, &c);
+    }
+    return y;
 }
 
 /* Whether node y has result 0's dtype and shape in m. */
