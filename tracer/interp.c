@@ -1923,6 +1923,8 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
     if (f->kind != V_OBJ)
         return tr_break(T, "call of a %s", kind_name(T, fn));
     PyObject *o = f->obj;
+    if (obj_is_build_class(o))
+        return obj_build_class(T, a);
     int32_t r = obj_call_object(T, fn, a);   /* functools.partial: its parts guarded instead */
     if (r != -2)
         return r;
@@ -4046,6 +4048,11 @@ static int32_t run_frame(tracer *T, tframe *f)
         case OP_RERAISE: r = raise_value(T, f->stack[--f->sp], -1); break;
         case OP_RAISE_VARARGS: r = raise_varargs(T, f, arg); break;
         case OP_LOAD_ASSERTION_ERROR: r = push(f, tv_obj(T, PyExc_AssertionError, -1)); break;
+        case OP_LOAD_BUILD_CLASS: {
+            PyObject *bc = PyDict_GetItemString(f->builtins, "__build_class__");
+            r = bc ? push(f, tv_obj(T, bc, -1)) : tr_break(T, "__build_class__ not found");
+            break;
+        }
         case OP_IMPORT_NAME: r = push(f, import_name(T, f, PyTuple_GET_ITEM(f->names, arg))); break;
         case OP_IMPORT_FROM: r = push(f, tr_load_attr(T, f->stack[f->sp - 1], PyTuple_GET_ITEM(f->names, arg))); break;
         case OP_RETURN_GENERATOR: r = push(f, tv_obj(T, Py_None, -1)); break;   /* popped on first resume */
@@ -4374,8 +4381,8 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
             T->base_out[x->node] = T->g->nout;
         return smelt_graph_output(T->g, x->node) ? tr_break(T, "%s", T->g->err) : 0;
     case V_OBJ: {
-        if (x->pos == 1)   /* a set made in the trace: a constant output would be shared by every call */
-            return tr_break(T, "returning a set built in the traced code");
+        if (x->pos == 1)   /* a set or class made in the trace: a constant output would be shared by every call */
+            return tr_break(T, "returning a %s built in the traced code", PyType_Check(x->obj) ? "class" : "set");
         if (x->src >= 0 && !is_plain_const(x->obj)) {   /* the object the source holds, unguarded */
             o->kind = TO_SOURCE;
             o->index = x->src;

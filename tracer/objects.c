@@ -41,6 +41,7 @@ static PyObject *copy_fns[2], *copy_dispatch;   /* copy.copy, copy.deepcopy; cop
 static PyObject *grad_mgr, *grad_exit;           /* markers: a grad-mode manager, its __exit__ */
 static PyObject *autocast_type, *grad_enabled_fn;   /* torch.autocast, torch.is_grad_enabled */
 static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class statement */
+static PyObject *build_class_fn, *function_meta;   /* builtins.__build_class__, torch.autograd.function.FunctionMeta */
 
 /* What the tracer answers itself, by callable. */
 typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD,
@@ -90,6 +91,10 @@ int obj_init(void)
     lru_type = ft ? PyObject_GetAttrString(ft, "_lru_cache_wrapper") : NULL;
     partial_type = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
     module_base = nn ? PyObject_GetAttrString(nn, "Module") : NULL;
+    PyObject *af = PyImport_ImportModule("torch.autograd.function");
+    function_meta = af ? PyObject_GetAttrString(af, "FunctionMeta") : NULL;
+    Py_XDECREF(af);
+    build_class_fn = PyDict_GetItemString(PyEval_GetBuiltins(), "__build_class__");
     queries = PyDict_New();
     PyObject *probe = PyObject_CallFunction((PyObject *)&PyType_Type, "s()N", "_smelt_probe", PyDict_New());
     if (probe)
@@ -103,7 +108,7 @@ int obj_init(void)
         { "is_autocast_enabled", Q_AUTOCAST }, { "enable_grad", Q_ENABLE_GRAD }, { "set_grad_enabled", Q_SET_GRAD },
         { "_C._len_torch_dispatch_stack", Q_DISPATCH },
     };
-    int rc = grad_mgr && grad_exit && autocast_type && grad_enabled_fn && copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe ? 0 : -1;
+    int rc = grad_mgr && grad_exit && autocast_type && grad_enabled_fn && copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe && function_meta && build_class_fn ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
         rc = add_query(torch, qs[i].path, qs[i].k);
     rc = rc || !insp ? -1 : add_query(insp, "signature", Q_SIGNATURE);
@@ -331,6 +336,146 @@ static int32_t call_user_object(tracer *T, int32_t fn, const call_args *a)
     call_args b = { .pos = pos, .npos = a->npos + 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw };
     int32_t cs = sub_src(T, tr_src_new(T, SRC_TYPE, src, 0, NULL), SN_CALL);
     return tr_add_guard(T, TG_ID, cs, c, 0) ? -1 : tr_inline(T, c, cs, &b);   /* a class's method can be replaced */
+}
+
+/* ---------- class statements ---------- */
+
+static PyObject *vfunc_object(tracer *T, int32_t fv, int depth);
+
+/* The real object a function built for a class body holds for value v: a
+ * constant (guarded), a tuple of constants, or a function made in the trace
+ * (built for real too). NULL with a break for anything else. */
+static PyObject *closed_object(tracer *T, int32_t v, int depth)
+{
+    tv *x = &T->vals[v];
+    if (x->kind == V_FUNC)
+        return vfunc_object(T, v, depth + 1);
+    if (x->kind == V_OBJ || x->kind == V_TUPLE) {
+        PyObject *o = x->kind == V_OBJ ? Py_XNewRef(tr_const(T, v)) : tr_pyobj(T, v);
+        return o;
+    }
+    tr_break(T, "a class body's functions close over a %s made in the trace", tr_kind_name(T, v));
+    return NULL;
+}
+
+/* A real function for V_FUNC fv: its code, globals and defaults, and new
+ * cells holding what the trace's cells hold now; those cells become
+ * read-only for the rest of the trace (a later assignment breaks), so the
+ * copies never disagree with them. */
+static PyObject *vfunc_object(tracer *T, int32_t fv, int depth)
+{
+    if (depth > 8) {
+        tr_break(T, "functions nested too deep for a class body");
+        return NULL;
+    }
+    tv *x = &T->vals[fv];
+    PyCodeObject *co = (PyCodeObject *)x->obj;
+    PyObject *fn = PyFunction_NewWithQualName(x->obj, x->aux, co->co_qualname);
+    PyObject *d = fn && x->sl[0] >= 0 ? tr_pyobj(T, x->sl[0]) : NULL;
+    if (!fn || (x->sl[0] >= 0 && (!d || PyFunction_SetDefaults(fn, d)))) {
+        Py_XDECREF(d);
+        Py_XDECREF(fn);
+        return NULL;
+    }
+    Py_XDECREF(d);
+    d = x->sl[1] >= 0 ? tr_pyobj(T, x->sl[1]) : NULL;
+    if (x->sl[1] >= 0 && (!d || PyFunction_SetKwDefaults(fn, d))) {
+        Py_XDECREF(d);
+        Py_DECREF(fn);
+        return NULL;
+    }
+    Py_XDECREF(d);
+    int n = T->vals[fv].n;
+    PyObject *clo = n ? PyTuple_New(n) : NULL;
+    for (int i = 0; i < n && clo; i++) {
+        int32_t c = T->vals[fv].items[i];
+        if (T->vals[c].kind != V_CELL) {
+            tr_break(T, "a closure that is not made of cells");
+            Py_CLEAR(clo);
+            break;
+        }
+        T->vals[c].frozen = 1;
+        int32_t in = T->vals[c].self_;
+        PyObject *o = in >= 0 ? closed_object(T, in, depth) : NULL;
+        PyObject *cell = in >= 0 && !o ? NULL : PyCell_New(o);
+        Py_XDECREF(o);
+        if (!cell)
+            Py_CLEAR(clo);
+        else
+            PyTuple_SET_ITEM(clo, i, cell);
+    }
+    if (n && (!clo || PyFunction_SetClosure(fn, clo)))
+        Py_CLEAR(fn);
+    Py_XDECREF(clo);
+    return fn;
+}
+
+/* Whether class statements may subclass base: made by type (or torch's
+ * autograd.Function metaclass), and no class in its MRO but object defines
+ * __init_subclass__ (whose effects a class built once would not repeat). */
+static int subclassable(PyObject *base)
+{
+    if (!PyType_Check(base) || (!Py_IS_TYPE(base, &PyType_Type) && Py_TYPE(base) != (PyTypeObject *)function_meta))
+        return 0;
+    PyObject *mro = ((PyTypeObject *)base)->tp_mro;
+    static PyObject *s_init_subclass;
+    if (!s_init_subclass && !(s_init_subclass = PyUnicode_InternFromString("__init_subclass__")))
+        return PyErr_Clear(), 0;
+    for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); i++) {
+        PyTypeObject *t = (PyTypeObject *)PyTuple_GET_ITEM(mro, i);
+        if (t == &PyBaseObject_Type)
+            continue;
+        PyObject *own = own_attr(t, s_init_subclass);
+        if (own || PyErr_Occurred())
+            return PyErr_Clear(), 0;
+    }
+    return mro != NULL;
+}
+
+int obj_is_build_class(PyObject *o)
+{
+    return o == build_class_fn;
+}
+
+/* builtins.__build_class__(body, name, *bases) of a class statement in the
+ * traced code: the class is built once, at trace time, by running its body
+ * for real (a function built from the body's V_FUNC), when its bases are
+ * plain classes and its functions close over constants and functions made
+ * here. Every call of the compiled code sees that one class; returning it
+ * breaks (eager makes a new one per call). */
+int32_t obj_build_class(tracer *T, const call_args *a)
+{
+    if (a->nkw || a->npos < 2 || T->vals[a->pos[0]].kind != V_FUNC)
+        return tr_break(T, "a class statement with keywords (metaclass=...)");
+    PyObject *args = PyTuple_New(a->npos);
+    for (int i = 1; args && i < a->npos; i++) {
+        PyObject *o = tr_const(T, a->pos[i]);
+        if (!o || (i > 1 && !subclassable(o))) {
+            Py_CLEAR(args);
+            if (o)
+                tr_break(T, "a class statement with a base smelt does not model (%R)", o);
+            break;
+        }
+        PyTuple_SET_ITEM(args, i, Py_NewRef(o));
+    }
+    PyObject *body = args ? vfunc_object(T, a->pos[0], 0) : NULL;
+    if (!body) {
+        Py_XDECREF(args);
+        return -1;
+    }
+    PyTuple_SET_ITEM(args, 0, body);
+    PyObject *cls = PyObject_Call(build_class_fn, args, NULL);
+    Py_DECREF(args);
+    if (!cls) {
+        PyErr_Clear();
+        return tr_break(T, "a class statement raised while built at trace time");
+    }
+    int bad = tr_keep(T, cls);
+    Py_DECREF(cls);
+    int32_t v = bad ? -1 : tv_obj(T, cls, -1);
+    if (v >= 0)
+        T->vals[v].pos = 1;   /* made here: not returned */
+    return v;
 }
 
 int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a)

@@ -2817,8 +2817,18 @@ static int32_t h_norm(tracer *T, const call_args *a, smelt_op op)
     int32_t x = arg(a, 0, "input"), pv = arg(a, 1, op == SMELT_OP_MEAN ? "ord" : "p");
     uint32_t m;
     int keep, err = 0;
-    if (T->vals[x].kind != V_TENSOR || !is_none(T, arg(a, -1, "dtype")))
-        return tr_break(T, "norm of a non-tensor or with dtype=");
+    if (T->vals[x].kind != V_TENSOR)
+        return tr_break(T, "norm of a non-tensor");
+    int xdt = node(T, x)->dtype, dt = dtype_arg(T, a, xdt);
+    if (dt < 0)
+        return -1;
+    if (dt != xdt) {   /* eager casts to a wider floating dtype first (and raises for a narrower one) */
+        if (!smelt_dtype_is_float((smelt_dtype)xdt) || !smelt_dtype_is_float((smelt_dtype)dt) ||
+            (int)smelt_dtype_promote((smelt_dtype)xdt, (smelt_dtype)dt) != dt)
+            return tr_break(T, "norm with dtype=%s of %s", smelt_dtype_name((smelt_dtype)dt), smelt_dtype_name((smelt_dtype)xdt));
+        if ((x = cast_to(T, x, dt)) < 0)
+            return -1;
+    }
     PyObject *po = is_none(T, pv) ? NULL : tr_const(T, pv);
     if (!is_none(T, pv) && !po)
         return -1;

@@ -54,7 +54,7 @@
     X(DELETE_SUBSCR) X(BUILD_SET) X(SET_ADD) X(SET_UPDATE) X(IMPORT_NAME) X(IMPORT_FROM) \
     X(SEND) X(GET_YIELD_FROM_ITER) X(STORE_ATTR) X(DELETE_ATTR) X(PUSH_EXC_INFO) X(POP_EXCEPT) \
     X(CHECK_EXC_MATCH) X(RERAISE) X(RAISE_VARARGS) X(LOAD_ASSERTION_ERROR) X(STORE_GLOBAL) X(DELETE_GLOBAL) \
-    X(WITH_EXCEPT_START) X(MATCH_SEQUENCE) X(MATCH_MAPPING) X(MATCH_KEYS) X(MATCH_CLASS) \
+    X(WITH_EXCEPT_START) X(MATCH_SEQUENCE) X(MATCH_MAPPING) X(MATCH_KEYS) X(MATCH_CLASS) X(LOAD_BUILD_CLASS) \
     /* 3.12 only */ \
     X(POP_JUMP_IF_FALSE) X(POP_JUMP_IF_TRUE) X(POP_JUMP_IF_NONE) X(POP_JUMP_IF_NOT_NONE) \
     X(BINARY_SLICE) X(STORE_SLICE) X(END_FOR) X(END_SEND) X(RETURN_CONST) X(LOAD_FAST_CHECK) \
@@ -508,6 +508,8 @@ PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
  * with a Python __call__ (inlined, its type guarded), a grad-mode
  * manager's __exit__. -2: not such a callable. */
 int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a);
+int obj_is_build_class(PyObject *o);
+int32_t obj_build_class(tracer *T, const call_args *a);   /* a class statement's __build_class__ call */
 int32_t obj_partial_new(tracer *T, const call_args *a);   /* functools.partial(...) in the trace */
 /* A grad-mode manager value for `with` (torch.no_grad(): on 0;
  * torch.enable_grad(): on 1): entering sets T->no_grad, its __exit__
