@@ -322,6 +322,38 @@ def test_digamma():
     native(info)
 
 
+def test_polygamma_and_zeta():
+    """trigamma in the input's float type as eager's kernel, higher orders
+    through Hurwitz zeta in float64: both signs (reflection, poles at 0 and
+    the negative integers), tiny and huge arguments, half precision,
+    integer inputs, the method form; special.zeta of tensors and numbers."""
+    x = torch.tensor([0.1, 1.0, 1.4616, 2.5, 7.0, 123.4, 1e4, -0.5, -1.5, -2.9999, -1e-3, 1e-4,
+                      0.0, -3.0, -8.75, float("inf"), float("nan")], dtype=torch.float64)
+    for dt in (torch.float64, torch.float32, torch.float16):
+        for n in (1, 2, 3, 5):
+            e, r, info = run_both(lambda t: torch.polygamma(n, t), x.to(dt))
+            same(e, r)
+            native(info)
+    for fn in (lambda t: t.polygamma(2), lambda t: torch.special.polygamma(1, t)):
+        e, r, info = run_both(fn, torch.tensor([1, 2, 5, -4]))
+        same(e, r)
+        native(info)
+    # a pole far below the direct terms' reach: the run fails, eager computes it
+    cf = smelt.compile(lambda t: torch.polygamma(2, t) + 1)
+    for t in (torch.tensor([2.5, -40.25]), torch.tensor([2.5, 0.75])):
+        torch.testing.assert_close(cf(t), torch.polygamma(2, t) + 1)
+    g = torch.Generator().manual_seed(3)
+    a = torch.rand(40, generator=g, dtype=torch.float64) * 6 + 0.5
+    a[:4] = torch.tensor([1.0, 0.5, 2.0, 3.0])
+    q = torch.randn(40, generator=g, dtype=torch.float64) * 4
+    q[:4] = torch.tensor([-2.0, 1.0, 0.0, -2.5])
+    for dt in (torch.float64, torch.float32):
+        for fn in (torch.special.zeta, lambda s, t: torch.special.zeta(s, 2.5), lambda s, t: torch.special.zeta(3, t)):
+            e, r, info = run_both(fn, a.to(dt), q.to(dt))
+            same(e, r)
+            native(info)
+
+
 def test_signbit_and_copysign_see_the_sign_bit():
     """-0.0 and a NaN with its sign bit set count as negative (a bit test,
     not a comparison), in every float dtype, on the vector and tail paths."""

@@ -5783,17 +5783,159 @@ static int32_t digamma_of(tracer *T, int32_t x)
     return cast_to(T, r, dt);
 }
 
-/* digamma(input) (op 0) and polygamma(n, input) with n 0 (op 1; other n:
- * torch's kernel). */
+/* Value r, its elements computed where no element of bool value `fail`
+ * holds; one that does fails the run (a CHECKIDX of it against [0, 1)) and
+ * the frame runs eagerly. */
+static int32_t unless_fails(tracer *T, int32_t r, int32_t fail)
+{
+    int32_t ck = checked_index(T, cast_to(T, fail, SMELT_I64), 1, 0);
+    return where3(T, op2(T, SMELT_OP_EQ, ck, int_value(T, 0)), r, r);   /* (the check computed with r) */
+}
+
+/* trigamma of x in float type dt (x cast to it), as eager's kernel computes
+ * it there: the reflection -pi^2 / sin^2(pi x) below 0.5, six steps of the
+ * recurrence, the asymptotic series at x + 6. */
+static int32_t trigamma_of(tracer *T, int32_t x, int dt)
+{
+    int f32 = dt != SMELT_F64;
+    float pf = 3.14159265358979323846f;
+    double pi = f32 ? (double)pf : 3.14159265358979323846, pi2 = f32 ? (double)(pf * pf) : pi * pi;
+    int32_t y = cast_to(T, x, dt);
+    int32_t low = op2(T, SMELT_OP_LT, y, num(T, 0.5));
+    int32_t sp = op1(T, SMELT_OP_SIN, op2(T, SMELT_OP_MUL, num(T, pi), y));
+    int32_t refl = op2(T, SMELT_OP_DIV, num(T, pi2), op2(T, SMELT_OP_MUL, sp, sp));
+    int32_t z = where3(T, low, op2(T, SMELT_OP_SUB, num(T, 1.0), y), y);
+    int32_t r = where3(T, low, op1(T, SMELT_OP_NEG, refl), num(T, 0.0));
+    for (int k = 0; k < 6; k++) {
+        r = op2(T, SMELT_OP_ADD, r, op2(T, SMELT_OP_DIV, num(T, 1.0), op2(T, SMELT_OP_MUL, z, z)));
+        z = op2(T, SMELT_OP_ADD, z, num(T, 1.0));
+    }
+    int32_t ixx = op2(T, SMELT_OP_DIV, num(T, 1.0), op2(T, SMELT_OP_MUL, z, z));
+    int32_t h = op2(T, SMELT_OP_SUB, num(T, 1.0 / 30), op2(T, SMELT_OP_MUL, ixx, num(T, 1.0 / 42)));
+    h = op2(T, SMELT_OP_SUB, num(T, 1.0 / 6), op2(T, SMELT_OP_MUL, ixx, h));
+    int32_t ser = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_ADD, num(T, 1.0), op2(T, SMELT_OP_DIV, num(T, 1.0), op2(T, SMELT_OP_MUL, num(T, 2.0), z))),
+                      op2(T, SMELT_OP_MUL, ixx, h));
+    r = op2(T, SMELT_OP_ADD, r, op2(T, SMELT_OP_DIV, ser, z));
+    return where3(T, low, op1(T, SMELT_OP_NEG, r), r);
+}
+
+#define ZETA_TERMS 18   /* direct terms before the Euler-Maclaurin tail */
+
+/* Hurwitz zeta(x, q) of float64 values, eager's Cephes-derived algorithm
+ * with a fixed number of direct terms: sum (q + k)^-x for k <= ZETA_TERMS,
+ * then the Euler-Maclaurin tail at w = q + ZETA_TERMS, its terms added until
+ * one falls below 2^-53 of the sum (as eager stops). Eager's direct sum
+ * stops at w > 9 instead, the same value to rounding; a q below 9 -
+ * ZETA_TERMS (tail inaccurate) fails the run, and eager computes it. x == 1
+ * gives inf, x < 1 NaN, q <= 0 an integer inf, else a fractional x NaN. */
+static int32_t zeta_of(tracer *T, int32_t x, int32_t q)
+{
+    static const double A[] = { 12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
+                                7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
+                                -4.5979787224074726105e15, 1.8152105401943546773e17, -7.1661652561756670113e18 };
+    const double machep = 1.11022302462515654042E-16;
+    int32_t nx = op1(T, SMELT_OP_NEG, x), s = -1;
+    for (int k = 0; k < ZETA_TERMS; k++) {
+        int32_t b = op2(T, SMELT_OP_POW, k ? op2(T, SMELT_OP_ADD, q, num(T, (double)k)) : q, nx);
+        s = s < 0 ? b : op2(T, SMELT_OP_ADD, s, b);
+    }
+    int32_t w = op2(T, SMELT_OP_ADD, q, num(T, (double)ZETA_TERMS)), b = op2(T, SMELT_OP_POW, w, nx);
+    s = op2(T, SMELT_OP_ADD, s, b);   /* w's own term, as eager's sum ends */
+    s = op2(T, SMELT_OP_ADD, s, op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_MUL, b, w), op2(T, SMELT_OP_SUB, x, num(T, 1.0))));
+    s = op2(T, SMELT_OP_SUB, s, op2(T, SMELT_OP_MUL, num(T, 0.5), b));
+    int32_t av = -1, live = -1;
+    for (int i = 0; i < 12 && s >= 0; i++) {
+        int32_t xk = i ? op2(T, SMELT_OP_ADD, x, num(T, (double)(2 * i))) : x;
+        av = av < 0 ? xk : op2(T, SMELT_OP_MUL, av, xk);
+        b = op2(T, SMELT_OP_DIV, b, w);
+        int32_t t = op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_MUL, av, b), num(T, A[i]));
+        int32_t ns = op2(T, SMELT_OP_ADD, s, t);
+        s = live < 0 ? ns : where3(T, live, ns, s);
+        int32_t more = op2(T, SMELT_OP_GE, op1(T, SMELT_OP_ABS, op2(T, SMELT_OP_DIV, t, ns)), num(T, machep));
+        live = live < 0 ? more : op2(T, SMELT_OP_LOGICAL_AND, live, more);
+        av = op2(T, SMELT_OP_MUL, av, op2(T, SMELT_OP_ADD, x, num(T, (double)(2 * i + 1))));
+        b = op2(T, SMELT_OP_DIV, b, w);
+    }
+    int32_t qle = op2(T, SMELT_OP_LE, q, num(T, 0.0));
+    int32_t qint = op2(T, SMELT_OP_LOGICAL_AND, qle, op2(T, SMELT_OP_EQ, q, op1(T, SMELT_OP_FLOOR, q)));
+    int32_t xfrac = op2(T, SMELT_OP_LOGICAL_AND, qle, op2(T, SMELT_OP_NE, x, op1(T, SMELT_OP_FLOOR, x)));
+    int32_t r = where3(T, qint, num(T, INFINITY), where3(T, xfrac, num(T, NAN), s));
+    r = where3(T, op2(T, SMELT_OP_EQ, x, num(T, 1.0)), num(T, INFINITY),
+               where3(T, op2(T, SMELT_OP_LT, x, num(T, 1.0)), num(T, NAN), r));
+    int32_t far = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_LT, q, num(T, 9.0 - ZETA_TERMS)),
+                      op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, x, num(T, 1.0)),
+                          op1(T, SMELT_OP_LOGICAL_NOT, op2(T, SMELT_OP_LOGICAL_OR, qint, xfrac))));
+    return unless_fails(T, r, far);
+}
+
+/* polygamma(n, x) of float type dt: digamma (n 0), trigamma (n 1, in x's
+ * float type; half precision through float32), else (-1)^(n+1) n! zeta(n +
+ * 1, x), zeta in float64 (float32's accumulation type) rounded to dt, n!
+ * as exp(lgamma(n + 1)) in dt, as eager multiplies. */
+static int32_t polygamma_of(tracer *T, int64_t n, int32_t x)
+{
+    int dt = node(T, x)->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)dt))
+        dt = default_float();
+    if (n == 0)
+        return digamma_of(T, x);
+    if (n == 1)
+        return dt == SMELT_F64 ? trigamma_of(T, x, dt) : cast_to(T, trigamma_of(T, x, SMELT_F32), dt);
+    double fact = dt == SMELT_F64 ? exp(lgamma((double)n + 1)) : (double)expf(lgammaf((float)n + 1.0f));
+    if (dt == SMELT_F16 || dt == SMELT_BF16)   /* eager's Half: each factor rounded to it */
+        fact = (double)(float)fact;
+    int acc = dt == SMELT_F64 || dt == SMELT_F32 ? SMELT_F64 : SMELT_F32;
+    PyObject *no = PyFloat_FromDouble((double)(n + 1));
+    int32_t nv = no && !tr_keep(T, no) ? full_of(T, no, acc, NULL, 0) : -1;
+    Py_XDECREF(no);
+    int32_t z = nv < 0 ? -1 : zeta_of(T, nv, cast_to(T, x, acc));
+    z = cast_to(T, z, dt);
+    return op2(T, SMELT_OP_MUL, num(T, (n % 2) ? fact : -fact), z);
+}
+
+/* digamma(input) (op 0), polygamma(n, input) (op 1) and Tensor.polygamma(n)
+ * (op 2). */
 static int32_t c_digamma(tracer *T, PyObject *fn, const call_args *a, int op)
 {
-    int32_t x = arg(a, op, "input");
+    int32_t x = arg(a, op == 1 ? 1 : 0, op == 2 ? "self" : "input");
     int64_t n = 0;
-    if (!is_tensor(T, x) || (op && tr_int(T, arg(a, 0, "n"), &n)))
+    if (!is_tensor(T, x) || (op && tr_int(T, arg(a, op == 1 ? 0 : 1, "n"), &n)))
         return T->broke ? -1 : as_host_call(T, fn, a);
-    if (n != 0)
+    if (n < 0 || n > 30)   /* eager raises for n < 0 */
         return as_host_call(T, fn, a);
-    return digamma_of(T, x);
+    return op ? polygamma_of(T, n, x) : digamma_of(T, x);
+}
+
+/* special.zeta(input, other): Hurwitz zeta in float64 (float32's
+ * accumulation type; float64 itself) rounded to the result's float type;
+ * half precision through float32 as eager. Numbers are weak scalars. */
+static int32_t c_zeta(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), q = arg(a, 1, "other");
+    (void)op;
+    if (x < 0 || q < 0 || (!is_tensor(T, x) && !is_tensor(T, q)))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    const smelt_node *ops_[2];
+    int k = 0;
+    if (is_tensor(T, x))
+        ops_[k++] = node(T, x);
+    if (is_tensor(T, q))
+        ops_[k++] = node(T, q);
+    int rt = smelt_result_type(ops_, k, (smelt_dtype)default_float());
+    if (!smelt_dtype_is_float((smelt_dtype)rt))
+        rt = default_float();
+    int acc = rt == SMELT_F64 || rt == SMELT_F32 ? SMELT_F64 : SMELT_F32;
+    int32_t v[2] = { x, q };
+    for (int i = 0; i < 2; i++) {   /* a number: a 0-d tensor of the accumulation type */
+        PyObject *c = is_tensor(T, v[i]) ? NULL : tr_const(T, v[i]);
+        if (!is_tensor(T, v[i]) && (!c || (!PyLong_Check(c) && !PyFloat_Check(c))))
+            return c ? as_host_call(T, fn, a) : -1;
+        v[i] = c ? full_of(T, c, acc, NULL, 0) : cast_to(T, v[i], acc);
+        if (v[i] < 0)
+            return -1;
+    }
+    int32_t xf = v[0], qf = v[1];
+    return cast_to(T, zeta_of(T, xf, qf), rt);
 }
 
 /* hypot(input, other) of float tensors below float64: sqrt(x^2 + y^2) in
@@ -6559,7 +6701,8 @@ static const op_entry table[] = {
     VROW("torch.cumulative_trapezoid", c_trapezoid, 1), VROW("torch.linalg.vecdot", c_vecdot, 0),
     VROW("torch.dist T.dist", c_dist, 0), VROW("torch.block_diag", c_block_diag, 0),
     VROW("torch.digamma T.digamma torch.special.digamma torch.special.psi", c_digamma, 0),
-    VROW("torch.polygamma torch.special.polygamma", c_digamma, 1),
+    VROW("torch.polygamma torch.special.polygamma", c_digamma, 1), VROW("T.polygamma", c_digamma, 2),
+    VROW("torch.special.zeta", c_zeta, 0),
     VROW("torch.mvlgamma T.mvlgamma torch.special.multigammaln", c_mvlgamma, 0),
     VROW("torch.scatter T.scatter", scatter_call, SC_COPY), VROW("torch.scatter_add T.scatter_add", scatter_call, SC_SUM),
     VROW("torch.scatter_reduce T.scatter_reduce", scatter_call, -1),
