@@ -62,8 +62,9 @@ static PyObject *s_forward, *s_globals, *s_modules, *s_params, *s_buffers, *s_di
 static PyObject *ctx_classes[2];                 /* torch.no_grad, torch.inference_mode */
 static PyObject *device_type, *param_type, *strided;   /* torch.device, nn.Parameter, torch.strided */
 /* Types whose instances never change (value_stable): torch.layout,
- * torch.memory_format, torch.finfo, torch.iinfo; and enum.Enum. */
-static PyObject *value_types[4], *enum_type;
+ * torch.memory_format, torch.finfo, torch.iinfo, torch.Size; and
+ * enum.Enum. */
+static PyObject *value_types[5], *enum_type;
 
 static int init_names(void)
 {
@@ -88,6 +89,7 @@ static int init_names(void)
     value_types[1] = cf ? Py_NewRef((PyObject *)Py_TYPE(cf)) : NULL;
     value_types[2] = PyObject_GetAttrString(torch, "finfo");
     value_types[3] = PyObject_GetAttrString(torch, "iinfo");
+    value_types[4] = PyObject_GetAttrString(torch, "Size");   /* a tuple of ints */
     Py_XDECREF(cf);
     PyObject *en = PyImport_ImportModule("enum");
     enum_type = en ? PyObject_GetAttrString(en, "Enum") : NULL;
@@ -98,7 +100,7 @@ static int init_names(void)
     Py_DECREF(torch);
     return s_forward && s_globals && s_modules && s_params && s_buffers && s_dict && s_self && s_call && s_func &&
            ctx_classes[0] && ctx_classes[1] && device_type && strided && param_type &&
-           value_types[0] && value_types[1] && value_types[2] && value_types[3] && enum_type ? 0 : -1;
+           value_types[0] && value_types[1] && value_types[2] && value_types[3] && value_types[4] && enum_type ? 0 : -1;
 }
 
 /* The name of each entry of sequence seq (opcode.opname, the intrinsics'

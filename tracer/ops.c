@@ -1402,7 +1402,9 @@ static int32_t h_tri(tracer *T, const call_args *a, smelt_op op)
 /* split(size or sizes, dim) / chunk(chunks, dim) (op DIV): slices. */
 static int32_t h_split(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input"), sv = arg(a, 1, op == SMELT_OP_DIV ? "chunks" : "split_size_or_sections");
+    int sizes_only = op == SMELT_OP_SUB;   /* split_with_sizes */
+    int32_t x = arg(a, 0, "input"),
+            sv = arg(a, 1, op == SMELT_OP_DIV ? "chunks" : sizes_only ? "split_sizes" : "split_size_or_sections");
     int64_t sz = 0, d, sizes[256];
     int dim, n = 0;
     if (sv < 0 || T->vals[x].kind != V_TENSOR || get_int(T, arg(a, 2, "dim"), 0, &d) ||
@@ -1427,6 +1429,8 @@ static int32_t h_split(tracer *T, const call_args *a, smelt_op op)
         if (total != len)
             return tr_break(T, "split sections do not sum to the dim size");
     } else {
+        if (sizes_only)
+            return tr_break(T, "split_with_sizes without a list of sizes (eager raises)");
         if (tr_int(T, sv, &sz))
             return -1;
         if (op == SMELT_OP_DIV)   /* chunk: sz chunks of ceil(len/sz) */
@@ -4431,6 +4435,15 @@ static int32_t h_tile(tracer *T, const call_args *a, smelt_op op)
  * a new contiguous tensor of it. */
 static const op_fn copy_forms[];
 
+static int32_t h_split(tracer *T, const call_args *a, smelt_op op);
+
+/* split_with_sizes(input, split_sizes, dim=0): split by a list of sizes. */
+static int32_t h_split_sizes(tracer *T, const call_args *a, smelt_op op)
+{
+    (void)op;
+    return h_split(T, a, SMELT_OP_SUB);
+}
+
 static int32_t h_copy_form(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t v = copy_forms[(int)op](T, a, (smelt_op)0);
@@ -6550,7 +6563,8 @@ static int32_t h_cross(tracer *T, const call_args *a, smelt_op op)
 }
 
 static const op_fn copy_forms[] = { h_t, h_transpose, h_permute, h_expand, h_unsqueeze, h_squeeze, h_diagonal,
-                                    h_view, h_narrow, h_unbind, h_select, h_self, h_detach, h_split };
+                                    h_view, h_narrow, h_unbind, h_select, h_self, h_detach, h_split,
+                                    h_split_sizes };
 
 typedef struct op_entry {
     const char *names;     /* space-separated: torch.X F.X T.X (T.X is also method X) */
@@ -6771,6 +6785,8 @@ static const op_entry table[] = {
     ROW("torch.narrow_copy T.narrow_copy", h_copy_form, 8, IP_NO), ROW("torch.unbind_copy", h_copy_form, 9, IP_NO),
     ROW("torch.select_copy", h_copy_form, 10, IP_NO), ROW("torch.alias_copy", h_copy_form, 11, IP_NO),
     ROW("torch.detach_copy", h_copy_form, 12, IP_NO), ROW("torch.split_copy", h_copy_form, 13, IP_NO),
+    ROW("torch.split_with_sizes_copy", h_copy_form, 14, IP_NO),
+    ROW("torch.split_with_sizes T.split_with_sizes", h_split, SMELT_OP_SUB, IP_NO),
 
     ROW("torch.as_strided T.as_strided torch.as_strided_copy torch.as_strided_scatter T.as_strided_scatter",
         h_storage, 0, IP_NO),
@@ -7558,6 +7574,29 @@ static int32_t put_call(tracer *T, PyObject *fn, const call_args *a, int op)
 /* x[index]: ints, slices, None and Ellipsis (a tuple of them); adjacent
  * integer tensors among full slices (index_gather); other tensors, lists
  * of ints and bools through index_host_call. */
+/* A list of int constants (no bools; at most 256) used as an index: the
+ * int64 tensor eager makes of it; -2 for any other list. */
+static int32_t int_list_index(tracer *T, int32_t l)
+{
+    int32_t nodes[256];
+    int n = T->vals[l].n;
+    if (n < 1 || n > 256)
+        return -2;
+    for (int i = 0; i < n; i++) {
+        int32_t v = T->vals[l].items[i];
+        if (T->vals[v].kind != V_OBJ || !PyLong_CheckExact(T->vals[v].obj))
+            return -2;
+    }
+    for (int i = 0; i < n; i++) {
+        PyObject *o = tr_const(T, T->vals[l].items[i]);
+        int32_t f = o ? full_of(T, o, SMELT_I64, (int64_t[]){ 1 }, 1) : -1;
+        if (f < 0)
+            return -1;
+        nodes[i] = T->vals[f].node;
+    }
+    return n == 1 ? tv_tensor(T, nodes[0]) : cat_nodes(T, nodes, n, 0);
+}
+
 int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
 {
     int32_t items[16], *it = items;
@@ -7568,6 +7607,19 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
         n = T->vals[index].n;
     }
     int ell = -1;
+    int32_t conv[16];
+    for (int i = 0; i < n && n <= 16; i++) {   /* a list of ints indexes as an int64 tensor */
+        int32_t t = T->vals[it[i]].kind == V_LIST ? int_list_index(T, it[i]) : -2;
+        if (t == -1)
+            return -1;
+        if (t >= 0) {
+            if (it != conv) {
+                memcpy(conv, it, sizeof(int32_t) * (size_t)n);
+                it = conv;
+            }
+            conv[i] = t;
+        }
+    }
     for (int i = 0; i < n; i++) {
         tv *k = &T->vals[it[i]];
         if (k->kind == V_TENSOR && T->vals[x].kind == V_TENSOR) {
@@ -7598,11 +7650,24 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
         }
         if (d >= nd)
             return tr_break(T, "too many indices for a %d-d tensor", nd);
-        if (k->kind == V_SLICE) {
+        PyObject *so = k->kind == V_OBJ && PySlice_Check(k->obj) ? tr_const(T, it[i]) : NULL;
+        if (k->kind == V_OBJ && PySlice_Check(k->obj) && !so)
+            return -1;
+        if (k->kind == V_SLICE || so) {   /* x[a:b:c], or a slice object */
             int64_t s[3] = { 0, INT64_MAX, 1 };
-            for (int j = 0; j < 3; j++)
+            for (int j = 0; j < 3 && !so; j++)
                 if (k->sl[j] >= 0 && tr_int(T, k->sl[j], &s[j]))
                     return -1;
+            PyObject *parts[3] = { so ? ((PySliceObject *)so)->start : NULL, so ? ((PySliceObject *)so)->stop : NULL,
+                                   so ? ((PySliceObject *)so)->step : NULL };
+            for (int j = 0; j < 3 && so; j++)
+                if (parts[j] != Py_None) {
+                    if (!PyLong_Check(parts[j]))
+                        return tr_break(T, "a slice of %s", Py_TYPE(parts[j])->tp_name);
+                    s[j] = PyLong_AsLongLong(parts[j]);
+                    if (s[j] == -1 && PyErr_Occurred())
+                        return -1;
+                }
             if (s[2] <= 0)
                 return tr_break(T, "slice step must be positive");
             Py_ssize_t st = (Py_ssize_t)(s[0] < -PY_SSIZE_T_MAX ? -PY_SSIZE_T_MAX : s[0]);
