@@ -14,6 +14,7 @@
 #include <string.h>
 
 static PyObject *tensor_type, *by_obj, *by_name, *torch_dtypes[SMELT_NDTYPES], *size_type, *cpu_device;
+static PyObject *cumsum_fn;   /* torch.cumsum: the host call of a cumulative sum built here */
 static PyObject *put_fn;            /* torch.put (view updates) */
 static PyObject *manual_seed_fn, *seed_call_fn, *default_generator;   /* torch.manual_seed, its host call */
 static PyObject *rand_like_fn[3];   /* torch.rand_like, randn_like, randint_like (host calls) */
@@ -5239,6 +5240,7 @@ static int32_t nll_call(tracer *T, PyObject *fn, const call_args *a, int ce)
 }
 
 static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int sel);
+static int32_t c_diagonal_scatter(tracer *T, PyObject *fn, const call_args *a, int op);
 static int32_t c_unsafe_masked_index(tracer *T, PyObject *fn, const call_args *a, int op);
 static int32_t put_call(tracer *T, PyObject *fn, const call_args *a, int op);
 
@@ -5974,17 +5976,16 @@ static int32_t c_hypot(tracer *T, PyObject *fn, const call_args *a, int op)
  * scan of (y[1:] + y[:-1]) * dx / 2. A tensor x is torch's kernel. */
 static int32_t c_trapezoid(tracer *T, PyObject *fn, const call_args *a, int op)
 {
-    int32_t y = arg(a, 0, "y"), xv = arg(a, 1, "x"), dv = arg(a, -1, "dx");
+    int32_t y = arg(a, 0, "y"), xv = arg(a, 1, "x");
     int64_t d = -1;
     int err = 0;
     if (y < 0)
         y = arg(a, 0, "input");
-    if (!is_tensor(T, y) || !is_none(T, xv) || get_int(T, arg(a, -1, "dim"), -1, &d))
+    if (!is_tensor(T, y) || (!is_none(T, xv) && !is_tensor(T, xv)) || get_int(T, arg(a, -1, "dim"), -1, &d))
         return T->broke ? -1 : as_host_call(T, fn, a);
-    double dx = farg(T, a, -1, "dx", 1.0, &err);
+    double dx = is_none(T, xv) ? farg(T, a, -1, "dx", 1.0, &err) : 1.0;
     if (err)
         return -1;
-    (void)dv;
     const smelt_node *yn = node(T, y);
     int nd = yn->ndim;
     if (nd < 1 || d < -nd || d >= nd || yn->dtype == SMELT_BOOL)
@@ -5994,6 +5995,26 @@ static int32_t c_trapezoid(tracer *T, PyObject *fn, const call_args *a, int op)
     if (n == 0 || (op && n - 1 > SHORT_NATIVE_MAX))
         return as_host_call(T, fn, a);
     int32_t r;
+    if (!is_none(T, xv)) {   /* sample points x: dx = x[1:] - x[:-1], ((left + right) * dx) summed / 2 */
+        const smelt_node *xn = node(T, xv);
+        int64_t shape[SMELT_MAX_DIMS];
+        if (xn->dtype == SMELT_BOOL || xn->ndim > nd || (xn->ndim == 1 ? xn->shape[0] != n : xn->ndim < 1))
+            return as_host_call(T, fn, a);   /* eager raises, or shapes it broadcasts oddly */
+        for (int i = 0; i < nd; i++)
+            shape[i] = xn->ndim == 1 ? (i == dim ? n : 1) : i < nd - xn->ndim ? 1 : xn->shape[i - (nd - xn->ndim)];
+        if (shape[dim] != n)
+            return as_host_call(T, fn, a);
+        int32_t xr = v_reshape(T, xv, shape, nd);
+        int32_t dxv = op2(T, SMELT_OP_SUB, v_slice(T, xr, dim, 1, n, 1), v_slice(T, xr, dim, 0, n - 1, 1));
+        int32_t lr = op2(T, SMELT_OP_ADD, v_slice(T, y, dim, 0, n - 1, 1), v_slice(T, y, dim, 1, n, 1));
+        int32_t prod = op2(T, SMELT_OP_MUL, lr, dxv);
+        if (!op)
+            return fresh_contiguous(T, -1, op2(T, SMELT_OP_DIV, red(T, SMELT_OP_SUM, prod, 1u << dim, 0, 0), num(T, 2.0)));
+        int32_t part = fresh_contiguous(T, -1, prod), dimv = int_value(T, dim);
+        call_args b = { .pos = (int32_t[]){ part, dimv }, .npos = 2 };
+        int32_t c = part < 0 || dimv < 0 ? -1 : scan_call(T, cumsum_fn, &b, SMELT_OP_SUM);
+        return c < 0 ? c : fresh_contiguous(T, -1, op2(T, SMELT_OP_DIV, c, num(T, 2.0)));
+    }
     if (!op) {
         int32_t ends = op2(T, SMELT_OP_ADD, v_axis(T, SMELT_OP_SQUEEZE, v_slice(T, y, dim, 0, 1, 1), dim),
                            v_axis(T, SMELT_OP_SQUEEZE, v_slice(T, y, dim, n - 1, n, 1), dim));
@@ -6005,7 +6026,87 @@ static int32_t c_trapezoid(tracer *T, PyObject *fn, const call_args *a, int op)
     int32_t part = fresh_contiguous(T, -1, op2(T, SMELT_OP_MUL, num(T, dx / 2.0), pair));
     int32_t dimv = int_value(T, dim);
     call_args b = { .pos = (int32_t[]){ part, dimv }, .npos = 2 };
-    return part < 0 || dimv < 0 ? -1 : scan_call(T, fn, &b, SMELT_OP_SUM);
+    return part < 0 || dimv < 0 ? -1 : scan_call(T, cumsum_fn, &b, SMELT_OP_SUM);
+}
+
+/* _chunk_cat(tensors, dim, num_chunks): each tensor padded with zeros
+ * along dim to num_chunks chunks of ceil(size / num_chunks), viewed as
+ * [.., num_chunks, rest], and joined along the last dim. Tensors of one
+ * dtype with the same dims before dim; anything else is torch's kernel. */
+static int32_t c_chunk_cat(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t l = arg(a, 0, "tensors");
+    int64_t d, nc;
+    (void)op;
+    if (l < 0 || (T->vals[l].kind != V_LIST && T->vals[l].kind != V_TUPLE) || T->vals[l].n < 1 || T->vals[l].n > 64 ||
+        tr_int(T, arg(a, 1, "dim"), &d) || tr_int(T, arg(a, 2, "num_chunks"), &nc))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    int n = T->vals[l].n, dim = -1, dt = -1;
+    int32_t parts[64];
+    const smelt_node *first = NULL;
+    for (int i = 0; i < n; i++) {
+        int32_t t = T->vals[l].items[i];
+        if (!is_tensor(T, t))
+            return as_host_call(T, fn, a);
+        const smelt_node *tn = node(T, t);
+        int nd = tn->ndim;
+        if (nd < 1 || d < -nd || d >= nd || nc < 1)
+            return as_host_call(T, fn, a);
+        int di = (int)(d < 0 ? d + nd : d);
+        if (i == 0) {
+            dim = di;
+            dt = tn->dtype;
+            first = tn;
+        }
+        if (di != dim || tn->dtype != dt || dim + 2 > SMELT_MAX_DIMS || smelt_node_numel(tn) == 0)
+            return as_host_call(T, fn, a);
+        for (int k = 0; k < dim; k++)
+            if (tn->shape[k] != first->shape[k])
+                return as_host_call(T, fn, a);   /* eager raises */
+        int64_t sz = tn->shape[dim], ch = (sz + nc - 1) / nc, rest = 1;
+        int32_t p = ch * nc > sz ? pad_dim(T, t, dim, 0, ch * nc - sz, 0, Py_False) : t;
+        if (p < 0)
+            return -1;
+        const smelt_node *pn = node(T, p);
+        for (int k = dim; k < pn->ndim; k++)
+            rest *= pn->shape[k];
+        int64_t shape[SMELT_MAX_DIMS];
+        memcpy(shape, pn->shape, sizeof(int64_t) * (size_t)dim);
+        shape[dim] = nc;
+        shape[dim + 1] = rest / nc;
+        int32_t r = v_reshape(T, p, shape, dim + 2);
+        if (r < 0 || (parts[i] = gnode(T, r)) < 0)
+            return -1;
+        first = node(T, T->vals[l].items[0]);
+    }
+    int32_t r = n == 1 ? copy_of(T, tv_tensor(T, parts[0])) : cat_nodes(T, parts, n, dim + 1);
+    return fresh_contiguous(T, -1, r);
+}
+
+/* renorm(input, p, dim, maxnorm) of a float tensor: each slice along dim
+ * scaled by maxnorm / (norm + 1e-7) where its p-norm (over the other dims,
+ * in float32 for half precision) exceeds maxnorm, as eager's kernel. */
+static int32_t c_renorm(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input");
+    int64_t d;
+    int err = 0;
+    (void)op;
+    if (!is_tensor(T, x) || tr_int(T, arg(a, 2, "dim"), &d))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    double p = farg(T, a, 1, "p", 2.0, &err), mx = farg(T, a, 3, "maxnorm", 0.0, &err);
+    if (err)
+        return -1;
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim, dt = xn->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)dt) || nd < 1 || d < -nd || d >= nd || !(p > 0) || mx < 0 || isnan(p))
+        return as_host_call(T, fn, a);   /* eager raises */
+    int dim = (int)(d < 0 ? d + nd : d);
+    uint32_t m = ((1u << nd) - 1) & ~(1u << dim);
+    int32_t nrm = pnorm_of(T, dt == SMELT_F64 ? x : cast_to(T, x, SMELT_F32), p, m, 1);
+    int32_t f = where3(T, op2(T, SMELT_OP_GT, nrm, num(T, mx)),
+                       op2(T, SMELT_OP_DIV, num(T, mx), op2(T, SMELT_OP_ADD, nrm, num(T, 1e-7))), num(T, 1.0));
+    return fresh_contiguous(T, -1, op2(T, SMELT_OP_MUL, x, cast_to(T, f, dt)));
 }
 
 /* linalg.vecdot(x, y, *, dim=-1) of float tensors of one dtype: the
@@ -6714,6 +6815,8 @@ static const op_entry table[] = {
     VROW("torch.hypot T.hypot", c_hypot, 0), VROW("torch.trapezoid torch.trapz", c_trapezoid, 0),
     VROW("torch.cumulative_trapezoid", c_trapezoid, 1), VROW("torch.linalg.vecdot", c_vecdot, 0),
     VROW("torch.dist T.dist", c_dist, 0), VROW("torch.block_diag", c_block_diag, 0),
+    VROW("torch.diagonal_scatter", c_diagonal_scatter, 0), VROW("torch.renorm T.renorm", c_renorm, 0),
+    VROW("torch._chunk_cat", c_chunk_cat, 0),
     VROW("torch.digamma T.digamma torch.special.digamma torch.special.psi", c_digamma, 0),
     VROW("torch.polygamma torch.special.polygamma", c_digamma, 1), VROW("T.polygamma", c_digamma, 2),
     VROW("torch.special.zeta", c_zeta, 0),
@@ -6883,6 +6986,7 @@ int ops_init(void)
         goto fail;
     tensor_type = PyObject_GetAttrString(torch, "Tensor");
     size_type = PyObject_GetAttrString(torch, "Size");
+    cumsum_fn = PyObject_GetAttrString(torch, "cumsum");
     cpu_device = PyObject_CallMethod(torch, "device", "s", "cpu");
     by_obj = PyDict_New();
     by_name = PyDict_New();
@@ -7780,6 +7884,78 @@ static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int s
     if (r >= 0 && r == v)   /* src is the whole of it: eager's result is still a new tensor */
         r = copy_of(T, v);
     return fresh_contiguous(T, x, r);
+}
+
+/* An int64 ARANGE 0..n-1 shaped as an nd-dim tensor along dim (1
+ * elsewhere). */
+static int32_t iota_along(tracer *T, int64_t n, int dim, int nd)
+{
+    smelt_node ar = { .op = SMELT_OP_ARANGE, .dtype = SMELT_I64, .ndim = 1, .shape = { n } };
+    ar.a.arange.istart = 0;
+    ar.a.arange.istep = 1;
+    ar.a.arange.fstart = 0;
+    ar.a.arange.fstep = 1;
+    int64_t shape[SMELT_MAX_DIMS];
+    for (int i = 0; i < nd; i++)
+        shape[i] = i == dim ? n : 1;
+    int32_t r = mk(T, &ar);
+    return r < 0 ? -1 : v_reshape(T, r, shape, nd);
+}
+
+/* diagonal_scatter(input, src, offset=0, dim1=0, dim2=1): input with the
+ * diagonal replaced by src (input's dtype, the diagonal's shape): a where
+ * over the positions with j - i == offset, src padded along its diagonal
+ * axis to the row (or column) count and laid out as input's dims. A
+ * contiguous input (eager clones it, keeping its layout), else a host call. */
+static int32_t c_diagonal_scatter(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), src = arg(a, 1, "src");
+    int64_t off = 0, d1 = 0, d2 = 1;
+    (void)op;
+    if (!is_tensor(T, x) || !is_tensor(T, src) || node(T, src)->dtype != node(T, x)->dtype ||
+        get_int(T, arg(a, 2, "offset"), 0, &off) || get_int(T, arg(a, 3, "dim1"), 0, &d1) ||
+        get_int(T, arg(a, 4, "dim2"), 1, &d2))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    const smelt_node *xn = node(T, x);
+    int nd = xn->ndim;
+    if (nd < 2 || d1 < -nd || d1 >= nd || d2 < -nd || d2 >= nd)
+        return as_host_call(T, fn, a);   /* eager raises */
+    int i1 = (int)(d1 < 0 ? d1 + nd : d1), i2 = (int)(d2 < 0 ? d2 + nd : d2);
+    if (i1 == i2)
+        return as_host_call(T, fn, a);
+    int64_t n1 = xn->shape[i1], n2 = xn->shape[i2];
+    int64_t len = off >= 0 ? (n1 < n2 - off ? n1 : n2 - off) : (n1 + off < n2 ? n1 + off : n2);
+    if (len < 0)
+        len = 0;
+    const smelt_node *sn = node(T, src);
+    if (sn->ndim != nd - 1 || sn->shape[nd - 2] != len)
+        return as_host_call(T, fn, a);   /* eager raises */
+    int perm[SMELT_MAX_DIMS], nb = 0;
+    for (int i = 0; i < nd; i++)
+        if (i != i1 && i != i2 && sn->shape[nb++] != xn->shape[i])
+            return as_host_call(T, fn, a);
+    int64_t stt[SMELT_MAX_DIMS];
+    int k = eager_strides(T, T->vals[x].node, stt);
+    if (k < 0)
+        return -1;
+    if (!k || !strides_contiguous(xn, stt))
+        return as_host_call(T, fn, a);
+    /* src[..., k] sits at (i, j) = (k, k + off) (off >= 0: k is the row)
+     * or (k - off, k): pad k's axis to that dim's size */
+    int kdim = off >= 0 ? i1 : i2, odim = off >= 0 ? i2 : i1;
+    int64_t kn = xn->shape[kdim];
+    int32_t s = src;
+    if (kn > len && (s = pad_dim(T, s, nd - 2, 0, kn - len, 0, Py_False)) < 0)
+        return -1;
+    if ((s = v_axis(T, SMELT_OP_UNSQUEEZE, s, nd - 1)) < 0)
+        return -1;
+    for (int i = 0, b = 0; i < nd; i++)
+        perm[i] = i == kdim ? nd - 2 : i == odim ? nd - 1 : b++;
+    if ((s = v_permute(T, s, perm)) < 0)
+        return -1;
+    int32_t ii = iota_along(T, n1, i1, nd), jj = iota_along(T, n2, i2, nd);
+    int32_t on = op2(T, SMELT_OP_EQ, op2(T, SMELT_OP_SUB, jj, ii), int_value(T, off));
+    return fresh_contiguous(T, x, where3(T, on, s, x));
 }
 
 /* The region index selects: [st, en) per dim of an nd-dim tensor x, and
