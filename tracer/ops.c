@@ -47,6 +47,8 @@ static int32_t arg(const call_args *a, int i, const char *name)
     return -1;
 }
 
+static int32_t is_tensor(tracer *T, int32_t v) { return v >= 0 && T->vals[v].kind == V_TENSOR; }
+
 static int is_none(tracer *T, int32_t v)
 {
     return v < 0 || (T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None);
@@ -3189,36 +3191,67 @@ static int number_arg(tracer *T, int32_t v, double dflt, double *out)
  * (logspace: base to that power). */
 static int32_t h_linspace(tracer *T, const call_args *a, smelt_op op)
 {
-    double s, e, base;
+    double s = 0, e = 0, base;
     int64_t steps;
-    if (number_arg(T, arg(a, 0, "start"), 0, &s) || number_arg(T, arg(a, 1, "end"), 0, &e) ||
+    int32_t sv = arg(a, 0, "start"), ev = arg(a, 1, "end");
+    int ts = sv >= 0 && is_tensor(T, sv), te = ev >= 0 && is_tensor(T, ev);
+    if ((!ts && number_arg(T, sv, 0, &s)) || (!te && number_arg(T, ev, 0, &e)) ||
         tr_int(T, arg(a, 2, "steps"), &steps) || number_arg(T, arg(a, 3, "base"), 10.0, &base) || device_cpu(T, a))
         return -1;
     int dt = dtype_arg(T, a, default_float());
     if (dt < 0)
         return -1;
-    if (!smelt_dtype_is_float((smelt_dtype)dt) || steps < 0)
-        return tr_break(T, steps < 0 ? "linspace with negative steps (eager raises)" : "integer linspace/logspace");
+    int isf = smelt_dtype_is_float((smelt_dtype)dt);
+    if (dt == SMELT_F16 || dt == SMELT_BF16)   /* eager's vector kernel rounds its steps in half precision */
+        return tr_break(T, "half-precision linspace/logspace (eager's rounding is not modelled)");
+    if (steps < 0 || dt == SMELT_BOOL || (ts && node(T, sv)->ndim) || (te && node(T, ev)->ndim))
+        return tr_break(T, steps < 0 ? "linspace with negative steps (eager raises)"
+                                     : dt == SMELT_BOOL ? "bool linspace/logspace" : "linspace of a tensor with dims (eager raises)");
+    /* eager converts start and end to the result's type; an integer
+     * result steps in float64 */
+    int cdt = isf ? dt : SMELT_F64;
+    if (!isf) {
+        s = trunc(s);
+        e = trunc(e);
+    } else if (dt != SMELT_F64) {
+        s = (double)(float)s;
+        e = (double)(float)e;
+    }
+    int32_t S = ts ? cast_to(T, cast_to(T, sv, dt), cdt) : num(T, s), E = te ? cast_to(T, cast_to(T, ev, dt), cdt) : num(T, e);
+    if (S < 0 || E < 0)
+        return -1;
     if (steps <= 1) {
+        int32_t r;
+        if (ts) {
+            r = v_reshape(T, S, (int64_t[]){ steps }, 1);
+            r = r < 0 || !op ? r : op2(T, SMELT_OP_POW, num(T, base), r);
+            return r < 0 ? -1 : fresh_contiguous(T, -1, copy_of(T, cast_to(T, r, dt)));
+        }
         PyObject *v = PyFloat_FromDouble(op ? pow(base, s) : s);
-        int32_t r = v ? full_of(T, v, dt, (int64_t[]){ steps }, 1) : -1;
+        r = v ? full_of(T, v, dt, (int64_t[]){ steps }, 1) : -1;
         Py_XDECREF(v);
         return r;
     }
-    double step = (e - s) / (double)(steps - 1);
-    if (dt == SMELT_F32)
-        step = (double)(((float)e - (float)s) / (float)(steps - 1));
+    int32_t stepv;
+    if (ts || te) {
+        stepv = op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_SUB, E, S),
+                    num(T, (double)(steps - 1)));
+    } else {
+        double step = (e - s) / (double)(steps - 1);
+        if (dt == SMELT_F32)
+            step = (double)(((float)e - (float)s) / (float)(steps - 1));
+        stepv = num(T, step);
+    }
     smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = 1, .shape = { steps } };
-    int32_t i = mk(T, &io), fi = i < 0 ? -1 : cast_to(T, i, dt);
-    int32_t lo = fi < 0 ? -1 : op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, fi, num(T, step)), num(T, s));
+    int32_t i = stepv < 0 ? -1 : mk(T, &io), fi = i < 0 ? -1 : cast_to(T, i, cdt);
+    int32_t lo = fi < 0 ? -1 : op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, fi, stepv), S);
     int32_t back = lo < 0 ? -1 : op2(T, SMELT_OP_SUB, num(T, (double)(steps - 1)), fi);
-    int32_t hi = back < 0 ? -1 : op2(T, SMELT_OP_SUB, num(T, e), op2(T, SMELT_OP_MUL, back, num(T, step)));
+    int32_t hi = back < 0 ? -1 : op2(T, SMELT_OP_SUB, E, op2(T, SMELT_OP_MUL, back, stepv));
     int32_t c = hi < 0 ? -1 : op2(T, SMELT_OP_LT, i, int_value(T, steps / 2));
-    if (c < 0)
-        return -1;
-    smelt_node w = { .op = SMELT_OP_WHERE, .nsrc = 3, .src = { T->vals[c].node, T->vals[lo].node, T->vals[hi].node } };
-    int32_t r = mk(T, &w);
-    return r < 0 || !op ? r : cast_to(T, op2(T, SMELT_OP_POW, num(T, base), r), dt);
+    int32_t r = c < 0 ? -1 : where3(T, c, lo, hi);
+    if (r >= 0 && op)
+        r = op2(T, SMELT_OP_POW, num(T, base), r);
+    return r < 0 ? -1 : fresh_contiguous(T, -1, cast_to(T, r, dt));
 }
 
 static int32_t h_eye(tracer *T, const call_args *a, smelt_op op)
@@ -4131,7 +4164,6 @@ static int32_t to_float(tracer *T, int32_t x)
     return smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) ? x : cast_to(T, x, default_float());
 }
 
-static int32_t is_tensor(tracer *T, int32_t v) { return v >= 0 && T->vals[v].kind == V_TENSOR; }
 
 /* Unary composites of one tensor and no other argument (op selects):
  * deg2rad, rad2deg, sgn, isfinite, isposinf, isneginf, isreal, sinc,
