@@ -47,6 +47,7 @@ static int32_t arg(const call_args *a, int i, const char *name)
     return -1;
 }
 
+static int32_t as_host_call(tracer *T, PyObject *fn, const call_args *a);
 static int32_t is_tensor(tracer *T, int32_t v) { return v >= 0 && T->vals[v].kind == V_TENSOR; }
 
 static int is_none(tracer *T, int32_t v)
@@ -3875,11 +3876,19 @@ static int32_t h_normalize(tracer *T, const call_args *a, smelt_op op)
 }
 
 /* reduction='mean' | 'sum' | 'none' applied to loss values l. */
+static int32_t reduce_loss_by(tracer *T, int32_t rv, int32_t l);
+
 static int32_t reduce_loss(tracer *T, const call_args *a, int pos, int32_t l)
 {
     int32_t rv = arg(a, pos, "reduction");
     if (!is_none(T, arg(a, pos - 2, "size_average")) || !is_none(T, arg(a, pos - 1, "reduce")))
         return tr_break(T, "legacy size_average/reduce arguments");
+    return reduce_loss_by(T, rv, l);
+}
+
+/* Loss values l reduced as reduction value rv (-1: absent) says. */
+static int32_t reduce_loss_by(tracer *T, int32_t rv, int32_t l)
+{
     PyObject *r = is_none(T, rv) ? NULL : tr_const(T, rv);
     if (!is_none(T, rv) && !r)
         return -1;
@@ -3891,6 +3900,78 @@ static int32_t reduce_loss(tracer *T, const call_args *a, int pos, int32_t l)
         return l;
     uint32_t all = (1u << node(T, l)->ndim) - 1;
     return red(T, r && !PyUnicode_CompareWithASCIIString(r, "sum") ? SMELT_OP_SUM : SMELT_OP_MEAN, l, all, 0, 0);
+}
+
+/* F.poisson_nll_loss(input, target, log_input=True, full=False,
+ * size_average=None, eps=1e-8, reduce=None, reduction='mean'): exp(x) - t x
+ * (log_input) or x - t log(x + eps), plus Stirling's term t log t - t +
+ * log(2 pi t) / 2 where t > 1 (full), reduced. */
+static int32_t c_poisson_nll(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input"), t = arg(a, 1, "target");
+    int li = 1, full = 0, err = 0;
+    (void)op;
+    if (!is_tensor(T, x) || !is_tensor(T, t) || get_bool(T, arg(a, 2, "log_input"), 1, &li) ||
+        get_bool(T, arg(a, 3, "full"), 0, &full))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    double eps = farg(T, a, 5, "eps", 1e-8, &err);
+    if (err)
+        return -1;
+    if (!is_none(T, arg(a, 4, "size_average")) || !is_none(T, arg(a, 6, "reduce")))
+        return as_host_call(T, fn, a);
+    int32_t l = li ? op2(T, SMELT_OP_SUB, op1(T, SMELT_OP_EXP, x), op2(T, SMELT_OP_MUL, t, x))
+                   : op2(T, SMELT_OP_SUB, x, op2(T, SMELT_OP_MUL, t, op1(T, SMELT_OP_LOG, op2(T, SMELT_OP_ADD, x, num(T, eps)))));
+    if (full) {
+        int32_t st = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, t, op1(T, SMELT_OP_LOG, t)), t);
+        st = op2(T, SMELT_OP_ADD, st, op2(T, SMELT_OP_MUL, num(T, 0.5),
+                                          op1(T, SMELT_OP_LOG, op2(T, SMELT_OP_MUL, num(T, 2 * 3.14159265358979323846), t))));
+        l = op2(T, SMELT_OP_ADD, l, where3(T, op2(T, SMELT_OP_LE, t, num(T, 1.0)), num(T, 0.0), st));
+    }
+    return reduce_loss_by(T, arg(a, 7, "reduction"), l);
+}
+
+/* aten.native_dropout_backward(grad_output, mask, scale): grad *
+ * (mask as grad's dtype * scale). */
+static int32_t c_dropout_backward(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t g = arg(a, 0, "grad_output"), m = arg(a, 1, "mask");
+    int err = 0;
+    (void)op;
+    if (!is_tensor(T, g) || !is_tensor(T, m))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    double sc = farg(T, a, 2, "scale", 1.0, &err);
+    if (err)
+        return -1;
+    int32_t r = op2(T, SMELT_OP_MUL, g, op2(T, SMELT_OP_MUL, cast_to(T, m, node(T, g)->dtype), num(T, sc)));
+    return fresh_contiguous(T, -1, r);
+}
+
+/* aten._softmax_backward_data(grad_output, output, dim, input_dtype) and
+ * _log_softmax_backward_data (op 1): y (g - sum(g y)) or g - exp(y)
+ * sum(g) along dim, in float32 for half precision, as input_dtype. */
+static int32_t c_softmax_backward(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t g = arg(a, 0, "grad_output"), y = arg(a, 1, "output");
+    int64_t d;
+    if (!is_tensor(T, g) || !is_tensor(T, y) || tr_int(T, arg(a, 2, "dim"), &d))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    int32_t dv = arg(a, 3, "input_dtype");
+    PyObject *dto = dv >= 0 ? tr_const(T, dv) : NULL;
+    int idt = dto ? ops_dtype_of(dto) : -1;
+    int gdt = node(T, g)->dtype, nd = node(T, g)->ndim;
+    if (idt < 0 || !smelt_dtype_is_float((smelt_dtype)gdt) || node(T, y)->dtype != gdt ||
+        node(T, y)->ndim != nd || (nd ? d < -nd || d >= nd : d < -1 || d > 0))
+        return T->broke ? -1 : as_host_call(T, fn, a);
+    if (!(idt == gdt || (gdt == SMELT_F32 && (idt == SMELT_F16 || idt == SMELT_BF16))))
+        return as_host_call(T, fn, a);
+    int cdt = gdt == SMELT_F64 ? SMELT_F64 : SMELT_F32;
+    uint32_t m = nd ? 1u << (d < 0 ? d + nd : d) : 0;
+    int32_t gc = cast_to(T, g, cdt), yc = cast_to(T, y, cdt), r;
+    if (op)
+        r = op2(T, SMELT_OP_SUB, gc, op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_EXP, yc), red(T, SMELT_OP_SUM, gc, m, 1, 0)));
+    else
+        r = op2(T, SMELT_OP_MUL, yc, op2(T, SMELT_OP_SUB, gc, red(T, SMELT_OP_SUM, op2(T, SMELT_OP_MUL, gc, yc), m, 1, 0)));
+    return fresh_contiguous(T, -1, cast_to(T, r, idt));
 }
 
 /* mse_loss / l1_loss / smooth_l1_loss (op MUL / ABS / SUB). */
@@ -6848,7 +6929,10 @@ static const op_entry table[] = {
     VROW("torch.cumulative_trapezoid", c_trapezoid, 1), VROW("torch.linalg.vecdot", c_vecdot, 0),
     VROW("torch.dist T.dist", c_dist, 0), VROW("torch.block_diag", c_block_diag, 0),
     VROW("torch.diagonal_scatter", c_diagonal_scatter, 0), VROW("torch.renorm T.renorm", c_renorm, 0),
-    VROW("torch._chunk_cat", c_chunk_cat, 0),
+    VROW("torch._chunk_cat", c_chunk_cat, 0), VROW("F.poisson_nll_loss", c_poisson_nll, 0),
+    VROW("torch.ops.aten.native_dropout_backward torch.ops.aten.native_dropout_backward.default", c_dropout_backward, 0),
+    VROW("torch.ops.aten._softmax_backward_data torch.ops.aten._softmax_backward_data.default", c_softmax_backward, 0),
+    VROW("torch.ops.aten._log_softmax_backward_data torch.ops.aten._log_softmax_backward_data.default", c_softmax_backward, 1),
     VROW("torch.digamma T.digamma torch.special.digamma torch.special.psi", c_digamma, 0),
     VROW("torch.polygamma torch.special.polygamma", c_digamma, 1), VROW("T.polygamma", c_digamma, 2),
     VROW("torch.special.zeta", c_zeta, 0),
