@@ -3948,7 +3948,8 @@ static int32_t c_dropout_backward(tracer *T, PyObject *fn, const call_args *a, i
 
 /* aten._softmax_backward_data(grad_output, output, dim, input_dtype) and
  * _log_softmax_backward_data (op 1): y (g - sum(g y)) or g - exp(y)
- * sum(g) along dim, in float32 for half precision, as input_dtype. */
+ * sum(g) along dim, in float32 for half precision; input_dtype must be
+ * the gradient's (else torch's kernel, which raises on the CPU). */
 static int32_t c_softmax_backward(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t g = arg(a, 0, "grad_output"), y = arg(a, 1, "output");
@@ -3962,7 +3963,7 @@ static int32_t c_softmax_backward(tracer *T, PyObject *fn, const call_args *a, i
     if (idt < 0 || !smelt_dtype_is_float((smelt_dtype)gdt) || node(T, y)->dtype != gdt ||
         node(T, y)->ndim != nd || (nd ? d < -nd || d >= nd : d < -1 || d > 0))
         return T->broke ? -1 : as_host_call(T, fn, a);
-    if (!(idt == gdt || (gdt == SMELT_F32 && (idt == SMELT_F16 || idt == SMELT_BF16))))
+    if (idt != gdt)   /* (eager's CPU kernel raises) */
         return as_host_call(T, fn, a);
     int cdt = gdt == SMELT_F64 ? SMELT_F64 : SMELT_F32;
     uint32_t m = nd ? 1u << (d < 0 ? d + nd : d) : 0;
@@ -7443,6 +7444,9 @@ int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a)
 {
     if (arg(a, -1, "out") >= 0)
         return tr_break(T, "tensor method %U with out= (eager raises)", name);
+    if (a->npos == 2 && !a->nkw && PyUnicode_CompareWithASCIIString(name, "__getitem__") == 0 &&
+        T->vals[a->pos[0]].kind == V_TENSOR)
+        return ops_subscr(T, a->pos[0], a->pos[1]);   /* x.__getitem__(index): x[index] */
     PyObject *idx = PyDict_GetItemWithError(by_name, name);
     if (idx)
         return dispatch(T, idx, NULL, name, a, 0);
