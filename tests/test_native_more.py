@@ -144,3 +144,18 @@ def test_vector_norm_with_dtype():
     check(lambda t: torch.linalg.vector_norm(t.half(), dtype=torch.float32), x)
     with pytest.raises(RuntimeError):
         smelt.compile(lambda t: torch.linalg.vector_norm(t.double(), dtype=torch.float32))(x)
+
+
+def test_half_linear_rounds_once_as_eager():
+    # eager adds the bias inside its GEMM (addmm; a contiguous input is
+    # flattened to it): one rounding to half precision, bit for bit
+    g = torch.Generator().manual_seed(5)
+    f = lambda x, w, b: F.linear(x, w, b)
+    for dtype in (torch.float16, torch.bfloat16):
+        w = torch.randn(7, 5, generator=g).to(dtype)
+        b = (torch.randn(7, generator=g) * 5).to(dtype)
+        for shape in ((5,), (4, 5), (2, 3, 5)):
+            x = (torch.randn(shape, generator=g) * 3).to(dtype)
+            e, r, r2, info = run_both(f, x, w, b)
+            assert torch.equal(e, r) and torch.equal(e, r2)
+            assert info["compiles"] and info["host_calls"] == []

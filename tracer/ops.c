@@ -673,6 +673,17 @@ static int32_t h_linear(tracer *T, const call_args *a, smelt_op op)
     (void)op;
     if (w < 0 || T->vals[w].kind != V_TENSOR)
         return tr_break(T, "linear without a weight tensor");
+    int dt = node(T, w)->dtype;
+    if ((dt == SMELT_F16 || dt == SMELT_BF16) && is_tensor(T, x) && is_tensor(T, b) && node(T, x)->dtype == dt &&
+        node(T, b)->dtype == dt && (node(T, x)->ndim <= 2 || ops_eager_contiguous(T, T->vals[x].node) == 1)) {
+        /* eager adds the bias inside its GEMM (addmm, flattened for a
+         * contiguous input): one rounding to half precision, so here in
+         * float32 rounded once */
+        int32_t wf = cast_to(T, w, SMELT_F32);
+        int32_t wt = node(T, wf)->ndim == 2 ? v_transpose(T, wf, 0, 1) : wf;
+        int32_t y = wt < 0 ? -1 : matmul(T, cast_to(T, x, SMELT_F32), wt);
+        return y < 0 ? -1 : cast_to(T, op2(T, SMELT_OP_ADD, y, cast_to(T, b, SMELT_F32)), dt);
+    }
     int32_t wt = node(T, w)->ndim == 2 ? v_transpose(T, w, 0, 1) : w;
     int32_t y = wt < 0 ? -1 : matmul(T, x, wt);
     return (y < 0 || is_none(T, b)) ? y : op2(T, SMELT_OP_ADD, y, b);
@@ -3639,11 +3650,17 @@ static int32_t h_mish(tracer *T, const call_args *a, smelt_op op)
     return op2(T, SMELT_OP_MUL, x, op1(T, SMELT_OP_TANH, softplus(T, x, 1.0, 20.0)));
 }
 
-/* logsigmoid: min(x, 0) - log1p(exp(-|x|)). */
+/* logsigmoid: min(x, 0) - log1p(exp(-|x|)); half precision in float32,
+ * rounded once (eager's kernel). */
 static int32_t logsigmoid(tracer *T, int32_t x)
 {
+    int dt = is_tensor(T, x) ? node(T, x)->dtype : -1;
+    int half = dt == SMELT_F16 || dt == SMELT_BF16;
+    if (half)
+        x = cast_to(T, x, SMELT_F32);
     int32_t m = op2(T, SMELT_OP_MINIMUM, x, num(T, 0.0));
-    return op2(T, SMELT_OP_SUB, m, op1(T, SMELT_OP_LOG1P, op1(T, SMELT_OP_EXP, op1(T, SMELT_OP_NEG, op1(T, SMELT_OP_ABS, x)))));
+    int32_t r = op2(T, SMELT_OP_SUB, m, op1(T, SMELT_OP_LOG1P, op1(T, SMELT_OP_EXP, op1(T, SMELT_OP_NEG, op1(T, SMELT_OP_ABS, x)))));
+    return half ? cast_to(T, r, dt) : r;
 }
 
 static int32_t h_logsigmoid(tracer *T, const call_args *a, smelt_op op)
