@@ -78,6 +78,7 @@ int smelt_plan_run_host(const smelt_plan *p, void *const *inputs, void *const *o
 typedef struct smelt_input_stamp {
     uint64_t owner;
     int64_t version;
+    int always;   /* pack whatever the budget (weight_packing="always") */
 } smelt_input_stamp;
 
 /* smelt_plan_run_host with stamps[k] for graph input k (only those of
@@ -91,6 +92,10 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
 /* The graph inputs some matmul reads as a packed copy (weights): their
  * count, and in *which their input numbers (valid as long as the plan). */
 int smelt_plan_packed_inputs(const smelt_plan *p, const int32_t **which);
+
+/* Frees the packed copies of graph input `input` (-1: of every input)
+ * now; a later run packs again. Safe while runs are in flight. */
+void smelt_plan_release_packs(smelt_plan *p, int32_t input);
 
 void smelt_plan_free(smelt_plan *p);
 

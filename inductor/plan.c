@@ -144,7 +144,7 @@ static int run_matmul(const plan_step *s, void **bufs, const smelt_input_stamp *
     const char *a = (const char *)bufs[s->a_buf] + s->a_off * (int64_t)es;
     const char *b = (const char *)bufs[s->b_buf] + s->b_off * (int64_t)es;
     if (s->pack && stamps && stamps[s->b_input].owner) {
-        kern_matmul_stamp st = { stamps[s->b_input].owner, stamps[s->b_input].version };
+        kern_matmul_stamp st = { stamps[s->b_input].owner, stamps[s->b_input].version, stamps[s->b_input].always };
         return kern_matmul_packed(&s->mm, a, b, bufs[s->c_buf], s->pack, &st, err, errlen);
     }
     return kern_matmul(&s->mm, a, b, bufs[s->c_buf], err, errlen);
@@ -300,6 +300,13 @@ int smelt_plan_packed_inputs(const smelt_plan *p, const int32_t **which)
 {
     *which = p->packed_inputs;
     return p->npacked;
+}
+
+void smelt_plan_release_packs(smelt_plan *p, int32_t input)
+{
+    for (int32_t k = 0; p && k < p->nsteps; k++)
+        if (p->steps[k].pack && (input < 0 || p->steps[k].b_input == input))
+            kern_matmul_pack_release(p->steps[k].pack);
 }
 
 int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const *outputs,

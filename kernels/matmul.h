@@ -42,11 +42,26 @@ typedef struct kern_matmul_pack kern_matmul_pack;
 
 /* What B's data is: the caller guarantees that one (owner, B pointer,
  * version) names the same contents for as long as the owner is current.
- * owner 0: unknown (nothing is packed). */
+ * owner 0: unknown (nothing is packed). always: pack whatever the shape
+ * and budget (weight_packing="always"); else only where packing was
+ * measured to pay (at most 2 rows, B at most 16 MB) and a new copy only
+ * while all live copies stay within kern_matmul_pack_budget. */
 typedef struct kern_matmul_stamp {
     uint64_t owner;
     int64_t version;
+    int always;
 } kern_matmul_stamp;
+
+/* The bytes all live packed copies may take (weight_packing="auto"):
+ * set (bytes >= 0; -1 restores the default, 1/64 of physical memory up to
+ * 64 MB), and read with the bytes live now. */
+void kern_matmul_pack_budget_set(int64_t bytes);
+int64_t kern_matmul_pack_budget(void);
+int64_t kern_matmul_pack_live(void);
+
+/* Frees pk's copy now (the plan's owner went away); a later run packs
+ * again. */
+void kern_matmul_pack_release(kern_matmul_pack *pk);
 
 /* A new, empty pack; NULL if out of memory. */
 kern_matmul_pack *kern_matmul_pack_new(void);

@@ -47,6 +47,7 @@ typedef struct CompiledObject {
     const int32_t *packed;
     PyObject **held;
     uint64_t *owner;
+    int packing;             /* weight_packing: PYEXT_PACK_AUTO, _ALWAYS or _NEVER */
 } CompiledObject;
 
 /* Owner serials: a new one for every tensor object a packed input takes. */
@@ -258,12 +259,50 @@ static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *
     return rc ? run_failed(rc, err, trusted) : 0;
 }
 
+/* Weak-reference callback of the tensor last passed at a packed input
+ * (capsule: the Compiled object, context: the input's index in packed):
+ * the tensor is gone, so are the plan's copies of it. The reference lives
+ * in self->held only, so self outlives it. */
+static PyObject *weight_gone(PyObject *cap, PyObject *ref)
+{
+    (void)ref;
+    CompiledObject *self = PyCapsule_GetPointer(cap, NULL);
+    intptr_t j = (intptr_t)PyCapsule_GetContext(cap);
+    if (!self)
+        return NULL;
+    if (j >= 0 && j < self->npacked)
+        smelt_plan_release_packs(self->plan, self->packed[j]);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef weight_gone_def = { "weight_gone", weight_gone, METH_O, NULL };
+
+/* A weak reference to t calling weight_gone for packed input j. */
+static PyObject *weight_ref(CompiledObject *self, int j, PyObject *t)
+{
+    PyObject *cap = PyCapsule_New(self, NULL, NULL);
+    if (!cap || PyCapsule_SetContext(cap, (void *)(intptr_t)j)) {
+        Py_XDECREF(cap);
+        return NULL;
+    }
+    PyObject *cb = PyCFunction_New(&weight_gone_def, cap);
+    Py_DECREF(cap);
+    PyObject *ref = cb ? PyWeakref_NewRef(t, cb) : NULL;
+    Py_XDECREF(cb);
+    return ref;
+}
+
+void pyext_compiled_set_packing(PyObject *compiled, int mode)
+{
+    ((CompiledObject *)compiled)->packing = mode;
+}
+
 /* The stamp of packed input j (self->packed[j]), tensor t: a version
  * counter that cannot be read (inference tensors) gives owner 0 (not
  * packed). Under the GIL; clears any exception it causes. */
 static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
 {
-    smelt_input_stamp s = {0, 0};
+    smelt_input_stamp s = { 0, 0, self->packing == PYEXT_PACK_ALWAYS };
     PyObject *v = PyObject_GetAttr(t, pyext_state_of((PyObject *)self)->s_version);
     s.version = v && PyLong_Check(v) ? PyLong_AsLongLong(v) : -1;
     Py_XDECREF(v);
@@ -273,7 +312,7 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
         return s;
     }
     if (!self->held[j] || PyWeakref_GET_OBJECT(self->held[j]) != t) {   /* a new tensor object */
-        PyObject *ref = PyWeakref_NewRef(t, NULL);
+        PyObject *ref = weight_ref(self, j, t);
         if (!ref) {
             PyErr_Clear();
             Py_CLEAR(self->held[j]);
@@ -295,7 +334,8 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
 static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, int host, int trusted)
 {
     smelt_input_stamp small[16], *stamps = NULL;
-    if (self->npacked && self->ncalls > 1) {   /* a first call does not pay for packing */
+    /* a first call does not pay for packing (unless "always") */
+    if (self->npacked && self->packing != PYEXT_PACK_NEVER && (self->ncalls > 1 || self->packing == PYEXT_PACK_ALWAYS)) {
         stamps = self->nin <= 16 ? small : PyMem_Calloc((size_t)self->nin, sizeof *stamps);
         if (!stamps)
             return PyErr_NoMemory(), -1;

@@ -70,6 +70,7 @@ typedef struct FunctionObject {
     site top;              /* entries of the call */
     site *resumes;         /* resume points after breaks */
     int fullgraph;
+    int packing;           /* weight_packing (PYEXT_PACK_*) of the Compiled objects it makes */
     PyThread_type_lock compiling;    /* held by the thread tracing and compiling a new entry */
     unsigned long compiler;          /* that thread's id (0: none) */
     long ncompiles, nbreaks, nhits;
@@ -918,6 +919,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     e->compiled = pyext_compiled_new(st, e->r.graph, plan, e->r.calls);
     if (!e->compiled)
         goto fail;
+    pyext_compiled_set_packing(e->compiled, self->packing);
     self->ncompiles++;
     return e;
 fail:
@@ -1268,11 +1270,19 @@ static const tracer_callback hook_cb = { on_frame, NULL };
 
 static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "fn", "fullgraph", NULL };
+    static char *kwlist[] = { "fn", "fullgraph", "weight_packing", NULL };
     PyObject *fn;
     int fullgraph = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p", kwlist, &fn, &fullgraph))
+    const char *wp = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|ps", kwlist, &fn, &fullgraph, &wp))
         return NULL;
+    int packing = pyext_packing_mode(wp);
+    if (packing < 0)
+        return PyErr_Format(PyExc_ValueError, "smelt: weight_packing must be 'auto', 'always' or 'never', not %R",
+                            PyTuple_GET_SIZE(args) > 2 ? PyTuple_GET_ITEM(args, 2) : Py_None);
+    const char *env = getenv("SMELT_WEIGHT_PACKING");   /* overrides the option */
+    if (env && *env && pyext_packing_mode(env) >= 0)
+        packing = pyext_packing_mode(env);
     if (!PyFunction_Check(fn))
         return PyErr_Format(PyExc_TypeError, "smelt: can only compile Python functions, got %s", Py_TYPE(fn)->tp_name);
     if (!grad_enabled_fn) {
@@ -1305,6 +1315,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         return PyErr_NoMemory();
     }
     self->fullgraph = fullgraph;
+    self->packing = packing;
     if (!fullgraph && !making_for_hook && remember_for_code((PyObject *)self, 0)) {   /* its frames under the hook find it */
         Py_DECREF(self);
         return NULL;

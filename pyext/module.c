@@ -4,6 +4,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <string.h>
+
 #include "../kernels/threadpool.h"
 #include "../kernels/conv.h"
 #include "../kernels/matmul.h"
@@ -73,6 +75,39 @@ static PyObject *set_profiling(PyObject *m, PyObject *arg)
         return NULL;
     smelt_plan_set_profiling(on);
     Py_RETURN_NONE;
+}
+
+int pyext_packing_mode(const char *name)
+{
+    static const char *names[] = { "auto", "always", "never" };
+    for (int i = 0; name && i < 3; i++)
+        if (!strcmp(name, names[i]))
+            return i;
+    return -1;
+}
+
+/* set_pack_budget(bytes or None): the bytes all packed weight copies may
+ * take under weight_packing="auto" (None: the default). */
+static PyObject *set_pack_budget(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long long b = -1;
+    if (arg != Py_None && ((b = PyLong_AsLongLong(arg)) == -1 && PyErr_Occurred()))
+        return NULL;
+    if (arg != Py_None && b < 0)
+        return PyErr_Format(PyExc_ValueError, "set_pack_budget: bytes must be >= 0 or None, got %lld", b);
+    kern_matmul_pack_budget_set(b);
+    Py_RETURN_NONE;
+}
+
+/* pack_stats() -> dict: bytes of the packed weight copies alive now and
+ * the budget for new ones. */
+static PyObject *pack_stats(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return Py_BuildValue("{s:L,s:L}", "live_bytes", (long long)kern_matmul_pack_live(), "budget_bytes",
+                         (long long)kern_matmul_pack_budget());
 }
 
 /* cache_info() -> dict: the disk cache's counters since the process
@@ -165,6 +200,11 @@ static PyMethodDef module_methods[] = {
     {"set_profiling", set_profiling, METH_O,
      "set_profiling(on)\n--\n\nWhile on, every compiled plan adds each step's wall time to its "
      "counters (Compiled.profile(), CompiledFunction.profile())."},
+    {"set_pack_budget", set_pack_budget, METH_O,
+     "set_pack_budget(bytes)\n--\n\nThe bytes all packed weight copies may take under "
+     "weight_packing='auto' (None: the default, 1/64 of physical memory up to 64 MB)."},
+    {"pack_stats", pack_stats, METH_NOARGS,
+     "pack_stats()\n--\n\nA dict: live_bytes (packed weight copies alive now), budget_bytes."},
     {"set_num_threads", set_num_threads, METH_O,
      "set_num_threads(n)\n--\n\nNumber of threads compiled kernels use (n >= 1)."},
     {"get_num_threads", get_num_threads, METH_NOARGS,

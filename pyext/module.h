@@ -47,6 +47,17 @@ int pyext_hook_init(PyObject *m);   /* frame hook + its test functions */
 PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *plan,
                              PyObject *calls);
 
+/* weight_packing modes: "auto" (packed copies within the budget, from the
+ * second call), "always" (from the first call, whatever the budget),
+ * "never". */
+enum { PYEXT_PACK_AUTO, PYEXT_PACK_ALWAYS, PYEXT_PACK_NEVER };
+
+/* The mode a name gives ("auto", "always", "never"), or -1. */
+int pyext_packing_mode(const char *name);
+
+/* Sets Compiled `compiled`'s weight_packing mode. */
+void pyext_compiled_set_packing(PyObject *compiled, int mode);
+
 /* Releases what pyext_hostcall_init cached (module free). */
 void pyext_hostcall_fini(void);
 

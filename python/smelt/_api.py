@@ -140,7 +140,8 @@ def _trampoline(target, settings):
 
 def _function(fn, settings):
     """fn's CompiledFunction, kept for reset()."""
-    cf = _C.CompiledFunction(fn, fullgraph=settings.fullgraph)
+    cf = _C.CompiledFunction(fn, fullgraph=settings.fullgraph,
+                             weight_packing=(settings.options or {}).get("weight_packing", "auto"))
     _live[cf] = settings
     return cf
 
