@@ -147,6 +147,7 @@ void smelt_plan_free(smelt_plan *p)
 }
 
 int smelt_plan_num_kernels(const smelt_plan *p) { return p->nkernels; }
+int64_t smelt_plan_arena_bytes(const smelt_plan *p) { return p->arena_bytes; }
 int smelt_plan_num_externs(const smelt_plan *p) { return p->nexterns; }
 int smelt_plan_num_generated(const smelt_plan *p) { return p->ngenerated; }
 void smelt_plan_compile_times(const smelt_plan *p, smelt_compile_times *out) { *out = p->times; }

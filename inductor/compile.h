@@ -110,6 +110,12 @@ char *smelt_plan_profile_text(const smelt_plan *p);
 void smelt_plan_profile_reset(smelt_plan *p);
 
 int smelt_plan_num_kernels(const smelt_plan *p);   /* generated kernels */
+int64_t smelt_plan_arena_bytes(const smelt_plan *p);   /* the temporaries' arena a run needs */
+
+/* Frees the calling thread's arena of temporaries (every plan run on a
+ * thread shares one, as large as the largest it needed; it is kept
+ * between runs and freed with the thread). */
+void smelt_release_thread_arena(void);
 int smelt_plan_num_externs(const smelt_plan *p);   /* matmul and host calls */
 /* Kernel functions this compile generated with LLVM; kernels whose code an
  * earlier compile in the process already loaded are shared, not counted. */

@@ -5,6 +5,7 @@
 #include "../kernels/memory.h"
 #include "../kernels/threadpool.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,90 @@ void plan_assign_arena(smelt_plan *p)
 void plan_release_arena(smelt_plan *p)
 {
     free(atomic_exchange(&p->arena_cache, NULL));
+}
+
+/* The arena of temporaries: one per thread, shared by every plan that
+ * runs on it (plans on one thread run one at a time; a run nested in a
+ * host call finds the slot taken and allocates its own, which the slot
+ * keeps if larger). It grows to the largest arena a thread needed and is
+ * freed with the thread (smelt_release_thread_arena frees it sooner). */
+typedef struct thread_arena {
+    char *p;
+    size_t cap;
+    int huge;
+} thread_arena;
+
+static pthread_key_t g_arena_key;
+static pthread_once_t g_arena_once = PTHREAD_ONCE_INIT;
+static int g_arena_key_ok;
+
+static void arena_slot_free(void *v)
+{
+    thread_arena *a = v;
+    free(a->p);
+    free(a);
+}
+
+static void arena_key_make(void)
+{
+    g_arena_key_ok = pthread_key_create(&g_arena_key, arena_slot_free) == 0;
+}
+
+static thread_arena *arena_slot(int make)
+{
+    pthread_once(&g_arena_once, arena_key_make);
+    if (!g_arena_key_ok)
+        return NULL;
+    thread_arena *a = pthread_getspecific(g_arena_key);
+    if (!a && make && (a = calloc(1, sizeof *a)) && pthread_setspecific(g_arena_key, a)) {
+        free(a);
+        a = NULL;
+    }
+    return a;
+}
+
+/* An arena of at least need bytes (its size in *cap), or NULL. */
+static char *arena_take(size_t need, int huge, size_t *cap)
+{
+    thread_arena *a = arena_slot(0);
+    if (a && a->p && a->cap >= need) {
+        char *p = a->p;
+        *cap = a->cap;
+        a->p = NULL;
+        if (huge && !a->huge)
+            kern_advise_huge(p, a->cap);   /* collapsed in the background */
+        a->huge |= huge;
+        return p;
+    }
+    if (a && a->p) {   /* too small: replaced by a larger one */
+        free(a->p);
+        a->p = NULL;
+    }
+    *cap = need;
+    return kern_alloc_temp(need, huge);
+}
+
+static void arena_give(char *p, size_t cap, int huge)
+{
+    thread_arena *a = arena_slot(1);
+    if (!a || (a->p && a->cap >= cap)) {
+        free(p);
+        return;
+    }
+    free(a->p);
+    a->p = p;
+    a->cap = cap;
+    a->huge = huge;
+}
+
+void smelt_release_thread_arena(void)
+{
+    thread_arena *a = arena_slot(0);
+    if (a) {
+        free(a->p);
+        a->p = NULL;
+        a->cap = 0;
+    }
 }
 
 typedef struct run_ctx {
@@ -319,11 +404,10 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
     int32_t flag = 0;
     int rc = 0;
     int64_t run = atomic_fetch_add((_Atomic(int64_t) *)&p->nruns, 1);
-    char *arena = p->arena_bytes ? atomic_exchange((_Atomic(void *) *)&p->arena_cache, NULL) : NULL;
-    if (arena && run == KERN_HUGE_AFTER)
-        kern_advise_huge(arena, (size_t)p->arena_bytes);   /* collapsed in the background */
-    if (p->arena_bytes && !arena &&
-        !(arena = kern_alloc_temp((size_t)p->arena_bytes, run >= KERN_HUGE_AFTER))) {
+    size_t arena_cap = 0;
+    int huge = run >= KERN_HUGE_AFTER;
+    char *arena = p->arena_bytes ? arena_take((size_t)p->arena_bytes, huge, &arena_cap) : NULL;
+    if (p->arena_bytes && !arena) {
         free(bufs);
         snprintf(err, errlen, "out of memory allocating %lld bytes", (long long)p->arena_bytes);
         return -1;
@@ -400,9 +484,8 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
     }
     if (prof && p->nsteps)
         atomic_fetch_add(&p->step_ns[p->nsteps - 1], plan_now_ns() - t_prev);
-    void *none = NULL;
-    if (arena && !atomic_compare_exchange_strong((_Atomic(void *) *)&p->arena_cache, &none, arena))
-        free(arena);   /* another run's arena is cached already */
+    if (arena)
+        arena_give(arena, arena_cap, huge);
     free(bufs);
     return rc;
 }

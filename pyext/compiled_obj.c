@@ -292,6 +292,11 @@ static PyObject *weight_ref(CompiledObject *self, int j, PyObject *t)
     return ref;
 }
 
+int64_t pyext_compiled_arena_bytes(PyObject *compiled)
+{
+    return smelt_plan_arena_bytes(((CompiledObject *)compiled)->plan);
+}
+
 void pyext_compiled_set_packing(PyObject *compiled, int mode)
 {
     ((CompiledObject *)compiled)->packing = mode;

@@ -1395,10 +1395,12 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
     FunctionObject *self = (FunctionObject *)op;
     (void)unused;
     int eager = 0, partial = 0, resumes = 0, resume_entries = 0, graphs = 0, warned = self->top.warned;
+    long long arena = 0;
     for (entry *e = self->top.entries; e; e = e->next) {
         eager += !e->compiled;
         partial += e->compiled && e->r.stop_pc >= 0;
         graphs += computes(e);
+        arena += e->compiled ? pyext_compiled_arena_bytes(e->compiled) : 0;
     }
     for (site *s = self->resumes; s; s = s->next, resumes++) {
         resume_entries += s->nentries;
@@ -1406,15 +1408,17 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
         for (entry *e = s->entries; e; e = e->next) {
             partial += e->compiled && e->r.stop_pc >= 0;
             graphs += computes(e);
+            arena += e->compiled ? pyext_compiled_arena_bytes(e->compiled) : 0;
         }
     }
-    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i}", "entries",
+    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i,s:L}", "entries",
                          self->top.nentries, "eager_entries", eager, "compiles", self->ncompiles, "breaks",
                          self->nbreaks, "hits", self->nhits, "last_break",
                          self->last_reason ? self->last_reason : Py_None, "trace_ms", self->trace_ms, "compile_ms",
                          self->compile_ms, "generated", self->ngenerated, "plans_from_disk", self->nplans_cached,
                          "recompile_limit_reached", warned ? Py_True : Py_False, "partial_entries", partial,
-                         "resume_points", resumes, "resume_entries", resume_entries, "graphs", graphs);
+                         "resume_points", resumes, "resume_entries", resume_entries, "graphs", graphs,
+                         "arena_bytes", arena);
 }
 
 static PyObject *function_get_fn(PyObject *op, void *unused)
@@ -1476,7 +1480,7 @@ static PyObject *host_callables(const tr_result *r)
 /* Whether trace r's graph compiles: 0, or 1 with the reason in r (a
  * compile that fails is an internal error: it must be reported, never
  * shown as a graph that compiles). The plan is freed again. */
-static int explain_compiles(tr_result *r)
+static int explain_compiles(tr_result *r, long long *arena)
 {
     char err[512];
     smelt_compile_opts o = { .opt_level = 2 };
@@ -1485,6 +1489,7 @@ static int explain_compiles(tr_result *r)
     plan = smelt_compile(r->graph, &o, err, sizeof err);
     Py_END_ALLOW_THREADS
     if (plan) {
+        *arena = smelt_plan_arena_bytes(plan);
         smelt_plan_free(plan);
         return 0;
     }
@@ -1523,8 +1528,9 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
         tracer_result_clear(r);
         return NULL;
     }
+    long long arena = 0;
     if (rc == 0)
-        rc = explain_compiles(r);
+        rc = explain_compiles(r, &arena);
     if (rc == 0 && partial)
         rc = 2;
     int traced = rc == 0 || rc == 2;   /* a graph: the whole call's, or the one before the break */
@@ -1534,12 +1540,12 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
     PyObject *calls = traced ? host_callables(r) : PyList_New(0);
     PyObject *effects = t ? effect_lines(r, t) : PyList_New(0);
     if (rc >= 0 && calls && effects && (!traced || t))
-        res = Py_BuildValue("{s:O,s:O,s:s,s:s,s:s,s:O,s:O,s:i,s:i,s:i,s:i}", "compiles", rc == 0 ? Py_True : Py_False,
+        res = Py_BuildValue("{s:O,s:O,s:s,s:s,s:s,s:O,s:O,s:i,s:i,s:i,s:i,s:L}", "compiles", rc == 0 ? Py_True : Py_False,
                             "partial", rc == 2 ? Py_True : Py_False,
                             "reason", rc ? r->reason : NULL, "graph", graph, "guards", guards, "host_calls", calls,
                             "side_effects", effects, "nodes", traced ? (int)r->graph->n : 0, "inputs", traced ? (int)r->ninputs : 0,
                             "num_guards", traced ? (int)r->nguards : 0,
-                            "inputs_updated_in_place", traced ? (int)r->nmut : 0);
+                            "inputs_updated_in_place", traced ? (int)r->nmut : 0, "arena_bytes", arena);
     Py_XDECREF(calls);
     Py_XDECREF(effects);
     free(graph);

@@ -110,6 +110,16 @@ static PyObject *pack_stats(PyObject *m, PyObject *unused)
                          (long long)kern_matmul_pack_budget());
 }
 
+/* release_thread_arena(): frees the calling thread's arena of
+ * temporaries now (smelt.reset). */
+static PyObject *release_thread_arena(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    smelt_release_thread_arena();
+    Py_RETURN_NONE;
+}
+
 /* cache_info() -> dict: the disk cache's counters since the process
  * started (hits, misses, writes, evictions, corrupt), what it holds now
  * (entries, bytes), whether it is on and its directory. */
@@ -203,6 +213,9 @@ static PyMethodDef module_methods[] = {
     {"set_pack_budget", set_pack_budget, METH_O,
      "set_pack_budget(bytes)\n--\n\nThe bytes all packed weight copies may take under "
      "weight_packing='auto' (None: the default, 1/64 of physical memory up to 64 MB)."},
+    {"release_thread_arena", release_thread_arena, METH_NOARGS,
+     "release_thread_arena()\n--\n\nFrees this thread's arena of temporaries (shared by every plan run on "
+     "it, kept between runs)."},
     {"pack_stats", pack_stats, METH_NOARGS,
      "pack_stats()\n--\n\nA dict: live_bytes (packed weight copies alive now), budget_bytes."},
     {"set_num_threads", set_num_threads, METH_O,

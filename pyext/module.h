@@ -55,6 +55,9 @@ enum { PYEXT_PACK_AUTO, PYEXT_PACK_ALWAYS, PYEXT_PACK_NEVER };
 /* The mode a name gives ("auto", "always", "never"), or -1. */
 int pyext_packing_mode(const char *name);
 
+/* Bytes of Compiled `compiled`'s arena of temporaries. */
+int64_t pyext_compiled_arena_bytes(PyObject *compiled);
+
 /* Sets Compiled `compiled`'s weight_packing mode. */
 void pyext_compiled_set_packing(PyObject *compiled, int mode);
 

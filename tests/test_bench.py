@@ -106,9 +106,12 @@ def test_smelt_report(tiny_run):
 def test_printed_table(tiny_run):
     _, stdout = tiny_run
     lines = stdout.splitlines()
-    steady, first = [ln for ln in lines if ln.startswith("model ")]
+    steady, memory, first = [ln for ln in lines if ln.startswith("model ")]
     for col in ("eager ms", "smelt ms", "ind ms", "s/eager", "smelt err"):
         assert col in steady
+    mem = lines[lines.index(memory) + 2].split()   # peak MB above the loaded model
+    assert mem[0] == "mlp" and float(mem[1]) >= 0 and float(mem[2]) >= 0 and mem[3] == "n/a"
+    assert float(mem[4]) == pytest.approx(float(mem[2]) - float(mem[1]), abs=1.01)
     for col in ("eager 1st", "smelt 1st", "smelt warm", "ind 1st", "ind warm", "ind/s 1st",
                 "ind/s warm", "30x cold", "30x warm", "s warm-steady", "ind warm-steady"):
         assert col in first
@@ -161,15 +164,16 @@ def test_table_and_notes(capsys):
     out = capsys.readouterr().out
     gpt2 = next(ln for ln in out.splitlines() if ln.startswith("gpt2 "))
     lines = out.splitlines()
-    gpt2, gpt2_first = [ln.split() for ln in lines if ln.startswith("gpt2 ")]
+    gpt2, gpt2_mem, gpt2_first = [ln.split() for ln in lines if ln.startswith("gpt2 ")]
+    assert gpt2_mem == ["gpt2", "n/a", "n/a", "n/a", "n/a"]   # no memory figures in these records
     assert gpt2[:6] == ["gpt2", "10.00", "5.00", "20.00", "0.50", "0.25"]
     assert gpt2[-3:] == ["partial", "3g", "2b"]
     assert gpt2_first == ["gpt2", "0.5", "0.25", "0.01", "10", "0.1", "40.0", "10.0", "met", "MISSED",
                           "5.0", "ms", "80", "ms"]    # warm first call minus a steady call
-    cnn, cnn_first = [ln.split() for ln in lines if ln.startswith("cnn ")]
+    cnn, _, cnn_first = [ln.split() for ln in lines if ln.startswith("cnn ")]
     assert cnn[2:4] == ["n/a", "-"] and cnn[-1] == "n/a"
     assert cnn_first[1:] == ["0.5", "n/a", "n/a", "-", "-", "-", "-", "-", "-", "-", "-"]
-    _, softmax_first = [ln.split() for ln in lines if ln.startswith("softmax ")]
+    _, _, softmax_first = [ln.split() for ln in lines if ln.startswith("softmax ")]
     assert softmax_first[1:] == ["-", "0.5*", "0.002*", "1.5", "n/a", "3.0", "-", "MISSED", "-", "-8.0", "ms",
                                  "-"]
     assert "first calls, models: inductor/smelt geomean cold 40.0x, warm 10.0x" in lines

@@ -273,6 +273,7 @@ def reset():
     for cf in list(_live):
         cf.reset()
     _C.CompiledFunction._reset_hooked()
+    _C.release_thread_arena()
 
 
 def cache_info():
@@ -298,7 +299,8 @@ class Explanation(dict):
     lists and dicts changed, attributes and globals assigned, which the
     compiled code replays after its graph; one line each), counts
     (`nodes`, `inputs`, `num_guards`,
-    `inputs_updated_in_place`), `graphs` (how many graphs the call would
+    `inputs_updated_in_place`), `arena_bytes` (the compiled graph's arena
+    of temporaries, kept between calls), `graphs` (how many graphs the call would
     compile), `partial` (True: the frame breaks but is compiled around its
     breaks: `graph` is the graph before the first break, `breaks` lists
     each break with its reason and whether the frame resumes in compiled
@@ -337,7 +339,8 @@ class Explanation(dict):
 
 def _counts(r):
     return (f"{r['nodes']} nodes, {r['inputs']} inputs, {r['num_guards']} guards, "
-            f"{len(r['host_calls'])} host calls, {r['inputs_updated_in_place']} inputs updated in place")
+            f"{len(r['host_calls'])} host calls, {r['inputs_updated_in_place']} inputs updated in place"
+            + (f", {r['arena_bytes'] / 2**20:.1f} MB of temporaries" if r.get("arena_bytes") else ""))
 
 
 def _frame_line(f):

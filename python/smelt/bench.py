@@ -383,16 +383,25 @@ def run_workload(name, compiler, size, warm=False):
     torch.manual_seed(0)
     wl = BUILDERS[name](size)
     res.update(desc=wl.desc, config=wl.config)
+    import gc
+    gc.collect()
+    base = vm_bytes("VmRSS:")   # the loaded model and its inputs
     with torch.no_grad():
+        reset_peak()
         fn, report = compile_for(compiler, wl.fn)
         t = time.perf_counter()
         first = fn(*wl.inputs)
         res["first_call_s"] = time.perf_counter() - t
+        peaks = [vm_bytes("VmHWM:")]
         check = Check(first if compiler == "eager" else wl.fn(*wl.inputs), wl.tol)
         check.add(first)
         del first
         if not warm:
+            reset_peak()   # (not the eager reference the check computed)
             res.update(time_calls(lambda: fn(*wl.inputs), check, TIMING[size]))
+            peaks.append(vm_bytes("VmHWM:"))
+    if base is not None and None not in peaks:
+        res["peak_above_model_mb"] = (max(peaks) - base) / 2**20
     res["check"] = check.result()
     res["report"] = report()
     return res
@@ -418,6 +427,28 @@ def child_main(job):
                    loadavg=os.getloadavg())
         with open(job["out"], "a") as fh:
             fh.write(json.dumps(res) + "\n")
+
+
+def vm_bytes(key):
+    """A /proc/self/status field in bytes (VmRSS: resident now, VmHWM: the
+    peak since the last reset_peak), or None."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(key):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak():
+    """Restarts VmHWM from the resident size now (Linux: clear_refs 5)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
 
 
 def peak_rss_mb():
@@ -657,7 +688,24 @@ def print_table(records):
               f"{field(rec, 'smelt', 'median_s', 1e3):>9} {field(rec, 'inductor', 'median_s', 1e3):>9} "
               f"{fmt(rec.get('smelt_over_eager'), '.2f'):>8} {fmt(rec.get('smelt_over_inductor'), '.2f'):>6} "
               f"{err_field(rec, 'smelt'):>10} {err_field(rec, 'inductor'):>9}  {smelt_status(rec)}")
+    print_memory(records)
     print_first_calls(records)
+
+
+def print_memory(records):
+    """Peak resident memory above the loaded model (compile, first call,
+    timed calls; each compiler in its own fresh process), MB."""
+    print()
+    print("memory: peak resident MB above the loaded model and its inputs (compile, first and timed "
+          "calls;\nfresh process per compiler); s-e = smelt minus eager")
+    h = f"{'model':<10} {'eager':>8} {'smelt':>8} {'ind':>8} {'s-e':>8}"
+    print(h)
+    print("-" * len(h))
+    for rec in records:
+        vals = {c: rec.get("results", {}).get(c, {}).get("peak_above_model_mb") for c in ("eager", "smelt", "inductor")}
+        diff = None if vals["eager"] is None or vals["smelt"] is None else vals["smelt"] - vals["eager"]
+        print(f"{rec['name']:<10} {fmt(vals['eager'], '.0f'):>8} {fmt(vals['smelt'], '.0f'):>8} "
+              f"{fmt(vals['inductor'], '.0f'):>8} {fmt(diff, '+.0f'):>8}")
 
 
 def ms_text(seconds, spec):
