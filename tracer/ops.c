@@ -8011,12 +8011,8 @@ static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int s
         if (sn->ndim != want || sn->shape[j++] != xs[i])
             return as_host_call(T, fn, a);   /* eager raises */
     }
-    int64_t stt[SMELT_MAX_DIMS];
-    int k = eager_strides(T, T->vals[x].node, stt);
-    if (k < 0)
-        return -1;
-    if (!k || !strides_contiguous(xn, stt))
-        return as_host_call(T, fn, a);
+    if (ops_eager_contiguous(T, T->vals[x].node) != 1)   /* (eager clones it keeping its layout) */
+        return T->broke ? -1 : as_host_call(T, fn, a);
     int32_t v = sel ? v_reshape(T, src, xs, nd) : src, r = v < 0 ? -1 : splice(T, x, v, st, en, 0);
     if (r >= 0 && r == v)   /* src is the whole of it: eager's result is still a new tensor */
         r = copy_of(T, v);
@@ -8071,12 +8067,8 @@ static int32_t c_diagonal_scatter(tracer *T, PyObject *fn, const call_args *a, i
     for (int i = 0; i < nd; i++)
         if (i != i1 && i != i2 && sn->shape[nb++] != xn->shape[i])
             return as_host_call(T, fn, a);
-    int64_t stt[SMELT_MAX_DIMS];
-    int k = eager_strides(T, T->vals[x].node, stt);
-    if (k < 0)
-        return -1;
-    if (!k || !strides_contiguous(xn, stt))
-        return as_host_call(T, fn, a);
+    if (ops_eager_contiguous(T, T->vals[x].node) != 1)   /* (eager clones it keeping its layout) */
+        return T->broke ? -1 : as_host_call(T, fn, a);
     /* src[..., k] sits at (i, j) = (k, k + off) (off >= 0: k is the row)
      * or (k - off, k): pad k's axis to that dim's size */
     int kdim = off >= 0 ? i1 : i2, odim = off >= 0 ? i2 : i1;
