@@ -111,6 +111,7 @@ void smelt_plan_profile_reset(smelt_plan *p);
 
 int smelt_plan_num_kernels(const smelt_plan *p);   /* generated kernels */
 int64_t smelt_plan_arena_bytes(const smelt_plan *p);   /* the temporaries' arena a run needs */
+int64_t smelt_plan_code_bytes(const smelt_plan *p);    /* object code of the kernels it holds (shared ones too) */
 
 /* Frees the calling thread's arena of temporaries (every plan run on a
  * thread shares one, as large as the largest it needed; it is kept

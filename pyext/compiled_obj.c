@@ -297,6 +297,11 @@ int64_t pyext_compiled_arena_bytes(PyObject *compiled)
     return smelt_plan_arena_bytes(((CompiledObject *)compiled)->plan);
 }
 
+int64_t pyext_compiled_code_bytes(PyObject *compiled)
+{
+    return smelt_plan_code_bytes(((CompiledObject *)compiled)->plan);
+}
+
 void pyext_compiled_set_packing(PyObject *compiled, int mode)
 {
     ((CompiledObject *)compiled)->packing = mode;

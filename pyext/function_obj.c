@@ -1395,12 +1395,13 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
     FunctionObject *self = (FunctionObject *)op;
     (void)unused;
     int eager = 0, partial = 0, resumes = 0, resume_entries = 0, graphs = 0, warned = self->top.warned;
-    long long arena = 0;
+    long long arena = 0, code = 0;
     for (entry *e = self->top.entries; e; e = e->next) {
         eager += !e->compiled;
         partial += e->compiled && e->r.stop_pc >= 0;
         graphs += computes(e);
         arena += e->compiled ? pyext_compiled_arena_bytes(e->compiled) : 0;
+        code += e->compiled ? pyext_compiled_code_bytes(e->compiled) : 0;
     }
     for (site *s = self->resumes; s; s = s->next, resumes++) {
         resume_entries += s->nentries;
@@ -1409,16 +1410,17 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
             partial += e->compiled && e->r.stop_pc >= 0;
             graphs += computes(e);
             arena += e->compiled ? pyext_compiled_arena_bytes(e->compiled) : 0;
+            code += e->compiled ? pyext_compiled_code_bytes(e->compiled) : 0;
         }
     }
-    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i,s:L}", "entries",
+    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i,s:L,s:L}", "entries",
                          self->top.nentries, "eager_entries", eager, "compiles", self->ncompiles, "breaks",
                          self->nbreaks, "hits", self->nhits, "last_break",
                          self->last_reason ? self->last_reason : Py_None, "trace_ms", self->trace_ms, "compile_ms",
                          self->compile_ms, "generated", self->ngenerated, "plans_from_disk", self->nplans_cached,
                          "recompile_limit_reached", warned ? Py_True : Py_False, "partial_entries", partial,
                          "resume_points", resumes, "resume_entries", resume_entries, "graphs", graphs,
-                         "arena_bytes", arena);
+                         "arena_bytes", arena, "code_bytes", code);
 }
 
 static PyObject *function_get_fn(PyObject *op, void *unused)

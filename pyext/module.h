@@ -57,6 +57,7 @@ int pyext_packing_mode(const char *name);
 
 /* Bytes of Compiled `compiled`'s arena of temporaries. */
 int64_t pyext_compiled_arena_bytes(PyObject *compiled);
+int64_t pyext_compiled_code_bytes(PyObject *compiled);   /* its plan's object code */
 
 /* Sets Compiled `compiled`'s weight_packing mode. */
 void pyext_compiled_set_packing(PyObject *compiled, int mode);

@@ -220,3 +220,16 @@ def test_compile_reset_cycles_flat(n, kind, bound_mb):
     marks = json.loads(r.stdout.strip().splitlines()[-1])
     first, last = marks[str(n // 5)], marks[str(n)]
     assert last - first <= bound_mb, marks
+
+
+def test_arena_and_code_bytes_reported():
+    m, x = mlp(64, 256), torch.randn(32, 64)
+    c = smelt.compile(m)
+    with torch.no_grad():
+        c(x)
+        st = c._smelt.stats()
+        info = smelt.explain(c, x)
+    # the GELU's 32 x 256 float32 temporary at least; kernels' object code
+    assert st["arena_bytes"] >= 32 * 256 * 4 and st["code_bytes"] > 0, st
+    assert info["arena_bytes"] == st["arena_bytes"]
+    assert "MB of temporaries" in str(info)

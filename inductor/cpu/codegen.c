@@ -2142,6 +2142,19 @@ int cpu_code_import(smelt_plan *p, const cpu_blob *names, const cpu_blob *objs, 
     return rc;
 }
 
+int64_t smelt_plan_code_bytes(const smelt_plan *p)
+{
+    const cg_state *st = p->backend_state;
+    int64_t n = 0;
+    for (int i = 0; st && i < st->n; i++) {
+        const cpu_blob *b;
+        int nb = cpu_obj_blobs(st->objs[i], &b);
+        for (int k = 0; k < nb; k++)
+            n += (int64_t)b[k].len;
+    }
+    return n;
+}
+
 void cpu_release(smelt_plan *p)
 {
     cg_state *st = p->backend_state;
