@@ -354,6 +354,26 @@ def test_polygamma_and_zeta():
             native(info)
 
 
+def test_modified_bessel_k():
+    """K0/K1 and the scaled forms in float64 rounded once: the series up to
+    2, the trapezoidal rule to 25, the asymptotic series beyond, at the
+    branch edges, tiny and huge arguments, 0 (inf), negatives (NaN), inf
+    and NaN; integer inputs."""
+    x = torch.tensor([1e-9, 1e-3, 0.3, 1.0, 1.999, 2.0, 2.001, 7.5, 24.99, 25.0, 25.01, 80.0, 700.0, 1e4,
+                      0.0, -0.5, float("inf"), float("nan")], dtype=torch.float64)
+    fns = (torch.special.modified_bessel_k0, torch.special.modified_bessel_k1,
+           torch.special.scaled_modified_bessel_k0, torch.special.scaled_modified_bessel_k1)
+    for dt in (torch.float64, torch.float32):
+        for fn in fns:
+            e, r, info = run_both(fn, x.to(dt))
+            same(e, r)
+            native(info)
+    for fn in fns:
+        e, r, info = run_both(fn, torch.tensor([0, 1, 3, 30, -2]))
+        same(e, r)
+        native(info)
+
+
 def test_signbit_and_copysign_see_the_sign_bit():
     """-0.0 and a NaN with its sign bit set count as negative (a bit test,
     not a comparison), in every float dtype, on the vector and tail paths."""
