@@ -374,6 +374,25 @@ def test_modified_bessel_k():
         native(info)
 
 
+def test_bessel_j_and_y_float32():
+    """J0/J1/Y0/Y1 of float32 in float64 rounded once: the series to 12,
+    Hankel's expansion beyond; the edges, both signs (J even/odd, Y of a
+    negative NaN), 0, infinities, NaN. float64 stays torch's kernel."""
+    x = torch.tensor([1e-7, 0.5, 2.4048, 5.0623, 7.0, 11.99, 12.0, 12.01, 30.5, 1e4, -0.5, -7.0, -30.5,
+                      0.0, -0.0, float("inf"), -float("inf"), float("nan")])
+    for fn in (torch.special.bessel_j0, torch.special.bessel_j1, torch.special.bessel_y0, torch.special.bessel_y1):
+        e, r, info = run_both(fn, x)
+        same(e, r)
+        assert torch.equal(torch.signbit(e[x == 0]), torch.signbit(r[x == 0]))
+        native(info)
+        e, r, info = run_both(fn, torch.tensor([0, 3, -3, 40]))
+        same(e, r)
+        native(info)
+        e, r, info = run_both(fn, x.double())
+        same(e, r)
+        assert info["host_calls"]   # eager's float64 kernel
+
+
 def test_signbit_and_copysign_see_the_sign_bit():
     """-0.0 and a NaN with its sign bit set count as negative (a bit test,
     not a comparison), in every float dtype, on the vector and tail paths."""
