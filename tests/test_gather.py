@@ -393,6 +393,22 @@ def test_bessel_j_and_y_float32():
         assert info["host_calls"]   # eager's float64 kernel
 
 
+def test_erfcx_and_log_ndtr():
+    """erfcx (direct to 25, the asymptotic series beyond, inf below -26.6)
+    and log_ndtr (eager's two branches) in float64 rounded once."""
+    x = torch.tensor([-30.0, -26.0, -5.0, -1.0001, -1.0, -0.9999, 0.0, 0.3, 3.0, 24.99, 25.0, 25.01, 100.0, 1e6,
+                      1e300, float("inf"), -float("inf"), float("nan")], dtype=torch.float64)
+    for dt in (torch.float64, torch.float32):
+        for fn in (torch.special.erfcx, torch.special.log_ndtr):
+            e, r, info = run_both(fn, x.to(dt))
+            same(e, r)
+            native(info)
+    for fn in (torch.special.erfcx, torch.special.log_ndtr):
+        e, r, info = run_both(fn, torch.tensor([0, 2, -3, 40]))
+        same(e, r)
+        native(info)
+
+
 def test_signbit_and_copysign_see_the_sign_bit():
     """-0.0 and a NaN with its sign bit set count as negative (a bit test,
     not a comparison), in every float dtype, on the vector and tail paths."""

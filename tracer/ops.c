@@ -6604,6 +6604,52 @@ static int32_t c_bessel_jy(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : cast_to(T, r, dt);
 }
 
+/* erfcx of float64 value x: exp(x^2) erfc(x) up to 25 (no cancellation:
+ * erfc is relative-accurate there; overflow below -26.6 gives inf as
+ * eager), beyond the asymptotic series 1/(x sqrt(pi)) sum (-1)^k
+ * (2k-1)!! / (2x^2)^k (12 terms); within 1e-13 relative. */
+static int32_t erfcx_f64(tracer *T, int32_t x)
+{
+    int32_t xs = op2(T, SMELT_OP_MINIMUM, x, num(T, 25.0));
+    int32_t direct = op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_EXP, op2(T, SMELT_OP_MUL, xs, xs)), op1(T, SMELT_OP_ERFC, xs));
+    int32_t xa = op2(T, SMELT_OP_MAXIMUM, x, num(T, 25.0));
+    int32_t z = op1(T, SMELT_OP_RECIPROCAL, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, xa, xa), num(T, 2.0)));
+    double c[12];
+    c[0] = 1.0;
+    for (int k = 1; k < 12; k++)
+        c[k] = -c[k - 1] * (double)(2 * k - 1);
+    int32_t asym = op2(T, SMELT_OP_DIV, horner(T, z, c, 12), op2(T, SMELT_OP_MUL, xa, num(T, 1.7724538509055160273)));
+    return where3(T, op2(T, SMELT_OP_LE, x, num(T, 25.0)), direct, asym);
+}
+
+/* special.erfcx (op 0) and special.log_ndtr (op 1) in float64, rounded
+ * once to the result's float type (integers: the default float); log_ndtr
+ * as eager: log(erfcx(-x/sqrt2) / 2) - x^2/2 below -1, else log1p(-erfc(x /
+ * sqrt2) / 2). */
+static int32_t c_erfcx(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input");
+    if (!is_tensor(T, x))
+        return as_host_call(T, fn, a);
+    int dt = node(T, x)->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)dt))
+        dt = default_float();
+    if (dt != SMELT_F32 && dt != SMELT_F64)
+        return as_host_call(T, fn, a);
+    int32_t xf = cast_to(T, x, SMELT_F64), r;
+    if (!op) {
+        r = erfcx_f64(T, xf);
+    } else {
+        const double rs2 = 0.70710678118654752440;
+        int32_t t = op2(T, SMELT_OP_MUL, xf, num(T, rs2));
+        int32_t lo = op2(T, SMELT_OP_SUB, op1(T, SMELT_OP_LOG, op2(T, SMELT_OP_MUL, erfcx_f64(T, op1(T, SMELT_OP_NEG, t)), num(T, 0.5))),
+                         op2(T, SMELT_OP_MUL, t, t));
+        int32_t hi = op1(T, SMELT_OP_LOG1P, op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_ERFC, t), num(T, -0.5)));
+        r = where3(T, op2(T, SMELT_OP_LT, xf, num(T, -1.0)), lo, hi);
+    }
+    return r < 0 ? -1 : cast_to(T, r, dt);
+}
+
 #define CHEB_UNROLL 24
 
 /* The operands of a polynomial of x at degree n (special.chebyshev_*,
@@ -7089,6 +7135,7 @@ static const op_entry table[] = {
     VROW("torch.special.modified_bessel_k0", c_bessel_k, 0), VROW("torch.special.modified_bessel_k1", c_bessel_k, 1),
     VROW("torch.special.scaled_modified_bessel_k0", c_bessel_k, 2),
     VROW("torch.special.scaled_modified_bessel_k1", c_bessel_k, 3),
+    VROW("torch.special.erfcx", c_erfcx, 0), VROW("torch.special.log_ndtr", c_erfcx, 1),
     VROW("torch.special.bessel_j0", c_bessel_jy, 0), VROW("torch.special.bessel_j1", c_bessel_jy, 1),
     VROW("torch.special.bessel_y0", c_bessel_jy, 2), VROW("torch.special.bessel_y1", c_bessel_jy, 3),
     VROW("torch.special.spherical_bessel_j0", c_special_f64, 0),
