@@ -159,3 +159,17 @@ def test_half_linear_rounds_once_as_eager():
             e, r, r2, info = run_both(f, x, w, b)
             assert torch.equal(e, r) and torch.equal(e, r2)
             assert info["compiles"] and info["host_calls"] == []
+
+
+def test_bool_max_min_with_dim_and_integer_logsumexp():
+    # eager's max/min take bool (the first True / False); logsumexp promotes
+    # integers and bools to the default float
+    x = rnd(5, 6, dtype=torch.bool)
+    x[1] = False
+    x[2] = True
+    for fn in (lambda t: torch.max(t, 1), lambda t: torch.min(t, 0, keepdim=True), lambda t: t.max(-1)):
+        check(fn, x)
+    check(lambda t: torch.logsumexp(t, 1), x)
+    check(lambda t: torch.logsumexp(t, (0, 1)), rnd(4, 5, dtype=torch.int64))
+    with pytest.raises(RuntimeError):
+        smelt.compile(lambda t: torch.argmax(t))(x)   # eager raises for bool

@@ -475,7 +475,10 @@ static int32_t h_minmax(tracer *T, const call_args *a, smelt_op op)
     if (dims_mask(T, d, node(T, x)->ndim, &mask) || get_bool(T, arg(a, 2, "keepdim"), 0, &keep))
         return -1;
     int32_t vals = red(T, op, x, mask, keep, 0);
-    int32_t idx = vals < 0 ? -1 : red(T, is_max ? SMELT_OP_ARGMAX : SMELT_OP_ARGMIN, x, mask, keep, 0);
+    /* bool: the index of the first True (False) as of its uint8 values
+     * (eager's max/min take bool; argmax/argmin raise) */
+    int32_t xi = node(T, x)->dtype == SMELT_BOOL ? cast_to(T, x, SMELT_U8) : x;
+    int32_t idx = vals < 0 || xi < 0 ? -1 : red(T, is_max ? SMELT_OP_ARGMAX : SMELT_OP_ARGMIN, xi, mask, keep, 0);
     return idx < 0 ? -1 : named_pair(T, vals, idx, is_max ? "max" : "min");
 }
 
@@ -2791,6 +2794,8 @@ static int32_t h_logsumexp(tracer *T, const call_args *a, smelt_op op)
     if (T->vals[x].kind != V_TENSOR || dims_mask(T, arg(a, 1, "dim"), node(T, x)->ndim, &m) ||
         get_bool(T, arg(a, 2, "keepdim"), 0, &keep))
         return T->vals[x].kind != V_TENSOR ? tr_break(T, "logsumexp of a non-tensor") : -1;
+    if (!smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) && (x = cast_to(T, x, default_float())) < 0)
+        return -1;   /* integers and bools: in the default float, as eager */
     int32_t mx = red(T, SMELT_OP_AMAX, x, m, 1, 0);   /* infinite maxima shift by 0, as eager */
     call_args w = { .pos = (int32_t[]){ op1(T, SMELT_OP_ISINF, mx), num(T, 0.0), mx }, .npos = 3 };
     int32_t sh = mx < 0 ? -1 : h_where(T, &w, op);
