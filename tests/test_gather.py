@@ -409,6 +409,23 @@ def test_erfcx_and_log_ndtr():
         native(info)
 
 
+def test_ndtri_float32():
+    """ndtri of float32 by Newton steps on log_ndtr in float64: both tails
+    (down to subnormal probabilities), the middle, 0, 1, outside [0, 1],
+    NaN; integers; float64 stays torch's kernel."""
+    p = torch.tensor([1e-45, 1e-30, 1e-8, 0.001, 0.2, 0.49999997, 0.5, 0.50000006, 0.9, 0.999, 0.9999999,
+                      0.0, 1.0, -0.1, 1.1, float("nan")])
+    e, r, info = run_both(torch.special.ndtri, p)
+    same(e, r)
+    native(info)
+    e, r, info = run_both(torch.special.ndtri, torch.tensor([0, 1, 2]))
+    same(e, r)
+    native(info)
+    e, r, info = run_both(torch.special.ndtri, p.double())
+    same(e, r)
+    assert info["host_calls"]
+
+
 def test_signbit_and_copysign_see_the_sign_bit():
     """-0.0 and a NaN with its sign bit set count as negative (a bit test,
     not a comparison), in every float dtype, on the vector and tail paths."""

@@ -6627,6 +6627,57 @@ static int32_t erfcx_f64(tracer *T, int32_t x)
     return where3(T, op2(T, SMELT_OP_LE, x, num(T, 25.0)), direct, asym);
 }
 
+/* log_ndtr of float64 value x, as eager: log(erfcx(-x/sqrt2) / 2) - x^2/2
+ * below -1, else log1p(-erfc(x / sqrt2) / 2). */
+static int32_t log_ndtr_f64(tracer *T, int32_t xf)
+{
+    const double rs2 = 0.70710678118654752440;
+    int32_t t = op2(T, SMELT_OP_MUL, xf, num(T, rs2));
+    int32_t lo = op2(T, SMELT_OP_SUB, op1(T, SMELT_OP_LOG, op2(T, SMELT_OP_MUL, erfcx_f64(T, op1(T, SMELT_OP_NEG, t)), num(T, 0.5))),
+                     op2(T, SMELT_OP_MUL, t, t));
+    int32_t hi = op1(T, SMELT_OP_LOG1P, op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_ERFC, t), num(T, -0.5)));
+    return where3(T, op2(T, SMELT_OP_LT, xf, num(T, -1.0)), lo, hi);
+}
+
+/* special.ndtri of float32 results (integers: the default float), in
+ * float64 rounded once: for q = min(p, 1 - p) the x <= 0 with ndtr(x) = q,
+ * from Abramowitz and Stegun's 26.2.23 start (error < 5e-4) by three Newton
+ * steps on log_ndtr(x) - log q (log space: no underflow in the tails),
+ * negated for p > 1/2; 0 and 1 give -inf and inf, outside [0, 1] NaN.
+ * float64 is torch's kernel. */
+static int32_t c_ndtri(tracer *T, PyObject *fn, const call_args *a, int op)
+{
+    int32_t x = arg(a, 0, "input");
+    (void)op;
+    if (!is_tensor(T, x))
+        return as_host_call(T, fn, a);
+    int dt = node(T, x)->dtype;
+    if (!smelt_dtype_is_float((smelt_dtype)dt))
+        dt = default_float();
+    if (dt != SMELT_F32)
+        return as_host_call(T, fn, a);
+    int32_t p = cast_to(T, x, SMELT_F64), one = num(T, 1.0);
+    int32_t upper = op2(T, SMELT_OP_GT, p, num(T, 0.5));
+    int32_t q = where3(T, upper, op2(T, SMELT_OP_SUB, one, p), p);
+    q = op2(T, SMELT_OP_MINIMUM, op2(T, SMELT_OP_MAXIMUM, q, num(T, 1e-300)), num(T, 0.5));   /* in range for the steps */
+    int32_t lq = op1(T, SMELT_OP_LOG, q), t = op1(T, SMELT_OP_SQRT, op2(T, SMELT_OP_MUL, lq, num(T, -2.0)));
+    static const double cn[] = { 2.515517, 0.802853, 0.010328 }, cd[] = { 1.0, 1.432788, 0.189269, 0.001308 };
+    int32_t g = op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_DIV, horner(T, t, cn, 3), horner(T, t, cd, 4)), t);
+    for (int k = 0; k < 3; k++) {   /* g -= (log_ndtr(g) - log q) / (pdf(g) / ndtr(g)) */
+        int32_t ln = log_ndtr_f64(T, g);
+        int32_t dl = op1(T, SMELT_OP_EXP, op2(T, SMELT_OP_SUB, op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, g, g), num(T, -0.5)), ln));
+        dl = op2(T, SMELT_OP_MUL, dl, num(T, 0.39894228040143267794));
+        g = op2(T, SMELT_OP_SUB, g, op2(T, SMELT_OP_DIV, op2(T, SMELT_OP_SUB, ln, lq), dl));
+    }
+    int32_t r = where3(T, upper, op1(T, SMELT_OP_NEG, g), g);
+    r = where3(T, op2(T, SMELT_OP_EQ, p, num(T, 0.5)), num(T, 0.0), r);
+    r = where3(T, op2(T, SMELT_OP_EQ, p, num(T, 0.0)), num(T, -INFINITY),
+               where3(T, op2(T, SMELT_OP_EQ, p, one), num(T, INFINITY), r));
+    r = where3(T, op2(T, SMELT_OP_LOGICAL_OR, op2(T, SMELT_OP_LT, p, num(T, 0.0)), op2(T, SMELT_OP_GT, p, one)),
+               num(T, NAN), r);
+    return r < 0 ? -1 : cast_to(T, r, dt);
+}
+
 /* special.erfcx (op 0) and special.log_ndtr (op 1) in float64, rounded
  * once to the result's float type (integers: the default float); log_ndtr
  * as eager: log(erfcx(-x/sqrt2) / 2) - x^2/2 below -1, else log1p(-erfc(x /
@@ -6641,17 +6692,8 @@ static int32_t c_erfcx(tracer *T, PyObject *fn, const call_args *a, int op)
         dt = default_float();
     if (dt != SMELT_F32 && dt != SMELT_F64)
         return as_host_call(T, fn, a);
-    int32_t xf = cast_to(T, x, SMELT_F64), r;
-    if (!op) {
-        r = erfcx_f64(T, xf);
-    } else {
-        const double rs2 = 0.70710678118654752440;
-        int32_t t = op2(T, SMELT_OP_MUL, xf, num(T, rs2));
-        int32_t lo = op2(T, SMELT_OP_SUB, op1(T, SMELT_OP_LOG, op2(T, SMELT_OP_MUL, erfcx_f64(T, op1(T, SMELT_OP_NEG, t)), num(T, 0.5))),
-                         op2(T, SMELT_OP_MUL, t, t));
-        int32_t hi = op1(T, SMELT_OP_LOG1P, op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_ERFC, t), num(T, -0.5)));
-        r = where3(T, op2(T, SMELT_OP_LT, xf, num(T, -1.0)), lo, hi);
-    }
+    int32_t xf = cast_to(T, x, SMELT_F64);
+    int32_t r = op ? log_ndtr_f64(T, xf) : erfcx_f64(T, xf);
     return r < 0 ? -1 : cast_to(T, r, dt);
 }
 
@@ -7141,6 +7183,7 @@ static const op_entry table[] = {
     VROW("torch.special.scaled_modified_bessel_k0", c_bessel_k, 2),
     VROW("torch.special.scaled_modified_bessel_k1", c_bessel_k, 3),
     VROW("torch.special.erfcx", c_erfcx, 0), VROW("torch.special.log_ndtr", c_erfcx, 1),
+    VROW("torch.special.ndtri", c_ndtri, 0),
     VROW("torch.special.bessel_j0", c_bessel_jy, 0), VROW("torch.special.bessel_j1", c_bessel_jy, 1),
     VROW("torch.special.bessel_y0", c_bessel_jy, 2), VROW("torch.special.bessel_y1", c_bessel_jy, 3),
     VROW("torch.special.spherical_bessel_j0", c_special_f64, 0),
