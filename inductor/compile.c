@@ -120,7 +120,6 @@ void smelt_plan_free(smelt_plan *p)
     if (!p)
         return;
     cpu_release(p);
-    plan_release_arena(p);
     free((void *)p->step_ns);
     for (int32_t k = 0; k < p->nkernels; k++)
         free(p->kernels[k].items);

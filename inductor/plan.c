@@ -119,11 +119,6 @@ void plan_assign_arena(smelt_plan *p)
     free(temps);
 }
 
-void plan_release_arena(smelt_plan *p)
-{
-    free(atomic_exchange(&p->arena_cache, NULL));
-}
-
 /* The arena of temporaries: one per thread, shared by every plan that
  * runs on it (plans on one thread run one at a time; a run nested in a
  * host call finds the slot taken and allocates its own, which the slot

@@ -114,12 +114,9 @@ struct smelt_plan {
     int code_only;           /* compiled for a cpu named in the opts: text only, never runs */
     smelt_compile_times times;
     /* Temporaries live in one arena: offsets packed by liveness (buffers
-     * whose step ranges do not overlap share bytes), arena_bytes in all.
-     * A run takes the cached arena if no other run holds it (its pages are
-     * then already mapped), else allocates its own; the last one back
-     * stays cached. */
+     * whose step ranges do not overlap share bytes), arena_bytes in all; a
+     * run takes its thread's arena (plan.c arena_take). */
     int64_t arena_bytes;
-    _Atomic(void *) arena_cache;
     _Atomic(int64_t) nruns;      /* runs started (huge pages from KERN_HUGE_AFTER on) */
     _Atomic(int64_t) *step_ns;   /* per step: profiled wall time (see compile.h) */
     _Atomic(int64_t) prof_runs;
@@ -144,9 +141,6 @@ char *ind_kernels_print(const smelt_plan *p);
 void plan_assign_arena(smelt_plan *p);
 /* plan.c: CLOCK_MONOTONIC in nanoseconds (profiles, compile timings). */
 int64_t plan_now_ns(void);
-
-/* plan.c: frees the cached arena. */
-void plan_release_arena(smelt_plan *p);
 
 /* compile.c: a private copy of g (NULL if out of memory). */
 smelt_graph *ind_graph_copy(const smelt_graph *g);

@@ -785,7 +785,7 @@ static mm_packed *mm_packed_make(const mm_mkl *mk, const void *b, const int64_t 
 static int mm_packed_matches(const mm_packed *q, const void *b, const int64_t kn[4],
                              const kern_matmul_stamp *stamp, int64_t m)
 {
-    return q && q->src == b && q->stamp.owner == stamp->owner && q->m == m && q->stamp.always == stamp->always &&
+    return q && q->src == b && q->stamp.owner == stamp->owner && q->m == m &&
            q->stamp.version == stamp->version && !memcmp(q->kn, kn, sizeof q->kn);
 }
 

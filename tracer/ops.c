@@ -5899,6 +5899,14 @@ static int32_t c_mvlgamma(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : fresh_contiguous(T, -1, r);
 }
 
+/* The float dtype a special function of tensor x gives: x's, or the
+ * default float for integers and bools. */
+static int special_dtype(tracer *T, int32_t x)
+{
+    int dt = node(T, x)->dtype;
+    return smelt_dtype_is_float((smelt_dtype)dt) ? dt : default_float();
+}
+
 /* digamma (psi) of x, computed in float64 and rounded once to x's float
  * dtype (integers: the default float): 1 - x and pi / tan(pi r) (r the
  * fractional part) below 0, six steps of the recurrence psi(z) = psi(z +
@@ -5906,9 +5914,7 @@ static int32_t c_mvlgamma(tracer *T, PyObject *fn, const call_args *a, int op)
  * 1e-11); 0 gives -inf (-0: inf) and negative integers NaN, as eager. */
 static int32_t digamma_of(tracer *T, int32_t x)
 {
-    int dt = node(T, x)->dtype;
-    if (!smelt_dtype_is_float((smelt_dtype)dt))
-        dt = default_float();
+    int dt = special_dtype(T, x);
     const double pi = 3.14159265358979323846;
     int32_t y = cast_to(T, x, SMELT_F64);
     int32_t neg = op2(T, SMELT_OP_LT, y, num(T, 0.0)), ty = op1(T, SMELT_OP_TRUNC, y);
@@ -6025,9 +6031,7 @@ static int32_t zeta_of(tracer *T, int32_t x, int32_t q)
  * as exp(lgamma(n + 1)) in dt, as eager multiplies. */
 static int32_t polygamma_of(tracer *T, int64_t n, int32_t x)
 {
-    int dt = node(T, x)->dtype;
-    if (!smelt_dtype_is_float((smelt_dtype)dt))
-        dt = default_float();
+    int dt = special_dtype(T, x);
     if (n == 0)
         return digamma_of(T, x);
     if (n == 1)
@@ -6406,6 +6410,15 @@ static int32_t c_tensordot(tracer *T, PyObject *fn, const call_args *a, int op)
     return r < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, r, out, no));
 }
 
+/* Horner's rule: c[0] + y (c[1] + y (... c[n - 1])), the c constants. */
+static int32_t horner(tracer *T, int32_t y, const double *c, int n)
+{
+    int32_t s = num(T, c[n - 1]);
+    for (int k = n - 2; k >= 0 && s >= 0; k--)
+        s = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, s, y), num(T, c[k]));
+    return s;
+}
+
 /* Modified Bessel functions of the first kind, I0 and I1 (op bit 0: the
  * order) and their exponentially scaled forms (op bit 1: times e^-|x|), in
  * float64, rounded once to x's float dtype (integers: the default float):
@@ -6419,9 +6432,7 @@ static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
     int nu = op & 1, scaled = op >> 1 & 1;
     if (!is_tensor(T, x))
         return as_host_call(T, fn, a);
-    int dt = node(T, x)->dtype;
-    if (!smelt_dtype_is_float((smelt_dtype)dt))
-        dt = default_float();
+    int dt = special_dtype(T, x);
     if (scaled && (dt == SMELT_F16 || dt == SMELT_BF16))
         return as_host_call(T, fn, a);   /* eager's scaled forms round in half precision as they go */
     int32_t xf = cast_to(T, x, SMELT_F64), ax = op1(T, SMELT_OP_ABS, xf);
@@ -6431,9 +6442,7 @@ static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
     c[0] = 1.0;   /* 1 / (k! (k + nu)!) */
     for (int k = 1; k < NS; k++)
         c[k] = c[k - 1] / ((double)k * (double)(k + nu));
-    int32_t s = num(T, c[NS - 1]);
-    for (int k = NS - 2; k >= 0; k--)
-        s = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, s, y), num(T, c[k]));
+    int32_t s = horner(T, y, c, NS);
     if (nu)
         s = op2(T, SMELT_OP_MUL, s, op2(T, SMELT_OP_MUL, ax, num(T, 0.5)));
     if (scaled)
@@ -6442,9 +6451,7 @@ static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
     d[0] = 1.0;
     for (int k = 1; k < NA; k++)
         d[k] = -d[k - 1] * (mu - (double)(2 * k - 1) * (double)(2 * k - 1)) / (8.0 * (double)k);
-    int32_t t = op1(T, SMELT_OP_RECIPROCAL, ax), as = num(T, d[NA - 1]);
-    for (int k = NA - 2; k >= 0; k--)
-        as = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, as, t), num(T, d[k]));
+    int32_t as = horner(T, op1(T, SMELT_OP_RECIPROCAL, ax), d, NA);
     as = op2(T, SMELT_OP_MUL, as, op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_MUL, ax, num(T, 2.0 * 3.14159265358979323846))));
     if (!scaled)
         as = op2(T, SMELT_OP_MUL, as, op1(T, SMELT_OP_EXP, ax));
@@ -6452,15 +6459,6 @@ static int32_t c_bessel_i(tracer *T, PyObject *fn, const call_args *a, int op)
     if (nu)   /* odd */
         r = where3(T, op2(T, SMELT_OP_LT, xf, num(T, 0.0)), op1(T, SMELT_OP_NEG, r), r);
     return r < 0 ? -1 : cast_to(T, r, dt);
-}
-
-/* Horner's rule: c[0] + y (c[1] + y (... c[n - 1])), the c constants. */
-static int32_t horner(tracer *T, int32_t y, const double *c, int n)
-{
-    int32_t s = num(T, c[n - 1]);
-    for (int k = n - 2; k >= 0 && s >= 0; k--)
-        s = op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, s, y), num(T, c[k]));
-    return s;
 }
 
 /* special.modified_bessel_k0/k1 (op & 1: the order) and the scaled forms
@@ -6476,9 +6474,7 @@ static int32_t c_bessel_k(tracer *T, PyObject *fn, const call_args *a, int op)
     int nu = op & 1, scaled = op >> 1 & 1;
     if (!is_tensor(T, x))
         return as_host_call(T, fn, a);
-    int dt = node(T, x)->dtype;
-    if (!smelt_dtype_is_float((smelt_dtype)dt))
-        dt = default_float();
+    int dt = special_dtype(T, x);
     if (dt != SMELT_F32 && dt != SMELT_F64)
         return as_host_call(T, fn, a);   /* half precision: eager's kernel */
     enum { NS = 26, NT = 33, NA = 30 };
@@ -6544,9 +6540,7 @@ static int32_t c_bessel_jy(tracer *T, PyObject *fn, const call_args *a, int op)
     int nu = op & 1, isy = op >> 1;
     if (!is_tensor(T, x))
         return as_host_call(T, fn, a);
-    int dt = node(T, x)->dtype;
-    if (!smelt_dtype_is_float((smelt_dtype)dt))
-        dt = default_float();
+    int dt = special_dtype(T, x);
     if (dt != SMELT_F32)
         return as_host_call(T, fn, a);
     enum { NS = 40, NH = 20 };
@@ -6651,9 +6645,7 @@ static int32_t c_ndtri(tracer *T, PyObject *fn, const call_args *a, int op)
     (void)op;
     if (!is_tensor(T, x))
         return as_host_call(T, fn, a);
-    int dt = node(T, x)->dtype;
-    if (!smelt_dtype_is_float((smelt_dtype)dt))
-        dt = default_float();
+    int dt = special_dtype(T, x);
     if (dt != SMELT_F32)
         return as_host_call(T, fn, a);
     int32_t p = cast_to(T, x, SMELT_F64), one = num(T, 1.0);
@@ -6687,9 +6679,7 @@ static int32_t c_erfcx(tracer *T, PyObject *fn, const call_args *a, int op)
     int32_t x = arg(a, 0, "input");
     if (!is_tensor(T, x))
         return as_host_call(T, fn, a);
-    int dt = node(T, x)->dtype;
-    if (!smelt_dtype_is_float((smelt_dtype)dt))
-        dt = default_float();
+    int dt = special_dtype(T, x);
     if (dt != SMELT_F32 && dt != SMELT_F64)
         return as_host_call(T, fn, a);
     int32_t xf = cast_to(T, x, SMELT_F64);
@@ -6748,8 +6738,7 @@ static int32_t poly_select(tracer *T, int32_t n, const int32_t *r, int32_t deep)
     for (int k = 2; k <= CHEB_UNROLL && sel >= 0; k++)
         sel = where3(T, op2(T, SMELT_OP_EQ, n, int_value(T, k)), r[k], sel);
     int32_t big = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, n, int_value(T, CHEB_UNROLL)), deep);
-    int32_t ck = checked_index(T, cast_to(T, big, SMELT_I64), 1, 0);
-    return where3(T, op2(T, SMELT_OP_EQ, ck, int_value(T, 0)), sel, sel);   /* (the check computed with it) */
+    return unless_fails(T, sel, big);
 }
 
 /* Chebyshev polynomials T, U, V, W (op & 3) of x at integer degree n (a
@@ -6879,9 +6868,7 @@ static int32_t c_special_f64(tracer *T, PyObject *fn, const call_args *a, int op
     int32_t x = arg(a, 0, "input");
     if (!is_tensor(T, x))
         return as_host_call(T, fn, a);
-    int dt = node(T, x)->dtype;
-    if (!smelt_dtype_is_float((smelt_dtype)dt))
-        dt = default_float();
+    int dt = special_dtype(T, x);
     if (dt == SMELT_F64)
         return as_host_call(T, fn, a);
     int32_t y = cast_to(T, x, SMELT_F64), one = num(T, 1.0), r;
