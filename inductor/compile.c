@@ -112,7 +112,9 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
         ind_plan_cache_store(p, key, klen);
     }
     free(key);
-    return p ? finish(p, err, errlen) : NULL;
+    if (p && (p = finish(p, err, errlen)) && !p->code_only)
+        plan_after_compile(p);
+    return p;
 }
 
 void smelt_plan_free(smelt_plan *p)

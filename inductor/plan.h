@@ -159,6 +159,13 @@ void ind_plan_cache_store(const smelt_plan *p, const uint8_t *key, size_t keylen
 /* cpu/codegen.c: generates and loads code for every kernel, fills p->code. */
 int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen);
 void cpu_release(smelt_plan *p);
+/* cpu/jit.c: gives back the resident pages of LLVM's library code after a
+ * compile or cache load (jit.h). */
+void cpu_jit_trim(void);
+/* plan.c: after a compile or cache load of p: LLVM's library code pages go
+ * now when p's runs are large (their peak would stack on them), else once
+ * compiles have paused (checked when a plan runs). */
+void plan_after_compile(const smelt_plan *p);
 /* cpu/codegen.c, for the plan cache: the text naming everything that
  * changes the generated code under opts o (code generator version,
  * smelt's build, LLVM, the process target's CPU and features, vector

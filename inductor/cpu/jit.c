@@ -13,7 +13,10 @@
 #include "jit.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
@@ -144,6 +147,77 @@ void cpu_jit_join(void)
         start_state = 2;
     }
     pthread_mutex_unlock(&start_mu);
+}
+
+/* ---------- LLVM's library code after a compile ---------- */
+
+/* The page-aligned inner parts of libLLVM's executable, never-written
+ * segments (found once through dl_iterate_phdr: the object whose loaded
+ * segments hold an LLVM function). */
+enum { TRIM_MAX = 4 };
+static struct { uintptr_t lo, hi; } trim_ranges[TRIM_MAX];
+static int ntrim;
+static pthread_once_t trim_once = PTHREAD_ONCE_INIT;
+static atomic_int trim_off;
+
+static int find_llvm(struct dl_phdr_info *info, size_t size, void *want)
+{
+    (void)size;
+    uintptr_t fn = (uintptr_t)want;
+    int holds = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD && fn >= lo && fn < lo + ph->p_memsz)
+            holds = 1;
+    }
+    if (!holds)
+        return 0;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < info->dlpi_phnum && ntrim < TRIM_MAX; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || (ph->p_flags & PF_W))
+            continue;
+        /* inner pages only: a page shared with a neighbouring segment is
+         * mapped with that segment's protection */
+        uintptr_t lo = (info->dlpi_addr + ph->p_vaddr + page - 1) & ~(page - 1);
+        uintptr_t hi = (info->dlpi_addr + ph->p_vaddr + ph->p_memsz) & ~(page - 1);
+        if (hi > lo) {
+            trim_ranges[ntrim].lo = lo;
+            trim_ranges[ntrim++].hi = hi;
+        }
+    }
+    return 1;
+}
+
+static void trim_init(void)
+{
+    const char *env = getenv("SMELT_TRIM_LLVM");
+    if (env && env[0] == '0')
+        atomic_store(&trim_off, 1);
+    dl_iterate_phdr(find_llvm, (void *)(uintptr_t)&LLVMOrcCreateLLJIT);
+}
+
+void cpu_jit_trim(void)
+{
+    pthread_once(&trim_once, trim_init);
+    if (atomic_load(&trim_off))
+        return;
+    /* Executable library pages are never written, so dropping them from
+     * this process is invisible but for the page faults that map them
+     * again (from the page cache) at the next compile. */
+    for (int i = 0; i < ntrim; i++)
+        madvise((void *)trim_ranges[i].lo, trim_ranges[i].hi - trim_ranges[i].lo, MADV_DONTNEED);
+}
+
+int cpu_jit_trim_bytes(size_t *total)
+{
+    pthread_once(&trim_once, trim_init);
+    size_t n = 0;
+    for (int i = 0; i < ntrim; i++)
+        n += trim_ranges[i].hi - trim_ranges[i].lo;
+    *total = n;
+    return !atomic_load(&trim_off);
 }
 
 /* ---------- units and the kernel registry ---------- */

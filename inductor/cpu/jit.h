@@ -51,6 +51,14 @@ int cpu_obj_blobs(const cpu_obj *o, const cpu_blob **blobs);
 /* Drops one reference (takes the lock); the last frees the code. */
 void cpu_obj_release(cpu_obj *o);
 
+/* Drops LLVM's library code from this process's resident pages (its
+ * executable segments: about 15-30 MB paged in by a first compile and only
+ * used while compiling); the next compile maps them again from the page
+ * cache (page faults, well under a millisecond). SMELT_TRIM_LLVM=0 turns
+ * it off. cpu_jit_trim_bytes: the bytes covered, and whether it is on. */
+void cpu_jit_trim(void);
+int cpu_jit_trim_bytes(size_t *total);
+
 /* Identity of this build of smelt for cache keys: the extension file's
  * size, modification time and inode, and the compile date of jit.c. */
 const char *cpu_build_id(void);

@@ -386,7 +386,6 @@ def run_workload(name, compiler, size, warm=False):
     import gc
     gc.collect()
     base = vm_bytes("VmRSS:")   # the loaded model and its inputs
-    base_anon = vm_bytes("RssAnon:")
     with torch.no_grad():
         reset_peak()
         fn, report = compile_for(compiler, wl.fn)
@@ -403,12 +402,6 @@ def run_workload(name, compiler, size, warm=False):
             peaks.append(vm_bytes("VmHWM:"))
     if base is not None and None not in peaks:
         res["peak_above_model_mb"] = (max(peaks) - base) / 2**20
-        # without file-backed pages (library code such as LLVM's, paged in by
-        # the first compile: shared and reclaimable): the peak less the file
-        # pages resident at the end (they only grow during a run)
-        files = [vm_bytes(k) for k in ("RssFile:", "RssShmem:")]
-        if base_anon is not None and None not in files:
-            res["anon_above_model_mb"] = (max(peaks) - sum(files) - base_anon) / 2**20
     res["check"] = check.result()
     res["report"] = report()
     return res
@@ -704,20 +697,19 @@ def print_memory(records):
     timed calls; each compiler in its own fresh process), MB."""
     print()
     print("memory: peak resident MB above the loaded model and its inputs (compile, first and timed "
-          "calls;\nfresh process per compiler); s-e = smelt minus eager; anon: the same without "
-          "file-backed pages\n(library code paged in, LLVM's by a first compile: shared and reclaimable)")
-    h = (f"{'model':<10} {'eager':>8} {'smelt':>8} {'ind':>8} {'s-e':>8} {'anon e':>8} {'anon s':>8} "
-         f"{'anon ind':>8}")
+          "calls;\nfresh process per compiler; library code paged in counts, smelt gives LLVM's back "
+          "after compiling);\ns-e = smelt minus eager; s/e = smelt / eager (target: at most 1.1)")
+    h = f"{'model':<10} {'eager':>8} {'smelt':>8} {'ind':>8} {'s-e':>8} {'s/e':>6}"
     print(h)
     print("-" * len(h))
     for rec in records:
         res = rec.get("results", {})
         vals = {c: res.get(c, {}).get("peak_above_model_mb") for c in ("eager", "smelt", "inductor")}
-        anon = {c: res.get(c, {}).get("anon_above_model_mb") for c in ("eager", "smelt", "inductor")}
-        diff = None if vals["eager"] is None or vals["smelt"] is None else vals["smelt"] - vals["eager"]
+        both = vals["eager"] is not None and vals["smelt"] is not None
+        diff = vals["smelt"] - vals["eager"] if both else None
+        ratio = vals["smelt"] / vals["eager"] if both and vals["eager"] > 0 else None
         print(f"{rec['name']:<10} {fmt(vals['eager'], '.0f'):>8} {fmt(vals['smelt'], '.0f'):>8} "
-              f"{fmt(vals['inductor'], '.0f'):>8} {fmt(diff, '+.0f'):>8} {fmt(anon['eager'], '.0f'):>8} "
-              f"{fmt(anon['smelt'], '.0f'):>8} {fmt(anon['inductor'], '.0f'):>8}")
+              f"{fmt(vals['inductor'], '.0f'):>8} {fmt(diff, '+.0f'):>8} {fmt(ratio, '.2f'):>6}")
 
 
 def ms_text(seconds, spec):
