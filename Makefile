@@ -4,7 +4,7 @@ PYTHON ?= python3
 export PYTHON
 ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0
 
-.PHONY: setup build demo test bench opinfo debug clean
+.PHONY: setup build demo test bench opinfo ulp debug clean
 
 setup:
 	@bash scripts/setup.sh
@@ -29,6 +29,12 @@ opinfo: setup
 	$(PYTHON) benchmarks/opinfo_report.py --cap 0
 	$(PYTHON) benchmarks/opinfo_report.py --cap 0 --reference
 
+# The float32 math functions over all 2^32 inputs against float64, smelt's
+# and eager's errors side by side (benchmarks/ulp_sweep.py; ~30 s per
+# function). Fails if one breaks its contract (inductor/cpu/vmath.h).
+ulp: setup
+	$(PYTHON) benchmarks/ulp_sweep.py
+
 # The model suite (eager vs inductor vs smelt: MLP, CNN, GPT-2, BERT and the
 # micro-kernels; bench_results.json/.png), then the tracer's call overhead and
 # first-call scaling. Fails if either reports a wrong smelt result.
@@ -36,6 +42,7 @@ bench:
 	@bash scripts/setup.sh bench
 	@s=0; echo '$(PYTHON) -m smelt.bench'; $(PYTHON) -m smelt.bench || s=1; \
 	echo '$(PYTHON) benchmarks/tracer.py'; $(PYTHON) benchmarks/tracer.py || s=1; \
+	echo '$(PYTHON) benchmarks/vmath_bench.py'; $(PYTHON) benchmarks/vmath_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/opinfo_report.py -q'; $(PYTHON) benchmarks/opinfo_report.py -q || s=1; exit $$s
 
 # ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next

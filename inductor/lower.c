@@ -646,7 +646,7 @@ static int node_cost(lowering *L, int32_t node, int depth)
         case SMELT_OP_SIGMOID: case SMELT_OP_ATAN2: case SMELT_OP_EXPM1: case SMELT_OP_LOG1P:
         case SMELT_OP_EXP2: case SMELT_OP_LOG2: case SMELT_OP_ACOS: case SMELT_OP_ASIN:
         case SMELT_OP_ATAN: case SMELT_OP_ACOSH: case SMELT_OP_ASINH: case SMELT_OP_ATANH:
-        case SMELT_OP_COSH: case SMELT_OP_SINH: case SMELT_OP_LOG10: case SMELT_OP_ERFC:
+        case SMELT_OP_COSH: case SMELT_OP_SINH: case SMELT_OP_LOG10: case SMELT_OP_ERFC: case SMELT_OP_NDTR: case SMELT_OP_GELU_TANH:
         case SMELT_OP_LGAMMA: c = 3; break;
         default: c = 1;
         }

@@ -160,8 +160,8 @@ static PyObject *jit_target(PyObject *m, PyObject *unused)
     if (rc)
         return PyErr_Format(PyExc_RuntimeError, "%s", err);
     const cpu_target *t = cpu_target_process();
-    return Py_BuildValue("{sssssiss}", "cpu", t->cpu, "features", t->features, "vector_bits", t->vbits,
-                         "refused", cpu_target_refusal());
+    return Py_BuildValue("{sssssisOss}", "cpu", t->cpu, "features", t->features, "vector_bits", t->vbits,
+                         "fma", t->fma ? Py_True : Py_False, "refused", cpu_target_refusal());
 }
 
 /* The log hook of the disk cache and the JIT (any thread, GIL held or
@@ -218,6 +218,11 @@ static PyMethodDef module_methods[] = {
      "it, kept between runs)."},
     {"pack_stats", pack_stats, METH_NOARGS,
      "pack_stats()\n--\n\nA dict: live_bytes (packed weight copies alive now), budget_bytes."},
+    {"_ulp_check", pyext_ulp_check, METH_VARARGS,
+     "_ulp_check(name, x_ptr, smelt_ptr, eager_ptr, n)\n--\n\nbenchmarks/ulp_sweep.py's inner loop: n float32 "
+     "inputs and two float32 results (contiguous, by address) against a float64 reference of function "
+     "name; a dict with smelt's and eager's max ULP, smelt's max where eager's is <= 4, the inputs outside "
+     "the contract (smelt > max(4, eager)), the first of them and the worst input (indices, -1: none)."},
     {"set_num_threads", set_num_threads, METH_O,
      "set_num_threads(n)\n--\n\nNumber of threads compiled kernels use (n >= 1)."},
     {"get_num_threads", get_num_threads, METH_NOARGS,

@@ -78,4 +78,7 @@ PyObject *pyext_compiled_call_trusted(PyObject *compiled, PyObject *const *args,
 /* Compiled.profile() of a Compiled object (a new str, or NULL). */
 PyObject *pyext_compiled_profile(PyObject *compiled);
 
+/* ulpcheck.c: _C._ulp_check (the accuracy sweep's inner loop) */
+PyObject *pyext_ulp_check(PyObject *m, PyObject *args);
+
 #endif

@@ -182,11 +182,13 @@ def make_input(g, t):
 # ---------------------------------------------------------------- eager reference
 
 TORCH_NAME = {"floordiv": "floor_divide"}   # smelt op name -> torch function name
+TORCH_FN = {"ndtr": torch.special.ndtr,     # smelt op name -> torch callable
+            "gelu_tanh": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
 
 
 def torch_fn(op):
     """The torch function implementing pointwise op `op`."""
-    return getattr(torch, TORCH_NAME.get(op, op))
+    return TORCH_FN.get(op) or getattr(torch, TORCH_NAME.get(op, op))
 
 
 def _weak(a, other):

@@ -208,7 +208,10 @@ UNARY = {
     "tan": torch.tan, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
     "acos": torch.acos, "asin": torch.asin, "atan": torch.atan, "acosh": torch.acosh, "asinh": torch.asinh,
     "atanh": torch.atanh, "cosh": torch.cosh, "sinh": torch.sinh, "log10": torch.log10, "erfc": torch.erfc,
-    "lgamma": torch.lgamma,
+    "lgamma": torch.lgamma, "ndtr": torch.special.ndtr,
+    # GELU_TANH takes what every float math op takes (integers and bool in the default float)
+    "gelu_tanh": lambda x: torch.nn.functional.gelu(
+        x if x.is_floating_point() else x.to(torch.get_default_dtype()), approximate="tanh"),
     "relu": torch.relu, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
     "trunc": torch.trunc, "sign": torch.sign, "reciprocal": torch.reciprocal,
     "logical_not": torch.logical_not, "isnan": torch.isnan, "isinf": torch.isinf, "signbit": torch.signbit,

@@ -714,11 +714,14 @@ static int gelu_onednn(tracer *T, int32_t x)
     return r;
 }
 
-/* F.gelu: 0.5 * x * (1 + erf(x / sqrt2)), or with approximate='tanh'
- * 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))), computed in
- * float32 for float16/bfloat16 (as eager: one rounding at the end). Where
- * eager runs oneDNN's form (gelu_onednn) the product is ordered as there
- * and +inf gives NaN (x - x is NaN only at +-inf). */
+/* F.gelu: x * Phi(x), computed in float32 for float16/bfloat16 (as
+ * eager: one rounding at the end). Eager's 0.5 x (1 + erf(x / sqrt2))
+ * cancels for negative x: the NDTR op keeps full precision there.
+ * approximate='tanh': 0.5 x (1 + tanh(v)), v = sqrt(2/pi) (x + 0.044715
+ * x^3), is the GELU_TANH op (x / (1 + e^(-2v)): no cancellation).
+ * Where eager runs oneDNN's form (gelu_onednn) the product is ordered as
+ * there (it overflows above FLT_MAX/2) and +inf gives NaN (x - x is NaN
+ * only at +-inf). */
 static int32_t h_gelu(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x0 = arg(a, 0, "input"), ap = arg(a, 1, "approximate");
@@ -729,24 +732,18 @@ static int32_t h_gelu(tracer *T, const call_args *a, smelt_op op)
     if (m && (!PyUnicode_Check(m) || (PyUnicode_CompareWithASCIIString(m, "tanh") &&
                                       PyUnicode_CompareWithASCIIString(m, "none"))))
         return tr_break(T, "gelu with approximate=%R (eager raises)", m);
-    int dt = node(T, x0)->dtype, onednn = 0;
-    int32_t x = cast_to(T, x0, dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt), inner;
+    int dt = node(T, x0)->dtype;
+    int32_t x = cast_to(T, x0, dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt), y;
     if (m && PyUnicode_CompareWithASCIIString(m, "tanh") == 0) {
-        int32_t x3 = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, x, x), x);
-        int32_t u = op2(T, SMELT_OP_ADD, x, op2(T, SMELT_OP_MUL, x3, num(T, 0.044715)));
-        inner = op1(T, SMELT_OP_TANH, op2(T, SMELT_OP_MUL, u, num(T, sqrt(2.0 / M_PI))));
+        y = op1(T, SMELT_OP_GELU_TANH, x);
     } else {
-        inner = op1(T, SMELT_OP_ERF, op2(T, SMELT_OP_MUL, x, num(T, M_SQRT1_2)));
-        if ((onednn = gelu_onednn(T, x0)))
-            inner = op2(T, SMELT_OP_ADD, inner, op2(T, SMELT_OP_SUB, x, x));
+        int32_t c = op1(T, SMELT_OP_NDTR, x);
+        if (gelu_onednn(T, x0))   /* (x (1 + erf)) / 2 as there: x 2 ndtr(x), halved (inf above FLT_MAX/2) */
+            y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, x, op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, c, num(T, 2.0)),
+                                                                  op2(T, SMELT_OP_SUB, x, x))), num(T, 0.5));
+        else
+            y = op2(T, SMELT_OP_MUL, x, c);
     }
-    if (inner < 0)
-        return -1;
-    int32_t one_plus = op2(T, SMELT_OP_ADD, inner, num(T, 1.0)), y;
-    if (onednn)   /* (x * (1 + erf)) * 0.5 */
-        y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, x, one_plus), num(T, 0.5));
-    else          /* (x * 0.5) * (1 + erf) */
-        y = op2(T, SMELT_OP_MUL, op2(T, SMELT_OP_MUL, x, num(T, 0.5)), one_plus);
     return y < 0 ? -1 : cast_to(T, y, dt);
 }
 
@@ -4310,10 +4307,8 @@ static int32_t h_unary_composite(tracer *T, const call_args *a, smelt_op op)
         int32_t r = where3(T, op2(T, SMELT_OP_LT, f, num(T, 0.0)), num(T, M_PI), num(T, 0.0));
         return where3(T, op1(T, SMELT_OP_ISNAN, f), f, cast_to(T, r, node(T, f)->dtype));
     }
-    case C_NDTR: {   /* 0.5 * erfc(-x / sqrt 2) */
-        int32_t f = to_float(T, x);
-        return op2(T, SMELT_OP_MUL, op1(T, SMELT_OP_ERFC, op2(T, SMELT_OP_MUL, f, num(T, -M_SQRT1_2))), num(T, 0.5));
-    }
+    case C_NDTR:   /* 0.5 * erfc(-x / sqrt 2) */
+        return op1(T, SMELT_OP_NDTR, to_float(T, x));
     case C_ENTR: {   /* -x log x for x > 0, 0 at 0, -inf below, NaN stays */
         int32_t f = to_float(T, x);
         int32_t pos = op1(T, SMELT_OP_NEG, op2(T, SMELT_OP_MUL, f, op1(T, SMELT_OP_LOG, f)));
@@ -7095,6 +7090,7 @@ static const op_entry table[] = {
     ROW("torch.addmm T.addmm torch.baddbmm T.baddbmm", h_addmm, 0, IP_NO),
     ROW("torch.outer T.outer torch.ger T.ger", h_outer, 0, IP_NO),
     ROW("F.gelu", h_gelu, 0, IP_NO), ROW("F.silu", h_silu, 0, IPOS(1)),
+    ROW("torch._C._nn.silu", h_silu, 0, IP_NO), ROW("torch._C._nn.mish", h_mish, 0, IP_NO),
     ROW("F.leaky_relu", h_relu_family, SMELT_OP_MUL, IPOS(2)), ROW("F.elu", h_relu_family, SMELT_OP_EXP, IPOS(2)),
     ROW("F.celu", h_relu_family, SMELT_OP_EXPM1, IPOS(2)), ROW("F.selu torch.selu", h_relu_family, SMELT_OP_ABS, IPOS(1)),
     ROW("F.softplus", h_softplus, 0, IP_NO), ROW("F.hardtanh", h_hardtanh, SMELT_OP_CLAMP, IPOS(3)),

@@ -13,11 +13,12 @@
  *   vectorised var innermost (vector body + scalar tail); vector partials are
  *   combined lane by lane at the end.
  * Values are computed in f32 for f16/bf16, i1 for bool; loads and stores
- * convert from/to the storage type. Transcendentals call SLEEF (u10).
+ * convert from/to the storage type. Transcendentals come from vmath.c.
  */
 #include "../plan.h"
 #include "../kix.h"
 #include "jit.h"
+#include "vmath.h"
 #include "../../kernels/threadpool.h"
 
 #include <llvm/Config/llvm-config.h>
@@ -141,61 +142,12 @@ static LLVMValueRef call_intr(cg *g, const char *name, LLVMTypeRef t, LLVMValueR
     return LLVMBuildCall2(g->B, ft, f, args, (unsigned)n, "");
 }
 
-static LLVMValueRef call_fn(cg *g, const char *name, LLVMTypeRef ret, LLVMValueRef *args, int n)
+/* The vector math layer (vmath.c) for this kernel's function. */
+static vm vm_of(cg *g)
 {
-    LLVMTypeRef pt[3];
-    for (int i = 0; i < n; i++)
-        pt[i] = LLVMTypeOf(args[i]);
-    LLVMTypeRef ft = LLVMFunctionType(ret, pt, (unsigned)n, 0);
-    LLVMValueRef f = LLVMGetNamedFunction(g->M, name);
-    if (!f)
-        f = LLVMAddFunction(g->M, name, ft);
-    return LLVMBuildCall2(g->B, ft, f, args, (unsigned)n, "");
-}
-
-/* SLEEF math on a value of any width: split into native-width calls. */
-static LLVMValueRef sleef_acc(cg *g, const char *fn, const char *acc, LLVMValueRef *a, int n);
-
-/* SLEEF's 1-ULP variant of fn. */
-static LLVMValueRef sleef(cg *g, const char *fn, LLVMValueRef *a, int n)
-{
-    return sleef_acc(g, fn, "_u10", a, n);
-}
-
-/* SLEEF math on a value of any width (accuracy suffix acc: "_u10", ...):
- * split into native-width calls. */
-static LLVMValueRef sleef_acc(cg *g, const char *fn, const char *acc, LLVMValueRef *a, int n)
-{
-    LLVMTypeRef t = LLVMTypeOf(a[0]);
-    int w = LLVMGetTypeKind(t) == LLVMVectorTypeKind ? (int)LLVMGetVectorSize(t) : 1;
-    LLVMTypeRef et = w > 1 ? LLVMGetElementType(t) : t;
-    int dbl = et == g->f64;
-    char name[64];
-    if (w == 1) {
-        snprintf(name, sizeof name, "Sleef_%s%s%s", fn, dbl ? "" : "f", acc);
-        return call_fn(g, name, et, a, n);
-    }
-    int nat = g->vbits / (dbl ? 64 : 32);
-    snprintf(name, sizeof name, "Sleef_%s%s%d%s", fn, dbl ? "d" : "f", nat, acc);
-    LLVMTypeRef nt = LLVMVectorType(et, (unsigned)nat);
-    LLVMValueRef out = LLVMGetUndef(t);
-    for (int base = 0; base < w; base += nat) {
-        LLVMValueRef part[3];
-        LLVMValueRef idx[64];
-        for (int i = 0; i < nat; i++)
-            idx[i] = LLVMConstInt(g->i32, (unsigned long long)(base + i), 0);
-        LLVMValueRef mask = LLVMConstVector(idx, (unsigned)nat);
-        for (int k = 0; k < n; k++)
-            part[k] = nat == w ? a[k] : LLVMBuildShuffleVector(g->B, a[k], LLVMGetUndef(t), mask, "");
-        LLVMValueRef r = call_fn(g, name, nt, part, n);
-        if (nat == w)
-            return r;
-        for (int i = 0; i < nat; i++)
-            out = LLVMBuildInsertElement(g->B, out,
-                                         LLVMBuildExtractElement(g->B, r, LLVMConstInt(g->i32, (unsigned long long)i, 0), ""),
-                                         LLVMConstInt(g->i32, (unsigned long long)(base + i), 0), "");
-    }
-    return out;
+    vm v = { .C = g->C, .M = g->M, .B = g->B, .fn = g->fn, .vbits = g->vbits,
+             .fma = g->tgt && g->tgt->fma };
+    return v;
 }
 
 /* ---------- conversions ---------- */
@@ -571,39 +523,16 @@ static LLVMValueRef unary_fp(cg *g, smelt_op op, LLVMValueRef x, int w)
     LLVMTypeRef t = LLVMTypeOf(x);
     LLVMTypeRef et = w > 1 ? LLVMGetElementType(t) : t;
     LLVMValueRef one = cfp(g, et, 1, w), zero = cfp(g, et, 0, w);
+    vm v = vm_of(g);
+    LLVMValueRef m = vm_unary(&v, op, x);
+    if (m)
+        return m;
     switch (op) {
     case SMELT_OP_NEG: return LLVMBuildFNeg(g->B, x, "");
     case SMELT_OP_ABS: return call_intr(g, "llvm.fabs", t, &x, 1);
-    case SMELT_OP_EXP: return sleef(g, "exp", &x, 1);
-    case SMELT_OP_EXP2: return sleef(g, "exp2", &x, 1);
-    case SMELT_OP_EXPM1: return sleef(g, "expm1", &x, 1);
-    case SMELT_OP_LOG: return sleef(g, "log", &x, 1);
-    case SMELT_OP_LOG2: return sleef(g, "log2", &x, 1);
-    case SMELT_OP_LOG1P: return sleef(g, "log1p", &x, 1);
-    case SMELT_OP_SIN: return sleef(g, "sin", &x, 1);
-    case SMELT_OP_COS: return sleef(g, "cos", &x, 1);
-    case SMELT_OP_TAN: return sleef(g, "tan", &x, 1);
-    case SMELT_OP_TANH: return sleef(g, "tanh", &x, 1);
-    case SMELT_OP_ERF: return sleef(g, "erf", &x, 1);
-    case SMELT_OP_ACOS: return sleef(g, "acos", &x, 1);
-    case SMELT_OP_ASIN: return sleef(g, "asin", &x, 1);
-    case SMELT_OP_ATAN: return sleef(g, "atan", &x, 1);
-    case SMELT_OP_ACOSH: return sleef(g, "acosh", &x, 1);
-    case SMELT_OP_ASINH: return sleef(g, "asinh", &x, 1);
-    case SMELT_OP_ATANH: return sleef(g, "atanh", &x, 1);
-    case SMELT_OP_COSH: return sleef(g, "cosh", &x, 1);
-    case SMELT_OP_SINH: return sleef(g, "sinh", &x, 1);
-    case SMELT_OP_LOG10: return sleef(g, "log10", &x, 1);
-    case SMELT_OP_LGAMMA: return sleef(g, "lgamma", &x, 1);
-    case SMELT_OP_ERFC: return sleef_acc(g, "erfc", "_u15", &x, 1);   /* SLEEF has no 1-ULP erfc */
     case SMELT_OP_SQRT: return call_intr(g, "llvm.sqrt", t, &x, 1);
     case SMELT_OP_RSQRT: return LLVMBuildFDiv(g->B, one, call_intr(g, "llvm.sqrt", t, &x, 1), "");
     case SMELT_OP_RECIPROCAL: return LLVMBuildFDiv(g->B, one, x, "");
-    case SMELT_OP_SIGMOID: {
-        LLVMValueRef n = LLVMBuildFNeg(g->B, x, "");
-        LLVMValueRef e = sleef(g, "exp", &n, 1);
-        return LLVMBuildFDiv(g->B, one, LLVMBuildFAdd(g->B, one, e, ""), "");
-    }
     case SMELT_OP_RELU: return sel(g, fcmp(g, LLVMRealOLT, x, zero), zero, x);
     case SMELT_OP_FLOOR: return call_intr(g, "llvm.floor", t, &x, 1);
     case SMELT_OP_CEIL: return call_intr(g, "llvm.ceil", t, &x, 1);
@@ -653,10 +582,12 @@ static LLVMValueRef binary_fp(cg *g, smelt_op op, LLVMValueRef a, LLVMValueRef b
     case SMELT_OP_MUL: return LLVMBuildFMul(g->B, a, b, "");
     case SMELT_OP_DIV: return LLVMBuildFDiv(g->B, a, b, "");
     case SMELT_OP_FLOORDIV: return fp_floordiv(g, a, b, w);
-    case SMELT_OP_POW: return sleef(g, "pow", args, 2);
+    case SMELT_OP_POW: case SMELT_OP_ATAN2: {
+        vm v = vm_of(g);
+        return vm_binary(&v, op, args[0], args[1]);
+    }
     case SMELT_OP_FMOD: return LLVMBuildFRem(g->B, a, b, "");   /* exact, libm fmod */
     case SMELT_OP_REMAINDER: return fp_remainder(g, a, b, w);
-    case SMELT_OP_ATAN2: return sleef(g, "atan2", args, 2);
     default: return NULL;
     }
 }
@@ -1132,7 +1063,7 @@ static int is_costly(const kir_pool *P, int32_t e)
     case SMELT_OP_TAN: case SMELT_OP_TANH: case SMELT_OP_ERF: case SMELT_OP_POW:
     case SMELT_OP_SIGMOID: case SMELT_OP_ATAN2: case SMELT_OP_ACOS: case SMELT_OP_ASIN:
     case SMELT_OP_ATAN: case SMELT_OP_ACOSH: case SMELT_OP_ASINH: case SMELT_OP_ATANH:
-    case SMELT_OP_COSH: case SMELT_OP_SINH: case SMELT_OP_LOG10: case SMELT_OP_ERFC:
+    case SMELT_OP_COSH: case SMELT_OP_SINH: case SMELT_OP_LOG10: case SMELT_OP_ERFC: case SMELT_OP_NDTR: case SMELT_OP_GELU_TANH:
     case SMELT_OP_LGAMMA:
         return 1;
     default:

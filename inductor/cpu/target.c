@@ -244,16 +244,17 @@ static int finish(cpu_target *t, int run, char *err, size_t errlen)
     if (check_known(t, err, errlen))
         return -1;
     char *fin = join(t->features, NO_FP16, NULL), *f512 = join(fin, "+avx512f", NULL);
-    char *fevex = join(fin, "+evex512", NULL), *favx2 = join(fin, "+avx2", NULL);
+    char *fevex = join(fin, "+evex512", NULL), *favx2 = join(fin, "+avx2", NULL), *ffma = join(fin, "+fma", NULL);
     char *host_minus = join(t->features, host_lacks, NULL);
-    tquery q[5] = {
+    tquery q[6] = {
         { "x86-64", "", t->cpu, t->features, 0 },           /* the x86-64 baseline */
         { t->cpu, t->features, t->cpu, host_minus, 0 },    /* the host runs it */
         { t->cpu, f512, t->cpu, fin, 0 },                  /* AVX-512F */
         { t->cpu, fevex, t->cpu, fin, 0 },                 /* 512-bit EVEX */
         { t->cpu, favx2, t->cpu, fin, 0 },                 /* AVX2 */
+        { t->cpu, ffma, t->cpu, fin, 0 },                  /* FMA */
     };
-    int rc = ask_inliner(q, 5);
+    int rc = ask_inliner(q, 6);
     if (rc)
         snprintf(err, errlen, "LLVM could not compare targets");
     else if (!q[0].within)
@@ -263,6 +264,7 @@ static int finish(cpu_target *t, int run, char *err, size_t errlen)
     free(f512);
     free(fevex);
     free(favx2);
+    free(ffma);
     free(host_minus);
     if (rc) {
         free(fin);
@@ -271,6 +273,7 @@ static int finish(cpu_target *t, int run, char *err, size_t errlen)
     free(t->features);
     t->features = fin;
     t->vbits = q[2].within && q[3].within ? 512 : q[4].within ? 256 : 128;
+    t->fma = q[5].within;
     return 0;
 }
 
@@ -296,6 +299,7 @@ static void host_init(void)
     host.features = join(host_raw, NO_FP16, NULL);
     host_lacks = minus_items(host_raw);
     host.vbits = has(host_raw, "+avx512f") && !has(host_raw, "-evex512") ? 512 : has(host_raw, "+avx2") ? 256 : 128;
+    host.fma = has(host_raw, "+fma");
 }
 
 /* Records why the request (the variables set) was refused. */
@@ -321,7 +325,7 @@ void cpu_target_init(void)
         cpu_target_free(&proc);
         refuse(cpu, fs, why);
     }
-    proc = (cpu_target){ dup(host.cpu), dup(host.features), host.vbits };
+    proc = (cpu_target){ dup(host.cpu), dup(host.features), host.vbits, host.fma };
 }
 
 const cpu_target *cpu_target_process(void) { return &proc; }

@@ -18,6 +18,7 @@ typedef struct cpu_target {
     char *cpu;        /* LLVM CPU name */
     char *features;   /* feature string handed to LLVM with it */
     int vbits;        /* widest native vector: 512 (AVX-512F, 512-bit EVEX), 256 (AVX2) or 128 */
+    int fma;          /* has fused multiply-add (vmath.c's exact residuals) */
 } cpu_target;
 
 /* Sets the process target (host, then the environment). Called once, by
