@@ -24,6 +24,7 @@ import torch
 
 import smelt
 from conftest import REPO
+from test_targets import host_flags
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import ulp_sweep  # noqa: E402
@@ -51,14 +52,6 @@ TARGET_SWEEP = '''
 
 TARGET_FNS = ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc", "ndtr", "gelu", "gelu_tanh",
               "sin", "cos", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh"]
-
-
-def host_flags():
-    with open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
 
 
 @pytest.mark.parametrize("cpu,bits,fma", [("x86-64-v3", 256, True), ("x86-64", 128, False)])

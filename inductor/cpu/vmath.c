@@ -395,26 +395,26 @@ static LLVMValueRef erfc_tail(fx *f, LLVMValueRef e, LLVMValueRef a)
     return LLVMBuildFPTrunc(f->B, mul(&d, LLVMBuildFPExt(f->B, e, d.t, ""), g), f->t, "");
 }
 
-/* e^(-a^2) for a >= 0 with a^2 = hi + lo exact: e^-hi (1 - lo) where the
- * target has FMA (|lo| <= half an ulp of hi); otherwise Dekker's split,
- * a_hi (12 bits) squared exactly, e^-lo by its Taylor series (|lo| < 0.05). */
-static LLVMValueRef exp_neg_sq(fx *f, LLVMValueRef a)
+/* e^(-s a^2) for s = 1 or 1/2 (exact scalings) with a^2 = hi + lo exact:
+ * e^(-s hi) (1 - s lo) where the target has FMA (|lo| <= half an ulp of
+ * hi); otherwise Dekker's split, a_hi (12 bits) squared exactly, e^(-s lo)
+ * by its Taylor series (|s lo| < 0.05). */
+static LLVMValueRef exp_neg_sq(fx *f, LLVMValueRef a, double s)
 {
     LLVMValueRef nf, hi, lo, m, e;
     if (f->v->fma) {
         hi = mul(f, a, a);
-        LLVMValueRef args[3] = { a, a, neg(f, hi) };
-        lo = intr(f, "llvm.fma", f->t, args, 3);
-        m = exp_reduce(f, neg(f, hi), &nf);
+        lo = fma_ex(f, a, a, neg(f, hi));
+        m = exp_reduce(f, mul(f, hi, K(f, -s)), &nf);
         e = scale2(f, add(f, m, K(f, 1.0)), nf);
-        return fma3(f, neg(f, e), lo, e);
+        return fma3(f, mul(f, e, K(f, -s)), lo, e);
     }
     LLVMValueRef bits = LLVMBuildAnd(f->B, LLVMBuildBitCast(f->B, a, f->it, ""), KI(f, (int64_t)0xfffff000), "");
     LLVMValueRef ah = LLVMBuildBitCast(f->B, bits, f->t, "");
     hi = mul(f, ah, ah);
-    lo = mul(f, vsub(f, a, ah), add(f, a, ah));
+    lo = mul(f, mul(f, vsub(f, a, ah), add(f, a, ah)), K(f, s));
     static const double T[] = { 1.0, -1.0, 0.5, -1.0 / 6, 1.0 / 24 };
-    m = exp_reduce(f, neg(f, hi), &nf);
+    m = exp_reduce(f, mul(f, hi, K(f, -s)), &nf);
     e = scale2(f, add(f, m, K(f, 1.0)), nf);
     return mul(f, e, horner(f, lo, T, 5));
 }
@@ -423,30 +423,8 @@ static LLVMValueRef exp_neg_sq(fx *f, LLVMValueRef a)
 static LLVMValueRef vm_erfcf(fx *f, LLVMValueRef x)
 {
     LLVMValueRef a = clamp_hi(f, fabs_(f, x), 10.3);   /* NaN kept */
-    LLVMValueRef r = erfc_tail(f, exp_neg_sq(f, a), a);
+    LLVMValueRef r = erfc_tail(f, exp_neg_sq(f, a, 1.0), a);
     return sel(f, cmp(f, LLVMRealOLT, x, K(f, 0.0)), vsub(f, K(f, 2.0), r), r);
-}
-
-/* e^(-x^2/2) for any x, x^2 split as exp_neg_sq's a^2 */
-static LLVMValueRef exp_neg_half_sq(fx *f, LLVMValueRef x)
-{
-    LLVMValueRef nf, hi, lo, m, e;
-    if (f->v->fma) {
-        hi = mul(f, x, x);
-        LLVMValueRef args[3] = { x, x, neg(f, hi) };
-        lo = intr(f, "llvm.fma", f->t, args, 3);
-        m = exp_reduce(f, mul(f, hi, K(f, -0.5)), &nf);
-        e = scale2(f, add(f, m, K(f, 1.0)), nf);
-        return fma3(f, mul(f, e, K(f, -0.5)), lo, e);
-    }
-    LLVMValueRef bits = LLVMBuildAnd(f->B, LLVMBuildBitCast(f->B, x, f->it, ""), KI(f, (int64_t)0xfffff000), "");
-    LLVMValueRef xh = LLVMBuildBitCast(f->B, bits, f->t, "");
-    hi = mul(f, xh, xh);
-    lo = mul(f, mul(f, vsub(f, x, xh), add(f, x, xh)), K(f, 0.5));
-    static const double T[] = { 1.0, -1.0, 0.5, -1.0 / 6, 1.0 / 24 };
-    m = exp_reduce(f, mul(f, hi, K(f, -0.5)), &nf);
-    e = scale2(f, add(f, m, K(f, 1.0)), nf);
-    return mul(f, e, horner(f, lo, T, 5));
 }
 
 /* ndtr (standard normal CDF): <= 2 ULP. For x < 0, erfc(a) / 2 with
@@ -456,7 +434,7 @@ static LLVMValueRef vm_ndtrf(fx *f, LLVMValueRef x)
 {
     LLVMValueRef ax = clamp_hi(f, fabs_(f, x), 14.5);   /* NaN kept */
     LLVMValueRef a = mul(f, ax, K(f, M_SQRT1_2));
-    LLVMValueRef lo = mul(f, erfc_tail(f, exp_neg_half_sq(f, ax), a), K(f, 0.5));
+    LLVMValueRef lo = mul(f, erfc_tail(f, exp_neg_sq(f, ax, 0.5), a), K(f, 0.5));
     return sel(f, cmp(f, LLVMRealOLT, x, K(f, 0.0)), lo, vsub(f, K(f, 1.0), lo));
 }
 
