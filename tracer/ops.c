@@ -3645,11 +3645,23 @@ static int32_t h_hard(tracer *T, const call_args *a, smelt_op op)
     return op == SMELT_OP_MUL ? op2(T, SMELT_OP_MUL, x, h) : h;
 }
 
+/* F.mish: x tanh(log1p(e^x)) = x n / (n + 2) with n = e^x (e^x + 2) (the
+ * same value: one exp and a division instead of exp, log1p and tanh; no
+ * cancellation), x itself above 20 (tanh of the softplus is 1 there);
+ * float16/bfloat16 computed in float32 and rounded once, as eager. */
 static int32_t h_mish(tracer *T, const call_args *a, smelt_op op)
 {
-    int32_t x = arg(a, 0, "input");
+    int32_t x0 = arg(a, 0, "input");
     (void)op;
-    return op2(T, SMELT_OP_MUL, x, op1(T, SMELT_OP_TANH, softplus(T, x, 1.0, 20.0)));
+    if (T->vals[x0].kind != V_TENSOR)
+        return tr_break(T, "mish of a non-tensor");
+    int dt = node(T, x0)->dtype;
+    int32_t x = cast_to(T, x0, dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt);
+    int32_t e = op1(T, SMELT_OP_EXP, x);
+    int32_t n = op2(T, SMELT_OP_MUL, e, op2(T, SMELT_OP_ADD, e, num(T, 2.0)));
+    int32_t y = op2(T, SMELT_OP_MUL, x, op2(T, SMELT_OP_DIV, n, op2(T, SMELT_OP_ADD, n, num(T, 2.0))));
+    y = where3(T, op2(T, SMELT_OP_GT, x, num(T, 20.0)), x, y);
+    return y < 0 ? -1 : cast_to(T, y, dt);
 }
 
 /* logsigmoid: min(x, 0) - log1p(exp(-|x|)); half precision in float32,
