@@ -205,7 +205,7 @@ static PyMethodDef module_methods[] = {
     {"jit_target", jit_target, METH_NOARGS,
      "jit_target()\n--\n\nThe target compiled code is generated for (read once, when the JIT starts): a "
      "dict with cpu (LLVM's CPU name), features (the feature string handed to LLVM), vector_bits "
-     "(512, 256 or 128) and refused (why SMELT_CPU / SMELT_CPU_FEATURES were not used; '' if they "
+     "(512, 256 or 128), fma (fused multiply-add: the math functions' exact residuals) and refused (why SMELT_CPU / SMELT_CPU_FEATURES were not used; '' if they "
      "were, or are unset)."},
     {"set_profiling", set_profiling, METH_O,
      "set_profiling(on)\n--\n\nWhile on, every compiled plan adds each step's wall time to its "

@@ -747,11 +747,13 @@ static int32_t h_gelu(tracer *T, const call_args *a, smelt_op op)
     return y < 0 ? -1 : cast_to(T, y, dt);
 }
 
+/* F.silu: x / (1 + e^-x), as eager computes it (x sigmoid(x) would
+ * round a denormal sigmoid below -87 before the product) */
 static int32_t h_silu(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input");
     (void)op;
-    return op2(T, SMELT_OP_MUL, x, op1(T, SMELT_OP_SIGMOID, x));
+    return op2(T, SMELT_OP_DIV, x, op2(T, SMELT_OP_ADD, op1(T, SMELT_OP_EXP, op1(T, SMELT_OP_NEG, x)), num(T, 1.0)));
 }
 
 static int32_t h_dropout(tracer *T, const call_args *a, smelt_op op)
@@ -3657,9 +3659,14 @@ static int32_t h_mish(tracer *T, const call_args *a, smelt_op op)
         return tr_break(T, "mish of a non-tensor");
     int dt = node(T, x0)->dtype;
     int32_t x = cast_to(T, x0, dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt);
+    /* n and the rest in float64 (from float32 e^x: its error alone, ~1 ULP,
+     * reaches the result), rounded once */
+    int wide = dt != SMELT_F64;
     int32_t e = op1(T, SMELT_OP_EXP, x);
-    int32_t n = op2(T, SMELT_OP_MUL, e, op2(T, SMELT_OP_ADD, e, num(T, 2.0)));
-    int32_t y = op2(T, SMELT_OP_MUL, x, op2(T, SMELT_OP_DIV, n, op2(T, SMELT_OP_ADD, n, num(T, 2.0))));
+    int32_t ed = wide ? cast_to(T, e, SMELT_F64) : e, xd = wide ? cast_to(T, x, SMELT_F64) : x;
+    int32_t n = op2(T, SMELT_OP_MUL, ed, op2(T, SMELT_OP_ADD, ed, num(T, 2.0)));
+    int32_t y = op2(T, SMELT_OP_MUL, xd, op2(T, SMELT_OP_DIV, n, op2(T, SMELT_OP_ADD, n, num(T, 2.0))));
+    y = wide ? cast_to(T, y, node(T, x)->dtype) : y;
     y = where3(T, op2(T, SMELT_OP_GT, x, num(T, 20.0)), x, y);
     return y < 0 ? -1 : cast_to(T, y, dt);
 }
