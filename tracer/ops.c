@@ -3665,7 +3665,8 @@ static int32_t h_mish(tracer *T, const call_args *a, smelt_op op)
     int32_t e = op1(T, SMELT_OP_EXP, x);
     int32_t ed = wide ? cast_to(T, e, SMELT_F64) : e, xd = wide ? cast_to(T, x, SMELT_F64) : x;
     int32_t n = op2(T, SMELT_OP_MUL, ed, op2(T, SMELT_OP_ADD, ed, num(T, 2.0)));
-    int32_t y = op2(T, SMELT_OP_MUL, xd, op2(T, SMELT_OP_DIV, n, op2(T, SMELT_OP_ADD, n, num(T, 2.0))));
+    /* n / (n + 2) as 1 / (1 + 2/n): n used once, so it fuses (0 at n = 0) */
+    int32_t y = op2(T, SMELT_OP_DIV, xd, op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_DIV, num(T, 2.0), n), num(T, 1.0)));
     y = wide ? cast_to(T, y, node(T, x)->dtype) : y;
     y = where3(T, op2(T, SMELT_OP_GT, x, num(T, 20.0)), x, y);
     return y < 0 ? -1 : cast_to(T, y, dt);
