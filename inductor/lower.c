@@ -675,6 +675,73 @@ static void decide_realized(lowering *L)
         L->realized[g->outputs[o]] = 1;
 }
 
+static int is_elementwise(const smelt_node *n)
+{
+    smelt_op_kind k = smelt_op_kind_of((smelt_op)n->op);
+    return k == SMELT_KIND_UNARY || k == SMELT_KIND_BINARY || k == SMELT_KIND_TERNARY;
+}
+
+static int same_shape(const smelt_node *a, const smelt_node *b)
+{
+    if (a->ndim != b->ndim)
+        return 0;
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d])
+            return 0;
+    return 1;
+}
+
+/* A costly elementwise value with several uses is computed once, not
+ * stored, when every use meets in one realized node through same-shape
+ * elementwise nodes: that node's kernel reads it at one index, and kernel
+ * expressions are hash-consed and memoised, so it is evaluated once per
+ * element there (mish's e^x used twice in e^x (e^x + 2)). Reverse order:
+ * a node's consumers are final before it is looked at. */
+static void unrealize_shared(lowering *L)
+{
+    const smelt_graph *g = L->g;
+    int32_t n = g->n, *root = malloc(((size_t)n + 1) * sizeof *root), *first = calloc((size_t)n + 2, sizeof *first);
+    uint8_t *out = calloc((size_t)n + 1, 1);
+    int32_t nedge = 0;
+    for (int32_t i = 0; i < n; i++)
+        nedge += g->nodes[i].nsrc;
+    int32_t *user = malloc(((size_t)nedge + 1) * sizeof *user);
+    if (!root || !first || !out || !user)
+        abort();
+    for (int32_t i = 0; i < n; i++)   /* users of node i: user[first[i] .. first[i + 1]) */
+        for (int k = 0; k < g->nodes[i].nsrc; k++)
+            first[g->nodes[i].src[k] + 1]++;
+    for (int32_t i = 0; i < n; i++)
+        first[i + 1] += first[i];
+    int32_t *fill = calloc((size_t)n + 1, sizeof *fill);
+    if (!fill)
+        abort();
+    for (int32_t i = 0; i < n; i++)
+        for (int k = 0; k < g->nodes[i].nsrc; k++) {
+            int32_t s = g->nodes[i].src[k];
+            user[first[s] + fill[s]++] = i;
+        }
+    for (int32_t o = 0; o < g->nout; o++)
+        out[g->outputs[o]] = 1;
+    for (int32_t i = n - 1; i >= 0; i--) {
+        const smelt_node *ni = &g->nodes[i];
+        int32_t r = -2;
+        for (int32_t u = first[i]; u < first[i + 1] && r != -1; u++) {
+            int32_t j = user[u];
+            int32_t rj = is_elementwise(&g->nodes[j]) && same_shape(&g->nodes[j], ni) ? (L->realized[j] ? j : root[j]) : -1;
+            r = rj < 0 || (r != -2 && r != rj) ? -1 : rj;
+        }
+        if (r >= 0 && L->realized[i] && !out[i] && is_elementwise(ni) && L->nuse[i] > 1)
+            L->realized[i] = 0;
+        root[i] = L->realized[i] ? i : (r >= 0 ? r : -1);
+    }
+    free(fill);
+    free(user);
+    free(out);
+    free(first);
+    free(root);
+}
+
 /* Sources of library calls, and what GATHER reads from, that are not a
  * strided view of a buffer are realized (after the layouts are chosen: a
  * reshape of a channels-last buffer is not a view). */
@@ -1252,6 +1319,7 @@ int ind_lower(smelt_plan *p, char *err, size_t errlen)
     for (int32_t i = 0; i < g->n; i++)
         L.buf_of[i] = -1;
     decide_realized(&L);
+    unrealize_shared(&L);
     decide_chlast(&L);
     realize_extern_sources(&L);
     int r;

@@ -76,6 +76,12 @@ def fit_tanh():
     return lawson(x, (np.tanh(x) - x) / x ** 3, powers(0, 2, 5), x ** 3 / np.tanh(x))
 
 
+def fit_sinh():
+    x = cheb(0, 1.0)
+    x = x[x > 1e-4]
+    return lawson(x, (np.sinh(x) - x) / x ** 3, powers(0, 2, 4), x ** 3 / np.sinh(x))
+
+
 def fit_atan():
     x = cheb(0, 0.41422)
     x = x[x > 1e-4]
@@ -107,7 +113,7 @@ def fit_erfc():      # erfc(a) e^(a^2) = u P(u), u = 1 / (1 + a/2)
     return lawson(u, g / u, powers(0, 1, 11), u / g, iters=100)
 
 
-FITS = {"exp": fit_exp, "log": fit_log, "sin": fit_sin, "cos": fit_cos, "tanh": fit_tanh, "atan": fit_atan,
+FITS = {"exp": fit_exp, "log": fit_log, "sin": fit_sin, "cos": fit_cos, "tanh": fit_tanh, "sinh": fit_sinh, "atan": fit_atan,
         "asin": fit_asin, "erf_small": fit_erf_small, "erf_big": fit_erf_big, "erfc": fit_erfc}
 
 

@@ -205,6 +205,26 @@ def test_shared_value_two_consumers(gen):
     check(build, x, rtol=1e-5, atol=1e-5)
 
 
+def test_costly_value_shared_inside_one_kernel(gen):
+    """A costly value used twice where both uses meet in one kernel (e^x
+    (e^x + 2), as mish) is computed there once: one kernel, no temporary.
+    Used by two kernels (an output and a reduction) it is stored once."""
+    x = rand((37, 41), F32, gen=gen)
+
+    def build(g, x):
+        e = g.op("exp", g.op("sin", g.op("tanh", x)))
+        n = g.op("mul", e, g.op("add", e, g.scalar(2.0)))
+        return g.op("div", x, g.op("add", g.op("div", g.scalar(2.0), n), g.scalar(1.0)))
+    f = check(build, x, rtol=1e-5, atol=1e-6)
+    assert f.num_kernels == 1
+
+    def build2(g, x):
+        e = g.op("exp", g.op("sin", g.op("tanh", x)))
+        return [g.op("tanh", g.op("mul", e, g.op("add", e, g.scalar(2.0)))), g.op("sum", e, dims=1)]
+    f = check(build2, x, rtol=1e-5, atol=1e-5)
+    assert f.num_kernels == 3
+
+
 def test_intermediate_and_final_outputs(gen):
     """Outputting a value that is also consumed (must be stored and used)."""
     x = rand((64 + 3, 17), F32, gen=gen)

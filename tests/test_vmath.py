@@ -51,7 +51,7 @@ TARGET_SWEEP = '''
 '''
 
 TARGET_FNS = ["exp", "expm1", "log", "log1p", "tanh", "sigmoid", "erf", "erfc", "ndtr", "gelu", "gelu_tanh",
-              "sin", "cos", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh"]
+              "sin", "cos", "tan", "atan", "asin", "acos", "sinh", "cosh", "asinh", "acosh", "atanh", "softplus"]
 
 
 @pytest.mark.parametrize("cpu,bits,fma", [("x86-64-v3", 256, True), ("x86-64", 128, False)])
@@ -118,6 +118,21 @@ def test_trig_large_arguments_in_one_vector():
         ref = fn(x.double())
         es, ee = ulp(compiled(fn)(x), ref), ulp(fn(x), ref)
         assert (es <= ee.clamp(min=4)).all(), (fn.__name__, float(es.max()))
+
+
+def test_log1p_of_exp_fused_as_eager():
+    """log1p(exp(x)) is one fused function (softplus's form) that keeps
+    eager's overflow: inf where eager's float32 e^x is inf, the largest
+    finite point included; the float16 form keeps its rounded exp."""
+    x = torch.tensor([88.72283172607421875, 88.72283935546875, 89.0, 1e30, math.inf, -math.inf, math.nan,
+                      -0.0, 0.0, 1e-45, -87.5, -104.5, 20.0, -30.0, 0.3, -0.3, 1.0, -1.0])
+    f = compiled(lambda t: torch.log1p(torch.exp(t)))
+    torch.testing.assert_close(f(x), torch.log1p(torch.exp(x)), rtol=3e-7, atol=0, equal_nan=True)
+    y = torch.randn(100003, generator=torch.Generator().manual_seed(7)) * 30
+    ref = torch.nn.functional.softplus(y.double(), threshold=1e9)
+    assert (ulp(f(y), ref) <= ulp(torch.log1p(torch.exp(y)), ref).clamp(min=4)).all()
+    h = (torch.randn(4099, generator=torch.Generator().manual_seed(8)) * 10).half()
+    torch.testing.assert_close(f(h), torch.log1p(torch.exp(h)), rtol=1e-3, atol=0, equal_nan=True)
 
 
 FUSED = {

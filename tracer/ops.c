@@ -3660,10 +3660,18 @@ static int32_t h_mish(tracer *T, const call_args *a, smelt_op op)
     int dt = node(T, x0)->dtype;
     int32_t x = cast_to(T, x0, dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt);
     /* n and the rest in float64 (from float32 e^x: its error alone, ~1 ULP,
-     * reaches the result), rounded once */
+     * reaches the result), rounded once; float16/bfloat16 inputs included */
     int wide = dt != SMELT_F64;
-    int32_t e = op1(T, SMELT_OP_EXP, x);
-    int32_t ed = wide ? cast_to(T, e, SMELT_F64) : e, xd = wide ? cast_to(T, x, SMELT_F64) : x;
+    int32_t e, ed;
+    if (wide) {   /* below -80, e^x = e^(x + 64) e^-64 (x + 64 exact): float32 e^x would be denormal */
+        int32_t low = op2(T, SMELT_OP_LT, x, num(T, -80.0)), b = cast_to(T, low, SMELT_F64);
+        e = op1(T, SMELT_OP_EXP, where3(T, low, op2(T, SMELT_OP_ADD, x, num(T, 64.0)), x));
+        ed = op2(T, SMELT_OP_MUL, cast_to(T, e, SMELT_F64),
+                 op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_MUL, b, num(T, exp(-64.0))), op2(T, SMELT_OP_SUB, num(T, 1.0), b)));
+    } else {
+        e = ed = op1(T, SMELT_OP_EXP, x);
+    }
+    int32_t xd = wide ? cast_to(T, x, SMELT_F64) : x;
     int32_t n = op2(T, SMELT_OP_MUL, ed, op2(T, SMELT_OP_ADD, ed, num(T, 2.0)));
     /* n / (n + 2) as 1 / (1 + 2/n): n used once, so it fuses (0 at n = 0) */
     int32_t y = op2(T, SMELT_OP_DIV, xd, op2(T, SMELT_OP_ADD, op2(T, SMELT_OP_DIV, num(T, 2.0), n), num(T, 1.0)));

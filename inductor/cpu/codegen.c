@@ -651,6 +651,13 @@ static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
     smelt_op op = (smelt_op)x->gop;
     smelt_dtype cd = x->cdtype;
     LLVMValueRef a[3] = { NULL, NULL, NULL };
+    const kexpr *s0 = x->src[0] >= 0 ? &g->P->ex[x->src[0]] : NULL;
+    if (op == SMELT_OP_LOG1P && cd == SMELT_F32 && s0 && s0->op == KE_OP && s0->gop == SMELT_OP_EXP &&
+        s0->cdtype == SMELT_F32 && s0->dtype == SMELT_F32) {   /* softplus: one fused function */
+        const kexpr *y = &g->P->ex[s0->src[0]];
+        vm v = vm_of(g);
+        return vm_log1p_exp(&v, conv(g, emit(g, s0->src[0], w), y->dtype, SMELT_F32, w));
+    }
     for (int k = 0; k < 3 && x->src[k] >= 0; k++) {
         const kexpr *s = &g->P->ex[x->src[k]];
         smelt_dtype to = (op == SMELT_OP_WHERE && k == 0) ? SMELT_BOOL : cd;

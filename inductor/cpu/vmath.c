@@ -263,6 +263,29 @@ static LLVMValueRef vm_log1pf(fx *f, LLVMValueRef x)
     return keep_nan(f, x, r);
 }
 
+/* log1p(e^y) (softplus): max(y, 0) + log1p(e^-|y|), no overflow, u =
+ * 1 + e^-|y| in [1, 2] so log's reduction is a select: log(u) + c / u
+ * with c = e^-|y| - (u - 1) (exact), 1/u to 9% by 1.5 - u/2 (c is below
+ * half an ULP of u: 0.2 ULP at most). As eager's composition, inf above
+ * 88.72 (where its e^y overflows). <= 2 ULP. */
+#define EXPF_MAX 88.72283172607421875   /* the largest float with e^x finite */
+static LLVMValueRef vm_log1p_expf(fx *f, LLVMValueRef y)
+{
+    LLVMValueRef e = vm_expf(f, neg(f, fabs_(f, y)));
+    LLVMValueRef u = add(f, e, K(f, 1.0));
+    LLVMValueRef um1 = vsub(f, u, K(f, 1.0));
+    LLVMValueRef c = vsub(f, e, um1);
+    LLVMValueRef up = cmp(f, LLVMRealOGT, u, K(f, M_SQRT2));
+    LLVMValueRef g = sel(f, up, fma3(f, u, K(f, 0.5), K(f, -1.0)), um1);
+    LLVMValueRef z = mul(f, g, g);
+    LLVMValueRef lm = add(f, g, fma3(f, z, K(f, -0.5), mul(f, mul(f, g, z), horner(f, g, LOG_L, 8))));
+    LLVMValueRef ef = sel(f, up, K(f, 1.0), K(f, 0.0));
+    lm = fma3(f, c, fma3(f, u, K(f, -0.5), K(f, 1.5)), lm);
+    LLVMValueRef l = fma3(f, ef, K(f, LN2_HI), fma3(f, ef, K(f, LN2_LO), lm));
+    LLVMValueRef r = add(f, sel(f, cmp(f, LLVMRealOGT, y, K(f, 0.0)), y, K(f, 0.0)), l);
+    return sel(f, cmp(f, LLVMRealOGT, y, K(f, EXPF_MAX)), K(f, INFINITY), r);
+}
+
 /* ---------- hyperbolic ---------- */
 
 /* tanh(a) = a + a^3 T(a^2) on [0, 0.625] (0.07 ULP) */
@@ -291,32 +314,54 @@ static LLVMValueRef vm_sigmoidf(fx *f, LLVMValueRef x)
     return vdiv(f, K(f, 1.0), add(f, K(f, 1.0), vm_expf(f, neg(f, x))));
 }
 
-/* sinh(a) = (m + m / (m + 1)) / 2 with m = e^a - 1 (no cancellation) up to
- * 88; above, h (h / 2) with h = e^(a/2) so that it overflows only where
- * sinh does. <= 2.5 ULP. */
+/* e^a / 2 for a >= 0 (NaN and +inf kept): one reduction, scaled by
+ * 2^(n-1), so it overflows only where e^a / 2 does (a > 89.4). <= 1 ULP. */
+static LLVMValueRef exp_half(fx *f, LLVMValueRef a)
+{
+    LLVMValueRef nf, m = exp_reduce(f, bin(f, "llvm.minnum", a, K(f, 90.0)), &nf);
+    return keep_nan(f, a, scale2(f, add(f, m, K(f, 1.0)), vsub(f, nf, K(f, 1.0))));
+}
+
+/* sinh(a) = a + a^3 S(a^2) on [0, 1] (0.001 half-ULP) */
+static const double SINH_S[] = { 1.666666716e-01, 8.333349600e-03, 1.983615948e-04, 2.816951110e-06 };
+
+/* sinh: the odd polynomial below 1, h - 1/(4h) with h = e^a / 2 above
+ * (the difference cancels by at most coth(1) = 1.31). <= 2 ULP. */
 static LLVMValueRef vm_sinhf(fx *f, LLVMValueRef x)
 {
     LLVMValueRef a = fabs_(f, x);
-    LLVMValueRef m = vm_expm1f(f, bin(f, "llvm.minnum", a, K(f, 88.0)));
-    LLVMValueRef s = mul(f, add(f, m, vdiv(f, m, add(f, m, K(f, 1.0)))), K(f, 0.5));
-    LLVMValueRef h = vm_expf(f, mul(f, a, K(f, 0.5)));
-    LLVMValueRef big = mul(f, h, mul(f, h, K(f, 0.5)));
-    LLVMValueRef r = sel(f, cmp(f, LLVMRealOGT, a, K(f, 88.0)), big, s);
+    LLVMValueRef h = exp_half(f, a);
+    LLVMValueRef big = vsub(f, h, vdiv(f, K(f, 0.25), h));
+    LLVMValueRef small = fma3(f, mul(f, a, mul(f, a, a)), horner(f, mul(f, a, a), SINH_S, 4), a);
+    LLVMValueRef r = sel(f, cmp(f, LLVMRealOLT, a, K(f, 1.0)), small, big);
     return keep_nan(f, x, copysign_(f, r, x));
 }
 
-/* cosh: (e^a + e^-a) / 2, above 88 as sinh's. <= 2 ULP. */
+/* cosh: h + 1/(4h) with h = e^a / 2. <= 2 ULP. */
 static LLVMValueRef vm_coshf(fx *f, LLVMValueRef x)
 {
-    LLVMValueRef a = fabs_(f, x);
-    LLVMValueRef e = vm_expf(f, bin(f, "llvm.minnum", a, K(f, 88.0)));
-    LLVMValueRef c = fma3(f, e, K(f, 0.5), vdiv(f, K(f, 0.5), e));
-    LLVMValueRef h = vm_expf(f, mul(f, a, K(f, 0.5)));
-    LLVMValueRef big = mul(f, h, mul(f, h, K(f, 0.5)));
-    return keep_nan(f, x, sel(f, cmp(f, LLVMRealOGT, a, K(f, 88.0)), big, c));
+    LLVMValueRef h = exp_half(f, fabs_(f, x));
+    return add(f, h, vdiv(f, K(f, 0.25), h));
 }
 
-/* asinh: log1p(a + a^2 / (1 + sqrt(1 + a^2))), log(a) + ln 2 from 2^12. */
+/* log1p(t) for t >= 0 or, where big, log(2u) (u >= 1 in both cases): one
+ * reduction of u = 1 + t or u itself. log1p's part is log(u) t / (u - 1),
+ * which cancels u's rounding error (u == 1 gives t). */
+static LLVMValueRef log1p_or_log2x(fx *f, LLVMValueRef t, LLVMValueRef u_big, LLVMValueRef big)
+{
+    LLVMValueRef u1 = add(f, t, K(f, 1.0));
+    LLVMValueRef u = sel(f, big, u_big, u1);
+    LLVMValueRef ef, lm = log_reduce(f, u, &ef);
+    ef = add(f, ef, sel(f, big, K(f, 1.0), K(f, 0.0)));
+    LLVMValueRef lu = fma3(f, ef, K(f, LN2_HI), fma3(f, ef, K(f, LN2_LO), lm));
+    LLVMValueRef r = mul(f, lu, vdiv(f, t, vsub(f, u1, K(f, 1.0))));
+    r = sel(f, cmp(f, LLVMRealOEQ, u1, K(f, 1.0)), t, r);
+    r = sel(f, big, lu, r);
+    return sel(f, cmp(f, LLVMRealOEQ, u, K(f, INFINITY)), u, r);
+}
+
+/* asinh: log1p(a + a^2 / (1 + sqrt(1 + a^2))), log(2a) from 2^12 on (one
+ * logarithm for both). <= 2 ULP. */
 static LLVMValueRef vm_asinhf(fx *f, LLVMValueRef x)
 {
     LLVMValueRef a = fabs_(f, x);
@@ -324,18 +369,17 @@ static LLVMValueRef vm_asinhf(fx *f, LLVMValueRef x)
     LLVMValueRef as = sel(f, big, K(f, 1.0), a);
     LLVMValueRef z = mul(f, as, as);
     LLVMValueRef t = add(f, as, vdiv(f, z, add(f, K(f, 1.0), un(f, "llvm.sqrt", add(f, z, K(f, 1.0))))));
-    LLVMValueRef r = sel(f, big, add(f, vm_logf(f, a), K(f, M_LN2)), vm_log1pf(f, t));
-    return keep_nan(f, x, copysign_(f, r, x));
+    return keep_nan(f, x, copysign_(f, log1p_or_log2x(f, t, a, big), x));
 }
 
-/* acosh: log1p(t + sqrt(2t + t^2)) with t = x - 1, log(x) + ln 2 from 2^12;
- * NaN below 1. */
+/* acosh: log1p(t + sqrt(2t + t^2)) with t = x - 1, log(2x) from 2^12 on;
+ * NaN below 1. <= 2 ULP. */
 static LLVMValueRef vm_acoshf(fx *f, LLVMValueRef x)
 {
     LLVMValueRef big = cmp(f, LLVMRealOGE, x, K(f, 4096.0));
     LLVMValueRef t = vsub(f, sel(f, big, K(f, 1.0), x), K(f, 1.0));
     LLVMValueRef s = un(f, "llvm.sqrt", fma3(f, t, t, mul(f, t, K(f, 2.0))));
-    LLVMValueRef r = sel(f, big, add(f, vm_logf(f, x), K(f, M_LN2)), vm_log1pf(f, add(f, t, s)));
+    LLVMValueRef r = log1p_or_log2x(f, add(f, t, s), x, big);
     r = sel(f, cmp(f, LLVMRealOLT, x, K(f, 1.0)), K(f, NAN), r);
     return keep_nan(f, x, r);
 }
@@ -385,13 +429,22 @@ static const double ERFC_P[] = { 2.820887566e-01, 2.822469771e-01, 2.452335060e-
                                  3.843279183e-01, -1.921519190e-01, 3.595565259e-02 };
 
 /* e u P(u) for a in [0, 10.3] (NaN kept) and e = e^(-a^2) computed by the
- * caller: u and P in double, the product rounded once */
+ * caller. The float rounding of u and of P's last steps would cost 2 ULP:
+ * u is 1 / (1 + a/2) to a float quotient refined by one Newton step in
+ * double, P's terms from u^2 on are summed in float on that quotient (their
+ * errors shrink by u^2 and the terms they feed), the last two steps and the
+ * products in double, rounded once. */
 static LLVMValueRef erfc_tail(fx *f, LLVMValueRef e, LLVMValueRef a)
 {
     fx d = as_double(f);
     LLVMValueRef ad = LLVMBuildFPExt(f->B, a, d.t, "");
-    LLVMValueRef u = vdiv(&d, K(&d, 1.0), fma3(&d, ad, K(&d, 0.5), K(&d, 1.0)));
-    LLVMValueRef g = mul(&d, u, horner(&d, u, ERFC_P, 11));
+    LLVMValueRef den = fma3(&d, ad, K(&d, 0.5), K(&d, 1.0));
+    LLVMValueRef uf = vdiv(f, K(f, 1.0), fma3(f, a, K(f, 0.5), K(f, 1.0)));
+    LLVMValueRef u0 = LLVMBuildFPExt(f->B, uf, d.t, "");
+    LLVMValueRef u = fma3(&d, u0, fma3(&d, neg(&d, den), u0, K(&d, 1.0)), u0);
+    LLVMValueRef p = LLVMBuildFPExt(f->B, horner(f, uf, ERFC_P + 2, 9), d.t, "");
+    p = fma3(&d, fma3(&d, p, u, K(&d, ERFC_P[1])), u, K(&d, ERFC_P[0]));
+    LLVMValueRef g = mul(&d, u, p);
     return LLVMBuildFPTrunc(f->B, mul(&d, LLVMBuildFPExt(f->B, e, d.t, ""), g), f->t, "");
 }
 
@@ -783,6 +836,14 @@ LLVMValueRef vm_unary(vm *v, smelt_op op, LLVMValueRef x)
     case SMELT_OP_LGAMMA: return vm_sleef(v, "lgamma", "_u10", &x, 1);
     default: return NULL;
     }
+}
+
+LLVMValueRef vm_log1p_exp(vm *v, LLVMValueRef y)
+{
+    fx f = fx_of(v, y);
+    if (LLVMGetTypeKind(f.et) != LLVMFloatTypeKind)
+        return NULL;
+    return vm_log1p_expf(&f, y);
 }
 
 LLVMValueRef vm_binary(vm *v, smelt_op op, LLVMValueRef a, LLVMValueRef b)

@@ -33,6 +33,9 @@ typedef struct vm {
 /* op applied to x (float32 or float64, scalar or vector); NULL if op is not
  * a math function of this layer. */
 LLVMValueRef vm_unary(vm *v, smelt_op op, LLVMValueRef x);
+/* log1p(e^y) for float32 y (softplus, fused: no overflow below eager's
+ * own at 88.72); NULL for float64 (the two functions compose there). */
+LLVMValueRef vm_log1p_exp(vm *v, LLVMValueRef y);
 /* pow and atan2; NULL for other ops. */
 LLVMValueRef vm_binary(vm *v, smelt_op op, LLVMValueRef a, LLVMValueRef b);
 /* SLEEF's fn with accuracy suffix acc ("_u10", "_u35", ...) on a value of
