@@ -43,6 +43,7 @@ bench:
 	@s=0; echo '$(PYTHON) -m smelt.bench'; $(PYTHON) -m smelt.bench || s=1; \
 	echo '$(PYTHON) benchmarks/tracer.py'; $(PYTHON) benchmarks/tracer.py || s=1; \
 	echo '$(PYTHON) benchmarks/vmath_bench.py'; $(PYTHON) benchmarks/vmath_bench.py || s=1; \
+	echo '$(PYTHON) benchmarks/train_bench.py'; $(PYTHON) benchmarks/train_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/opinfo_report.py -q'; $(PYTHON) benchmarks/opinfo_report.py -q || s=1; exit $$s
 
 # ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next

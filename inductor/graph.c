@@ -499,7 +499,7 @@ static int infer_unary(infer_ctx *c)
         if (dt == SMELT_BOOL)
             return fail(c, "bool input %s is not supported", VAL(s));
         return 0;
-    case SMELT_OP_SIGN:
+    case SMELT_OP_SIGN: case SMELT_OP_DETACH:
         return 0;
     case SMELT_OP_LOGICAL_NOT: case SMELT_OP_ISNAN: case SMELT_OP_ISINF: case SMELT_OP_SIGNBIT:
         c->out->dtype = SMELT_BOOL;

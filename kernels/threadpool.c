@@ -18,10 +18,12 @@
 #endif
 #include "threadpool.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define POOL_MAX_THREADS 1024       /* fits the 16-bit chunk fields below */
@@ -271,18 +273,79 @@ static void run_pooled(int64_t n, int64_t grain, kern_range_fn fn, void *ctx)
     pthread_mutex_unlock(&P.call_mu);
 }
 
+/* ---------- the OpenMP team (torch's) ---------- */
+
+/* When the process has libgomp loaded (torch's own copy: eager ops and
+ * oneDNN run on its threads), jobs go to its team instead of smelt's
+ * workers: eager ops between compiled plans (an optimizer step, autograd's
+ * accumulation) leave OpenMP's threads spinning for a while, and a second
+ * set of busy threads on the same cores would slow both. SMELT_OMP=0 keeps
+ * smelt's own pool. */
+typedef void (*gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
+typedef int (*omp_int_fn)(void);
+static struct {
+    pthread_once_t once;
+    gomp_parallel_fn parallel;
+    omp_int_fn thread_num, num_threads;
+} G = { .once = PTHREAD_ONCE_INIT };
+
+static void omp_init_once(void)
+{
+    const char *e = getenv("SMELT_OMP");
+    if (e && !strcmp(e, "0"))
+        return;
+    void *h = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!h)
+        return;
+    G.parallel = (gomp_parallel_fn)dlsym(h, "GOMP_parallel");
+    G.thread_num = (omp_int_fn)dlsym(h, "omp_get_thread_num");
+    G.num_threads = (omp_int_fn)dlsym(h, "omp_get_num_threads");
+    if (!G.parallel || !G.thread_num || !G.num_threads)
+        G.parallel = NULL;
+}
+
+typedef struct omp_job {
+    kern_range_fn fn;
+    void *ctx;
+    int64_t n;
+    int nch;
+} omp_job;
+
+static void omp_body(void *arg)
+{
+    const omp_job *j = arg;
+    int t = G.thread_num(), nt = G.num_threads();
+    int64_t base = j->n / j->nch, rem = j->n % j->nch;
+    tl_in_pool = 1;
+    for (int idx = t; idx < j->nch; idx += nt) {
+        int64_t begin = idx * base + (idx < rem ? idx : rem);
+        j->fn(j->ctx, begin, begin + base + (idx < rem));
+    }
+    tl_in_pool = 0;
+}
+
 void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx)
 {
     if (n <= 0)
         return;
     if (grain < 1)
         grain = 1;
-    if (tl_in_pool || n <= grain || (want_threads() == 1 && atomic_load(&P.live) == 0)) {
+    int want = want_threads();
+    if (tl_in_pool || n <= grain || (want == 1 && atomic_load(&P.live) == 0)) {
         int outer = tl_in_pool;
         tl_in_pool = 1;
         fn(ctx, 0, n);
         tl_in_pool = outer;
         return;
+    }
+    pthread_once(&G.once, omp_init_once);
+    if (G.parallel) {
+        int64_t nch = n / grain < want ? n / grain : want;
+        if (nch > 1) {
+            omp_job j = { fn, ctx, n, (int)nch };
+            G.parallel(omp_body, &j, (unsigned)nch, 0);
+            return;
+        }
     }
     run_pooled(n, grain, fn, ctx);
 }

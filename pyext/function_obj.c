@@ -20,6 +20,8 @@
 
 #include "module.h"
 #include "log.h"
+#include "autograd_bridge.h"
+#include "../autograd/autograd.h"
 #include "debugdir.h"
 #include "../guards/guards.h"
 #include "../tracer/trace.h"
@@ -42,6 +44,7 @@ typedef struct entry {
     uint8_t *want;         /* by node id: 1 for the nodes whose values a run uses */
     int *wanted, nwanted;  /* those node ids: the graph inputs' and TO_SOURCE results' */
     PyObject *compiled;    /* smelt._C.Compiled, or NULL: run eagerly */
+    pyext_ad ad;           /* inputs require grad: forward and backward plans (ad.spec set), compiled = ad.fwd */
     struct entry *next;
     int refs;              /* the list's reference (while linked) + running calls */
     int dead;              /* unlinked by a reset */
@@ -74,6 +77,7 @@ typedef struct FunctionObject {
     PyThread_type_lock compiling;    /* held by the thread tracing and compiling a new entry */
     unsigned long compiler;          /* that thread's id (0: none) */
     long ncompiles, nbreaks, nhits;
+    long nbackward;        /* compiles with a backward plan (inputs required grad) */
     long ngenerated, nplans_cached;   /* functions LLVM generated; plans read from the disk cache */
     double trace_ms, compile_ms;   /* of the last new entry */
     PyObject *last_reason;
@@ -495,7 +499,8 @@ static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals, PyOb
         k++;
     if (ins && k < n)
         PyErr_SetString(PyExc_SystemError, "smelt: a graph input was not fetched by its guards");
-    PyObject *outs = ins && k == n ? pyext_compiled_call_trusted(e->compiled, ins, e->r.mut_in, e->r.nmut) : NULL;
+    PyObject *outs = !ins || k < n ? NULL : e->ad.spec ? pyext_ad_run(&e->ad, ins, n)
+                                                      : pyext_compiled_call_trusted(e->compiled, ins, e->r.mut_in, e->r.nmut);
     if (outs == Py_NotImplemented)
         res = Py_NewRef(outs);
     else if (outs && !write_back(e, ins, outs)) {
@@ -710,6 +715,7 @@ static void entry_free(entry *e)
     PyMem_Free(e->want);
     PyMem_Free(e->wanted);
     Py_XDECREF(e->compiled);
+    pyext_ad_clear(&e->ad);
     PyMem_Free(e);
 }
 
@@ -736,11 +742,12 @@ static int inputs_require_grad(const tr_result *r)
     return any;
 }
 
-/* 0 if a traced call can compile in the current global state; 1 if it
- * runs eagerly (autocast on, or inputs requiring grad in grad mode; the
+/* 0 if a traced call can compile in the current global state (*autograd:
+ * 1 when inputs require grad in grad mode: the region compiles with a
+ * backward); 1 if it runs eagerly (autocast on, a torch mode active; the
  * reason in r), -1 with an exception. The entry's guards on autocast and
  * grad mode keep the decision to this state. */
-static int eager_state(tr_result *r)
+static int eager_state(tr_result *r, int *autograd)
 {
     PyObject *on = PyObject_CallNoArgs(autocast_fn);   /* any device's: the state guards see */
     if (!on)
@@ -762,16 +769,15 @@ static int eager_state(tr_result *r)
             return 1;
         }
     }
+    *autograd = 0;
     if (!inputs_require_grad(r))
         return 0;
     PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
     if (!g)
         return -1;
-    rc = g == Py_True;
+    *autograd = g == Py_True;
     Py_DECREF(g);
-    if (rc)
-        snprintf(r->reason, sizeof r->reason, "inputs require grad: autograd through compiled code is not built yet");
-    return rc;
+    return 0;
 }
 
 /* Guard tree of e, built from its trace for call f; on failure the entry
@@ -852,19 +858,26 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     self->trace_ms = now_ms() - t0;
     if (rc < 0)
         goto fail;
-    int partial = rc == 2;
+    int partial = rc == 2, autograd = 0;
+    uint8_t *rg = NULL;
     if (partial && (self->fullgraph || partial_insn(self, e)))
         rc = 1;
-    if ((rc == 0 || rc == 2) && (rc = eager_state(&e->r)) < 0)
+    if ((rc == 0 || rc == 2) && (rc = eager_state(&e->r, &autograd)) < 0)
         goto fail;
-    if (entry_guards(self, e, f, &rc) || tracer_result_trim(&e->r))
+    int any_rg = 0;
+    if (autograd && rc == 0 && !(rg = pyext_ad_inputs_requiring_grad(&e->r, &any_rg)))
         goto fail;
+    if (entry_guards(self, e, f, &rc) || tracer_result_trim(&e->r)) {
+        PyMem_Free(rg);
+        goto fail;
+    }
     if (rc == 1 || partial) {
         self->nbreaks++;
         Py_XSETREF(self->last_reason, PyUnicode_FromString(e->r.reason));
     }
     if (rc == 1) {
         e->r.stop_pc = -1;
+        PyMem_Free(rg);
         return e;
     }
     pyext_state *st = pyext_state_of((PyObject *)self);
@@ -877,6 +890,25 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     char err[512];
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) ||
                                                        pyext_debug_dir_on() };
+    if (rg) {   /* forward and backward */
+        t0 = now_ms();
+        int arc = pyext_ad_compile(st, &e->r, rg, &o, &e->ad, e->r.reason, sizeof e->r.reason);
+        PyMem_Free(rg);
+        self->compile_ms = now_ms() - t0;
+        if (arc < 0)
+            goto fail;
+        if (arc > 0) {
+            e->r.stop_pc = -1;
+            self->nbreaks++;
+            Py_XSETREF(self->last_reason, PyUnicode_FromString(e->r.reason));
+            return e;
+        }
+        e->compiled = Py_NewRef(e->ad.fwd);
+        pyext_compiled_set_packing(e->compiled, self->packing);
+        self->ncompiles++;
+        self->nbackward++;
+        return e;
+    }
     t0 = now_ms();
     smelt_plan *plan;
     Py_BEGIN_ALLOW_THREADS   /* pure C (the cache's log hook takes the GIL); e is not shared yet */
@@ -1413,14 +1445,14 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
             code += e->compiled ? pyext_compiled_code_bytes(e->compiled) : 0;
         }
     }
-    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i,s:L,s:L}", "entries",
+    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i,s:L,s:L,s:l}", "entries",
                          self->top.nentries, "eager_entries", eager, "compiles", self->ncompiles, "breaks",
                          self->nbreaks, "hits", self->nhits, "last_break",
                          self->last_reason ? self->last_reason : Py_None, "trace_ms", self->trace_ms, "compile_ms",
                          self->compile_ms, "generated", self->ngenerated, "plans_from_disk", self->nplans_cached,
                          "recompile_limit_reached", warned ? Py_True : Py_False, "partial_entries", partial,
                          "resume_points", resumes, "resume_entries", resume_entries, "graphs", graphs,
-                         "arena_bytes", arena, "code_bytes", code);
+                         "arena_bytes", arena, "code_bytes", code, "backward_compiles", self->nbackward);
 }
 
 static PyObject *function_get_fn(PyObject *op, void *unused)
@@ -1526,9 +1558,28 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
     int partial = rc == 2;   /* reported as not compiling as one graph; the graph before the break shown */
     if (partial)
         rc = 0;
-    if (rc == 0 && (rc = eager_state(r)) < 0) {
+    int autograd = 0;
+    if (rc == 0 && (rc = eager_state(r, &autograd)) < 0) {
         tracer_result_clear(r);
         return NULL;
+    }
+    if (autograd && rc == 0) {   /* can it be differentiated? */
+        int any;
+        uint8_t *rg = pyext_ad_inputs_requiring_grad(r, &any);
+        ad_split s;
+        char err[400];
+        int arc = rg ? ad_split_graph(r->graph, rg, &s, err, sizeof err) : -2;
+        PyMem_Free(rg);
+        if (arc == -2) {
+            tracer_result_clear(r);
+            return NULL;
+        }
+        if (arc == 0)
+            ad_split_free(&s);
+        else {
+            snprintf(r->reason, sizeof r->reason, "autograd: %s", err);
+            rc = 1;
+        }
     }
     long long arena = 0;
     if (rc == 0)
@@ -1542,7 +1593,8 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
     PyObject *calls = traced ? host_callables(r) : PyList_New(0);
     PyObject *effects = t ? effect_lines(r, t) : PyList_New(0);
     if (rc >= 0 && calls && effects && (!traced || t))
-        res = Py_BuildValue("{s:O,s:O,s:s,s:s,s:s,s:O,s:O,s:i,s:i,s:i,s:i,s:L}", "compiles", rc == 0 ? Py_True : Py_False,
+        res = Py_BuildValue("{s:O,s:O,s:O,s:s,s:s,s:s,s:O,s:O,s:i,s:i,s:i,s:i,s:L}", "compiles", rc == 0 ? Py_True : Py_False,
+                            "backward", rc == 0 && autograd ? Py_True : Py_False,
                             "partial", rc == 2 ? Py_True : Py_False,
                             "reason", rc ? r->reason : NULL, "graph", graph, "guards", guards, "host_calls", calls,
                             "side_effects", effects, "nodes", traced ? (int)r->graph->n : 0, "inputs", traced ? (int)r->ninputs : 0,

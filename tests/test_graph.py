@@ -215,6 +215,7 @@ UNARY = {
     "relu": torch.relu, "floor": torch.floor, "ceil": torch.ceil, "round": torch.round,
     "trunc": torch.trunc, "sign": torch.sign, "reciprocal": torch.reciprocal,
     "logical_not": torch.logical_not, "isnan": torch.isnan, "isinf": torch.isinf, "signbit": torch.signbit,
+    "detach": torch.detach,
     "bitwise_not": torch.bitwise_not,
 }
 

@@ -1799,6 +1799,7 @@ static int32_t autograd_apply(tracer *T, int32_t cls, const call_args *a)
         goto out;
     }
     int with_ctx = PyMethod_Check(setup) ? PyMethod_GET_FUNCTION(setup) == fn_base_setup : setup == fn_base_setup;
+    T->grad_sensitive = "a torch.autograd.Function (its own backward)";
     int32_t pos[65], ctxcls = tv_obj(T, fn_ctx_type, -1);
     call_args none = { 0 };
     pos[0] = with_ctx && ctxcls >= 0 ? obj_new_instance(T, ctxcls, &none) : 0;

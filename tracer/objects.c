@@ -1451,6 +1451,8 @@ static int32_t set_grad_enabled(tracer *T, const call_args *a)
     int32_t m = st == -2 ? -1 : tv_obj(T, grad_mgr, -1);
     if (m < 0)
         return -1;
+    if (st == 1)
+        T->grad_sensitive = "a no_grad region";
     T->no_grad = st;
     T->vals[m].pos = st;
     T->vals[m].sl[0] = saved;
@@ -1506,6 +1508,8 @@ int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
         int st = grad_state(T, x->pos < 0);
         if (st == -2)
             return -1;
+        if (st == 1)
+            T->grad_sensitive = "a no_grad region";
         T->no_grad = st;
     }
     *ex = tv_obj(T, grad_exit, -1);
@@ -1523,12 +1527,20 @@ static int grad_finish(tracer *T)
 {
     if (T->no_grad != 0)
         return tr_break(T, "the traced code leaves grad mode changed");
-    for (int32_t i = 0; T->grad_on && i < T->r->nguards; i++) {
+    int outer = -1;
+    for (int32_t i = 0; (T->grad_on || T->grad_sensitive) && i < T->r->nguards; i++) {
         PyObject *rg = T->r->guards[i].kind == TG_TENSOR ? PyObject_GetAttrString(T->r->guards[i].obj, "requires_grad") : NULL;
         int needs = rg == Py_True;
         Py_XDECREF(rg);
-        if (needs)
+        if (needs && T->grad_on)
             return tr_break(T, "grad mode turned on inside the trace over inputs that require grad");
+        if (needs && outer < 0) {
+            PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
+            outer = g == Py_True;
+            Py_XDECREF(g);
+        }
+        if (needs && outer == 1)
+            return tr_break(T, "%s over inputs that require grad (not carried to a compiled backward yet)", T->grad_sensitive);
     }
     PyErr_Clear();
     return 0;

@@ -801,6 +801,7 @@ static int32_t alias_of(tracer *T, int32_t x)
 {
     if (T->vals[x].kind != V_TENSOR)
         return tr_break(T, "detach of a non-tensor");
+    T->grad_sensitive = "detach() / .data";
     smelt_node p = { .op = SMELT_OP_RESHAPE, .nsrc = 1, .src = { T->vals[x].node }, .ndim = node(T, x)->ndim };
     memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
     return mk(T, &p);
@@ -7004,7 +7005,10 @@ static int32_t c_take_along_dim(tracer *T, PyObject *fn, const call_args *a, int
 }
 
 /* torch.embedding(weight, indices, padding_idx, scale_grad_by_freq,
- * sparse): rows of the 2-d weight; indices' shape plus the row. */
+ * sparse): rows of the 2-d weight; indices' shape plus the row. The rows
+ * of padding_idx are DETACHed (no gradient reaches that row, as eager's
+ * backward); scale_grad_by_freq and sparse change only the backward, which
+ * the graph does not carry. */
 static int32_t c_embedding(tracer *T, PyObject *fn, const call_args *a, int op)
 {
     int32_t w = arg(a, 0, "weight"), ix = arg(a, 1, "indices");
@@ -7019,6 +7023,21 @@ static int32_t c_embedding(tracer *T, PyObject *fn, const call_args *a, int op)
     memcpy(shape, in->shape, sizeof(int64_t) * (size_t)nd);
     shape[nd] = node(T, w)->shape[1];
     int32_t r = select_rows(T, w, v_reshape(T, ix, &m, 1), 0, 0);
+    int64_t pad = -1;
+    int flag = 0;
+    for (int k = 3; k < 5 && k < a->npos; k++) {   /* scale_grad_by_freq, sparse */
+        if (tr_truth(T, a->pos[k], &flag))
+            return -1;
+        if (flag)
+            T->grad_sensitive = "embedding(scale_grad_by_freq=True or sparse=True)";
+    }
+    if (a->npos > 2 && !is_none(T, a->pos[2]) && tr_int(T, a->pos[2], &pad))
+        return -1;
+    if (r >= 0 && pad >= 0) {
+        int64_t one[2] = { m, 1 };
+        int32_t at = op2(T, SMELT_OP_EQ, v_reshape(T, ix, one, 2), int_value(T, pad));
+        r = where3(T, at, op1(T, SMELT_OP_DETACH, r), r);
+    }
     return r < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, r, shape, nd + 1));
 }
 
@@ -7768,6 +7787,8 @@ static int32_t autograd_attr(tracer *T, int32_t self, const char *s)
         Py_DECREF(rg);
         if (!strcmp(s, "grad") || (needs && strcmp(s, "requires_grad")))
             return tr_break(T, "tensor attribute %s of a tensor passed in", s);
+    } else {
+        T->grad_sensitive = "autograd attributes of a computed tensor";
     }
     if (!strcmp(s, "requires_grad"))
         return tv_obj(T, needs ? Py_True : Py_False, -1);

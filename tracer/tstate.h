@@ -205,6 +205,9 @@ typedef struct tracer {
     int no_grad;           /* grad mode set by the traced code (objects.c): 0 as outside the trace
                               (guarded), 1 off, -1 on */
     int grad_on;           /* grad was turned on in the trace: no input may require grad */
+    const char *grad_sensitive;   /* what the trace did that the graph does not carry to a
+                                     compiled backward (detach, a no_grad region, ...), or NULL:
+                                     with inputs that require grad in grad mode it breaks */
     PyObject *exc;         /* the exception being raised in the trace (owned), or NULL */
     int32_t handled;       /* value of the exception being handled (except blocks), -1: none */
     uint8_t *sharers;      /* output plan, per graph node: output tensors that are it or views of it (max 2) */

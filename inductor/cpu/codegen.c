@@ -529,6 +529,7 @@ static LLVMValueRef unary_fp(cg *g, smelt_op op, LLVMValueRef x, int w)
         return m;
     switch (op) {
     case SMELT_OP_NEG: return LLVMBuildFNeg(g->B, x, "");
+    case SMELT_OP_DETACH: return x;
     case SMELT_OP_ABS: return call_intr(g, "llvm.fabs", t, &x, 1);
     case SMELT_OP_SQRT: return call_intr(g, "llvm.sqrt", t, &x, 1);
     case SMELT_OP_RSQRT: return LLVMBuildFDiv(g->B, one, call_intr(g, "llvm.sqrt", t, &x, 1), "");
@@ -558,6 +559,7 @@ static LLVMValueRef unary_int(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef x
     int u = is_unsigned(dt);
     switch (op) {
     case SMELT_OP_NEG: return LLVMBuildNeg(g->B, x, "");
+    case SMELT_OP_DETACH: return x;
     case SMELT_OP_ABS: return u ? x : sel(g, icmp(g, LLVMIntSLT, x, zero), LLVMBuildNeg(g->B, x, ""), x);
     case SMELT_OP_RELU: return u ? x : sel(g, icmp(g, LLVMIntSLT, x, zero), zero, x);
     case SMELT_OP_FLOOR: case SMELT_OP_CEIL: case SMELT_OP_TRUNC: case SMELT_OP_ROUND: return x;

@@ -300,7 +300,9 @@ class Explanation(dict):
     compiled code replays after its graph; one line each), counts
     (`nodes`, `inputs`, `num_guards`,
     `inputs_updated_in_place`), `arena_bytes` (the compiled graph's arena
-    of temporaries, kept between calls), `graphs` (how many graphs the call would
+    of temporaries, kept between calls), `backward` (True: inputs require
+    grad in grad mode and a backward graph compiles with the forward, so
+    the call is one autograd node), `graphs` (how many graphs the call would
     compile), `partial` (True: the frame breaks but is compiled around its
     breaks: `graph` is the graph before the first break, `breaks` lists
     each break with its reason and whether the frame resumes in compiled

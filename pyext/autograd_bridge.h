@@ -1,0 +1,30 @@
+/* autograd_bridge.h — compiled regions under autograd (autograd_bridge.c). */
+#ifndef SMELT_PYEXT_AUTOGRAD_BRIDGE_H
+#define SMELT_PYEXT_AUTOGRAD_BRIDGE_H
+
+#include "../inductor/compile.h"
+#include "../tracer/trace.h"
+
+typedef struct pyext_ad {
+    PyObject *fwd, *bwd;   /* smelt._C.Compiled: forward (+ saved values), backward */
+    PyObject *spec;        /* smelt._autograd's description of how the two connect */
+    int64_t saved_bytes;
+    int32_t nsaved, nrecomputed;
+} pyext_ad;
+
+/* Per graph input of r, 1 if its example tensor requires grad (read before
+ * tracer_result_trim); *any: some does. NULL with an exception. */
+uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r, int *any);
+
+/* Splits r's graph for inputs rg and compiles both halves into *out. 0 on
+ * success; 1 when the region cannot be differentiated here (reason set:
+ * it runs eagerly); -1 with an exception. */
+int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, const smelt_compile_opts *o,
+                     pyext_ad *out, char *reason, size_t len);
+void pyext_ad_clear(pyext_ad *a);
+
+/* The region's outputs (a list, as Compiled's call) for graph inputs ins,
+ * recorded by autograd as one node. */
+PyObject *pyext_ad_run(const pyext_ad *a, PyObject *const *ins, int32_t n);
+
+#endif

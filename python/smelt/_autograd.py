@@ -1,0 +1,115 @@
+"""Compiled regions under autograd (pyext/autograd_bridge.c).
+
+A region whose inputs require grad runs as one torch.autograd.Function:
+its forward runs the forward plan (which also returns the values the
+backward reads), its backward the backward plan. Forward inputs the
+backward reads are kept with save_for_backward, so an in-place change to
+one before backward raises autograd's own error, as in eager.
+"""
+import torch
+from torch.autograd.function import once_differentiable
+
+_FWD_INPUT, _SAVED, _GRAD = 0, 1, 2
+
+
+class _Fallback(Exception):
+    """The forward plan asked to run eagerly (a host call's result did not
+    match what was traced)."""
+
+
+class Spec:
+    """How the forward and backward plans connect (see autograd/autograd.h)."""
+    __slots__ = ("nout", "saved_inputs", "args", "grad_in", "uses", "grad_outs", "nondiff", "nin", "saved_bytes")
+
+    def __init__(self, nout, kinds, index, grad_in, uses, diff, nin, saved_bytes):
+        self.nout, self.grad_in, self.uses, self.nin, self.saved_bytes = nout, grad_in, uses, nin, saved_bytes
+        # the outputs whose gradients flow in, in backward-input order (bit j of uses)
+        self.grad_outs = tuple(i for k, i in zip(kinds, index) if k == _GRAD)
+        self.nondiff = tuple(o for o in range(nout) if not diff[o])
+        self.saved_inputs = tuple(sorted({i for k, i in zip(kinds, index) if k == _FWD_INPUT}))
+        pos = {i: p for p, i in enumerate(self.saved_inputs)}
+        nsi = len(self.saved_inputs)
+        # each backward input: ("s", position in saved tensors) or ("g", output number)
+        self.args = tuple(("s", pos[i]) if k == _FWD_INPUT else ("s", nsi + i - nout) if k == _SAVED else ("g", i)
+                          for k, i in zip(kinds, index))
+
+
+def make_spec(nout, kinds, index, grad_in, uses, diff, nin, saved_bytes):
+    return Spec(nout, kinds, index, grad_in, uses, diff, nin, saved_bytes)
+
+
+class _Region(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, fwd, bwd, spec, *ins):
+        outs = fwd(*ins)
+        if outs is NotImplemented:
+            raise _Fallback
+        ctx.spec, ctx.bwd = spec, bwd
+        ctx.save_for_backward(*(ins[i] for i in spec.saved_inputs), *outs[spec.nout:])
+        user = outs[:spec.nout]
+        ctx.set_materialize_grads(False)   # an output no gradient reached: None, as eager's
+        ctx.like = [(user[o].shape, user[o].dtype) for o in spec.grad_outs]
+        if spec.nondiff:
+            ctx.mark_non_differentiable(*(user[o] for o in spec.nondiff))
+        return tuple(user)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        spec, saved = ctx.spec, ctx.saved_tensors
+        flowed = 0
+        for j, o in enumerate(spec.grad_outs):
+            if grads[o] is not None:
+                flowed |= 1 << min(j, 63)
+        res = [None] * (3 + spec.nin)
+        if not flowed:
+            return tuple(res)
+        like = dict(zip(spec.grad_outs, ctx.like))
+        args = [saved[i] if k == "s" else grads[i].contiguous() if grads[i] is not None
+                else torch.zeros(like[i][0], dtype=like[i][1]) for k, i in spec.args]
+        gs = ctx.bwd(*args)
+        for g, i, u in zip(gs, spec.grad_in, spec.uses):
+            res[3 + i] = g if u & flowed else None
+        return tuple(res)
+
+
+def run(fwd, bwd, spec, *ins):
+    """The region's outputs (a list) for graph inputs ins, recorded as one
+    autograd node; NotImplemented: run the frame eagerly."""
+    try:
+        return list(_Region.apply(fwd, bwd, spec, *ins))
+    except _Fallback:
+        return NotImplemented
+
+
+def index_add_rows(g, ids, n):
+    """The rows of g summed into n zero rows at ids (the backward of
+    embedding and of whole-row gathers), a host call of the backward plan."""
+    return g.new_zeros((n,) + tuple(g.shape[1:])).index_add_(0, ids, g)
+
+
+def _conv_backward(g, x, w, stride, padding, dilation, groups, has_bias):
+    gx, gw, gb = torch.ops.aten.convolution_backward(
+        g, x, w, [w.shape[0]] if has_bias else None, stride, padding, dilation, False, [0] * len(stride), groups,
+        [True, True, bool(has_bias)])
+    return (gx, gw, gb) if has_bias else (gx, gw)
+
+
+def _unfold_backward(g, sizes, dim, size, step):
+    return torch.ops.aten.unfold_backward(g, sizes, dim, size, step)
+
+
+def call_template(kind, p):
+    """(fn, args, kwargs) of the backward plan's host call of kind
+    (autograd/autograd.h ad_call_kind) with integer params p."""
+    from smelt._C import Slot
+    if kind == 0:
+        return index_add_rows, (Slot(0), Slot(1), p[0]), {}
+    if kind == 1:
+        n = p[0]
+        st, pad, dil = list(p[2:2 + n]), list(p[2 + n:2 + 2 * n]), list(p[2 + 2 * n:2 + 3 * n])
+        return _conv_backward, (Slot(0), Slot(1), Slot(2), st, pad, dil, p[1], p[2 + 3 * n]), {}
+    if kind == 2:
+        nd = p[0]
+        return _unfold_backward, (Slot(0), list(p[1:1 + nd]), p[1 + nd], p[2 + nd], p[3 + nd]), {}
+    raise ValueError(f"smelt: unknown backward host call kind {kind}")

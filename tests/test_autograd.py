@@ -1,0 +1,426 @@
+"""Compiled backward (autograd/, pyext/autograd_bridge.c): regions whose
+inputs require grad compile a forward and a backward plan and run as one
+autograd node.
+
+- Gradients of every op with a derivative rule against eager's (float64
+  tight, float32 within rounding; broadcasting, non-contiguous inputs).
+- Training loops (SGD, AdamW) of an MLP with GELU and LayerNorm and a
+  cross-entropy loss: losses and parameters equal to eager's at every step,
+  no recompiles across steps.
+- Autograd semantics: accumulation, retain_graph, autograd.grad, hooks,
+  parameters with requires_grad off, no_grad switching, double backward,
+  and regions the graph cannot carry (detach, no_grad inside) run eagerly.
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import smelt
+
+
+def grads_of(fn, inputs, seed_grad=None):
+    """(outputs, grads of inputs that require grad) for fn, eager or compiled."""
+    xs = [x.detach().clone().requires_grad_(x.requires_grad) for x in inputs]
+    out = fn(*xs)
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    gs = seed_grad if seed_grad is not None else [torch.randn_like(o, generator=torch.Generator().manual_seed(7))
+                                                   if o.is_floating_point() else None for o in outs]
+    pairs = [(o, g) for o, g in zip(outs, gs) if g is not None and o.requires_grad]
+    torch.autograd.backward([o for o, _ in pairs], [g for _, g in pairs])
+    return outs, [x.grad for x in xs if x.requires_grad], gs
+
+
+def compare(fn, *inputs, rtol=None, atol=None):
+    cf = smelt.compile(fn)
+    ref_out, ref_g, gs = grads_of(fn, inputs)
+    out, g, _ = grads_of(cf, inputs, gs)
+    st = cf._smelt.stats()
+    assert st["backward_compiles"] == 1 and st["breaks"] == 0, st
+    for a, b in zip(out, ref_out):
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True)
+    for a, b in zip(g, ref_g):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol, equal_nan=True)
+    return cf
+
+
+def rnd(*shape, dtype=torch.float32, seed=0, positive=False, grad=True):
+    x = torch.randn(*shape, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+    if positive:
+        x = x.abs() + 0.5
+    return x.requires_grad_(grad)
+
+
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1,
+    "log": (torch.log, True), "log2": (torch.log2, True), "log10": (torch.log10, True),
+    "log1p": (torch.log1p, True), "sqrt": (torch.sqrt, True), "rsqrt": (torch.rsqrt, True),
+    "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
+    "erf": torch.erf, "erfc": torch.erfc, "relu": torch.relu, "floor": torch.floor, "sign": torch.sign,
+    "reciprocal": (torch.reciprocal, True), "atan": torch.atan, "asinh": torch.asinh,
+    "acosh": (lambda x: torch.acosh(x + 1), True), "sinh": torch.sinh, "cosh": torch.cosh,
+    "asin": lambda x: torch.asin(x * 0.3), "acos": lambda x: torch.acos(x * 0.3),
+    "atanh": lambda x: torch.atanh(x * 0.3),
+    "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+    "softplus": F.softplus, "mish": F.mish, "clamp": lambda x: x.clamp(-0.5, 0.7),
+    "relu6": F.relu6, "leaky_relu": F.leaky_relu, "elu": F.elu, "hardtanh": F.hardtanh,
+    "ndtr": torch.special.ndtr, "square": torch.square, "pow3": lambda x: x ** 3,
+    "pow_half": (lambda x: x ** 0.5, True), "cast_roundtrip": lambda x: x.double().float() * 2,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_gradients(name, dtype):
+    fn, positive = UNARY[name] if isinstance(UNARY[name], tuple) else (UNARY[name], False)
+    x = rnd(37, 11, dtype=dtype, positive=positive)
+    tol = {} if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
+    compare(lambda t: fn(t) * 1.5, x, **tol)
+
+
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "pow": lambda a, b: torch.pow(a.abs() + 0.5, b), "maximum": torch.maximum, "minimum": torch.minimum,
+    "atan2": torch.atan2, "fmod": lambda a, b: torch.fmod(a, b.abs() + 0.5),
+    "remainder": lambda a, b: torch.remainder(a, b.abs() + 0.5),
+    "where": lambda a, b: torch.where(a > b, a * 2, b - 1),
+    "hypot-ish": lambda a, b: (a * a + b * b).sqrt(),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_gradients_broadcast(name, dtype):
+    fn = BINARY[name]
+    a, b = rnd(13, 7, dtype=dtype, seed=1), rnd(7, dtype=dtype, seed=2)
+    tol = {} if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
+    compare(fn, a, b, **tol)
+    compare(fn, rnd(7, 13, dtype=dtype, seed=3).detach().t().requires_grad_(), rnd(1, 7, dtype=dtype, seed=4), **tol)
+
+
+def test_maximum_ties_split_the_gradient():
+    a = torch.tensor([1.0, 2.0, 3.0, 2.0], requires_grad=True)
+    b = torch.tensor([1.0, 1.0, 3.0, 5.0], requires_grad=True)
+    compare(torch.maximum, a, b)
+    compare(torch.minimum, a, b)
+
+
+def test_only_some_inputs_require_grad():
+    a, b = rnd(5, 6, seed=1), rnd(5, 6, seed=2, grad=False)
+    compare(lambda x, y: (x * y).sin() + y, a, b)
+    compare(lambda x, y: (x * y).sin() + y, a.detach(), b.detach().requires_grad_())
+
+
+REDUCTIONS = {
+    "sum": lambda x: x.sum(), "sum1": lambda x: x.sum(1), "sum0k": lambda x: x.sum(0, keepdim=True),
+    "mean": lambda x: x.mean(-1), "amax": lambda x: x.amax(1), "amin": lambda x: x.amin(0),
+    "max_ties": lambda x: x.round().amax(1) + x.sum() * 0, "var": lambda x: x.var(1),
+    "var0": lambda x: x.var(0, correction=0), "std": lambda x: x.std(1),
+    "softmax": lambda x: torch.softmax(x, -1), "log_softmax": lambda x: torch.log_softmax(x, 0),
+    "logsumexp": lambda x: torch.logsumexp(x, 1), "norm": lambda x: x.norm(dim=1),
+    "layer_norm": lambda x: F.layer_norm(x, (x.shape[-1],)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+def test_reduction_gradients(name, dtype):
+    x = rnd(6, 29, dtype=dtype, seed=5) * 2
+    x = x.detach().requires_grad_()
+    tol = {} if dtype == torch.float64 else dict(rtol=3e-5, atol=3e-6)
+    compare(REDUCTIONS[name], x, **tol)
+
+
+VIEWS = {
+    "reshape": lambda x: x.reshape(3, -1) * 2, "t": lambda x: x.t() * torch.arange(6.0),
+    "permute": lambda x: x.reshape(2, 3, 10).permute(2, 0, 1).exp(), "expand": lambda x: x[:1].expand(4, 10) * x[:4],
+    "slice": lambda x: x[1:4, 2:7].tanh(), "slice_step": lambda x: x[:, ::1].sin(),
+    "unsqueeze": lambda x: x.unsqueeze(1).squeeze(1) ** 2, "flip": lambda x: x.flip(0) * x,
+    "cat": lambda x: torch.cat([x, x.sin(), x[:2]], 0), "stack": lambda x: torch.stack([x, x * 2], 1),
+    "chunk": lambda x: x.chunk(2, 1)[0] * x.chunk(2, 1)[1],
+}
+
+
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_view_and_copy_gradients(name):
+    compare(VIEWS[name], rnd(6, 10, dtype=torch.float64, seed=6))
+
+
+@pytest.mark.parametrize("shapes", [((5, 7), (7, 3)), ((2, 5, 7), (7, 3)), ((2, 5, 7), (2, 7, 3)),
+                                    ((1, 5, 7), (4, 7, 3)), ((4, 1, 5, 7), (3, 7, 2))])
+def test_matmul_gradients(shapes):
+    a, b = rnd(*shapes[0], dtype=torch.float64, seed=1), rnd(*shapes[1], dtype=torch.float64, seed=2)
+    compare(torch.matmul, a, b)
+
+
+def test_linear_and_cross_entropy_gradients():
+    x, w, b = rnd(9, 13, seed=1), rnd(5, 13, seed=2), rnd(5, seed=3)
+    y = torch.tensor([0, 4, 2, 1, 3, 3, 0, 1, 4])
+    compare(lambda x, w, b: F.cross_entropy(F.linear(x, w, b), y), x, w, b, rtol=2e-5, atol=2e-6)
+    compare(lambda x, w, b: F.nll_loss(F.log_softmax(F.linear(x, w, b), 1), y, reduction="sum"), x, w, b,
+            rtol=2e-5, atol=2e-6)
+    compare(lambda x: x.gather(1, torch.tensor([[0, 1, 1], [2, 2, 0]])).sum(), rnd(2, 4, seed=4))
+
+
+def test_mse_and_friends():
+    x, t = rnd(8, 3, seed=1), rnd(8, 3, seed=2, grad=False)
+    compare(lambda a: F.mse_loss(a, t), x)
+    compare(lambda a: F.l1_loss(a, t) + F.smooth_l1_loss(a, t), x)
+    compare(lambda a: F.binary_cross_entropy_with_logits(a, t.sigmoid()), x)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.ln, self.l2 = torch.nn.Linear(16, 48), torch.nn.LayerNorm(48), torch.nn.Linear(48, 5)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.l2(self.ln(F.gelu(self.l1(x)))), y)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_training_loop_matches_eager(opt):
+    torch.manual_seed(0)
+    ref = MLP()
+    model = MLP()
+    model.load_state_dict(ref.state_dict())
+    make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+            "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2)}[opt]
+    o_ref, o = make(ref.parameters()), make(model.parameters())
+    step = smelt.compile(model)
+    g = torch.Generator().manual_seed(1)
+    for i in range(20):
+        x, y = torch.randn(32, 16, generator=g), torch.randint(0, 5, (32,), generator=g)
+        for m, opt_, fn in ((ref, o_ref, ref), (model, o, step)):
+            opt_.zero_grad(set_to_none=i % 2 == 0)
+            loss = fn(x, y)
+            loss.backward()
+            opt_.step()
+            if m is ref:
+                ref_loss = loss.detach()
+            else:
+                torch.testing.assert_close(loss.detach(), ref_loss, rtol=1e-5, atol=1e-6)
+        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=n)
+    st = step._smelt.stats()
+    assert st["compiles"] == 1 and st["backward_compiles"] == 1 and st["breaks"] == 0, st
+
+
+def test_switching_train_eval_and_no_grad_costs_one_entry_each():
+    torch.manual_seed(0)
+    m = MLP()
+    cm = smelt.compile(m)
+    x, y = torch.randn(4, 16), torch.tensor([0, 1, 2, 3])
+    for _ in range(3):
+        cm(x, y).backward()
+        with torch.no_grad():
+            out = cm(x, y)
+        assert not out.requires_grad
+        torch.testing.assert_close(out, m(x, y))
+    st = cm._smelt.stats()
+    assert st["compiles"] == 2 and st["backward_compiles"] == 1, st
+
+
+def test_accumulation_retain_graph_and_autograd_grad():
+    w = rnd(6, 4, dtype=torch.float64, seed=1)
+    f = smelt.compile(lambda x, w: (x @ w).tanh().sum())
+    x = torch.randn(3, 6, dtype=torch.float64)
+    loss = f(x, w)
+    loss.backward(retain_graph=True)
+    g1 = w.grad.clone()
+    loss.backward()
+    torch.testing.assert_close(w.grad, 2 * g1)
+    f(x, w).backward()
+    torch.testing.assert_close(w.grad, 3 * g1)
+    (gw,) = torch.autograd.grad(f(x, w), [w])
+    torch.testing.assert_close(gw, g1)
+    wr = w.detach().clone().requires_grad_()
+    (x @ wr).tanh().sum().backward()
+    torch.testing.assert_close(g1, wr.grad)
+
+
+def test_hooks_fire_and_outside_autograd_composes():
+    w = rnd(5, 5, seed=1)
+    seen = []
+    w.register_hook(lambda g: seen.append(g.clone()))
+    f = smelt.compile(lambda x, w: torch.relu(x @ w))
+    x = rnd(3, 5, seed=2)
+    y = f(x * 2, w)           # eager op before, compiled region, eager ops after
+    (y.exp().sum()).backward()
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch.relu((xr * 2) @ wr).exp().sum().backward()
+    assert len(seen) == 1
+    torch.testing.assert_close(seen[0], wr.grad)
+    torch.testing.assert_close(x.grad, xr.grad)
+
+
+def test_parameter_with_requires_grad_off():
+    torch.manual_seed(0)
+    m = MLP()
+    m.l1.weight.requires_grad_(False)
+    cm = smelt.compile(m)
+    x, y = torch.randn(4, 16), torch.tensor([0, 1, 2, 3])
+    cm(x, y).backward()
+    assert m.l1.weight.grad is None and m.l1.bias.grad is not None
+    g = m.l1.bias.grad.clone()
+    m.zero_grad()
+    m(x, y).backward()
+    torch.testing.assert_close(g, m.l1.bias.grad)
+
+
+def test_double_backward_raises_as_a_once_differentiable_op():
+    f = smelt.compile(lambda x: (x * x).sin().sum())
+    x = rnd(4, dtype=torch.float64)
+    (g,) = torch.autograd.grad(f(x), [x], create_graph=True)
+    with pytest.raises(RuntimeError):
+        g.sum().backward()
+
+
+@pytest.mark.parametrize("case", ["detach", "no_grad", "data"])
+def test_what_the_graph_cannot_carry_runs_eagerly(case):
+    def fn(x, w):
+        h = x @ w
+        if case == "detach":
+            h = h * h.detach()
+        elif case == "data":
+            h = h + h.data
+        else:
+            with torch.no_grad():
+                s = h.sum()
+            h = h * s
+        return h.sum()
+    f = smelt.compile(fn)
+    x, w = rnd(3, 4, seed=1), rnd(4, 4, seed=2)
+    _, g, _ = grads_of(f, [x, w])
+    _, ref, _ = grads_of(fn, [x, w])
+    for a, b in zip(g, ref):
+        torch.testing.assert_close(a, b)
+    st = f._smelt.stats()
+    assert st["backward_compiles"] == 0 and st["breaks"] >= 1, st
+
+
+def test_explain_says_a_backward_compiles():
+    f = smelt.compile(lambda x: (x.sin() * 2).sum())
+    assert smelt.explain(f, rnd(4))["backward"] is True
+    assert smelt.explain(f, rnd(4, grad=False))["backward"] is False
+
+
+def test_embedding_padding_row_gets_no_gradient():
+    w = rnd(10, 4, seed=1)
+    ids = torch.tensor([[1, 0, 3, 3], [0, 9, 1, 2]])
+    for pad in (0, 3, None):
+        compare(lambda w: (F.embedding(ids, w, padding_idx=pad) * torch.arange(32.0).reshape(2, 4, 4)).sum(), w)
+    compare(lambda w: w[torch.tensor([2, 2, 7])].sin().sum(), w)
+    compare(lambda w: w.index_select(0, torch.tensor([0, 5, 5, 1])).exp().sum(), w)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("mask", [None, "bool", "float"])
+def test_attention_gradients(causal, mask):
+    q, k, v = rnd(2, 3, 7, 8, seed=1), rnd(2, 3, 5 if not causal else 7, 8, seed=2), rnd(2, 3, 5 if not causal else 7, 6, seed=3)
+    m = None
+    if mask == "bool":
+        m = torch.rand(7, k.shape[2], generator=torch.Generator().manual_seed(4)) > 0.3
+        m[:, 0] = True
+    elif mask == "float":
+        m = torch.randn(7, k.shape[2], generator=torch.Generator().manual_seed(4))
+    if causal and m is not None:
+        return   # torch refuses a mask with is_causal
+    compare(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal), q, k, v,
+            rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("groups,stride,padding", [(1, 1, 1), (2, 2, 0), (4, 1, 2)])
+def test_convolution_and_pooling_gradients(groups, stride, padding):
+    x, w, b = rnd(2, 4, 9, 11, seed=1), rnd(8, 4 // groups, 3, 3, seed=2), rnd(8, seed=3)
+    compare(lambda x, w, b: F.max_pool2d(torch.relu(F.conv2d(x, w, b, stride, padding, 1, groups)), 2), x, w, b,
+            rtol=1e-4, atol=1e-5)
+    compare(lambda x: F.avg_pool2d(x, 3, 2) * 2, x)
+
+
+def test_cnn_with_batchnorm_trains_like_eager():
+    from smelt import bench
+    torch.manual_seed(0)
+    w = bench.build_cnn("tiny")
+    ref = w.fn.train()
+    (x,) = w.inputs
+    import copy
+    m = copy.deepcopy(ref)
+    cm = smelt.compile(m)
+    y = torch.randint(0, 10, (x.shape[0],), generator=torch.Generator().manual_seed(1))
+    o_ref, o = torch.optim.SGD(ref.parameters(), lr=0.05), torch.optim.SGD(m.parameters(), lr=0.05)
+    for _ in range(5):
+        for model, opt, fn in ((ref, o_ref, ref), (m, o, cm)):
+            opt.zero_grad()
+            F.cross_entropy(fn(x), y).backward()
+            opt.step()
+        for a, b in zip(list(m.parameters()) + list(m.buffers()), list(ref.parameters()) + list(ref.buffers())):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    st = cm._smelt.stats()
+    assert st["backward_compiles"] == 1 and st["breaks"] == 0, st
+
+
+def hf_model(kind):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=97, n_positions=32,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        return transformers.GPT2LMHeadModel(cfg)
+    if kind == "bert":
+        cfg = transformers.BertConfig(num_hidden_layers=2, num_attention_heads=4, hidden_size=32,
+                                      intermediate_size=64, vocab_size=97, max_position_embeddings=32,
+                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        return transformers.BertForMaskedLM(cfg)
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   hidden_size=32, intermediate_size=64, vocab_size=97,
+                                   max_position_embeddings=32)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert", "llama"])
+def test_hugging_face_training_steps_match_eager(kind):
+    import copy
+    from smelt.bench import smelt_functions
+    ref = hf_model(kind).train()
+    m = copy.deepcopy(ref)
+    cm = smelt.compile(m)
+    o_ref, o = torch.optim.AdamW(ref.parameters(), lr=1e-3), torch.optim.AdamW(m.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(2)
+    for step in range(4):
+        ids = torch.randint(0, 97, (2, 12), generator=g)
+        ids[0, 3] = 0   # BERT's padding row: no gradient
+        losses = []
+        for model, opt, fn in ((ref, o_ref, ref), (m, o, cm)):
+            opt.zero_grad()
+            loss = fn(input_ids=ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+        for (n, a), b in zip(m.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=n)
+    assert sum(f.stats()["backward_compiles"] for f in smelt_functions()) >= 1
+
+
+def test_parameters_no_gradient_reaches_keep_none():
+    """A parameter used only by an output the loss ignores gets None, as in
+    eager (an optimizer then skips it), not zeros."""
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(4, 3), torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.a(x), self.b(x).tanh()
+    torch.manual_seed(0)
+    m = Two()
+    cm = smelt.compile(m)
+    x = torch.randn(5, 4)
+    cm(x)[0].sum().backward()
+    assert m.b.weight.grad is None and m.b.bias.grad is None and m.a.weight.grad is not None
+    cm(x)[1].sum().backward()
+    assert m.b.weight.grad is not None
