@@ -499,6 +499,31 @@ static int r_conv(ad *A, int32_t i, int32_t g)
 static int r_unfold(ad *A, int32_t i, int32_t g)
 {
     const smelt_node *s = &A->g->nodes[N->src[0]];
+    int dim = N->a.unfold.dim, nd = s->ndim;
+    int64_t size = N->a.unfold.size, count = N->shape[dim];
+    if (N->a.unfold.step == size && N->a.unfold.dil == 1 && g >= 0) {
+        /* windows that tile the dim (max/avg pooling with stride = kernel):
+         * each element in at most one window, so the gradient is g with the
+         * window dim put back beside `dim` and merged into it, zeros for an
+         * uncovered tail: index rewrites that fuse */
+        int8_t perm[SMELT_MAX_DIMS] = { 0 };
+        for (int d = 0, k = 0; d <= nd; d++)
+            perm[d] = (int8_t)(d == dim + 1 ? nd : k++);
+        int64_t shape[SMELT_MAX_DIMS];
+        memcpy(shape, s->shape, sizeof shape);
+        shape[dim] = count * size;
+        int32_t t = ad_shaped(A, SMELT_OP_RESHAPE, ad_permute(A, g, perm), nd, shape);
+        if (count * size < s->shape[dim] && t >= 0) {
+            smelt_node p = { .op = SMELT_OP_CAT, .nsrc = 2 };
+            p.a.axis.dim = dim;
+            shape[dim] = s->shape[dim] - count * size;
+            p.src[0] = t;
+            p.src[1] = ad_full(A, (smelt_dtype)N->dtype, nd, shape, 0.0);
+            t = p.src[1] < 0 ? -1 : ad_add(A, &p);
+        }
+        ad_give(A, i, 0, t);
+        return 0;
+    }
     if (N->a.unfold.dil != 1 || s->ndim + 4 > AD_CALL_MAX_PARAMS)
         return 1;
     int64_t p[AD_CALL_MAX_PARAMS];

@@ -131,6 +131,13 @@ int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, con
         snprintf(reason, len, rc > 0 ? "autograd: %s" : "autograd: internal error, please report: %s", err);
         return 1;
     }
+    int any = 0;
+    for (int32_t o = 0; o < s.nout_user - r->nmut; o++)
+        any |= s.out_diff[o];
+    if (!any) {   /* nothing it computes needs a gradient (a piece that only moves tensors) */
+        ad_split_free(&s);
+        return 2;
+    }
     if (pyext_log_on(PYEXT_LOG_AOT)) {
         char *f = smelt_graph_print(s.fwd), *b = smelt_graph_print(s.bwd);
         char head[256];

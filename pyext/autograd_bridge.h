@@ -18,7 +18,8 @@ uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r, int *any);
 
 /* Splits r's graph for inputs rg and compiles both halves into *out. 0 on
  * success; 1 when the region cannot be differentiated here (reason set:
- * it runs eagerly); -1 with an exception. */
+ * it runs eagerly); 2 when no output it computes needs a gradient (compile
+ * it as without grad); -1 with an exception. */
 int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, const smelt_compile_opts *o,
                      pyext_ad *out, char *reason, size_t len);
 void pyext_ad_clear(pyext_ad *a);

@@ -897,17 +897,19 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
         self->compile_ms = now_ms() - t0;
         if (arc < 0)
             goto fail;
-        if (arc > 0) {
+        if (arc == 1) {
             e->r.stop_pc = -1;
             self->nbreaks++;
             Py_XSETREF(self->last_reason, PyUnicode_FromString(e->r.reason));
             return e;
         }
-        e->compiled = Py_NewRef(e->ad.fwd);
-        pyext_compiled_set_packing(e->compiled, self->packing);
-        self->ncompiles++;
-        self->nbackward++;
-        return e;
+        if (arc == 0) {
+            e->compiled = Py_NewRef(e->ad.fwd);
+            pyext_compiled_set_packing(e->compiled, self->packing);
+            self->ncompiles++;
+            self->nbackward++;
+            return e;
+        }
     }
     t0 = now_ms();
     smelt_plan *plan;
@@ -1574,9 +1576,13 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
             tracer_result_clear(r);
             return NULL;
         }
-        if (arc == 0)
+        if (arc == 0) {
+            int any = 0;
+            for (int32_t o = 0; o < s.nout_user - r->nmut; o++)
+                any |= s.out_diff[o];
+            autograd = any;   /* else it compiles as without grad */
             ad_split_free(&s);
-        else {
+        } else {
             snprintf(r->reason, sizeof r->reason, "autograd: %s", err);
             rc = 1;
         }
