@@ -40,8 +40,11 @@ typedef enum {
                                 backward); params: n */
     AD_CALL_CONV_BACKWARD,   /* (g, x, w) -> grad x, grad w[, grad bias]: params nsp, groups,
                                 stride[nsp], padding[nsp], dilation[nsp], has_bias */
-    AD_CALL_UNFOLD_BACKWARD  /* (g) -> grad of Tensor.unfold's input: params ndim, shape[ndim], dim,
+    AD_CALL_UNFOLD_BACKWARD, /* (g) -> grad of Tensor.unfold's input: params ndim, shape[ndim], dim,
                                 size, step */
+    AD_CALL_VJP              /* (the forward host call's sources, then a gradient per result) -> a
+                                gradient per source, from torch's autograd over the call run again;
+                                params: the forward call's id, its source and result counts, its key */
 } ad_call_kind;
 
 #define AD_CALL_MAX_PARAMS 16

@@ -584,6 +584,35 @@ static int r_sdpa(ad *A, int32_t i, int32_t g)
     return 0;
 }
 
+/* a host call of the forward: torch's own autograd over the call, run
+ * again on the saved sources (AD_CALL_VJP). The last of its results that
+ * has a gradient takes them all (the results before it are done by then:
+ * their users all come after the call). */
+static int r_call(ad *A, int32_t i, int32_t g)
+{
+    int k = N->a.call.out, nout = N->a.call.nout, nsrc = N->nsrc;
+    int32_t first = i - k;
+    (void)g;
+    for (int j = k + 1; j < nout; j++)
+        if (A->grad[first + j] >= 0)
+            return 0;
+    if (nsrc + nout > SMELT_MAX_SRC)
+        return 1;
+    int32_t src[SMELT_MAX_SRC], like[SMELT_MAX_SRC];
+    for (int s = 0; s < nsrc; s++) {
+        src[s] = X(s);
+        like[s] = N->src[s];
+    }
+    for (int j = 0; j < nout; j++)
+        src[nsrc + j] = A->grad[first + j] >= 0 ? A->grad[first + j] : ad_zeros_like_fwd(A, first + j);
+    int64_t p[4] = { N->a.call.id, nsrc, nout, (int64_t)N->a.call.key };   /* the key: what the call does */
+    int32_t c = ad_host_call(A, AD_CALL_VJP, nsrc + nout, src, nsrc, like, NULL, NULL, 4, p);
+    for (int s = 0; s < nsrc; s++)
+        if (A->req[N->src[s]])
+            ad_give(A, i, s, c < 0 ? -1 : c + s);
+    return 0;
+}
+
 static const ad_rule RULES[SMELT_NOPS] = {
     [SMELT_OP_NEG] = r_neg, [SMELT_OP_ABS] = r_abs, [SMELT_OP_EXP] = r_exp, [SMELT_OP_EXP2] = r_exp2,
     [SMELT_OP_EXPM1] = r_expm1, [SMELT_OP_LOG] = r_log, [SMELT_OP_LOG2] = r_log2, [SMELT_OP_LOG10] = r_log10,
@@ -604,7 +633,7 @@ static const ad_rule RULES[SMELT_NOPS] = {
     [SMELT_OP_PERMUTE] = r_permute, [SMELT_OP_EXPAND] = r_expand, [SMELT_OP_FLIP] = r_flip,
     [SMELT_OP_SLICE] = r_slice, [SMELT_OP_CAT] = r_cat, [SMELT_OP_MATMUL] = r_matmul,
     [SMELT_OP_GATHER] = r_gather, [SMELT_OP_CONV] = r_conv, [SMELT_OP_UNFOLD] = r_unfold,
-    [SMELT_OP_SDPA] = r_sdpa,
+    [SMELT_OP_SDPA] = r_sdpa, [SMELT_OP_CALL] = r_call,
 };
 
 ad_rule ad_rule_of(smelt_op op) { return op < SMELT_NOPS ? RULES[op] : NULL; }

@@ -280,7 +280,9 @@ static void run_pooled(int64_t n, int64_t grain, kern_range_fn fn, void *ctx)
  * workers: eager ops between compiled plans (an optimizer step, autograd's
  * accumulation) leave OpenMP's threads spinning for a while, and a second
  * set of busy threads on the same cores would slow both. SMELT_OMP=0 keeps
- * smelt's own pool. */
+ * smelt's own pool. A forked child never uses the team: libgomp is not
+ * fork-safe (its pool's threads are gone in the child and a parallel
+ * region there never ends), smelt's pool restarts itself there. */
 typedef void (*gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
 typedef int (*omp_int_fn)(void);
 static struct {
@@ -288,6 +290,14 @@ static struct {
     gomp_parallel_fn parallel;
     omp_int_fn thread_num, num_threads;
 } G = { .once = PTHREAD_ONCE_INIT };
+static _Atomic int g_forked;   /* this process is a fork of the one that loaded smelt */
+
+static void omp_forked(void) { atomic_store(&g_forked, 1); }
+
+__attribute__((constructor)) static void omp_atfork_init(void)
+{
+    pthread_atfork(NULL, NULL, omp_forked);   /* registered at load: before any fork */
+}
 
 static void omp_init_once(void)
 {
@@ -339,7 +349,7 @@ void kern_parallel_for(int64_t n, int64_t grain, kern_range_fn fn, void *ctx)
         return;
     }
     pthread_once(&G.once, omp_init_once);
-    if (G.parallel) {
+    if (G.parallel && !atomic_load_explicit(&g_forked, memory_order_relaxed)) {
         int64_t nch = n / grain < want ? n / grain : want;
         if (nch > 1) {
             omp_job j = { fn, ctx, n, (int)nch };

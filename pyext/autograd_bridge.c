@@ -15,12 +15,14 @@
 #include "autograd_bridge.h"
 
 #include "../autograd/autograd.h"
+#include "../tracer/hostcall.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static PyObject *run_fn, *spec_fn;   /* smelt._autograd.run / make_spec */
 static PyObject *template_fn;        /* smelt._autograd.call_template: a backward host call's (fn, args, kwargs) */
+static PyObject *vjp_fn;             /* smelt._autograd.vjp_call (AD_CALL_VJP) */
 
 static int bridge_init(void)
 {
@@ -32,8 +34,9 @@ static int bridge_init(void)
     run_fn = PyObject_GetAttrString(m, "run");
     spec_fn = PyObject_GetAttrString(m, "make_spec");
     template_fn = PyObject_GetAttrString(m, "call_template");
+    vjp_fn = PyObject_GetAttrString(m, "vjp_call");
     Py_DECREF(m);
-    return run_fn && spec_fn && template_fn ? 0 : -1;
+    return run_fn && spec_fn && template_fn && vjp_fn ? 0 : -1;
 }
 
 uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r, int *any)
@@ -91,7 +94,7 @@ static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_
 /* The backward graph's table of host calls (hostcall.h): (fn, args,
  * kwargs) per call from smelt._autograd.call_template(kind, params); NULL
  * when it has none (or on error: *err). */
-static PyObject *call_table(const ad_split *s, int *err)
+static PyObject *call_table(const ad_split *s, PyObject *fwd_calls, int *err)
 {
     *err = 0;
     if (!s->ncalls)
@@ -106,7 +109,24 @@ static PyObject *call_table(const ad_split *s, int *err)
             else
                 PyTuple_SET_ITEM(params, j, v);
         }
-        if (params)
+        if (params && s->calls[k].kind == AD_CALL_VJP) {   /* (vjp_call, (fn, args, kwargs, nsrc, nout, Slots...), {}) */
+            PyObject *fc = fwd_calls ? PyList_GetItem(fwd_calls, (Py_ssize_t)s->calls[k].param[0]) : NULL;
+            int nsrc = (int)s->calls[k].param[1], nout = (int)s->calls[k].param[2];
+            PyObject *a = fc ? PyTuple_New(5 + nsrc + nout) : NULL;
+            if (a) {
+                for (int j = 0; j < 3; j++)
+                    PyTuple_SET_ITEM(a, j, Py_NewRef(PyTuple_GET_ITEM(fc, j)));
+                PyTuple_SET_ITEM(a, 3, PyLong_FromLong(nsrc));
+                PyTuple_SET_ITEM(a, 4, PyLong_FromLong(nout));
+                for (int j = 0; j < nsrc + nout; j++)
+                    PyTuple_SET_ITEM(a, 5 + j, tracer_slot_new(j));
+                for (int j = 3; j < 5 + nsrc + nout; j++)
+                    if (!PyTuple_GET_ITEM(a, j))
+                        Py_CLEAR(a);
+            }
+            e = a ? Py_BuildValue("(OO{})", vjp_fn, a) : NULL;
+            Py_XDECREF(a);
+        } else if (params)
             e = PyObject_CallFunction(template_fn, "iO", (int)s->calls[k].kind, params);
         Py_XDECREF(params);
         if (!e)
@@ -152,7 +172,7 @@ int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, con
         free(b);
     }
     int cerr;
-    PyObject *bcalls = call_table(&s, &cerr);
+    PyObject *bcalls = call_table(&s, r->calls, &cerr);
     PyObject *fwd = cerr ? NULL : compile_one(st, s.fwd, o, r->calls, reason, len, "forward");
     PyObject *bwd = fwd && fwd != Py_None ? compile_one(st, s.bwd, o, bcalls, reason, len, "backward") : NULL;
     Py_XDECREF(bcalls);

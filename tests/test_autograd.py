@@ -424,3 +424,21 @@ def test_parameters_no_gradient_reaches_keep_none():
     assert m.b.weight.grad is None and m.b.bias.grad is None and m.a.weight.grad is not None
     cm(x)[1].sum().backward()
     assert m.b.weight.grad is not None
+
+
+@pytest.mark.parametrize("name", ["cumsum", "interpolate", "topk", "two_results", "einsum", "conv_transpose"])
+def test_host_calls_get_gradients_from_torch(name):
+    """A torch op smelt runs as a host call inside the graph: its gradient
+    is torch's own, for the call run again in the backward plan."""
+    fns = {
+        "cumsum": lambda x: torch.cumsum(x * 2, 1).sin(),
+        "interpolate": lambda x: F.interpolate(x.reshape(1, 2, 5, 70).exp(), scale_factor=1.5, mode="bilinear"),
+        "topk": lambda x: torch.topk(x.tanh(), 3, dim=1).values * 2,
+        "two_results": lambda x: torch.sort(x * 3, dim=1)[0] - torch.cummax(x, 1)[0],
+        "einsum": lambda x: torch.einsum("ij,kj->ik", x, x.sin()),
+        "conv_transpose": lambda x: F.conv_transpose1d(x.reshape(1, 10, 70), torch.ones(10, 3, 4, dtype=x.dtype)),
+    }
+    x = rnd(10, 70, dtype=torch.float64, seed=9)   # scans of 70 entries: host calls
+    cf = compare(fns[name], x)
+    e = smelt.explain(cf, x)
+    assert e["backward"] and e["host_calls"], e["host_calls"]

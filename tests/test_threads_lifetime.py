@@ -107,3 +107,35 @@ def test_rebound_global_not_kept_alive():
     assert ref() is None
     x = torch.randn(5)
     torch.testing.assert_close(f(x), x + GLOBAL_T)
+
+
+def test_compiled_code_runs_in_a_forked_child():
+    """Kernels run on torch's OpenMP team in the parent; a forked child (a
+    DataLoader worker, say) must not use it (libgomp's team does not survive
+    fork: eager torch itself hangs there unless, as DataLoader's workers do,
+    it is set to one thread) and still computes the same result."""
+    import os
+    import signal
+    f = smelt.compile(lambda x: (x * 2).sin().sum(1) + torch.relu(x).amax(1))
+    x = torch.randn(256, 8192)
+    ref = f(x)
+    torch.sin(x).sum()          # eager OpenMP work in the parent too
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            torch.set_num_threads(1)   # as DataLoader's workers
+            ok = torch.allclose(f(x), ref) and torch.allclose(f(x * 1), ref)
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

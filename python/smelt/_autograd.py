@@ -113,3 +113,38 @@ def call_template(kind, p):
         nd = p[0]
         return _unfold_backward, (Slot(0), list(p[1:1 + nd]), p[1 + nd], p[2 + nd], p[3 + nd]), {}
     raise ValueError(f"smelt: unknown backward host call kind {kind}")
+
+
+def _swap(o, leaves):
+    """o with every tensor that is a key of leaves (by id) replaced by its
+    leaf, inside tuples, lists and dict values (as the host call's template
+    holds them)."""
+    if isinstance(o, torch.Tensor):
+        return leaves.get(id(o), o)
+    if type(o) in (tuple, list):
+        return type(o)(_swap(v, leaves) for v in o)
+    if type(o) is dict:
+        return {k: _swap(v, leaves) for k, v in o.items()}
+    return o
+
+
+def vjp_call(fn, args, kwargs, nsrc, nout, *tensors):
+    """The gradients of a forward host call's sources (tensors[:nsrc], which
+    fill its template's places) for the gradients of its results
+    (tensors[nsrc:]): the call run again under torch's autograd; zeros where
+    a source gets none."""
+    srcs, grads = tensors[:nsrc], tensors[nsrc:]
+    leaves = {id(t): t.detach().requires_grad_(t.is_floating_point() or t.is_complex()) for t in srcs}
+    with torch.enable_grad():
+        out = fn(*_swap(args, leaves), **_swap(kwargs, leaves))
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    pairs = [(o, g) for o, g in zip(outs, grads) if isinstance(o, torch.Tensor) and o.requires_grad]
+    wrt = [leaves[id(t)] for t in srcs if leaves[id(t)].requires_grad]
+    got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) \
+        if pairs and wrt else [None] * len(wrt)
+    by = {id(x): g for x, g in zip(wrt, got)}
+    res = []
+    for t in srcs:
+        g = by.get(id(leaves[id(t)]))
+        res.append(g if g is not None else torch.zeros_like(t))
+    return tuple(res)
