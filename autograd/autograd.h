@@ -66,17 +66,22 @@ typedef struct ad_split {
     uint64_t *grad_in_uses;          /* per backward output: bit j set when it depends on the j-th
                                         AD_GRAD input (in bin order; j >= 63 all share bit 63). An
                                         output none of whose gradients flowed in is None, as eager's */
-    uint8_t *out_diff;     /* per forward output (nout_user): it has a gradient (float, depends on an input that requires grad) */
+    uint8_t *out_diff;     /* per forward output (nout_user): it has a gradient (float, depends on an
+                              input that requires grad, not written back into an input) */
+    int32_t ndiff;         /* how many do: 0 when the region needs no backward */
     int32_t ncalls;
     ad_call *calls;        /* the backward graph's host calls, by id */
     int64_t saved_bytes;   /* the saved values' bytes (forward inputs not counted) */
     int32_t nrecomputed;   /* forward nodes the backward graph computes again */
 } ad_split;
 
-/* Splits g for inputs with requires_grad[k] != 0 (k over g's inputs).
- * 0 on success; 1 when some op on a differentiable path has no rule (the
- * reason in err: the caller runs eagerly); -1 on an internal error (err). */
-int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, ad_split *s, char *err, size_t errlen);
+/* Splits g for inputs with requires_grad[k] != 0 (k over g's inputs); its
+ * last nwriteback outputs are written back into inputs (running
+ * statistics) and carry no gradient. 0 on success; 1 when some op on a
+ * differentiable path has no rule (the reason in err: the caller runs
+ * eagerly); -1 on an internal error (err). */
+int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, int32_t nwriteback, ad_split *s, char *err,
+                   size_t errlen);
 void ad_split_free(ad_split *s);
 
 #endif

@@ -190,7 +190,6 @@ int32_t ad_val(ad *A, int32_t i)
         id = smelt_graph_scalar(A->b, (smelt_dtype)n->dtype, n->a.scalar.f, n->a.scalar.i);
         A->failed |= id < 0;
     } else if (saved_kind(n)) {
-        A->save[i] = 1;
         id = new_bin(A, AD_SAVED, A->g->nout + A->nsaved++, n, NULL);
         A->saved_node = realloc(A->saved_node, sizeof *A->saved_node * (size_t)A->nsaved);
         if (!A->saved_node)
@@ -220,8 +219,6 @@ void ad_give(ad *A, int32_t i, int k, int32_t c)
     c = ad_sum_to(A, ad_cast(A, c, (smelt_dtype)A->g->nodes[s].dtype), s);
     A->grad[s] = A->grad[s] < 0 ? c : ad_op2(A, SMELT_OP_ADD, A->grad[s], c);
 }
-
-static int is_float(smelt_dtype dt) { return smelt_dtype_is_float(dt); }
 
 /* b without the nodes no output reads (a rule's contribution that a later
  * rule replaced, say: an unused matmul would still run). Inputs stay (the
@@ -293,7 +290,8 @@ static smelt_graph *live_part(const smelt_graph *b, char *err, size_t errlen)
     return c;
 }
 
-int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, ad_split *s, char *err, size_t errlen)
+int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, int32_t nwriteback, ad_split *s, char *err,
+                   size_t errlen)
 {
     memset(s, 0, sizeof *s);
     ad A = { .g = g };
@@ -301,16 +299,14 @@ int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, ad_split 
     A.val = malloc(sizeof *A.val * ((size_t)n + 1));
     A.grad = malloc(sizeof *A.grad * ((size_t)n + 1));
     A.req = calloc((size_t)n + 1, 1);
-    A.save = calloc((size_t)n + 1, 1);
     A.b = smelt_graph_new();
-    int32_t *map = malloc(sizeof *map * ((size_t)n + 1));
-    if (!A.val || !A.grad || !A.req || !A.save || !A.b || !map)
+    if (!A.val || !A.grad || !A.req || !A.b)
         abort();
     A.b->default_float = g->default_float;
     for (int32_t i = 0; i < n; i++) {
         const smelt_node *nd = &g->nodes[i];
         A.val[i] = A.grad[i] = -1;
-        if (!is_float((smelt_dtype)nd->dtype))
+        if (!smelt_dtype_is_float((smelt_dtype)nd->dtype))
             continue;
         if (nd->op == SMELT_OP_INPUT)
             A.req[i] = requires_grad[nd->a.input.index] != 0;
@@ -318,16 +314,18 @@ int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, ad_split 
             for (int k = 0; k < nd->nsrc; k++)
                 A.req[i] |= A.req[nd->src[k]];
     }
-    /* the gradients flowing in: one input per differentiable output */
+    /* the gradients flowing in: one input per differentiable output (not
+     * the ones written back into inputs) */
     s->nout_user = g->nout;
     s->out_diff = calloc((size_t)g->nout + 1, 1);
     if (!s->out_diff)
         abort();
-    for (int32_t o = 0; o < g->nout; o++) {
+    for (int32_t o = 0; o < g->nout - nwriteback; o++) {
         int32_t i = g->outputs[o];
         if (!A.req[i])
             continue;
         s->out_diff[o] = 1;
+        s->ndiff++;
         int32_t gi = new_bin(&A, AD_GRAD, o, &g->nodes[i], NULL);
         A.grad[i] = A.grad[i] < 0 ? gi : ad_op2(&A, SMELT_OP_ADD, A.grad[i], gi);
     }
@@ -393,34 +391,14 @@ int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, ad_split 
         if (g->nodes[i].op == SMELT_OP_INPUT && A.req[i])
             s->grad_in_uses[k++] = uses[i];
     free(uses);
-    /* the forward graph: g's nodes, then the saved values as outputs */
-    smelt_graph *f = s->fwd = smelt_graph_new();
-    if (!f)
+    /* the forward graph: g, then the saved values as outputs */
+    if (!(s->fwd = smelt_graph_copy(g)))
         abort();
-    f->default_float = g->default_float;
-    for (int32_t i = 0; i < n; i++) {
-        const smelt_node *nd = &g->nodes[i];
-        if (nd->op == SMELT_OP_INPUT)
-            map[i] = smelt_graph_input(f, (smelt_dtype)nd->dtype, nd->ndim, nd->shape, nd->stride);
-        else if (nd->op == SMELT_OP_SCALAR)
-            map[i] = smelt_graph_scalar(f, (smelt_dtype)nd->dtype, nd->a.scalar.f, nd->a.scalar.i);
-        else {
-            smelt_node p = smelt_node_proto(nd);
-            for (int k = 0; k < nd->nsrc; k++)
-                p.src[k] = map[nd->src[k]];
-            map[i] = smelt_graph_add(f, &p);
-        }
-        if (map[i] < 0) {
-            snprintf(err, errlen, "copying the forward graph: %s", f->err);
+    for (int32_t k = 0; k < A.nsaved; k++)
+        if (smelt_graph_output(s->fwd, A.saved_node[k])) {
+            snprintf(err, errlen, "the forward graph's outputs: %s", s->fwd->err);
             goto done;
         }
-    }
-    for (int32_t o = 0; o < g->nout; o++)
-        if (smelt_graph_output(f, map[g->outputs[o]]))
-            goto fwd_fail;
-    for (int32_t k = 0; k < A.nsaved; k++)
-        if (smelt_graph_output(f, map[A.saved_node[k]]))
-            goto fwd_fail;
     if (!(s->bwd = live_part(A.b, err, errlen)))
         goto done;
     s->nsaved = A.nsaved;
@@ -433,9 +411,6 @@ int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, ad_split 
     s->saved_bytes = A.saved_bytes;
     s->nrecomputed = A.nrecomputed;
     rc = 0;
-    goto done;
-fwd_fail:
-    snprintf(err, errlen, "the forward graph's outputs: %s", f->err);
 done:
     if (rc)
         ad_split_free(s);
@@ -446,8 +421,6 @@ done:
     free(A.val);
     free(A.grad);
     free(A.req);
-    free(A.save);
-    free(map);
     return rc;
 }
 

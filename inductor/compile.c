@@ -9,24 +9,6 @@
 
 static double now_ms(void) { return (double)plan_now_ns() / 1e6; }
 
-smelt_graph *ind_graph_copy(const smelt_graph *g)
-{
-    smelt_graph *c = smelt_graph_new();
-    if (!c)
-        return NULL;
-    c->nodes = realloc(c->nodes, sizeof(smelt_node) * (size_t)(g->n + 1));
-    c->outputs = realloc(c->outputs, sizeof(int32_t) * (size_t)(g->nout + 1));
-    if (!c->nodes || !c->outputs)
-        abort();
-    memcpy(c->nodes, g->nodes, sizeof(smelt_node) * (size_t)g->n);
-    memcpy(c->outputs, g->outputs, sizeof(int32_t) * (size_t)g->nout);
-    c->n = c->cap = g->n;
-    c->nout = c->outcap = g->nout;
-    c->ninputs = g->ninputs;
-    c->default_float = g->default_float;
-    return c;
-}
-
 /* A pack (kernels/matmul.h) for every matmul step whose B is a weight
  * input, and the list of those inputs. -1 if out of memory. */
 static int make_packs(smelt_plan *p)
@@ -70,7 +52,7 @@ static smelt_plan *finish(smelt_plan *p, char *err, size_t errlen)
 static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, char *err, size_t errlen)
 {
     smelt_plan *p = calloc(1, sizeof *p);
-    if (!p || !(p->graph = ind_graph_copy(g))) {
+    if (!p || !(p->graph = smelt_graph_copy(g))) {
         free(p);
         snprintf(err, errlen, "out of memory");
         return NULL;

@@ -1510,6 +1510,24 @@ uint64_t smelt_graph_hash(const smelt_graph *g)
 /* ------------------------------------------------------------------ */
 /* verifier                                                           */
 
+smelt_graph *smelt_graph_copy(const smelt_graph *g)
+{
+    smelt_graph *c = smelt_graph_new();
+    if (!c)
+        return NULL;
+    c->nodes = realloc(c->nodes, sizeof(smelt_node) * (size_t)(g->n + 1));
+    c->outputs = realloc(c->outputs, sizeof(int32_t) * (size_t)(g->nout + 1));
+    if (!c->nodes || !c->outputs)
+        abort();
+    memcpy(c->nodes, g->nodes, sizeof(smelt_node) * (size_t)g->n);
+    memcpy(c->outputs, g->outputs, sizeof(int32_t) * (size_t)g->nout);
+    c->n = c->cap = g->n;
+    c->nout = c->outcap = g->nout;
+    c->ninputs = g->ninputs;
+    c->default_float = g->default_float;
+    return c;
+}
+
 smelt_node smelt_node_proto(const smelt_node *n)
 {
     smelt_node p = *n;

@@ -182,6 +182,10 @@ int smelt_graph_output(smelt_graph *g, int32_t node);   /* 0 or -1 */
  * their own). */
 smelt_node smelt_node_proto(const smelt_node *n);
 
+/* An exact copy of g: the same nodes at the same indices, the same outputs
+ * (NULL if out of memory). */
+smelt_graph *smelt_graph_copy(const smelt_graph *g);
+
 /* Adds the nout (1..SMELT_MAX_SRC) CALL nodes of host call `id` (must be
  * the number of calls already in g: ids are dense) over sources src[0..nsrc):
  * node k has dtype dtypes[k] and shape ndims[k]/shapes[k]. Returns the index

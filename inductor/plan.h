@@ -142,9 +142,6 @@ void plan_assign_arena(smelt_plan *p);
 /* plan.c: CLOCK_MONOTONIC in nanoseconds (profiles, compile timings). */
 int64_t plan_now_ns(void);
 
-/* compile.c: a private copy of g (NULL if out of memory). */
-smelt_graph *ind_graph_copy(const smelt_graph *g);
-
 /* plancache.c: compiled plans in the disk cache (format in plancache.c).
  * The key of g's plan compiled with o (malloc'd, length in *len; NULL if
  * the backend is unavailable). */

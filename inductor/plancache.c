@@ -285,7 +285,7 @@ smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t
     if (cpu_dcache_get(key, keylen, &blobs, &nblobs))
         return NULL;
     smelt_plan *p = calloc(1, sizeof *p);
-    if (!p || !(p->graph = ind_graph_copy(g)))
+    if (!p || !(p->graph = smelt_graph_copy(g)))
         abort();
     rbuf r = { blobs[0].data, blobs[0].len, 0, 0 };
     int rc = nblobs < 2 ? -1 : decode(&r, p);

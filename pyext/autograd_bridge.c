@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static PyObject *run_fn, *spec_fn;   /* smelt._autograd.run / make_spec */
+static PyObject *run_fn, *spec_fn;   /* smelt._autograd.run / Spec */
 static PyObject *template_fn;        /* smelt._autograd.call_template: a backward host call's (fn, args, kwargs) */
 static PyObject *vjp_fn;             /* smelt._autograd.vjp_call (AD_CALL_VJP) */
 
@@ -32,17 +32,16 @@ static int bridge_init(void)
     if (!m)
         return -1;
     run_fn = PyObject_GetAttrString(m, "run");
-    spec_fn = PyObject_GetAttrString(m, "make_spec");
+    spec_fn = PyObject_GetAttrString(m, "Spec");
     template_fn = PyObject_GetAttrString(m, "call_template");
     vjp_fn = PyObject_GetAttrString(m, "vjp_call");
     Py_DECREF(m);
     return run_fn && spec_fn && template_fn && vjp_fn ? 0 : -1;
 }
 
-uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r, int *any)
+uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r)
 {
     uint8_t *rg = PyMem_Calloc((size_t)r->ninputs + 1, 1);
-    *any = 0;
     if (!rg)
         return (uint8_t *)PyErr_NoMemory();
     for (int32_t k = 0; k < r->ninputs; k++)
@@ -56,7 +55,6 @@ uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r, int *any)
                 return NULL;
             }
             rg[k] = v == Py_True;
-            *any |= rg[k];
             Py_DECREF(v);
             break;
         }
@@ -146,15 +144,12 @@ int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, con
         return -1;
     ad_split s;
     char err[512];
-    int rc = ad_split_graph(r->graph, rg, &s, err, sizeof err);
+    int rc = ad_split_graph(r->graph, rg, r->nmut, &s, err, sizeof err);
     if (rc) {
         snprintf(reason, len, rc > 0 ? "autograd: %s" : "autograd: internal error, please report: %s", err);
         return 1;
     }
-    int any = 0;
-    for (int32_t o = 0; o < s.nout_user - r->nmut; o++)
-        any |= s.out_diff[o];
-    if (!any) {   /* nothing it computes needs a gradient (a piece that only moves tensors) */
+    if (!s.ndiff) {   /* nothing it computes needs a gradient (a piece that only moves tensors) */
         ad_split_free(&s);
         return 2;
     }
@@ -185,8 +180,8 @@ int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, con
                 k[b] = s.bin[b].kind;
                 ix[b] = s.bin[b].index;
             }
-            for (int32_t o2 = 0; o2 < s.nout_user; o2++)   /* outputs written back into inputs carry no gradient */
-                d[o2] = s.out_diff[o2] && o2 < s.nout_user - r->nmut;
+            for (int32_t o2 = 0; o2 < s.nout_user; o2++)
+                d[o2] = s.out_diff[o2];
             kinds = int_tuple(k, s.nbin);
             idx = int_tuple(ix, s.nbin);
             gin = int_tuple(s.grad_in, s.ngrad_in);

@@ -13,8 +13,8 @@ typedef struct pyext_ad {
 } pyext_ad;
 
 /* Per graph input of r, 1 if its example tensor requires grad (read before
- * tracer_result_trim); *any: some does. NULL with an exception. */
-uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r, int *any);
+ * tracer_result_trim). NULL with an exception. */
+uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r);
 
 /* Splits r's graph for inputs rg and compiles both halves into *out. 0 on
  * success; 1 when the region cannot be differentiated here (reason set:

@@ -864,8 +864,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
         rc = 1;
     if ((rc == 0 || rc == 2) && (rc = eager_state(&e->r, &autograd)) < 0)
         goto fail;
-    int any_rg = 0;
-    if (autograd && rc == 0 && !(rg = pyext_ad_inputs_requiring_grad(&e->r, &any_rg)))
+    if (autograd && rc == 0 && !(rg = pyext_ad_inputs_requiring_grad(&e->r)))
         goto fail;
     if (entry_guards(self, e, f, &rc) || tracer_result_trim(&e->r)) {
         PyMem_Free(rg);
@@ -1566,21 +1565,17 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
         return NULL;
     }
     if (autograd && rc == 0) {   /* can it be differentiated? */
-        int any;
-        uint8_t *rg = pyext_ad_inputs_requiring_grad(r, &any);
+        uint8_t *rg = pyext_ad_inputs_requiring_grad(r);
         ad_split s;
         char err[400];
-        int arc = rg ? ad_split_graph(r->graph, rg, &s, err, sizeof err) : -2;
+        int arc = rg ? ad_split_graph(r->graph, rg, r->nmut, &s, err, sizeof err) : -2;
         PyMem_Free(rg);
         if (arc == -2) {
             tracer_result_clear(r);
             return NULL;
         }
         if (arc == 0) {
-            int any = 0;
-            for (int32_t o = 0; o < s.nout_user - r->nmut; o++)
-                any |= s.out_diff[o];
-            autograd = any;   /* else it compiles as without grad */
+            autograd = s.ndiff > 0;   /* else it compiles as without grad */
             ad_split_free(&s);
         } else {
             snprintf(r->reason, sizeof r->reason, "autograd: %s", err);

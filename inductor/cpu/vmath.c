@@ -200,6 +200,20 @@ static LLVMValueRef vm_expm1f(fx *f, LLVMValueRef x)
 static const double LOG_L[] = { 3.333333135e-01, -2.500081956e-01, 2.000122666e-01, -1.662335694e-01,
                                 1.420175880e-01, -1.316018254e-01, 1.276157498e-01, -7.634492964e-02 };
 
+/* log(1 + g) for g in [sqrt(1/2) - 1, sqrt(2) - 1] */
+static LLVMValueRef log1p_poly(fx *f, LLVMValueRef g)
+{
+    LLVMValueRef z = mul(f, g, g);
+    LLVMValueRef y = mul(f, mul(f, g, z), horner(f, g, LOG_L, 8));
+    return add(f, g, fma3(f, z, K(f, -0.5), y));
+}
+
+/* l + e ln 2 (ln 2 in two parts: e ln2_hi exact) */
+static LLVMValueRef plus_e_ln2(fx *f, LLVMValueRef ef, LLVMValueRef l)
+{
+    return fma3(f, ef, K(f, LN2_HI), fma3(f, ef, K(f, LN2_LO), l));
+}
+
 /* x > 0 finite = 2^e m, m in [sqrt(1/2), sqrt(2)): returns log(m), e as
  * float in *ef (denormals scaled first). Other x give garbage: callers
  * select their specials. */
@@ -216,10 +230,7 @@ static LLVMValueRef log_reduce(fx *f, LLVMValueRef x, LLVMValueRef *ef)
     m = sel(f, up, mul(f, m, K(f, 0.5)), m);
     e = LLVMBuildAdd(f->B, e, LLVMBuildZExt(f->B, up, f->it, ""), "");
     *ef = LLVMBuildSIToFP(f->B, e, f->t, "");
-    LLVMValueRef g = vsub(f, m, K(f, 1.0));
-    LLVMValueRef z = mul(f, g, g);
-    LLVMValueRef y = mul(f, mul(f, g, z), horner(f, g, LOG_L, 8));
-    return add(f, g, fma3(f, z, K(f, -0.5), y));
+    return log1p_poly(f, vsub(f, m, K(f, 1.0)));
 }
 
 /* log's specials on top of r: +inf, x < 0 NaN, +-0 -inf, NaN */
@@ -235,8 +246,7 @@ static LLVMValueRef log_specials(fx *f, LLVMValueRef x, LLVMValueRef r)
 static LLVMValueRef vm_logf(fx *f, LLVMValueRef x)
 {
     LLVMValueRef ef, lm = log_reduce(f, x, &ef);
-    LLVMValueRef r = fma3(f, ef, K(f, LN2_HI), fma3(f, ef, K(f, LN2_LO), lm));
-    return log_specials(f, x, r);
+    return log_specials(f, x, plus_e_ln2(f, ef, lm));
 }
 
 /* log2 and log10: e log_b(2) + log(m) log_b(e), log_b(2) split in two
@@ -248,16 +258,29 @@ static LLVMValueRef vm_logbf(fx *f, LLVMValueRef x, double l2_hi, double l2_lo, 
     return log_specials(f, x, r);
 }
 
-/* log1p: <= 2 ULP. log(u) x / (u - 1) with u = 1 + x rounded, which
- * cancels u's rounding error; u == 1 gives x. */
+/* log1p(t), or where big, log(2 u_big) (big may be NULL: never): one
+ * reduction of u = 1 + t or u_big. log1p's part is log(u) t / (u - 1),
+ * which cancels u's rounding error (u == 1 gives t); u = inf gives inf. */
+static LLVMValueRef log1p_or_log2x(fx *f, LLVMValueRef t, LLVMValueRef u_big, LLVMValueRef big)
+{
+    LLVMValueRef u1 = add(f, t, K(f, 1.0));
+    LLVMValueRef u = big ? sel(f, big, u_big, u1) : u1;
+    LLVMValueRef ef, lm = log_reduce(f, u, &ef);
+    if (big)
+        ef = add(f, ef, sel(f, big, K(f, 1.0), K(f, 0.0)));
+    LLVMValueRef lu = plus_e_ln2(f, ef, lm);
+    LLVMValueRef r = mul(f, lu, vdiv(f, t, vsub(f, u1, K(f, 1.0))));
+    r = sel(f, cmp(f, LLVMRealOEQ, u1, K(f, 1.0)), t, r);
+    if (big)
+        r = sel(f, big, lu, r);
+    return sel(f, cmp(f, LLVMRealOEQ, u, K(f, INFINITY)), u, r);
+}
+
+/* log1p: <= 2 ULP; NaN below -1, -inf at -1. */
 static LLVMValueRef vm_log1pf(fx *f, LLVMValueRef x)
 {
     LLVMValueRef u = add(f, x, K(f, 1.0));
-    LLVMValueRef ef, lm = log_reduce(f, u, &ef);
-    LLVMValueRef lu = fma3(f, ef, K(f, LN2_HI), fma3(f, ef, K(f, LN2_LO), lm));
-    LLVMValueRef r = mul(f, lu, vdiv(f, x, vsub(f, u, K(f, 1.0))));
-    r = sel(f, cmp(f, LLVMRealOEQ, u, K(f, 1.0)), x, r);
-    r = sel(f, cmp(f, LLVMRealOEQ, u, K(f, INFINITY)), u, r);
+    LLVMValueRef r = log1p_or_log2x(f, x, NULL, NULL);
     r = sel(f, cmp(f, LLVMRealOLT, u, K(f, 0.0)), K(f, NAN), r);
     r = sel(f, cmp(f, LLVMRealOEQ, u, K(f, 0.0)), K(f, -INFINITY), r);
     return keep_nan(f, x, r);
@@ -276,12 +299,9 @@ static LLVMValueRef vm_log1p_expf(fx *f, LLVMValueRef y)
     LLVMValueRef um1 = vsub(f, u, K(f, 1.0));
     LLVMValueRef c = vsub(f, e, um1);
     LLVMValueRef up = cmp(f, LLVMRealOGT, u, K(f, M_SQRT2));
-    LLVMValueRef g = sel(f, up, fma3(f, u, K(f, 0.5), K(f, -1.0)), um1);
-    LLVMValueRef z = mul(f, g, g);
-    LLVMValueRef lm = add(f, g, fma3(f, z, K(f, -0.5), mul(f, mul(f, g, z), horner(f, g, LOG_L, 8))));
-    LLVMValueRef ef = sel(f, up, K(f, 1.0), K(f, 0.0));
+    LLVMValueRef lm = log1p_poly(f, sel(f, up, fma3(f, u, K(f, 0.5), K(f, -1.0)), um1));
     lm = fma3(f, c, fma3(f, u, K(f, -0.5), K(f, 1.5)), lm);
-    LLVMValueRef l = fma3(f, ef, K(f, LN2_HI), fma3(f, ef, K(f, LN2_LO), lm));
+    LLVMValueRef l = plus_e_ln2(f, sel(f, up, K(f, 1.0), K(f, 0.0)), lm);
     LLVMValueRef r = add(f, sel(f, cmp(f, LLVMRealOGT, y, K(f, 0.0)), y, K(f, 0.0)), l);
     return sel(f, cmp(f, LLVMRealOGT, y, K(f, EXPF_MAX)), K(f, INFINITY), r);
 }
@@ -342,22 +362,6 @@ static LLVMValueRef vm_coshf(fx *f, LLVMValueRef x)
 {
     LLVMValueRef h = exp_half(f, fabs_(f, x));
     return add(f, h, vdiv(f, K(f, 0.25), h));
-}
-
-/* log1p(t) for t >= 0 or, where big, log(2u) (u >= 1 in both cases): one
- * reduction of u = 1 + t or u itself. log1p's part is log(u) t / (u - 1),
- * which cancels u's rounding error (u == 1 gives t). */
-static LLVMValueRef log1p_or_log2x(fx *f, LLVMValueRef t, LLVMValueRef u_big, LLVMValueRef big)
-{
-    LLVMValueRef u1 = add(f, t, K(f, 1.0));
-    LLVMValueRef u = sel(f, big, u_big, u1);
-    LLVMValueRef ef, lm = log_reduce(f, u, &ef);
-    ef = add(f, ef, sel(f, big, K(f, 1.0), K(f, 0.0)));
-    LLVMValueRef lu = fma3(f, ef, K(f, LN2_HI), fma3(f, ef, K(f, LN2_LO), lm));
-    LLVMValueRef r = mul(f, lu, vdiv(f, t, vsub(f, u1, K(f, 1.0))));
-    r = sel(f, cmp(f, LLVMRealOEQ, u1, K(f, 1.0)), t, r);
-    r = sel(f, big, lu, r);
-    return sel(f, cmp(f, LLVMRealOEQ, u, K(f, INFINITY)), u, r);
 }
 
 /* asinh: log1p(a + a^2 / (1 + sqrt(1 + a^2))), log(2a) from 2^12 on (one

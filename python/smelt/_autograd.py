@@ -19,23 +19,21 @@ class _Fallback(Exception):
 
 class Spec:
     """How the forward and backward plans connect (see autograd/autograd.h)."""
-    __slots__ = ("nout", "saved_inputs", "args", "grad_in", "uses", "grad_outs", "nondiff", "nin", "saved_bytes")
+    __slots__ = ("nout", "saved_inputs", "args", "grad_in", "uses", "grad_outs", "nondiff", "nin", "saved_bytes",
+                 "like")
 
     def __init__(self, nout, kinds, index, grad_in, uses, diff, nin, saved_bytes):
         self.nout, self.grad_in, self.uses, self.nin, self.saved_bytes = nout, grad_in, uses, nin, saved_bytes
         # the outputs whose gradients flow in, in backward-input order (bit j of uses)
         self.grad_outs = tuple(i for k, i in zip(kinds, index) if k == _GRAD)
         self.nondiff = tuple(o for o in range(nout) if not diff[o])
+        self.like = None   # output number -> (shape, dtype) of those outputs, from the first run (shapes are guarded)
         self.saved_inputs = tuple(sorted({i for k, i in zip(kinds, index) if k == _FWD_INPUT}))
         pos = {i: p for p, i in enumerate(self.saved_inputs)}
         nsi = len(self.saved_inputs)
         # each backward input: ("s", position in saved tensors) or ("g", output number)
         self.args = tuple(("s", pos[i]) if k == _FWD_INPUT else ("s", nsi + i - nout) if k == _SAVED else ("g", i)
                           for k, i in zip(kinds, index))
-
-
-def make_spec(nout, kinds, index, grad_in, uses, diff, nin, saved_bytes):
-    return Spec(nout, kinds, index, grad_in, uses, diff, nin, saved_bytes)
 
 
 class _Region(torch.autograd.Function):
@@ -48,7 +46,8 @@ class _Region(torch.autograd.Function):
         ctx.save_for_backward(*(ins[i] for i in spec.saved_inputs), *outs[spec.nout:])
         user = outs[:spec.nout]
         ctx.set_materialize_grads(False)   # an output no gradient reached: None, as eager's
-        ctx.like = [(user[o].shape, user[o].dtype) for o in spec.grad_outs]
+        if spec.like is None:
+            spec.like = {o: (user[o].shape, user[o].dtype) for o in spec.grad_outs}
         if spec.nondiff:
             ctx.mark_non_differentiable(*(user[o] for o in spec.nondiff))
         return tuple(user)
@@ -64,9 +63,8 @@ class _Region(torch.autograd.Function):
         res = [None] * (3 + spec.nin)
         if not flowed:
             return tuple(res)
-        like = dict(zip(spec.grad_outs, ctx.like))
         args = [saved[i] if k == "s" else grads[i].contiguous() if grads[i] is not None
-                else torch.zeros(like[i][0], dtype=like[i][1]) for k, i in spec.args]
+                else torch.zeros(spec.like[i][0], dtype=spec.like[i][1]) for k, i in spec.args]
         gs = ctx.bwd(*args)
         for g, i, u in zip(gs, spec.grad_in, spec.uses):
             res[3 + i] = g if u & flowed else None
