@@ -51,7 +51,9 @@ static PyObject *fetch_value(const guard_ctx *c, const guard_node *n, PyObject *
     case GUARD_ATTR: return PyObject_GetAttr(v, n->key);
     case GUARD_ITEM: return item(n, v);
     case GUARD_DICT_ITEM:
-        if (!PyDict_CheckExact(v))
+        if (n->index == 1 && !PyDict_Check(v))
+            return NULL;
+        if (!PyDict_CheckExact(v) && n->index != 1)
             return PyObject_GetItem(v, n->key);
         return Py_XNewRef(PyDict_GetItemWithError(v, n->key));
     case GUARD_CLOSURE_CELL: return cell_contents(n, v);

@@ -236,6 +236,15 @@ guard_node *guard_dict_item(guard_tree *t, guard_node *parent, PyObject *key)
     return child(t, parent, GUARD_DICT_ITEM, 0, Py_NewRef(key), NULL);
 }
 
+guard_node *guard_dict_item_id(guard_tree *t, guard_node *parent, PyObject *key, const char *name)
+{
+    if (check_parent(t, parent))
+        return NULL;
+    if (!key || !name)
+        return PyErr_SetString(PyExc_TypeError, "guard_dict_item_id: key and name required"), NULL;
+    return child(t, parent, GUARD_DICT_ITEM, 1, Py_NewRef(key), name);
+}
+
 guard_node *guard_closure_cell(guard_tree *t, guard_node *parent, int index)
 {
     if (check_parent(t, parent))
@@ -380,7 +389,9 @@ static int fetch_item(guard_ctx *c, const guard_node *n, PyObject *v, PyObject *
 
 static int fetch_dict_item(guard_ctx *c, const guard_node *n, PyObject *v, PyObject **out)
 {
-    if (!PyDict_CheckExact(v)) {
+    if (n->index == 1 && !PyDict_Check(v))
+        return guard_fail(c, "%s could not be fetched: not a dict", n->source);
+    if (!PyDict_CheckExact(v) && n->index != 1) {
         *out = PyObject_GetItem(v, n->key);
         return *out ? 1 : fetch_raised(c, n);
     }

@@ -52,7 +52,9 @@ typedef enum guard_acc {
     GUARD_ITEM,          /* parent[index]: tuple/list directly (negative counts
                             from the end), any other object through __getitem__ */
     GUARD_DICT_ITEM,     /* parent[key], key an exact str or int; exact dicts
-                            are read directly, others through __getitem__ */
+                            are read directly, others through __getitem__;
+                            index 1: an identity-hashed key, any dict read
+                            directly (guard_dict_item_id) */
     GUARD_CLOSURE_CELL,  /* parent.__closure__[index].cell_contents; parent
                             must be a Python function, the cell non-empty */
     GUARD_TYPE           /* type(parent) */
@@ -113,6 +115,13 @@ guard_node *guard_item(guard_tree *t, guard_node *parent, Py_ssize_t index);
 /* parent[key]; key must be an exact str, int or bytes, or a tuple of
  * those (TypeError otherwise). */
 guard_node *guard_dict_item(guard_tree *t, guard_node *parent, PyObject *key);
+
+/* parent[key] for a key hashed by identity (a tensor: an optimizer's
+ * state is keyed by its parameters): read with the dict's own lookup
+ * whatever dict subclass parent is (a defaultdict's __missing__ never
+ * runs), a missing key fails. The tree keeps key alive; `name` (the key's
+ * own source) stands for it in the source text. */
+guard_node *guard_dict_item_id(guard_tree *t, guard_node *parent, PyObject *key, const char *name);
 
 /* Contents of closure cell `index` (>= 0) of the function parent. */
 guard_node *guard_closure_cell(guard_tree *t, guard_node *parent, int index);

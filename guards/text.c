@@ -58,13 +58,13 @@ char *guard_source_new(const guard_node *parent, guard_acc kind, Py_ssize_t inde
 {
     guard_buf b = {0};
     const char *p = parent->source;
-    PyObject *repr = kind == GUARD_DICT_ITEM ? PyObject_Repr(key) : NULL;
+    PyObject *repr = kind == GUARD_DICT_ITEM && !name ? PyObject_Repr(key) : NULL;
     switch (kind) {
     case GUARD_LOCAL: guard_buf_printf(&b, "L['%s']", name ? name : "?"); break;
     case GUARD_GLOBAL: guard_buf_printf(&b, "G['%s']", utf8(key)); break;
     case GUARD_ATTR: guard_buf_printf(&b, "%s.%s", p, utf8(key)); break;
     case GUARD_ITEM: guard_buf_printf(&b, "%s[%zd]", p, index); break;
-    case GUARD_DICT_ITEM: guard_buf_printf(&b, "%s[%s]", p, utf8(repr)); break;
+    case GUARD_DICT_ITEM: guard_buf_printf(&b, "%s[%s]", p, name ? name : utf8(repr)); break;
     case GUARD_CLOSURE_CELL:
         guard_buf_printf(&b, "%s.__closure__[%zd].cell_contents", p, index);
         break;

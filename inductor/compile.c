@@ -57,6 +57,12 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    if (opts && opts->nupdate > 0) {
+        if (!(p->upd = malloc(sizeof(int32_t) * 2 * (size_t)opts->nupdate)))
+            abort();
+        memcpy(p->upd, opts->update, sizeof(int32_t) * 2 * (size_t)opts->nupdate);
+        p->nupd = opts->nupdate;
+    }
     double t0 = now_ms();
     smelt_graph *folded = ind_fold(p->graph, err, errlen);
     if (!folded) {
@@ -117,6 +123,7 @@ void smelt_plan_free(smelt_plan *p)
             kern_matmul_pack_free(p->steps[k].pack);
     }
     free(p->packed_inputs);
+    free(p->upd);
     free(p->steps);
     for (int32_t k = 0; p->code && k < p->nkernels; k++)
         free(p->code[k].slots);
@@ -127,6 +134,14 @@ void smelt_plan_free(smelt_plan *p)
     free(p->text_ir);
     free(p->text_asm);
     free(p);
+}
+
+int smelt_plan_output_inplace(const smelt_plan *p, int k)
+{
+    for (int32_t b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].kind == PB_OUTPUT && p->bufs[b].index == k)
+            return p->bufs[b].inplace - 1;
+    return -1;
 }
 
 int smelt_plan_num_kernels(const smelt_plan *p) { return p->nkernels; }

@@ -22,6 +22,14 @@ typedef struct smelt_compile_opts {
      * code is never loaded, no cache is used and the plan refuses to run
      * (the host may lack the target's instructions). */
     const char *cpu, *cpu_features;
+    /* Inputs the caller updates in place after each run: graph input
+     * update[2i] takes the value of graph output update[2i+1] (nupdate
+     * pairs). The plan may write such an output straight into the
+     * input's memory when nothing reads the old value after it is
+     * written (smelt_plan_output_inplace); the caller then passes the
+     * input's pointer for that output and skips its write-back. */
+    const int32_t *update;
+    int32_t nupdate;
 } smelt_compile_opts;
 
 /* Returns NULL with a message in err on user-caused failure (unsupported
@@ -43,6 +51,10 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
  * plan compiled for another cpu). */
 int smelt_plan_run(const smelt_plan *p, void *const *inputs, void *const *outputs,
                    char *err, size_t errlen);
+
+/* The graph input whose memory graph output k is written into (see
+ * smelt_compile_opts.update), or -1: its own buffer. */
+int smelt_plan_output_inplace(const smelt_plan *p, int k);
 
 /* A tensor handed to or expected from the host: data points at element 0. */
 typedef struct smelt_tensor_ref {

@@ -656,6 +656,23 @@ static int node_cost(lowering *L, int32_t node, int depth)
     return c;
 }
 
+/* 1 if node's value, as its kernel would compute it, folds in a
+ * reduction phase (a softmax's row sum): such a value stays in its
+ * consumer's kernel. */
+static int reaches_reduction(lowering *L, int32_t node, int depth)
+{
+    const smelt_node *n = &L->g->nodes[node];
+    smelt_op_kind k = smelt_op_kind_of((smelt_op)n->op);
+    if (L->realized[node] || k == SMELT_KIND_LEAF || depth > 16)
+        return depth > 16;
+    if (k == SMELT_KIND_REDUCTION)
+        return 1;
+    for (int i = 0; i < n->nsrc; i++)
+        if (reaches_reduction(L, n->src[i], depth + 1))
+            return 1;
+    return 0;
+}
+
 static void decide_realized(lowering *L)
 {
     const smelt_graph *g = L->g;
@@ -670,6 +687,21 @@ static void decide_realized(lowering *L)
                   k == SMELT_KIND_GATHER) &&
                  L->nuse[i] > 1 && node_cost(L, i, 0) > CHEAP_COST)
             L->realized[i] = 1;
+    }
+    /* A costly value broadcast into a larger kernel (an optimizer's bias
+     * correction, pow of a 0-d step count) would be recomputed for every
+     * element there: computed once, in its own small kernel. */
+    for (int32_t i = 0; i < g->n; i++) {
+        const smelt_node *n = &g->nodes[i];
+        for (int k = 0; k < n->nsrc; k++) {
+            int32_t s = n->src[k];
+            const smelt_node *sn = &g->nodes[s];
+            smelt_op_kind sk = smelt_op_kind_of((smelt_op)sn->op);
+            if (!L->realized[s] && (sk == SMELT_KIND_UNARY || sk == SMELT_KIND_BINARY || sk == SMELT_KIND_TERNARY) &&
+                smelt_node_numel(sn) * 64 <= smelt_node_numel(n) && node_cost(L, s, 0) >= 5 &&
+                !reaches_reduction(L, s, 0))
+                L->realized[s] = 1;
+        }
     }
     for (int32_t o = 0; o < g->nout; o++)
         L->realized[g->outputs[o]] = 1;
@@ -1303,6 +1335,291 @@ static int lower_once(lowering *L)
     return r;
 }
 
+/* ---------- after lowering: pointwise kernels fused, updates in place ---------- */
+
+/* Per-buffer read/write marks of a set of steps. `seen` stamps visited
+ * expressions with `gen` (one stamp per walk). */
+typedef struct bufset {
+    uint8_t *rd, *wr;
+    int32_t *seen, gen;
+} bufset;
+
+static void expr_reads(const kir_pool *P, int32_t e, bufset *bs)
+{
+    if (e < 0 || bs->seen[e] == bs->gen)
+        return;
+    bs->seen[e] = bs->gen;
+    const kexpr *x = &P->ex[e];
+    if (x->op == KE_LOAD || x->op == KE_GATHER)
+        bs->rd[x->buf] = 1;
+    for (int k = 0; k < 3; k++)
+        expr_reads(P, x->src[k], bs);
+}
+
+/* Marks what step s reads and writes. */
+static void step_touch(const smelt_plan *p, const plan_step *s, bufset *bs)
+{
+    switch ((plan_step_kind)s->kind) {
+    case PS_KERNEL: {
+        const kir_kernel *k = &p->kernels[s->kernel];
+        bs->gen++;
+        for (int i = 0; i < k->nitems; i++) {
+            expr_reads(&p->pool, k->items[i].value, bs);
+            if (k->items[i].kind != KI_REDUCE)
+                bs->wr[k->items[i].buf] = 1;
+        }
+        break;
+    }
+    case PS_MATMUL:
+        bs->rd[s->a_buf] = bs->rd[s->b_buf] = 1;
+        bs->wr[s->c_buf] = 1;
+        break;
+    case PS_CALL:
+        for (int i = 0; i < s->call->nin; i++)
+            bs->rd[s->call->in_buf[i]] = 1;
+        for (int i = 0; i < s->call->nout; i++)
+            bs->wr[s->call->out_buf[i]] = 1;
+        break;
+    case PS_SDPA:
+        for (int i = 0; i < s->attn->nin; i++)
+            bs->rd[s->attn->buf[i]] = 1;
+        bs->wr[s->attn->buf[4]] = 1;
+        break;
+    case PS_CONV:
+        for (int i = 0; i < s->conv->nin; i++)
+            bs->rd[s->conv->buf[i]] = 1;
+        bs->wr[s->conv->buf[3]] = 1;
+        break;
+    }
+}
+
+/* 1 if every read of buffer buf in e is a load at index ix (no gather). */
+static int reads_only_at(const kir_pool *P, int32_t e, int32_t buf, int32_t ix, bufset *bs)
+{
+    if (e < 0 || bs->seen[e] == bs->gen)
+        return 1;
+    bs->seen[e] = bs->gen;
+    const kexpr *x = &P->ex[e];
+    if ((x->op == KE_LOAD || x->op == KE_GATHER) && x->buf == buf && (x->op == KE_GATHER || x->ix != ix))
+        return 0;
+    for (int k = 0; k < 3; k++)
+        if (!reads_only_at(P, x->src[k], buf, ix, bs))
+            return 0;
+    return 1;
+}
+
+/* A kernel that stores one value per point and nothing else. */
+static int pure_pointwise(const kir_kernel *k)
+{
+    if (k->rmask || k->split > 1 || !k->nitems)
+        return 0;
+    for (int i = 0; i < k->nitems; i++)
+        if (k->items[i].kind != KI_STORE)
+            return 0;
+    return 1;
+}
+
+#define FUSE_WINDOW 48   /* steps looked back over */
+#define FUSE_MAX_STORES 8
+
+/* Pointwise kernels over the same loop nest run as one kernel when the
+ * first can move down to the second: nothing between them touches what it
+ * writes or writes what it reads, and the second reads what the first
+ * wrote only at the point it is computing. Each point then runs the
+ * stores in their old order, so every element is read from cache instead
+ * of memory once per kernel (an optimizer's moment updates and parameter
+ * update become one pass). */
+static void fuse_pointwise(smelt_plan *p)
+{
+    int32_t nb = p->nbufs;
+    uint8_t *flags = calloc((size_t)nb * 4 + 4, 1), *dead = calloc((size_t)p->nsteps + 1, 1);
+    int32_t *seen = calloc((size_t)p->pool.nex + 1, sizeof(int32_t));
+    if (!flags || !dead || !seen)
+        abort();
+    bufset mid = { flags, flags + nb, seen, 0 }, a = { flags + 2 * nb, flags + 3 * nb, seen, 0 };
+    int gen = 0;
+    for (int32_t bi = 0; bi < p->nsteps; bi++) {
+        plan_step *sb = &p->steps[bi];
+        if (sb->kind != PS_KERNEL || !pure_pointwise(&p->kernels[sb->kernel]))
+            continue;
+        kir_kernel *kb_ = &p->kernels[sb->kernel];
+        memset(flags, 0, (size_t)nb * 2);
+        for (int32_t ai = bi - 1; ai >= 0 && ai >= bi - FUSE_WINDOW; ai--) {
+            if (dead[ai])
+                continue;
+            plan_step *sa = &p->steps[ai];
+            kir_kernel *ka = sa->kind == PS_KERNEL ? &p->kernels[sa->kernel] : NULL;
+            int ok = ka && pure_pointwise(ka) && ka->nvars == kb_->nvars &&
+                     !memcmp(ka->size, kb_->size, sizeof(int64_t) * (size_t)ka->nvars) &&
+                     ka->nitems + kb_->nitems <= FUSE_MAX_STORES;
+            if (ok) {
+                memset(a.rd, 0, (size_t)nb * 2);
+                a.gen = mid.gen = ++gen;
+                step_touch(p, sa, &a);
+                for (int32_t b = 0; ok && b < nb; b++)
+                    ok = !(a.wr[b] && (mid.rd[b] || mid.wr[b])) && !(a.rd[b] && mid.wr[b]);
+                for (int i = 0; ok && i < kb_->nitems; i++)   /* b writes nothing a reads */
+                    ok = !a.rd[kb_->items[i].buf] && !a.wr[kb_->items[i].buf];
+                for (int j = 0; ok && j < ka->nitems; j++)   /* b reads a's results at their points */
+                    for (int i = 0; ok && i < kb_->nitems; i++) {
+                        a.gen = ++gen;
+                        ok = reads_only_at(&p->pool, kb_->items[i].value, ka->items[j].buf, ka->items[j].ix, &a);
+                    }
+            }
+            if (!ok) {
+                mid.gen = ++gen;
+                step_touch(p, sa, &mid);
+                continue;
+            }
+            kitem *items = malloc(sizeof(kitem) * (size_t)(ka->nitems + kb_->nitems));
+            if (!items)
+                abort();
+            memcpy(items, ka->items, sizeof(kitem) * (size_t)ka->nitems);
+            memcpy(items + ka->nitems, kb_->items, sizeof(kitem) * (size_t)kb_->nitems);
+            free(kb_->items);
+            kb_->items = items;
+            kb_->nitems += ka->nitems;
+            free(ka->items);
+            ka->items = NULL;
+            ka->nitems = 0;
+            dead[ai] = 1;
+        }
+        if (kb_->nitems > 1)
+            choose_vvar(p, kb_);
+    }
+    /* drop the emptied kernels and their steps */
+    int32_t *knew = malloc(sizeof(int32_t) * ((size_t)p->nkernels + 1)), nk = 0, ns = 0;
+    if (!knew)
+        abort();
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        knew[k] = -1;
+        if (p->kernels[k].nitems)
+            p->kernels[knew[k] = nk++] = p->kernels[k];
+    }
+    for (int32_t i = 0; i < p->nsteps; i++) {
+        if (dead[i])
+            continue;
+        plan_step st = p->steps[i];
+        if (st.kind == PS_KERNEL)
+            st.kernel = knew[st.kernel];
+        p->steps[ns++] = st;
+    }
+    p->nkernels = nk;
+    p->nsteps = ns;
+    free(knew);
+    free(flags);
+    free(dead);
+    free(seen);
+}
+
+/* 1 if expression e can fail a run (an index check, integer division). */
+static int expr_may_fail(const kir_pool *P, int32_t e, bufset *bs)
+{
+    if (e < 0 || bs->seen[e] == bs->gen)
+        return 0;
+    bs->seen[e] = bs->gen;
+    const kexpr *x = &P->ex[e];
+    if (x->op == KE_GATHER || (x->op == KE_OP && (x->gop == SMELT_OP_CHECKIDX ||
+        ((x->gop == SMELT_OP_FLOORDIV || x->gop == SMELT_OP_REMAINDER || x->gop == SMELT_OP_FMOD) &&
+         !smelt_dtype_is_float((smelt_dtype)x->cdtype)))))
+        return 1;
+    for (int k = 0; k < 3; k++)
+        if (expr_may_fail(P, x->src[k], bs))
+            return 1;
+    return 0;
+}
+
+/* 1 if a run of p can fail or ask to run eagerly after some steps ran
+ * (host calls, index checks, integer division): its inputs must then be
+ * as they were, so nothing is updated in place. */
+static int plan_may_fail(const smelt_plan *p, bufset *bs)
+{
+    for (int32_t s = 0; s < p->nsteps; s++) {
+        if (p->steps[s].kind == PS_CALL)
+            return 1;
+        if (p->steps[s].kind != PS_KERNEL)
+            continue;
+        const kir_kernel *k = &p->kernels[p->steps[s].kernel];
+        bs->gen++;
+        for (int i = 0; i < k->nitems; i++)
+            if (expr_may_fail(&p->pool, k->items[i].value, bs))
+                return 1;
+    }
+    return 0;
+}
+
+/* The opts' in-place updates (input j takes output k): output k is written
+ * into input j's memory when it is stored by one pointwise kernel at the
+ * same layout, that kernel reads the input only at the point it writes
+ * (and not in a later store of the point), and no later step reads the
+ * input. */
+static void place_updates(smelt_plan *p)
+{
+    const smelt_graph *g = p->graph;
+    int32_t nb = p->nbufs;
+    uint8_t *flags = calloc((size_t)nb * 2 + 2, 1);
+    int32_t *seen = calloc((size_t)p->pool.nex + 1, sizeof(int32_t));
+    if (!flags || !seen)
+        abort();
+    bufset bs = { flags, flags + nb, seen, 0 };
+    int32_t nupd = plan_may_fail(p, &bs) ? 0 : p->nupd;
+    for (int32_t u = 0; u < nupd; u++) {
+        int32_t j = p->upd[2 * u], k = p->upd[2 * u + 1], bi = -1, bo = -1, in = -1;
+        for (int32_t b = 0; b < nb; b++) {
+            if (p->bufs[b].kind == PB_INPUT && p->bufs[b].index == j)
+                bi = b;
+            if (p->bufs[b].kind == PB_OUTPUT && p->bufs[b].index == k)
+                bo = b;
+        }
+        for (int32_t i = 0; i < g->n; i++)
+            if (g->nodes[i].op == SMELT_OP_INPUT && g->nodes[i].a.input.index == j)
+                in = i;
+        if (bi < 0 || bo < 0 || in < 0 || k < 0 || k >= g->nout || p->bufs[bo].inplace)
+            continue;
+        const smelt_node *ni = &g->nodes[in], *no = &g->nodes[g->outputs[k]];
+        int64_t st[SMELT_MAX_DIMS];
+        contiguous_strides(no->ndim, no->shape, st);
+        int ok = ni->dtype == no->dtype && ni->ndim == no->ndim && p->bufs[bo].dtype == ni->dtype;
+        for (int d = 0; ok && d < ni->ndim; d++)
+            ok = ni->shape[d] == no->shape[d] && (ni->shape[d] == 1 || ni->stride[d] == st[d]);
+        for (int32_t o = 0; ok && o < g->nout; o++)   /* its own buffer, written by one store */
+            ok = o == k || g->outputs[o] != g->outputs[k];
+        int32_t ws = -1, wi = -1;
+        for (int32_t s = 0; ok && s < p->nsteps; s++) {
+            memset(flags, 0, (size_t)nb * 2);
+            bs.gen++;
+            step_touch(p, &p->steps[s], &bs);
+            if (ws >= 0 && bs.rd[bi])
+                ok = 0;   /* the old value is read after the update */
+            if (!bs.wr[bo])
+                continue;
+            if (ws >= 0 || p->steps[s].kind != PS_KERNEL || !pure_pointwise(&p->kernels[p->steps[s].kernel])) {
+                ok = 0;
+                break;
+            }
+            ws = s;
+            const kir_kernel *kk = &p->kernels[p->steps[s].kernel];
+            for (int i = 0; i < kk->nitems; i++)
+                if (kk->items[i].buf == bo)
+                    ok &= wi < 0 ? (wi = i, 1) : 0;
+            for (int i = 0; ok && i < kk->nitems; i++) {
+                bs.gen++;
+                if (i > wi) {   /* a later store of the point must not read the old value */
+                    memset(flags, 0, (size_t)nb);
+                    expr_reads(&p->pool, kk->items[i].value, &bs);
+                    ok = !bs.rd[bi];
+                } else {
+                    ok = reads_only_at(&p->pool, kk->items[i].value, bi, kk->items[wi].ix, &bs);
+                }
+            }
+        }
+        if (ok && ws >= 0)
+            p->bufs[bo].inplace = j + 1;
+    }
+    free(flags);
+    free(seen);
+}
+
 int ind_lower(smelt_plan *p, char *err, size_t errlen)
 {
     const smelt_graph *g = p->graph;
@@ -1325,6 +1642,10 @@ int ind_lower(smelt_plan *p, char *err, size_t errlen)
     int r;
     while ((r = lower_once(&L)) == 1)
         ;
+    if (r == 0) {
+        fuse_pointwise(p);
+        place_updates(p);
+    }
     free(L.chlast);
     free(L.realized);
     free(L.buf_of);

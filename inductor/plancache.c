@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_RECORD_VERSION 1
+#define PLAN_RECORD_VERSION 2
 #define PLAN_MAGIC "SMELTPLN"
 #define PLAN_MAX_COUNT (1 << 24)
 
@@ -188,7 +188,8 @@ static int get_bufs(rbuf *r, smelt_plan *p)
         const plan_buf *b = &p->bufs[i];
         if (b->kind > PB_HOST || b->dtype >= SMELT_NDTYPES || b->nbytes < 0 ||
             (b->kind == PB_INPUT && (b->index < 0 || b->index >= p->graph->ninputs)) ||
-            (b->kind == PB_OUTPUT && (b->index < 0 || b->index >= p->graph->nout)))
+            (b->kind == PB_OUTPUT && (b->index < 0 || b->index >= p->graph->nout)) ||
+            b->inplace < 0 || b->inplace > p->graph->ninputs || (b->inplace && b->kind != PB_OUTPUT))
             return -1;
     }
     return r->bad ? -1 : 0;
@@ -269,6 +270,12 @@ uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, s
     wbuf w = { 0 };
     put(&w, head, strlen(head));
     put(&w, code, strlen(code));
+    put(&w, "|", 1);
+    for (int32_t i = 0; o && i < o->nupdate; i++) {   /* in-place updates change the plan */
+        char u[48];
+        int n = snprintf(u, sizeof u, "u%d:%d,", (int)o->update[2 * i], (int)o->update[2 * i + 1]);
+        put(&w, u, (size_t)n);
+    }
     put(&w, "|", 1);
     put(&w, gser, glen);
     free(code);

@@ -48,6 +48,8 @@ typedef struct CompiledObject {
     PyObject **held;
     uint64_t *owner;
     int packing;             /* weight_packing: PYEXT_PACK_AUTO, _ALWAYS or _NEVER */
+    int32_t *inplace;        /* per output: the input it is written into (the output is that
+                                tensor), -1 its own; NULL when none is */
 } CompiledObject;
 
 /* Owner serials: a new one for every tensor object a packed input takes. */
@@ -415,6 +417,11 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
         return 1;
     self->ncalls++;   /* under the GIL */
     for (Py_ssize_t k = 0; k < self->nout; k++) {
+        if (self->inplace && self->inplace[k] >= 0) {   /* written into the input it updates */
+            ptrs[self->nin + k] = ptrs[self->inplace[k]];
+            PyList_SET_ITEM(outs, k, Py_NewRef(args[self->inplace[k]]));
+            continue;
+        }
         PyObject *t = new_output(st, self, k, &ptrs[self->nin + k]);
         if (!t)
             return -1;
@@ -544,6 +551,7 @@ static void compiled_dealloc(CompiledObject *self)
     PyMem_Free(self->out_nbytes);
     PyMem_Free(self->held);
     PyMem_Free(self->owner);
+    PyMem_Free(self->inplace);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -628,6 +636,15 @@ PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *
     }
     self->vectorcall = compiled_vectorcall;
     self->plan = plan;
+    for (Py_ssize_t k = 0; k < g->nout && !self->inplace; k++)   /* outputs written into inputs */
+        if (smelt_plan_output_inplace(plan, (int)k) >= 0) {
+            if (!(self->inplace = PyMem_Malloc(sizeof(int32_t) * (size_t)g->nout))) {
+                Py_DECREF(self);
+                return PyErr_NoMemory();
+            }
+            for (Py_ssize_t o = 0; o < g->nout; o++)
+                self->inplace[o] = smelt_plan_output_inplace(plan, (int)o);
+        }
     if (fill_specs(self, g) || take_calls(self, g, calls) || take_packed(self)) {
         Py_DECREF(self);
         return NULL;

@@ -86,6 +86,8 @@ typedef struct FunctionObject {
 
 static PyObject *grad_enabled_fn;   /* torch.is_grad_enabled */
 static PyObject *autocast_fn;   /* torch._C._is_any_autocast_enabled */
+static PyObject *set_grad_fn;   /* torch._C._set_grad_enabled */
+static PyObject *increment_version_fn;   /* torch._C._increment_version */
 static PyObject *mode_stack_fn[2];   /* torch._C._len_torch_function_stack, _len_torch_dispatch_stack */
 static PyObject *hook_made;   /* list of weakrefs to the CompiledFunctions the hook made */
 
@@ -261,7 +263,9 @@ static guard_node *src_node(guard_tree *t, const tr_src *src, guard_node **nodes
     case SRC_BUILTIN: return guard_global(t, key);   /* a global shadowing a builtin is found first */
     case SRC_ATTR: return guard_attr(t, p, key);
     case SRC_ITEM: return guard_item(t, p, src->index);
-    case SRC_DICT: return guard_dict_item(t, p, src->key);
+    case SRC_DICT:   /* index > 0: a key hashed by identity, itself fetched by source index - 1 */
+        return src->index > 0 ? guard_dict_item_id(t, p, src->key, guard_node_source(nodes[src->index - 1]))
+                              : guard_dict_item(t, p, src->key);
     case SRC_TYPE: return guard_type(t, p);
     case SRC_CELL:
         if (p)
@@ -437,13 +441,29 @@ static PyObject *build_result(const tr_result *r, int32_t o, const run_vals *rv)
  * takes outs[mut_out[i]]. 0, or -1 with an error. */
 static int write_back(const entry *e, PyObject *const *ins, PyObject *outs)
 {
+    PyObject *bumped = NULL;   /* inputs the plan updated in place: their version counters move */
     for (int32_t i = 0; i < e->r.nmut; i++) {
-        PyObject *r = PyObject_CallMethod(ins[e->r.mut_in[i]], "copy_", "O", PyList_GET_ITEM(outs, e->r.mut_out[i]));
-        if (!r)
+        PyObject *in = ins[e->r.mut_in[i]], *out = PyList_GET_ITEM(outs, e->r.mut_out[i]);
+        if (in == out) {
+            if ((!bumped && !(bumped = PyList_New(0))) || PyList_Append(bumped, in)) {
+                Py_XDECREF(bumped);
+                return -1;
+            }
+            continue;
+        }
+        PyObject *r = PyObject_CallMethod(in, "copy_", "O", out);
+        if (!r) {
+            Py_XDECREF(bumped);
             return -1;
+        }
         Py_DECREF(r);
     }
-    return 0;
+    if (!bumped)
+        return 0;
+    PyObject *r = PyObject_CallOneArg(increment_version_fn, bumped);
+    Py_DECREF(bumped);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
 }
 
 /* Runs compiled entry e on vals, the values its guard check just fetched
@@ -489,7 +509,40 @@ static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globa
     return 0;
 }
 
+static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals, PyObject *closure);
+
+/* Runs compiled entry e; an entry that computes nothing with grad on (a
+ * no_grad region over inputs that require grad: an optimizer step) runs
+ * with grad off throughout, its write-backs and results included, as
+ * eager ran it. */
 static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals, PyObject *closure)
+{
+    if (!e->r.grad_free)
+        return run_compiled_grad(e, vals, globals, closure);
+    PyObject *t = PyObject_CallOneArg(set_grad_fn, Py_False);
+    if (!t) {
+        for (int k = 0; k < e->nwanted; k++)
+            Py_CLEAR(vals[e->wanted[k]]);
+        return NULL;
+    }
+    Py_DECREF(t);
+    PyObject *res = run_compiled_grad(e, vals, globals, closure);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    t = PyObject_CallOneArg(set_grad_fn, Py_True);   /* the guards saw grad mode on */
+    if (!t) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        Py_XDECREF(res);
+        return NULL;
+    }
+    Py_DECREF(t);
+    PyErr_Restore(et, ev, tb);
+    return res;
+}
+
+static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals, PyObject *closure)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
     int32_t n = e->r.ninputs, k = 0;
@@ -770,7 +823,7 @@ static int eager_state(tr_result *r, int *autograd)
         }
     }
     *autograd = 0;
-    if (!inputs_require_grad(r))
+    if (r->grad_free || !inputs_require_grad(r))
         return 0;
     PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
     if (!g)
@@ -910,11 +963,31 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
             return e;
         }
     }
+    /* in-place updates the plan may write straight into their inputs: those
+     * whose new value is not also a result (that would be a new tensor in
+     * eager, not the input) */
+    int32_t *upd = e->r.nmut ? PyMem_Malloc(sizeof(int32_t) * 2 * (size_t)e->r.nmut) : NULL;
+    if (e->r.nmut && !upd) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (int32_t i = 0; i < e->r.nmut; i++) {
+        int shown = 0;
+        for (int32_t k = 0; k < e->r.nouts && !shown; k++)
+            shown = (e->r.outs[k].kind == TO_TENSOR || e->r.outs[k].kind == TO_OUTVIEW) &&
+                    e->r.outs[k].index == e->r.mut_out[i];
+        if (!shown) {
+            upd[2 * o.nupdate] = e->r.mut_in[i];
+            upd[2 * o.nupdate++ + 1] = e->r.mut_out[i];
+        }
+    }
+    o.update = upd;
     t0 = now_ms();
     smelt_plan *plan;
     Py_BEGIN_ALLOW_THREADS   /* pure C (the cache's log hook takes the GIL); e is not shared yet */
     plan = smelt_compile(e->r.graph, &o, err, sizeof err);
     Py_END_ALLOW_THREADS
+    PyMem_Free(upd);
     self->compile_ms = now_ms() - t0;
     smelt_compile_times ct = { 0 };
     if (plan)
@@ -1323,6 +1396,8 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         grad_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : NULL;
         PyObject *tc0 = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
         autocast_fn = tc0 ? PyObject_GetAttrString(tc0, "_is_any_autocast_enabled") : NULL;
+        set_grad_fn = tc0 ? PyObject_GetAttrString(tc0, "_set_grad_enabled") : NULL;
+        increment_version_fn = tc0 ? PyObject_GetAttrString(tc0, "_increment_version") : NULL;
         Py_XDECREF(tc0);
         PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
         mode_stack_fn[0] = tc ? PyObject_GetAttrString(tc, "_len_torch_function_stack") : NULL;
@@ -1332,7 +1407,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         null_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         resume_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         Py_XDECREF(torch);
-        if (!grad_enabled_fn || !autocast_fn || !hook_made || !null_mark || !resume_mark ||
+        if (!grad_enabled_fn || !autocast_fn || !set_grad_fn || !increment_version_fn || !hook_made || !null_mark || !resume_mark ||
             !mode_stack_fn[0] || !mode_stack_fn[1] ||
             tracer_init())
             return NULL;

@@ -442,3 +442,34 @@ def test_host_calls_get_gradients_from_torch(name):
     cf = compare(fns[name], x)
     e = smelt.explain(cf, x)
     assert e["backward"] and e["host_calls"], e["host_calls"]
+
+
+@pytest.mark.parametrize("p", [0.3, 1.0])
+def test_dropout_in_training_matches_seeded_eager(p):
+    """Dropout draws its noise from torch's generator as eager does, and the
+    compiled backward multiplies by that same noise (a rerun would draw a
+    new one)."""
+    def run(compiled):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(p), torch.nn.GELU(),
+                                torch.nn.Linear(32, 4), torch.nn.Dropout(0.5))
+        f = smelt.compile(m) if compiled else m
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        torch.manual_seed(1)
+        outs = []
+        for _ in range(3):
+            opt.zero_grad()
+            out = f(torch.randn(8, 16))
+            out.square().sum().backward()
+            opt.step()
+            outs.append((out.detach(), [q.grad.clone() for q in m.parameters()]))
+        after = torch.rand(3)   # the generator advanced as far as eager's
+        return outs, after, f
+    ref, ra, _ = run(False)
+    got, ga, f = run(True)
+    assert f._smelt.stats()["backward_compiles"] >= 1
+    torch.testing.assert_close(ga, ra)
+    for (o1, g1), (o2, g2) in zip(ref, got):   # the same noise: differences are rounding only
+        torch.testing.assert_close(o2, o1, rtol=1e-5, atol=1e-5)
+        for a, b in zip(g1, g2):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5 * float(a.abs().max()))

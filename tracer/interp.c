@@ -327,6 +327,8 @@ int32_t tr_node_add(tracer *T, const smelt_node *proto)
         return PyErr_NoMemory(), -1;
     T->contig = nc;
     T->contig[id] = 0;
+    if (proto->op != SMELT_OP_INPUT && T->no_grad != 1)
+        T->grad_nodes++;
     return id;
 }
 

@@ -1539,6 +1539,10 @@ static int grad_finish(tracer *T)
             outer = g == Py_True;
             Py_XDECREF(g);
         }
+        if (needs && outer == 1 && !T->grad_nodes && T->grad_sensitive && !strcmp(T->grad_sensitive, "a no_grad region")) {
+            T->r->grad_free = 1;   /* nothing computed with grad on: the entry runs under no_grad */
+            break;
+        }
         if (needs && outer == 1)
             return tr_break(T, "%s over inputs that require grad (not carried to a compiled backward yet)", T->grad_sensitive);
     }
@@ -1587,6 +1591,9 @@ static int32_t copy_call(tracer *T, int deep, const call_args *a);
 int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a)
 {
     PyObject *target = fn;
+    int32_t r = PyFunction_Check(fn) ? optim_step(T, fn, a) : -2;
+    if (r != -2)
+        return r;
     if (fn == copy_fns[0] || fn == copy_fns[1])
         return copy_call(T, fn == copy_fns[1], a);
     if (Py_IS_TYPE(fn, (PyTypeObject *)lru_type)) {

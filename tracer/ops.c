@@ -19,7 +19,7 @@ static PyObject *put_fn;            /* torch.put (view updates) */
 static PyObject *manual_seed_fn, *seed_call_fn, *default_generator;   /* torch.manual_seed, its host call */
 static PyObject *rand_like_fn[3];   /* torch.rand_like, randn_like, randint_like (host calls) */
 static PyObject *getitem_fn, *nn_pad, *dropout_fn;   /* torch.Tensor.__getitem__, torch._C._nn.pad,
-                                                         torch.dropout (host calls) */
+                                                         smelt._autograd.dropout_noise (host calls) */
 static PyObject *index_put_fn;                        /* torch.index_put (host call) */
 
 PyObject *ops_tensor_type(void) { return tensor_type; }
@@ -767,13 +767,18 @@ static int32_t h_dropout(tracer *T, const call_args *a, smelt_op op)
         return arg(a, 0, "input");
     if (op)   /* channel-wise and alpha variants: other random numbers */
         return tr_break(T, "this dropout variant in training mode is not supported yet");
-    /* torch.dropout runs at run time, in program order with the graph's
-     * other host calls, so it draws the same random numbers as eager */
+    /* the noise is drawn at run time by a host call, in program order with
+     * the graph's other host calls, as at::dropout draws it (so a seeded run
+     * draws the same numbers as eager); x times the noise is a graph op, so
+     * a compiled backward multiplies by the same noise */
     int32_t x = arg(a, 0, "input");
     if (!dropout_fn || x < 0)
-        return tr_break(T, "dropout in training mode without torch.dropout");
-    call_args d = { .pos = (int32_t[]){ x, num(T, p), tv_obj(T, Py_True, -1) }, .npos = 3 };
-    return ext_call(T, dropout_fn, &d);
+        return tr_break(T, "dropout in training mode without smelt's dropout noise");
+    if (T->vals[x].kind != V_TENSOR || smelt_node_numel(&T->g->nodes[T->vals[x].node]) == 0)
+        return x;   /* eager returns its input */
+    call_args d = { .pos = (int32_t[]){ x, num(T, p) }, .npos = 2 };
+    int32_t noise = ext_call(T, dropout_fn, &d);
+    return noise < 0 ? -1 : op2(T, SMELT_OP_MUL, x, op1(T, SMELT_OP_DETACH, noise));
 }
 
 /* torch._C._log_api_usage_once(name): API-usage telemetry, nothing the
@@ -7413,7 +7418,10 @@ int ops_init(void)
         goto fail;
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
-    dropout_fn = resolve(torch, F, "torch.dropout");
+    PyObject *ag = PyImport_ImportModule("smelt._autograd");
+    dropout_fn = ag ? PyObject_GetAttrString(ag, "dropout_noise") : NULL;
+    Py_XDECREF(ag);
+    PyErr_Clear();
     put_fn = resolve(torch, F, "torch.put");
     manual_seed_fn = PyObject_GetAttrString(torch, "manual_seed");
     default_generator = PyObject_GetAttrString(torch, "default_generator");

@@ -27,7 +27,8 @@ typedef enum tr_src_kind {
     SRC_CELL,      /* parent: a function (-1: the traced one); index: closure cell; value = contents */
     SRC_ATTR,      /* parent.key (key: interned str) */
     SRC_ITEM,      /* parent[index] (tuple/list) */
-    SRC_DICT,      /* parent[key] (dict, exact key) */
+    SRC_DICT,      /* parent[key] (dict, exact key); index > 0: key is an object
+                      hashed by identity (a tensor), fetched by source index - 1 */
     SRC_TYPE       /* type(parent) */
 } tr_src_kind;
 
@@ -136,6 +137,10 @@ typedef struct tr_result {
     tr_effect *effects;    /* side effects on objects from outside, in order */
     int32_t neffects;
     int32_t stop_pc;       /* partial trace: the instruction it stopped before (-1: whole trace) */
+    int grad_free;         /* inputs require grad, grad mode is on, but everything the trace
+                              computed it computed with grad turned off by the traced code (an
+                              optimizer step, an EMA update under no_grad): the entry runs as a
+                              no_grad region, with no backward */
     int32_t nslots, nstack;   /* partial trace: the frame state's variables and stack depth */
     PyObject *kwnames;     /* partial trace: KW_NAMES pending at stop_pc (strong), or NULL */
 } tr_result;

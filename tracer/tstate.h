@@ -205,6 +205,9 @@ typedef struct tracer {
     int no_grad;           /* grad mode set by the traced code (objects.c): 0 as outside the trace
                               (guarded), 1 off, -1 on */
     int grad_on;           /* grad was turned on in the trace: no input may require grad */
+    int32_t grad_nodes;    /* computing nodes made while the trace's grad mode was not turned
+                              off by the traced code (objects.c grad_finish: none at all, and
+                              the whole entry runs as a no_grad region) */
     const char *grad_sensitive;   /* what the trace did that the graph does not carry to a
                                      compiled backward (detach, a no_grad region, ...), or NULL:
                                      with inputs that require grad in grad mode it breaks */
@@ -504,6 +507,8 @@ int32_t obj_call(tracer *T, int32_t v, const call_args *a);
 int32_t obj_super(tracer *T, PyObject *cls, int32_t self);
 int32_t obj_query(tracer *T, PyObject *fn, const call_args *a);          /* -2: not a query */
 int32_t obj_call_special_fn(tracer *T, PyObject *fn, int32_t fn_src, const call_args *a);  /* -2: not special */
+/* optim.c: fn(*a) when fn is the step of a torch.optim SGD/Adam/AdamW (a[0]); -2 when not */
+int32_t optim_step(tracer *T, PyObject *fn, const call_args *a);
 PyObject *obj_out_spec(tracer *T, int32_t v, int32_t **vals, int *n);
 /* A call of V_OBJ fn that objects.c answers itself before fn's identity
  * is guarded: a functools.partial (its function, arguments and keywords

@@ -80,6 +80,16 @@ def run(fwd, bwd, spec, *ins):
         return NotImplemented
 
 
+def dropout_noise(x, p):
+    """The noise eager's dropout multiplies x by (a host call of compiled
+    code in training mode): drawn from torch's generator exactly as
+    at::dropout draws it, so a seeded run matches eager, and the product
+    is a graph op whose gradient is the same noise."""
+    if p == 1:
+        return torch.zeros_like(x)   # no draw, as eager
+    return torch.empty_like(x).bernoulli_(1 - p).div_(1 - p)
+
+
 def index_add_rows(g, ids, n):
     """The rows of g summed into n zero rows at ids (the backward of
     embedding and of whole-row gathers), a host call of the backward plan."""
