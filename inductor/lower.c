@@ -1337,12 +1337,16 @@ static int lower_once(lowering *L)
 
 /* ---------- after lowering: pointwise kernels fused, updates in place ---------- */
 
-/* Per-buffer read/write marks of a set of steps. `seen` stamps visited
- * expressions with `gen` (one stamp per walk). */
+/* Buffers marked read / written by a set of steps: rd[b] == id (and
+ * wr[b] == id) for the set with stamp `id`, so a new set costs nothing to
+ * clear. `seen` stamps visited expressions of one walk with `gen`. */
 typedef struct bufset {
-    uint8_t *rd, *wr;
+    int32_t *rd, *wr, id;
     int32_t *seen, gen;
 } bufset;
+
+/* A fresh stamp for one expression walk. */
+static void new_walk(bufset *bs) { bs->gen++; }
 
 static void expr_reads(const kir_pool *P, int32_t e, bufset *bs)
 {
@@ -1351,12 +1355,12 @@ static void expr_reads(const kir_pool *P, int32_t e, bufset *bs)
     bs->seen[e] = bs->gen;
     const kexpr *x = &P->ex[e];
     if (x->op == KE_LOAD || x->op == KE_GATHER)
-        bs->rd[x->buf] = 1;
+        bs->rd[x->buf] = bs->id;
     for (int k = 0; k < 3; k++)
         expr_reads(P, x->src[k], bs);
 }
 
-/* Marks what step s reads and writes. */
+/* Marks what step s reads and writes in the set bs->id. */
 static void step_touch(const smelt_plan *p, const plan_step *s, bufset *bs)
 {
     switch ((plan_step_kind)s->kind) {
@@ -1366,29 +1370,29 @@ static void step_touch(const smelt_plan *p, const plan_step *s, bufset *bs)
         for (int i = 0; i < k->nitems; i++) {
             expr_reads(&p->pool, k->items[i].value, bs);
             if (k->items[i].kind != KI_REDUCE)
-                bs->wr[k->items[i].buf] = 1;
+                bs->wr[k->items[i].buf] = bs->id;
         }
         break;
     }
     case PS_MATMUL:
-        bs->rd[s->a_buf] = bs->rd[s->b_buf] = 1;
-        bs->wr[s->c_buf] = 1;
+        bs->rd[s->a_buf] = bs->rd[s->b_buf] = bs->id;
+        bs->wr[s->c_buf] = bs->id;
         break;
     case PS_CALL:
         for (int i = 0; i < s->call->nin; i++)
-            bs->rd[s->call->in_buf[i]] = 1;
+            bs->rd[s->call->in_buf[i]] = bs->id;
         for (int i = 0; i < s->call->nout; i++)
-            bs->wr[s->call->out_buf[i]] = 1;
+            bs->wr[s->call->out_buf[i]] = bs->id;
         break;
     case PS_SDPA:
         for (int i = 0; i < s->attn->nin; i++)
-            bs->rd[s->attn->buf[i]] = 1;
-        bs->wr[s->attn->buf[4]] = 1;
+            bs->rd[s->attn->buf[i]] = bs->id;
+        bs->wr[s->attn->buf[4]] = bs->id;
         break;
     case PS_CONV:
         for (int i = 0; i < s->conv->nin; i++)
-            bs->rd[s->conv->buf[i]] = 1;
-        bs->wr[s->conv->buf[3]] = 1;
+            bs->rd[s->conv->buf[i]] = bs->id;
+        bs->wr[s->conv->buf[3]] = bs->id;
         break;
     }
 }
@@ -1408,6 +1412,21 @@ static int reads_only_at(const kir_pool *P, int32_t e, int32_t buf, int32_t ix, 
     return 1;
 }
 
+/* 1 if e reads a buffer the set bs->id writes. */
+static int reads_written(const kir_pool *P, int32_t e, bufset *bs)
+{
+    if (e < 0 || bs->seen[e] == bs->gen)
+        return 0;
+    bs->seen[e] = bs->gen;
+    const kexpr *x = &P->ex[e];
+    if ((x->op == KE_LOAD || x->op == KE_GATHER) && bs->wr[x->buf] == bs->id)
+        return 1;
+    for (int k = 0; k < 3; k++)
+        if (reads_written(P, x->src[k], bs))
+            return 1;
+    return 0;
+}
+
 /* A kernel that stores one value per point and nothing else. */
 static int pure_pointwise(const kir_kernel *k)
 {
@@ -1417,6 +1436,23 @@ static int pure_pointwise(const kir_kernel *k)
         if (k->items[i].kind != KI_STORE)
             return 0;
     return 1;
+}
+
+static void bufset_init(bufset *bs, const smelt_plan *p)
+{
+    bs->rd = calloc((size_t)p->nbufs + 1, sizeof(int32_t));
+    bs->wr = calloc((size_t)p->nbufs + 1, sizeof(int32_t));
+    bs->seen = calloc((size_t)p->pool.nex + 1, sizeof(int32_t));
+    if (!bs->rd || !bs->wr || !bs->seen)
+        abort();
+    bs->id = bs->gen = 0;
+}
+
+static void bufset_free(bufset *bs)
+{
+    free(bs->rd);
+    free(bs->wr);
+    free(bs->seen);
 }
 
 #define FUSE_WINDOW 48   /* steps looked back over */
@@ -1431,19 +1467,20 @@ static int pure_pointwise(const kir_kernel *k)
  * update become one pass). */
 static void fuse_pointwise(smelt_plan *p)
 {
-    int32_t nb = p->nbufs;
-    uint8_t *flags = calloc((size_t)nb * 4 + 4, 1), *dead = calloc((size_t)p->nsteps + 1, 1);
-    int32_t *seen = calloc((size_t)p->pool.nex + 1, sizeof(int32_t));
-    if (!flags || !dead || !seen)
+    uint8_t *dead = calloc((size_t)p->nsteps + 1, 1);
+    if (!dead)
         abort();
-    bufset mid = { flags, flags + nb, seen, 0 }, a = { flags + 2 * nb, flags + 3 * nb, seen, 0 };
-    int gen = 0;
+    bufset mid, a;   /* the steps between (not moved), the candidate */
+    bufset_init(&mid, p);
+    bufset_init(&a, p);
+    free(a.seen);
+    a.seen = mid.seen;   /* one expression stamp for both */
     for (int32_t bi = 0; bi < p->nsteps; bi++) {
         plan_step *sb = &p->steps[bi];
         if (sb->kind != PS_KERNEL || !pure_pointwise(&p->kernels[sb->kernel]))
             continue;
         kir_kernel *kb_ = &p->kernels[sb->kernel];
-        memset(flags, 0, (size_t)nb * 2);
+        mid.id++;
         for (int32_t ai = bi - 1; ai >= 0 && ai >= bi - FUSE_WINDOW; ai--) {
             if (dead[ai])
                 continue;
@@ -1453,22 +1490,29 @@ static void fuse_pointwise(smelt_plan *p)
                      !memcmp(ka->size, kb_->size, sizeof(int64_t) * (size_t)ka->nvars) &&
                      ka->nitems + kb_->nitems <= FUSE_MAX_STORES;
             if (ok) {
-                memset(a.rd, 0, (size_t)nb * 2);
-                a.gen = mid.gen = ++gen;
+                a.id++;
+                a.gen = mid.gen + 1;
                 step_touch(p, sa, &a);
-                for (int32_t b = 0; ok && b < nb; b++)
-                    ok = !(a.wr[b] && (mid.rd[b] || mid.wr[b])) && !(a.rd[b] && mid.wr[b]);
-                for (int i = 0; ok && i < kb_->nitems; i++)   /* b writes nothing a reads */
-                    ok = !a.rd[kb_->items[i].buf] && !a.wr[kb_->items[i].buf];
+                mid.gen = a.gen + 1;
+                /* what a writes: untouched between; what a reads: not written between */
+                for (int i = 0; ok && i < ka->nitems; i++)
+                    ok = mid.rd[ka->items[i].buf] != mid.id && mid.wr[ka->items[i].buf] != mid.id;
+                for (int i = 0; ok && i < ka->nitems; i++) {
+                    new_walk(&mid);
+                    ok = !reads_written(&p->pool, ka->items[i].value, &mid);
+                }
+                for (int i = 0; ok && i < kb_->nitems; i++)   /* b writes nothing a reads or writes */
+                    ok = a.rd[kb_->items[i].buf] != a.id && a.wr[kb_->items[i].buf] != a.id;
                 for (int j = 0; ok && j < ka->nitems; j++)   /* b reads a's results at their points */
                     for (int i = 0; ok && i < kb_->nitems; i++) {
-                        a.gen = ++gen;
-                        ok = reads_only_at(&p->pool, kb_->items[i].value, ka->items[j].buf, ka->items[j].ix, &a);
+                        new_walk(&mid);
+                        ok = reads_only_at(&p->pool, kb_->items[i].value, ka->items[j].buf, ka->items[j].ix, &mid);
                     }
             }
+            a.gen = mid.gen;
             if (!ok) {
-                mid.gen = ++gen;
                 step_touch(p, sa, &mid);
+                a.gen = mid.gen;
                 continue;
             }
             kitem *items = malloc(sizeof(kitem) * (size_t)(ka->nitems + kb_->nitems));
@@ -1507,9 +1551,10 @@ static void fuse_pointwise(smelt_plan *p)
     p->nkernels = nk;
     p->nsteps = ns;
     free(knew);
-    free(flags);
     free(dead);
-    free(seen);
+    a.seen = NULL;
+    bufset_free(&a);
+    bufset_free(&mid);
 }
 
 /* 1 if expression e can fail a run (an index check, integer division). */
@@ -1557,67 +1602,88 @@ static void place_updates(smelt_plan *p)
 {
     const smelt_graph *g = p->graph;
     int32_t nb = p->nbufs;
-    uint8_t *flags = calloc((size_t)nb * 2 + 2, 1);
-    int32_t *seen = calloc((size_t)p->pool.nex + 1, sizeof(int32_t));
-    if (!flags || !seen)
+    bufset bs;
+    bufset_init(&bs, p);
+    if (!p->nupd || plan_may_fail(p, &bs)) {
+        bufset_free(&bs);
+        return;
+    }
+    /* per buffer: the last step reading it, the steps writing it (one kept) */
+    int32_t *last_rd = malloc(sizeof(int32_t) * ((size_t)nb + 1)), *writer = malloc(sizeof(int32_t) * ((size_t)nb + 1));
+    int32_t *nwriters = calloc((size_t)nb + 1, sizeof(int32_t)), *in_buf = malloc(sizeof(int32_t) * ((size_t)g->ninputs + 1));
+    int32_t *out_buf = malloc(sizeof(int32_t) * ((size_t)g->nout + 1)), *in_node = malloc(sizeof(int32_t) * ((size_t)g->ninputs + 1));
+    if (!last_rd || !writer || !nwriters || !in_buf || !out_buf || !in_node)
         abort();
-    bufset bs = { flags, flags + nb, seen, 0 };
-    int32_t nupd = plan_may_fail(p, &bs) ? 0 : p->nupd;
-    for (int32_t u = 0; u < nupd; u++) {
-        int32_t j = p->upd[2 * u], k = p->upd[2 * u + 1], bi = -1, bo = -1, in = -1;
+    for (int32_t b = 0; b < nb; b++)
+        last_rd[b] = writer[b] = -1;
+    for (int32_t s = 0; s < p->nsteps; s++) {
+        bs.id++;
+        step_touch(p, &p->steps[s], &bs);
         for (int32_t b = 0; b < nb; b++) {
-            if (p->bufs[b].kind == PB_INPUT && p->bufs[b].index == j)
-                bi = b;
-            if (p->bufs[b].kind == PB_OUTPUT && p->bufs[b].index == k)
-                bo = b;
+            if (bs.rd[b] == bs.id)
+                last_rd[b] = s;
+            if (bs.wr[b] == bs.id) {
+                writer[b] = s;
+                nwriters[b]++;
+            }
         }
-        for (int32_t i = 0; i < g->n; i++)
-            if (g->nodes[i].op == SMELT_OP_INPUT && g->nodes[i].a.input.index == j)
-                in = i;
-        if (bi < 0 || bo < 0 || in < 0 || k < 0 || k >= g->nout || p->bufs[bo].inplace)
+    }
+    for (int32_t i = 0; i < g->ninputs; i++)
+        in_buf[i] = in_node[i] = -1;
+    for (int32_t o = 0; o < g->nout; o++)
+        out_buf[o] = -1;
+    for (int32_t b = 0; b < nb; b++) {
+        if (p->bufs[b].kind == PB_INPUT && p->bufs[b].index >= 0 && p->bufs[b].index < g->ninputs)
+            in_buf[p->bufs[b].index] = b;
+        if (p->bufs[b].kind == PB_OUTPUT && p->bufs[b].index >= 0 && p->bufs[b].index < g->nout)
+            out_buf[p->bufs[b].index] = b;
+    }
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->nodes[i].op == SMELT_OP_INPUT && g->nodes[i].a.input.index < g->ninputs)
+            in_node[g->nodes[i].a.input.index] = i;
+    for (int32_t u = 0; u < p->nupd; u++) {
+        int32_t j = p->upd[2 * u], k = p->upd[2 * u + 1];
+        if (j < 0 || j >= g->ninputs || k < 0 || k >= g->nout)
             continue;
+        int32_t bi = in_buf[j], bo = out_buf[k], in = in_node[j];
+        if (bi < 0 || bo < 0 || in < 0 || p->bufs[bo].inplace || nwriters[bo] != 1)
+            continue;
+        int32_t ws = writer[bo];
         const smelt_node *ni = &g->nodes[in], *no = &g->nodes[g->outputs[k]];
         int64_t st[SMELT_MAX_DIMS];
         contiguous_strides(no->ndim, no->shape, st);
-        int ok = ni->dtype == no->dtype && ni->ndim == no->ndim && p->bufs[bo].dtype == ni->dtype;
+        int ok = ni->dtype == no->dtype && ni->ndim == no->ndim && p->bufs[bo].dtype == ni->dtype &&
+                 last_rd[bi] <= ws && p->steps[ws].kind == PS_KERNEL &&
+                 pure_pointwise(&p->kernels[p->steps[ws].kernel]);
         for (int d = 0; ok && d < ni->ndim; d++)
             ok = ni->shape[d] == no->shape[d] && (ni->shape[d] == 1 || ni->stride[d] == st[d]);
-        for (int32_t o = 0; ok && o < g->nout; o++)   /* its own buffer, written by one store */
+        for (int32_t o = 0; ok && o < g->nout; o++)   /* its own buffer */
             ok = o == k || g->outputs[o] != g->outputs[k];
-        int32_t ws = -1, wi = -1;
-        for (int32_t s = 0; ok && s < p->nsteps; s++) {
-            memset(flags, 0, (size_t)nb * 2);
+        const kir_kernel *kk = ok ? &p->kernels[p->steps[ws].kernel] : NULL;
+        int wi = -1;
+        for (int i = 0; ok && i < kk->nitems; i++)
+            if (kk->items[i].buf == bo)
+                ok = wi < 0 ? (wi = i, 1) : 0;
+        for (int i = 0; ok && i < kk->nitems; i++) {
             bs.gen++;
-            step_touch(p, &p->steps[s], &bs);
-            if (ws >= 0 && bs.rd[bi])
-                ok = 0;   /* the old value is read after the update */
-            if (!bs.wr[bo])
-                continue;
-            if (ws >= 0 || p->steps[s].kind != PS_KERNEL || !pure_pointwise(&p->kernels[p->steps[s].kernel])) {
-                ok = 0;
-                break;
-            }
-            ws = s;
-            const kir_kernel *kk = &p->kernels[p->steps[s].kernel];
-            for (int i = 0; i < kk->nitems; i++)
-                if (kk->items[i].buf == bo)
-                    ok &= wi < 0 ? (wi = i, 1) : 0;
-            for (int i = 0; ok && i < kk->nitems; i++) {
-                bs.gen++;
-                if (i > wi) {   /* a later store of the point must not read the old value */
-                    memset(flags, 0, (size_t)nb);
-                    expr_reads(&p->pool, kk->items[i].value, &bs);
-                    ok = !bs.rd[bi];
-                } else {
-                    ok = reads_only_at(&p->pool, kk->items[i].value, bi, kk->items[wi].ix, &bs);
-                }
+            if (i > wi) {   /* a later store of the point must not read the old value */
+                bs.id++;
+                expr_reads(&p->pool, kk->items[i].value, &bs);
+                ok = bs.rd[bi] != bs.id;
+            } else {
+                ok = reads_only_at(&p->pool, kk->items[i].value, bi, kk->items[wi].ix, &bs);
             }
         }
-        if (ok && ws >= 0)
+        if (ok && wi >= 0)
             p->bufs[bo].inplace = j + 1;
     }
-    free(flags);
-    free(seen);
+    free(last_rd);
+    free(writer);
+    free(nwriters);
+    free(in_buf);
+    free(out_buf);
+    free(in_node);
+    bufset_free(&bs);
 }
 
 int ind_lower(smelt_plan *p, char *err, size_t errlen)

@@ -75,7 +75,7 @@ static PyObject *int_tuple(const int32_t *v, int32_t n)
 }
 
 static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_compile_opts *o, PyObject *calls,
-                             char *reason, size_t len, const char *what)
+                             char *reason, size_t len, const char *what, pyext_ad *out)
 {
     char err[512];
     smelt_plan *plan;
@@ -86,6 +86,10 @@ static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_
         snprintf(reason, len, "compiling the %s graph failed (internal error, please report): %.400s", what, err);
         return Py_NewRef(Py_None);
     }
+    smelt_compile_times ct = { 0 };
+    smelt_plan_compile_times(plan, &ct);
+    out->generated += ct.generated;
+    out->plans_cached += ct.plan_cached;
     return pyext_compiled_new(st, g, plan, calls);
 }
 
@@ -168,8 +172,8 @@ int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, con
     }
     int cerr;
     PyObject *bcalls = call_table(&s, r->calls, &cerr);
-    PyObject *fwd = cerr ? NULL : compile_one(st, s.fwd, o, r->calls, reason, len, "forward");
-    PyObject *bwd = fwd && fwd != Py_None ? compile_one(st, s.bwd, o, bcalls, reason, len, "backward") : NULL;
+    PyObject *fwd = cerr ? NULL : compile_one(st, s.fwd, o, r->calls, reason, len, "forward", out);
+    PyObject *bwd = fwd && fwd != Py_None ? compile_one(st, s.bwd, o, bcalls, reason, len, "backward", out) : NULL;
     Py_XDECREF(bcalls);
     PyObject *kinds = NULL, *idx = NULL, *gin = NULL, *diff = NULL, *spec = NULL, *uses = NULL;
     if (bwd && bwd != Py_None) {

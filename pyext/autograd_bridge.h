@@ -10,6 +10,8 @@ typedef struct pyext_ad {
     PyObject *spec;        /* smelt._autograd's description of how the two connect */
     int64_t saved_bytes;
     int32_t nsaved, nrecomputed;
+    int32_t generated, plans_cached;   /* of both compiles: kernel functions LLVM generated,
+                                          plans read from the disk cache */
 } pyext_ad;
 
 /* Per graph input of r, 1 if its example tensor requires grad (read before

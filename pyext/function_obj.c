@@ -88,6 +88,7 @@ static PyObject *grad_enabled_fn;   /* torch.is_grad_enabled */
 static PyObject *autocast_fn;   /* torch._C._is_any_autocast_enabled */
 static PyObject *set_grad_fn;   /* torch._C._set_grad_enabled */
 static PyObject *increment_version_fn;   /* torch._C._increment_version */
+static PyObject *scalar_tensor_fn, *f64_dtype, *kw_dtype;   /* torch.scalar_tensor, torch.float64, ("dtype",) */
 static PyObject *mode_stack_fn[2];   /* torch._C._len_torch_function_stack, _len_torch_dispatch_stack */
 static PyObject *hook_made;   /* list of weakrefs to the CompiledFunctions the hook made */
 
@@ -548,9 +549,20 @@ static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals,
     int32_t n = e->r.ninputs, k = 0;
     if (n > 32 && !(ins = PyMem_Malloc(sizeof *ins * (size_t)n)))
         PyErr_NoMemory();
-    while (ins && k < n && (ins[k] = vals[e->input_node[k]]))   /* each has a check: fetched */
+    PyObject *made = NULL;   /* 0-d tensors of the float inputs (see tr_float_input) */
+    while (ins && k < n && (ins[k] = vals[e->input_node[k]])) {   /* each has a check: fetched */
+        if (PyFloat_CheckExact(ins[k])) {
+            PyObject *t = PyObject_Vectorcall(scalar_tensor_fn, (PyObject *[]){ ins[k], f64_dtype }, 1, kw_dtype);
+            if (!t || (!made && !(made = PyList_New(0))) || PyList_Append(made, t)) {
+                Py_XDECREF(t);
+                break;
+            }
+            Py_DECREF(t);   /* held by made */
+            ins[k] = t;
+        }
         k++;
-    if (ins && k < n)
+    }
+    if (ins && k < n && !PyErr_Occurred())
         PyErr_SetString(PyExc_SystemError, "smelt: a graph input was not fetched by its guards");
     PyObject *outs = !ins || k < n ? NULL : e->ad.spec ? pyext_ad_run(&e->ad, ins, n)
                                                       : pyext_compiled_call_trusted(e->compiled, ins, e->r.mut_in, e->r.nmut);
@@ -561,6 +573,7 @@ static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals,
         res = apply_effects(&e->r, &rv, globals, closure) ? NULL : build_result(&e->r, 0, &rv);
     }
     Py_XDECREF(outs);
+    Py_XDECREF(made);
     for (k = 0; k < e->nwanted; k++)
         Py_CLEAR(vals[e->wanted[k]]);
     if (ins != ins_small)
@@ -947,6 +960,8 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
         int arc = pyext_ad_compile(st, &e->r, rg, &o, &e->ad, e->r.reason, sizeof e->r.reason);
         PyMem_Free(rg);
         self->compile_ms = now_ms() - t0;
+        self->ngenerated += e->ad.generated;
+        self->nplans_cached += e->ad.plans_cached;
         if (arc < 0)
             goto fail;
         if (arc == 1) {
@@ -1398,6 +1413,9 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         autocast_fn = tc0 ? PyObject_GetAttrString(tc0, "_is_any_autocast_enabled") : NULL;
         set_grad_fn = tc0 ? PyObject_GetAttrString(tc0, "_set_grad_enabled") : NULL;
         increment_version_fn = tc0 ? PyObject_GetAttrString(tc0, "_increment_version") : NULL;
+        scalar_tensor_fn = torch ? PyObject_GetAttrString(torch, "scalar_tensor") : NULL;
+        f64_dtype = torch ? PyObject_GetAttrString(torch, "float64") : NULL;
+        kw_dtype = Py_BuildValue("(s)", "dtype");
         Py_XDECREF(tc0);
         PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
         mode_stack_fn[0] = tc ? PyObject_GetAttrString(tc, "_len_torch_function_stack") : NULL;
@@ -1407,7 +1425,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         null_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         resume_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         Py_XDECREF(torch);
-        if (!grad_enabled_fn || !autocast_fn || !set_grad_fn || !increment_version_fn || !hook_made || !null_mark || !resume_mark ||
+        if (!grad_enabled_fn || !autocast_fn || !set_grad_fn || !increment_version_fn || !scalar_tensor_fn || !f64_dtype || !kw_dtype || !hook_made || !null_mark || !resume_mark ||
             !mode_stack_fn[0] || !mode_stack_fn[1] ||
             tracer_init())
             return NULL;

@@ -473,3 +473,37 @@ def test_dropout_in_training_matches_seeded_eager(p):
         torch.testing.assert_close(o2, o1, rtol=1e-5, atol=1e-5)
         for a, b in zip(g1, g2):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5 * float(a.abs().max()))
+
+
+def test_warm_process_compiles_no_backward_kernel(tmp_path):
+    """Forward and backward plans of a training step (and the compiled
+    optimizer step) go into the disk cache: a second process with the same
+    cache generates no kernel."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    script = textwrap.dedent("""
+        import json, torch, smelt
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(10, 24), torch.nn.GELU(), torch.nn.LayerNorm(24),
+                                torch.nn.Linear(24, 3))
+        f = smelt.compile(m)
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        step = smelt.compile(opt.step)
+        for _ in range(3):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(f(torch.randn(5, 10)), torch.tensor([0, 1, 2, 1, 0])).backward()
+            step()
+        a, b = f._smelt.stats(), step.__func__.stats()
+        print(json.dumps([a["backward_compiles"], a["generated"], a["plans_from_disk"],
+                          b["compiles"], b["generated"], b["plans_from_disk"]]))
+    """)
+    env = dict(os.environ, SMELT_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                                      timeout=300, check=True).stdout.strip().splitlines()[-1]) for _ in range(2)]
+    cold, warm = runs
+    assert cold[0] == 1 and cold[1] > 0 and cold[4] > 0, cold
+    assert warm[0] == 1 and warm[1] == 0 and warm[2] == 2, warm   # forward and backward plans from disk
+    assert warm[3] == 1 and warm[4] == 0 and warm[5] == 1, warm   # the optimizer step's plan from disk

@@ -502,6 +502,35 @@ out:
     return v;
 }
 
+/* A Python float read from src as a graph input: a 0-d float64 tensor
+ * the caller makes from the float at each run (its type guarded, not its
+ * value), so a new value is not a new entry (an optimizer's learning rate
+ * under a scheduler). One input per source. */
+int32_t tr_float_input(tracer *T, int32_t src)
+{
+    if (src < 0)
+        return tr_break(T, "a float input without a source");
+    for (int32_t k = 0; k < T->r->ninputs; k++)
+        if (T->r->input_src[k] == src)
+            for (int32_t i = 0; i < T->g->n; i++)
+                if (T->g->nodes[i].op == SMELT_OP_INPUT && T->g->nodes[i].a.input.index == k)
+                    return tv_tensor(T, i);
+    int32_t node = smelt_graph_input(T->g, SMELT_F64, 0, NULL, NULL);
+    if (node < 0)
+        return tr_break(T, "%s", T->g->err);
+    uint8_t *nc = grow(T->contig, &T->ccontig, T->g->n + 1, 1);
+    int32_t *ni = grow(T->r->input_src, &T->cinputs, T->r->ninputs + 1, sizeof(int32_t));
+    if (!nc || !ni)
+        return PyErr_NoMemory(), -1;
+    T->contig = nc;
+    T->contig[node] = 1;
+    T->r->input_src = ni;
+    T->r->input_src[T->r->ninputs++] = src;
+    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)&PyFloat_Type, 0))
+        return -1;
+    return tv_tensor(T, node);
+}
+
 /* The value standing for list or dict o already (one value per object, so
  * that a mutation through one source is seen through every other), or
  * -1; a second source is guarded to hold that same object. -2 on error. */

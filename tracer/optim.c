@@ -12,12 +12,14 @@
  * guarded (hyperparameters by value, tensors by metadata, a gradient's
  * absence as None, state by the parameter it is keyed by), and the update
  * itself is the matching function of smelt/_optim.py inlined over them
- * with grad mode off, as the real step runs. Its in-place updates of the
+ * with grad mode off, as the real step runs. A float learning rate is a
+ * graph input instead (guarded by type): a scheduler changing it every
+ * step reuses the entry. Its in-place updates of the
  * parameters and the state are the entry's write-backs.
  *
- * A parameter with a gradient and no state yet (the first step creates
- * it) breaks: that step runs eagerly, guarded on the size of the state,
- * and the next call traces the steady state. */
+ * A parameter with a gradient and no state yet has it created while
+ * tracing, as the first step would create it (init_state), so the first
+ * step is compiled too (the entry is guarded on the state's size). */
 #include "tstate.h"
 
 #include <string.h>
@@ -69,19 +71,26 @@ static int torch_step(PyObject *fn)
     return ok;
 }
 
-/* d[key] of dict d from source ds, a constant guarded by value: the value
- * (borrowed) and its source, or NULL (a break, or an error). */
-static PyObject *group_opt(tracer *T, PyObject *d, int32_t ds, const char *key)
+/* Interned str s, kept alive by the trace (borrowed), or NULL. */
+static PyObject *kstr(tracer *T, const char *s)
 {
-    PyObject *k = PyUnicode_InternFromString(key);
+    PyObject *k = PyUnicode_InternFromString(s);
     if (!k || tr_keep(T, k)) {
         Py_XDECREF(k);
         return NULL;
     }
-    Py_DECREF(k);   /* kept alive by the trace */
-    PyObject *v = PyDict_GetItemWithError(d, k);
+    Py_DECREF(k);
+    return k;
+}
+
+/* d[key] of dict d from source ds, a constant guarded by value: the value
+ * (borrowed) and its source, or NULL (a break, or an error). */
+static PyObject *group_opt(tracer *T, PyObject *d, int32_t ds, const char *key)
+{
+    PyObject *k = kstr(T, key);
+    PyObject *v = k ? PyDict_GetItemWithError(d, k) : NULL;
     if (!v) {
-        if (!PyErr_Occurred())
+        if (k && !PyErr_Occurred())
             tr_break(T, "optimizer group without '%s'", key);
         return NULL;
     }
@@ -101,18 +110,6 @@ static PyObject *group_opt(tracer *T, PyObject *d, int32_t ds, const char *key)
     return v;
 }
 
-/* Interned str s, kept alive by the trace (borrowed), or NULL. */
-static PyObject *kstr(tracer *T, const char *s)
-{
-    PyObject *k = PyUnicode_InternFromString(s);
-    if (!k || tr_keep(T, k)) {
-        Py_XDECREF(k);
-        return NULL;
-    }
-    Py_DECREF(k);
-    return k;
-}
-
 static int is_true(PyObject *v) { return v == Py_True || (PyLong_Check(v) && PyLong_AsLong(v) != 0); }
 
 /* The constant value of a group option, for the implementation's call. */
@@ -129,13 +126,9 @@ static int no_hooks(tracer *T, PyObject *d, int32_t src, const char *what)
 /* opt.<name> is absent or None (getattr(self, name, None) in the step). */
 static int attr_none(tracer *T, int32_t ov, const char *name)
 {
-    PyObject *o = T->vals[ov].obj;
-    PyObject *k = PyUnicode_InternFromString(name);
-    if (!k || tr_keep(T, k)) {
-        Py_XDECREF(k);
+    PyObject *o = T->vals[ov].obj, *k = kstr(T, name);
+    if (!k)
         return -1;
-    }
-    Py_DECREF(k);
     PyObject *v = PyObject_GetAttr(o, k);
     if (!v) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
@@ -152,18 +145,70 @@ static int attr_none(tracer *T, int32_t ov, const char *name)
 /* Tensor value of d[key] (a state dict from source ds): -1 on a break. */
 static int32_t state_tensor(tracer *T, PyObject *d, int32_t ds, const char *key)
 {
-    PyObject *k = PyUnicode_InternFromString(key);
-    if (!k || tr_keep(T, k)) {
-        Py_XDECREF(k);
-        return -1;
-    }
-    Py_DECREF(k);
-    PyObject *v = PyDict_GetItemWithError(d, k);
+    PyObject *k = kstr(T, key), *v = k ? PyDict_GetItemWithError(d, k) : NULL;
     if (!v)
-        return PyErr_Occurred() ? -1 : tr_break(T, "optimizer state without '%s'", key);
+        return !k || PyErr_Occurred() ? -1 : tr_break(T, "optimizer state without '%s'", key);
     if (!ops_is_tensor(v))
         return tr_break(T, "optimizer state '%s' of type %s", key, Py_TYPE(v)->tp_name);
     return tv_obj(T, v, tr_src_new(T, SRC_DICT, ds, 0, k));
+}
+
+/* Creates parameter p's state the first step would create (it does not
+ * exist yet), exactly as torch's _init_group does: Adam's step counter
+ * (0-d, torch.optim's scalar dtype) and zeroed moments in p's memory
+ * format; SGD's momentum buffer. The compiled update then is the first
+ * step's: Adam's from zeroed moments is torch's; SGD's first step sets
+ * the buffer to the gradient, which the update computes from a zero
+ * buffer exactly (0 * momentum + g) when dampening is 0; otherwise the
+ * step runs eagerly. Done while tracing: if the trace breaks later, the
+ * eager step finds this state and computes the same step. 0, or -1 (a
+ * break or an error). */
+static int init_state(tracer *T, int which, PyObject *state, PyObject *p, int amsgrad, PyObject *dampening)
+{
+    if (which == OPT_SGD && (!dampening || PyObject_IsTrue(dampening) != 0))
+        return tr_break(T, "SGD with dampening: its first step sets the momentum buffer otherwise");
+    PyObject *torch = PyImport_AddModule("torch"), *optm = PyImport_ImportModule("torch.optim.optimizer");
+    PyObject *pf = torch ? PyObject_GetAttrString(torch, "preserve_format") : NULL;
+    PyObject *zl = torch ? PyObject_GetAttrString(torch, "zeros_like") : NULL;
+    PyObject *kw = pf ? Py_BuildValue("{s:O}", "memory_format", pf) : NULL;
+    PyObject *st = PyObject_GetItem(state, p);   /* the defaultdict makes {} */
+    int rc = -1;
+    if (!optm || !zl || !kw || !st || !PyDict_Check(st))
+        goto out;
+    if (which == OPT_SGD) {
+        PyObject *a = PyTuple_Pack(1, p), *z = a ? PyObject_Call(zl, a, kw) : NULL;
+        rc = z ? PyDict_SetItemString(st, "momentum_buffer", z) : -1;
+        Py_XDECREF(a);
+        Py_XDECREF(z);
+        goto out;
+    }
+    PyObject *dt = PyObject_CallMethod(optm, "_get_scalar_dtype", NULL);
+    PyObject *step = NULL;
+    if (dt) {
+        PyObject *args = Py_BuildValue("(d)", 0.0), *skw = Py_BuildValue("{s:O}", "dtype", dt);
+        PyObject *tf = PyObject_GetAttrString(torch, "tensor");
+        step = args && skw && tf ? PyObject_Call(tf, args, skw) : NULL;
+        Py_XDECREF(args);
+        Py_XDECREF(skw);
+        Py_XDECREF(tf);
+    }
+    Py_XDECREF(dt);
+    rc = step ? PyDict_SetItemString(st, "step", step) : -1;
+    Py_XDECREF(step);
+    static const char *moments[3] = { "exp_avg", "exp_avg_sq", "max_exp_avg_sq" };
+    for (int i = 0; rc == 0 && i < 2 + amsgrad; i++) {
+        PyObject *a = PyTuple_Pack(1, p), *z = a ? PyObject_Call(zl, a, kw) : NULL;
+        rc = z ? PyDict_SetItemString(st, moments[i], z) : -1;
+        Py_XDECREF(a);
+        Py_XDECREF(z);
+    }
+out:
+    Py_XDECREF(optm);
+    Py_XDECREF(pf);
+    Py_XDECREF(zl);
+    Py_XDECREF(kw);
+    Py_XDECREF(st);
+    return rc;
 }
 
 /* The per-tensor lists of one group, grown as parameters are read. */
@@ -207,9 +252,22 @@ static int group_step(tracer *T, int which, int32_t ov, PyObject *group, int32_t
     const char **keys = which == OPT_SGD ? sgd_keys : adam_keys;
     int nk = which == OPT_SGD ? 9 : 11;
     PyObject *o[11];
-    for (int i = 0; i < nk; i++)
+    int32_t lr_in = -1, ilr = which == OPT_SGD ? 0 : 2;
+    for (int i = 0; i < nk; i++) {
+        if (i == ilr) {   /* the learning rate: a float is an input (a scheduler changes it every step) */
+            PyObject *k = kstr(T, "lr"), *v = k ? PyDict_GetItemWithError(group, k) : NULL;
+            if (v && PyFloat_CheckExact(v)) {
+                if ((lr_in = tr_float_input(T, tr_src_new(T, SRC_DICT, gs, 0, k))) < 0)
+                    return -1;
+                o[i] = v;
+                continue;
+            }
+            if (PyErr_Occurred())
+                return -1;
+        }
         if (!(o[i] = group_opt(T, group, gs, keys[i])))
             return -1;
+    }
     PyObject *fused = which == OPT_SGD ? o[8] : o[9], *diff = which == OPT_SGD ? o[7] : o[8];
     if (is_true(fused) || is_true(diff) || (which != OPT_SGD && is_true(o[7])))
         return tr_break(T, "optimizer with fused, differentiable or capturable set");
@@ -218,14 +276,9 @@ static int group_step(tracer *T, int which, int32_t ov, PyObject *group, int32_t
     int amsgrad = which != OPT_SGD && is_true(o[0]);
     int momentum = which == OPT_SGD && PyObject_IsTrue(o[2]) == 1;
 
-    PyObject *pk = PyUnicode_InternFromString("params"), *gk = PyUnicode_InternFromString("grad");
-    if (!pk || !gk || tr_keep(T, pk) || tr_keep(T, gk)) {
-        Py_XDECREF(pk);
-        Py_XDECREF(gk);
+    PyObject *pk = kstr(T, "params"), *gk = kstr(T, "grad");
+    if (!pk || !gk)
         return -1;
-    }
-    Py_DECREF(pk);
-    Py_DECREF(gk);
     PyObject *params = PyDict_GetItemWithError(group, pk);
     if (!params || !PyList_CheckExact(params))
         return PyErr_Occurred() ? -1 : tr_break(T, "optimizer group whose params are not a list");
@@ -277,8 +330,11 @@ static int group_step(tracer *T, int which, int32_t ov, PyObject *group, int32_t
                 goto out;
             PyObject *buf = st && PyDict_Check(st) && which == OPT_SGD ? PyDict_GetItemString(st, "momentum_buffer") : NULL;
             if (!st || !PyDict_Check(st) || !PyDict_GET_SIZE(st) || (which == OPT_SGD && (!buf || buf == Py_None))) {
-                tr_break(T, "optimizer state is created by the first step (that step runs eagerly)");
-                goto out;
+                int r = init_state(T, which, state, p, amsgrad, which == OPT_SGD ? o[3] : NULL);
+                if (r)
+                    goto out;
+                if (!(st = PyDict_GetItemWithError(state, p)))
+                    goto out;
             }
             int32_t ss = tr_src_new(T, SRC_DICT, sstate, (Py_ssize_t)sp + 1, p);   /* keyed by the parameter */
             if (ss < 0 || tr_add_guard(T, TG_TYPE, ss, (PyObject *)Py_TYPE(st), 0))
@@ -310,12 +366,12 @@ static int group_step(tracer *T, int which, int32_t ov, PyObject *group, int32_t
     }
     if (which == OPT_SGD) {   /* lr, weight_decay, momentum, dampening, nesterov, maximize */
         for (int i = 0; i < 6; i++)
-            if ((args[na++] = cval(T, o[i])) < 0)
+            if ((args[na++] = i == 0 && lr_in >= 0 ? lr_in : cval(T, o[i])) < 0)
                 goto out;
     } else {   /* amsgrad, beta1, beta2, lr, weight_decay, eps, maximize, decoupled */
         PyObject *c[8] = { o[0], PyTuple_GET_ITEM(o[1], 0), PyTuple_GET_ITEM(o[1], 1), o[2], o[3], o[4], o[5], o[10] };
         for (int i = 0; i < 8; i++)
-            if ((args[na++] = cval(T, c[i])) < 0)
+            if ((args[na++] = i == 3 && lr_in >= 0 ? lr_in : cval(T, c[i])) < 0)
                 goto out;
     }
     call_args a = { .pos = args, .npos = na };
@@ -367,14 +423,9 @@ int32_t optim_step(tracer *T, PyObject *fn, const call_args *a)
         return -1;
     int32_t sglob = tr_src_new(T, SRC_ATTR, sstep, 0, kg);
     for (int i = 0; i < 2; i++) {
-        PyObject *hk = PyUnicode_InternFromString(hooks[i]), *gk = PyUnicode_InternFromString(ghooks[i]);
-        if (!hk || !gk || tr_keep(T, hk) || tr_keep(T, gk)) {
-            Py_XDECREF(hk);
-            Py_XDECREF(gk);
+        PyObject *hk = kstr(T, hooks[i]), *gk = kstr(T, ghooks[i]);
+        if (!hk || !gk)
             return -1;
-        }
-        Py_DECREF(hk);
-        Py_DECREF(gk);
         PyObject *h = PyObject_GetAttr(o, hk);
         if (!h)
             return -1;
@@ -400,8 +451,7 @@ int32_t optim_step(tracer *T, PyObject *fn, const call_args *a)
     int32_t ss = tr_src_new(T, SRC_ATTR, so, 0, kst);
     if (tr_add_guard(T, TG_TYPE, sg, (PyObject *)&PyList_Type, 0) ||
         tr_add_guard(T, TG_LEN, sg, NULL, PyList_GET_SIZE(groups)) ||
-        tr_add_guard(T, TG_TYPE, ss, (PyObject *)Py_TYPE(state), 0) ||
-        tr_add_guard(T, TG_LEN, ss, NULL, PyDict_GET_SIZE(state)))
+        tr_add_guard(T, TG_TYPE, ss, (PyObject *)Py_TYPE(state), 0))
         goto out;
     int saved = T->no_grad;
     PyObject *ge = PyObject_CallMethod(PyImport_AddModule("torch"), "is_grad_enabled", NULL);
@@ -423,6 +473,8 @@ int32_t optim_step(tracer *T, PyObject *fn, const call_args *a)
             rc = group_step(T, which, ov, g, gs, ss, state);
     }
     T->no_grad = saved;
+    if (rc == 0)   /* its size after the state this trace created */
+        rc = tr_add_guard(T, TG_LEN, ss, NULL, PyDict_GET_SIZE(state));
 out:
     Py_XDECREF(groups);
     Py_XDECREF(state);

@@ -121,7 +121,8 @@ typedef struct tr_effect {
 typedef struct tr_result {
     smelt_graph *graph;
     tr_src *srcs; int32_t nsrcs;
-    int32_t *input_src;    /* graph input k comes from srcs[input_src[k]] */
+    int32_t *input_src;    /* graph input k comes from srcs[input_src[k]] (a Python float
+                              there, guarded by type: a 0-d float64 tensor made per run) */
     int32_t ninputs;
     tr_guard *guards; int32_t nguards;
     tr_out *outs; int32_t nouts;   /* outs[0] is the root */

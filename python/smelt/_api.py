@@ -146,6 +146,11 @@ def _function(fn, settings):
     return cf
 
 
+def _optimizer_step(opt, closure=None):
+    """What smelt.compile(opt.step) compiles."""
+    return opt.step(closure)
+
+
 def _compile(obj, settings):
     """What smelt.compile returns for obj (see the module docstring). An
     object smelt.compile made is compiled anew from its original."""
@@ -158,6 +163,10 @@ def _compile(obj, settings):
     if isinstance(obj, types.FunctionType):
         return _function(obj, settings)
     if isinstance(obj, types.MethodType):
+        if isinstance(obj.__self__, torch.optim.Optimizer) and obj.__name__ == "step":
+            # torch's step is a profiling wrapper: compile a call of it, which
+            # the tracer turns into the update graph (tracer/optim.c)
+            return types.MethodType(_function(_optimizer_step, settings), obj.__self__)
         return types.MethodType(_compile(obj.__func__, settings), obj.__self__)
     if isinstance(obj, functools.partial):
         inner = _compile(obj.func, settings)

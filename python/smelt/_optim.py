@@ -9,7 +9,10 @@ writes the new parameters and state back into the optimizer's own tensors:
 one fused pass per parameter instead of eager's chain of kernels.
 
 The arithmetic follows torch's single-tensor implementations operation by
-operation, so the results match eager's. The step counters stay tensors:
+operation, so the results match eager's. A float learning rate arrives as
+a 0-d float64 tensor (a graph input: a scheduler's new rate is not a new
+compile), cast to the parameter's dtype where it is used, as eager casts
+the Python float. The step counters stay tensors:
 the bias corrections are computed from them in float64 inside the graph
 (eager computes them in Python floats from step.item()), so a new step
 count is not a new compile.
@@ -30,7 +33,7 @@ def sgd(params, grads, bufs, lr, weight_decay, momentum, dampening, nesterov, ma
                 g = g.add(buf, alpha=momentum)
             else:
                 g = buf
-        p.add_(g, alpha=-lr)
+        p.sub_(g * lr)   # lr: a 0-d float64 tensor (a graph input) or a number
 
 
 def adam(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, amsgrad, beta1, beta2, lr, weight_decay,
