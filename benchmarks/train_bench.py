@@ -12,8 +12,7 @@ mean-square loss on its last hidden state. Each compiler runs in its own
 process, twice: with an empty compile cache (cold) and again with the
 cache the first run left (warm). Reported: median step ms over the timed
 steps, the ratios, the first two steps' time (cold / warm: every compile
-happens in them; smelt's optimizer step compiles on the second step, the
-first one creating the optimizer state eagerly), the largest gradient
+happens in them), the largest gradient
 difference from eager's after the first
 step (same seed, same batch), and the peak RSS growth over the run.
 
@@ -103,8 +102,8 @@ def child(args):
     loss.backward()
     grads = [p.grad.detach().clone() if p.grad is not None else None for p in model.parameters()]
     ostep()
-    step()   # the first two steps: every compile happens in them (smelt's optimizer step
-    ostep()  # compiles on the second: the first creates the optimizer's state eagerly)
+    step()   # the first two steps: every compile happens in them (torch.compile's
+    ostep()  # optimizer step may compile again once the state exists)
     first = time.perf_counter() - t
     times = []
     for _ in range(args.steps):
