@@ -90,6 +90,14 @@ static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_
     smelt_plan_compile_times(plan, &ct);
     out->generated += ct.generated;
     out->plans_cached += ct.plan_cached;
+    const char *k = smelt_plan_code(plan, "kernels");
+    int ch = pyext_log_on(PYEXT_LOG_AOT) ? PYEXT_LOG_AOT : PYEXT_LOG_OUTPUT_CODE;
+    if (k && pyext_log_on(ch)) {   /* the kernels of each half (SMELT_LOGS=aot or output_code) */
+        char head[64];
+        snprintf(head, sizeof head, "%s kernels:", what);
+        pyext_log_write(ch, head);
+        pyext_log_write(ch, k);
+    }
     return pyext_compiled_new(st, g, plan, calls);
 }
 

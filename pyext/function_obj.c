@@ -954,6 +954,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     }
     char err[512];
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) ||
+                                                       pyext_log_on(PYEXT_LOG_AOT) ||
                                                        pyext_debug_dir_on() };
     if (rg) {   /* forward and backward */
         t0 = now_ms();

@@ -550,7 +550,10 @@ static int32_t h_softmax(tracer *T, const call_args *a, smelt_op op)
     if (tr_int(T, dv, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
         return -1;
     uint32_t m = node(T, x)->ndim ? 1u << dim : 0;
-    int32_t mx = red(T, SMELT_OP_AMAX, x, m, 1, 0);
+    /* the shift by the row maximum changes no value's gradient (softmax is
+     * shift-invariant): detached, so a compiled backward is softmax's own
+     * formula, not also amax's (three more passes over a 50257-wide row) */
+    int32_t mx = op1(T, SMELT_OP_DETACH, red(T, SMELT_OP_AMAX, x, m, 1, 0));
     int32_t sh = mx < 0 ? -1 : op2(T, SMELT_OP_SUB, x, mx);
     int32_t e = sh < 0 ? -1 : op1(T, SMELT_OP_EXP, sh);
     int32_t s = e < 0 ? -1 : red(T, SMELT_OP_SUM, e, m, 1, 0);
@@ -2801,7 +2804,8 @@ static int32_t h_logsumexp(tracer *T, const call_args *a, smelt_op op)
         return T->vals[x].kind != V_TENSOR ? tr_break(T, "logsumexp of a non-tensor") : -1;
     if (!smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) && (x = cast_to(T, x, default_float())) < 0)
         return -1;   /* integers and bools: in the default float, as eager */
-    int32_t mx = red(T, SMELT_OP_AMAX, x, m, 1, 0);   /* infinite maxima shift by 0, as eager */
+    int32_t mx = op1(T, SMELT_OP_DETACH, red(T, SMELT_OP_AMAX, x, m, 1, 0));   /* infinite maxima shift by 0, as
+                                                                            eager; shift-invariant: detached */
     call_args w = { .pos = (int32_t[]){ op1(T, SMELT_OP_ISINF, mx), num(T, 0.0), mx }, .npos = 3 };
     int32_t sh = mx < 0 ? -1 : h_where(T, &w, op);
     int32_t s = sh < 0 ? -1 : red(T, SMELT_OP_SUM, op1(T, SMELT_OP_EXP, op2(T, SMELT_OP_SUB, x, sh)), m, keep, 0);
