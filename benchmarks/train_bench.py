@@ -68,24 +68,15 @@ def child(args):
     model, inputs, loss_fn = workload(args.model, args.size)
     model.train()
     no_dropout(model)
-    if args.compiler == "smelt":
-        import smelt
-        fn = smelt.compile(model)
-    elif args.compiler == "inductor":
-        fn = torch.compile(model)
-    else:
-        fn = model
+    import smelt
+    compile_ = {"smelt": smelt.compile, "inductor": torch.compile}.get(args.compiler, lambda f: f)
+    fn = compile_(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def opt_step():
         opt.step()
 
-    if args.compiler == "smelt":
-        ostep = smelt.compile(opt_step)
-    elif args.compiler == "inductor":
-        ostep = torch.compile(opt_step)
-    else:
-        ostep = opt_step
+    ostep = compile_(opt_step)   # torch.compile's compiled-optimizer recipe; eager: opt.step()
     from smelt.bench import reset_peak, vm_bytes
     reset_peak()   # the peak restarts here: building the model (and its label-count forward) not counted
     rss0 = vm_bytes("VmRSS")

@@ -266,3 +266,24 @@ def test_arguments():
     assert args.models == bench.MODELS and args.json == "bench_results.json"
     args = bench.parse_args(["--quick", "--compilers", "smelt,eager"])
     assert args.size == "quick" and args.compilers == ("eager", "smelt")
+
+
+def test_training_bench_tiny(tmp_path):
+    """benchmarks/train_bench.py on the tiny MLP, eager and smelt: smelt
+    compiles the forward, the backward and the optimizer step (no eager
+    step), the gradients match eager's, the record's numbers are finite."""
+    import os
+    import subprocess
+    import sys
+    from conftest import REPO
+    out = tmp_path / "t.json"
+    subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "train_bench.py"), "--models", "mlp",
+                    "--compilers", "eager,smelt", "--size", "tiny", "--steps", "2", "--json", str(out)],
+                   check=True, capture_output=True, timeout=600)
+    rec = json.loads(out.read_text())["records"]["mlp"]
+    s = rec["smelt"]
+    assert s["smelt"]["backward_compiles"] == 1 and s["smelt"]["breaks"] == 0, s
+    assert s["smelt"]["optimizer"]["compiles"] == 1 and s["smelt"]["optimizer"]["last_break"] is None, s
+    assert s["grad_err"] < 1e-4
+    for k in ("median_ms", "first_ms", "warm_first_ms"):
+        assert finite(s[k]) and finite(rec["eager"]["median_ms"]), (k, s)
