@@ -57,12 +57,6 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    if (opts && opts->nupdate > 0) {
-        if (!(p->upd = malloc(sizeof(int32_t) * 2 * (size_t)opts->nupdate)))
-            abort();
-        memcpy(p->upd, opts->update, sizeof(int32_t) * 2 * (size_t)opts->nupdate);
-        p->nupd = opts->nupdate;
-    }
     double t0 = now_ms();
     smelt_graph *folded = ind_fold(p->graph, err, errlen);
     if (!folded) {
@@ -73,7 +67,7 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
         smelt_graph_free(p->graph);
         p->graph = folded;
     }
-    int rc = ind_lower(p, err, errlen);
+    int rc = ind_lower(p, opts, err, errlen);
     p->times.lower_ms = now_ms() - t0;
     if (rc || cpu_codegen(p, opts, err, errlen)) {
         smelt_plan_free(p);
@@ -123,7 +117,6 @@ void smelt_plan_free(smelt_plan *p)
             kern_matmul_pack_free(p->steps[k].pack);
     }
     free(p->packed_inputs);
-    free(p->upd);
     free(p->steps);
     for (int32_t k = 0; p->code && k < p->nkernels; k++)
         free(p->code[k].slots);

@@ -1,6 +1,6 @@
 /* lower.c — graph IR to loop-level kernels (kir), with fusion.
  *
- * Entry: ind_lower(plan). Contract: on success the plan holds buffers, the
+ * Entry: ind_lower(plan, opts). Contract: on success the plan holds buffers, the
  * kernels and the ordered steps (kernel runs and matmul calls) computing
  * every graph output into its output buffer.
  *
@@ -1337,22 +1337,32 @@ static int lower_once(lowering *L)
 
 /* ---------- after lowering: pointwise kernels fused, updates in place ---------- */
 
+/* Expressions visited by one walk: seen[e] == gen (a new walk: gen + 1). */
+typedef struct xwalk {
+    int32_t *seen, gen;
+} xwalk;
+
+/* 1 if e is no expression or this walk visited it already; else marks it. */
+static int visited(xwalk *w, int32_t e)
+{
+    if (e < 0 || w->seen[e] == w->gen)
+        return 1;
+    w->seen[e] = w->gen;
+    return 0;
+}
+
 /* Buffers marked read / written by a set of steps: rd[b] == id (and
  * wr[b] == id) for the set with stamp `id`, so a new set costs nothing to
- * clear. `seen` stamps visited expressions of one walk with `gen`. */
+ * clear; w: the expression walks (shared by the sets of one pass). */
 typedef struct bufset {
     int32_t *rd, *wr, id;
-    int32_t *seen, gen;
+    xwalk *w;
 } bufset;
-
-/* A fresh stamp for one expression walk. */
-static void new_walk(bufset *bs) { bs->gen++; }
 
 static void expr_reads(const kir_pool *P, int32_t e, bufset *bs)
 {
-    if (e < 0 || bs->seen[e] == bs->gen)
+    if (visited(bs->w, e))
         return;
-    bs->seen[e] = bs->gen;
     const kexpr *x = &P->ex[e];
     if (x->op == KE_LOAD || x->op == KE_GATHER)
         bs->rd[x->buf] = bs->id;
@@ -1366,7 +1376,7 @@ static void step_touch(const smelt_plan *p, const plan_step *s, bufset *bs)
     switch ((plan_step_kind)s->kind) {
     case PS_KERNEL: {
         const kir_kernel *k = &p->kernels[s->kernel];
-        bs->gen++;
+        bs->w->gen++;
         for (int i = 0; i < k->nitems; i++) {
             expr_reads(&p->pool, k->items[i].value, bs);
             if (k->items[i].kind != KI_REDUCE)
@@ -1398,16 +1408,15 @@ static void step_touch(const smelt_plan *p, const plan_step *s, bufset *bs)
 }
 
 /* 1 if every read of buffer buf in e is a load at index ix (no gather). */
-static int reads_only_at(const kir_pool *P, int32_t e, int32_t buf, int32_t ix, bufset *bs)
+static int reads_only_at(const kir_pool *P, int32_t e, int32_t buf, int32_t ix, xwalk *w)
 {
-    if (e < 0 || bs->seen[e] == bs->gen)
+    if (visited(w, e))
         return 1;
-    bs->seen[e] = bs->gen;
     const kexpr *x = &P->ex[e];
     if ((x->op == KE_LOAD || x->op == KE_GATHER) && x->buf == buf && (x->op == KE_GATHER || x->ix != ix))
         return 0;
     for (int k = 0; k < 3; k++)
-        if (!reads_only_at(P, x->src[k], buf, ix, bs))
+        if (!reads_only_at(P, x->src[k], buf, ix, w))
             return 0;
     return 1;
 }
@@ -1415,9 +1424,8 @@ static int reads_only_at(const kir_pool *P, int32_t e, int32_t buf, int32_t ix, 
 /* 1 if e reads a buffer the set bs->id writes. */
 static int reads_written(const kir_pool *P, int32_t e, bufset *bs)
 {
-    if (e < 0 || bs->seen[e] == bs->gen)
+    if (visited(bs->w, e))
         return 0;
-    bs->seen[e] = bs->gen;
     const kexpr *x = &P->ex[e];
     if ((x->op == KE_LOAD || x->op == KE_GATHER) && bs->wr[x->buf] == bs->id)
         return 1;
@@ -1438,21 +1446,27 @@ static int pure_pointwise(const kir_kernel *k)
     return 1;
 }
 
-static void bufset_init(bufset *bs, const smelt_plan *p)
+static void bufset_init(bufset *bs, const smelt_plan *p, xwalk *w)
 {
     bs->rd = calloc((size_t)p->nbufs + 1, sizeof(int32_t));
     bs->wr = calloc((size_t)p->nbufs + 1, sizeof(int32_t));
-    bs->seen = calloc((size_t)p->pool.nex + 1, sizeof(int32_t));
-    if (!bs->rd || !bs->wr || !bs->seen)
+    if (!bs->rd || !bs->wr)
         abort();
-    bs->id = bs->gen = 0;
+    bs->id = 0;
+    bs->w = w;
 }
 
 static void bufset_free(bufset *bs)
 {
     free(bs->rd);
     free(bs->wr);
-    free(bs->seen);
+}
+
+static void xwalk_init(xwalk *w, const smelt_plan *p)
+{
+    if (!(w->seen = calloc((size_t)p->pool.nex + 1, sizeof(int32_t))))
+        abort();
+    w->gen = 0;
 }
 
 #define FUSE_WINDOW 48   /* steps looked back over */
@@ -1470,11 +1484,11 @@ static void fuse_pointwise(smelt_plan *p)
     uint8_t *dead = calloc((size_t)p->nsteps + 1, 1);
     if (!dead)
         abort();
+    xwalk w;
+    xwalk_init(&w, p);
     bufset mid, a;   /* the steps between (not moved), the candidate */
-    bufset_init(&mid, p);
-    bufset_init(&a, p);
-    free(a.seen);
-    a.seen = mid.seen;   /* one expression stamp for both */
+    bufset_init(&mid, p, &w);
+    bufset_init(&a, p, &w);
     for (int32_t bi = 0; bi < p->nsteps; bi++) {
         plan_step *sb = &p->steps[bi];
         if (sb->kind != PS_KERNEL || !pure_pointwise(&p->kernels[sb->kernel]))
@@ -1491,28 +1505,24 @@ static void fuse_pointwise(smelt_plan *p)
                      ka->nitems + kb_->nitems <= FUSE_MAX_STORES;
             if (ok) {
                 a.id++;
-                a.gen = mid.gen + 1;
                 step_touch(p, sa, &a);
-                mid.gen = a.gen + 1;
                 /* what a writes: untouched between; what a reads: not written between */
                 for (int i = 0; ok && i < ka->nitems; i++)
                     ok = mid.rd[ka->items[i].buf] != mid.id && mid.wr[ka->items[i].buf] != mid.id;
                 for (int i = 0; ok && i < ka->nitems; i++) {
-                    new_walk(&mid);
+                    w.gen++;
                     ok = !reads_written(&p->pool, ka->items[i].value, &mid);
                 }
                 for (int i = 0; ok && i < kb_->nitems; i++)   /* b writes nothing a reads or writes */
                     ok = a.rd[kb_->items[i].buf] != a.id && a.wr[kb_->items[i].buf] != a.id;
                 for (int j = 0; ok && j < ka->nitems; j++)   /* b reads a's results at their points */
                     for (int i = 0; ok && i < kb_->nitems; i++) {
-                        new_walk(&mid);
-                        ok = reads_only_at(&p->pool, kb_->items[i].value, ka->items[j].buf, ka->items[j].ix, &mid);
+                        w.gen++;
+                        ok = reads_only_at(&p->pool, kb_->items[i].value, ka->items[j].buf, ka->items[j].ix, &w);
                     }
             }
-            a.gen = mid.gen;
             if (!ok) {
                 step_touch(p, sa, &mid);
-                a.gen = mid.gen;
                 continue;
             }
             kitem *items = malloc(sizeof(kitem) * (size_t)(ka->nitems + kb_->nitems));
@@ -1552,24 +1562,23 @@ static void fuse_pointwise(smelt_plan *p)
     p->nsteps = ns;
     free(knew);
     free(dead);
-    a.seen = NULL;
     bufset_free(&a);
     bufset_free(&mid);
+    free(w.seen);
 }
 
 /* 1 if expression e can fail a run (an index check, integer division). */
-static int expr_may_fail(const kir_pool *P, int32_t e, bufset *bs)
+static int expr_may_fail(const kir_pool *P, int32_t e, xwalk *w)
 {
-    if (e < 0 || bs->seen[e] == bs->gen)
+    if (visited(w, e))
         return 0;
-    bs->seen[e] = bs->gen;
     const kexpr *x = &P->ex[e];
     if (x->op == KE_GATHER || (x->op == KE_OP && (x->gop == SMELT_OP_CHECKIDX ||
         ((x->gop == SMELT_OP_FLOORDIV || x->gop == SMELT_OP_REMAINDER || x->gop == SMELT_OP_FMOD) &&
          !smelt_dtype_is_float((smelt_dtype)x->cdtype)))))
         return 1;
     for (int k = 0; k < 3; k++)
-        if (expr_may_fail(P, x->src[k], bs))
+        if (expr_may_fail(P, x->src[k], w))
             return 1;
     return 0;
 }
@@ -1577,7 +1586,7 @@ static int expr_may_fail(const kir_pool *P, int32_t e, bufset *bs)
 /* 1 if a run of p can fail or ask to run eagerly after some steps ran
  * (host calls, index checks, integer division): its inputs must then be
  * as they were, so nothing is updated in place. */
-static int plan_may_fail(const smelt_plan *p, bufset *bs)
+static int plan_may_fail(const smelt_plan *p, xwalk *w)
 {
     for (int32_t s = 0; s < p->nsteps; s++) {
         if (p->steps[s].kind == PS_CALL)
@@ -1585,9 +1594,9 @@ static int plan_may_fail(const smelt_plan *p, bufset *bs)
         if (p->steps[s].kind != PS_KERNEL)
             continue;
         const kir_kernel *k = &p->kernels[p->steps[s].kernel];
-        bs->gen++;
+        w->gen++;
         for (int i = 0; i < k->nitems; i++)
-            if (expr_may_fail(&p->pool, k->items[i].value, bs))
+            if (expr_may_fail(&p->pool, k->items[i].value, w))
                 return 1;
     }
     return 0;
@@ -1598,14 +1607,17 @@ static int plan_may_fail(const smelt_plan *p, bufset *bs)
  * same layout, that kernel reads the input only at the point it writes
  * (and not in a later store of the point), and no later step reads the
  * input. */
-static void place_updates(smelt_plan *p)
+static void place_updates(smelt_plan *p, const int32_t *upd, int32_t nupd)
 {
     const smelt_graph *g = p->graph;
     int32_t nb = p->nbufs;
+    xwalk w;
+    xwalk_init(&w, p);
     bufset bs;
-    bufset_init(&bs, p);
-    if (!p->nupd || plan_may_fail(p, &bs)) {
+    bufset_init(&bs, p, &w);
+    if (!nupd || plan_may_fail(p, &w)) {
         bufset_free(&bs);
+        free(w.seen);
         return;
     }
     /* per buffer: the last step reading it, the steps writing it (one kept) */
@@ -1641,8 +1653,8 @@ static void place_updates(smelt_plan *p)
     for (int32_t i = 0; i < g->n; i++)
         if (g->nodes[i].op == SMELT_OP_INPUT && g->nodes[i].a.input.index < g->ninputs)
             in_node[g->nodes[i].a.input.index] = i;
-    for (int32_t u = 0; u < p->nupd; u++) {
-        int32_t j = p->upd[2 * u], k = p->upd[2 * u + 1];
+    for (int32_t u = 0; u < nupd; u++) {
+        int32_t j = upd[2 * u], k = upd[2 * u + 1];
         if (j < 0 || j >= g->ninputs || k < 0 || k >= g->nout)
             continue;
         int32_t bi = in_buf[j], bo = out_buf[k], in = in_node[j];
@@ -1665,13 +1677,13 @@ static void place_updates(smelt_plan *p)
             if (kk->items[i].buf == bo)
                 ok = wi < 0 ? (wi = i, 1) : 0;
         for (int i = 0; ok && i < kk->nitems; i++) {
-            bs.gen++;
+            w.gen++;
             if (i > wi) {   /* a later store of the point must not read the old value */
                 bs.id++;
                 expr_reads(&p->pool, kk->items[i].value, &bs);
                 ok = bs.rd[bi] != bs.id;
             } else {
-                ok = reads_only_at(&p->pool, kk->items[i].value, bi, kk->items[wi].ix, &bs);
+                ok = reads_only_at(&p->pool, kk->items[i].value, bi, kk->items[wi].ix, &w);
             }
         }
         if (ok && wi >= 0)
@@ -1684,9 +1696,10 @@ static void place_updates(smelt_plan *p)
     free(out_buf);
     free(in_node);
     bufset_free(&bs);
+    free(w.seen);
 }
 
-int ind_lower(smelt_plan *p, char *err, size_t errlen)
+int ind_lower(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen)
 {
     const smelt_graph *g = p->graph;
     lowering L = { .p = p, .g = g, .err = err, .errlen = errlen };
@@ -1710,7 +1723,7 @@ int ind_lower(smelt_plan *p, char *err, size_t errlen)
         ;
     if (r == 0) {
         fuse_pointwise(p);
-        place_updates(p);
+        place_updates(p, o ? o->update : NULL, o ? o->nupdate : 0);
     }
     free(L.chlast);
     free(L.realized);

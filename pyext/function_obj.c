@@ -86,9 +86,8 @@ typedef struct FunctionObject {
 
 static PyObject *grad_enabled_fn;   /* torch.is_grad_enabled */
 static PyObject *autocast_fn;   /* torch._C._is_any_autocast_enabled */
-static PyObject *set_grad_fn;   /* torch._C._set_grad_enabled */
 static PyObject *increment_version_fn;   /* torch._C._increment_version */
-static PyObject *scalar_tensor_fn, *f64_dtype, *kw_dtype;   /* torch.scalar_tensor, torch.float64, ("dtype",) */
+static PyObject *scalar_tensor_fn;   /* torch.scalar_tensor */
 static PyObject *mode_stack_fn[2];   /* torch._C._len_torch_function_stack, _len_torch_dispatch_stack */
 static PyObject *hook_made;   /* list of weakrefs to the CompiledFunctions the hook made */
 
@@ -520,7 +519,8 @@ static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals, PyOb
 {
     if (!e->r.grad_free)
         return run_compiled_grad(e, vals, globals, closure);
-    PyObject *t = PyObject_CallOneArg(set_grad_fn, Py_False);
+    pyext_state *st = pyext_state_of(e->compiled);
+    PyObject *t = PyObject_CallOneArg(st->set_grad, Py_False);
     if (!t) {
         for (int k = 0; k < e->nwanted; k++)
             Py_CLEAR(vals[e->wanted[k]]);
@@ -530,7 +530,7 @@ static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals, PyOb
     PyObject *res = run_compiled_grad(e, vals, globals, closure);
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    t = PyObject_CallOneArg(set_grad_fn, Py_True);   /* the guards saw grad mode on */
+    t = PyObject_CallOneArg(st->set_grad, Py_True);   /* the guards saw grad mode on */
     if (!t) {
         Py_XDECREF(et);
         Py_XDECREF(ev);
@@ -552,7 +552,9 @@ static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals,
     PyObject *made = NULL;   /* 0-d tensors of the float inputs (see tr_float_input) */
     while (ins && k < n && (ins[k] = vals[e->input_node[k]])) {   /* each has a check: fetched */
         if (PyFloat_CheckExact(ins[k])) {
-            PyObject *t = PyObject_Vectorcall(scalar_tensor_fn, (PyObject *[]){ ins[k], f64_dtype }, 1, kw_dtype);
+            pyext_state *st = pyext_state_of(e->compiled);
+            PyObject *t = PyObject_Vectorcall(scalar_tensor_fn, (PyObject *[]){ ins[k], st->dtypes[SMELT_F64] }, 1,
+                                              st->kw_dtype);
             if (!t || (!made && !(made = PyList_New(0))) || PyList_Append(made, t)) {
                 Py_XDECREF(t);
                 break;
@@ -1412,11 +1414,8 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         grad_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : NULL;
         PyObject *tc0 = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
         autocast_fn = tc0 ? PyObject_GetAttrString(tc0, "_is_any_autocast_enabled") : NULL;
-        set_grad_fn = tc0 ? PyObject_GetAttrString(tc0, "_set_grad_enabled") : NULL;
         increment_version_fn = tc0 ? PyObject_GetAttrString(tc0, "_increment_version") : NULL;
         scalar_tensor_fn = torch ? PyObject_GetAttrString(torch, "scalar_tensor") : NULL;
-        f64_dtype = torch ? PyObject_GetAttrString(torch, "float64") : NULL;
-        kw_dtype = Py_BuildValue("(s)", "dtype");
         Py_XDECREF(tc0);
         PyObject *tc = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
         mode_stack_fn[0] = tc ? PyObject_GetAttrString(tc, "_len_torch_function_stack") : NULL;
@@ -1426,7 +1425,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         null_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         resume_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         Py_XDECREF(torch);
-        if (!grad_enabled_fn || !autocast_fn || !set_grad_fn || !increment_version_fn || !scalar_tensor_fn || !f64_dtype || !kw_dtype || !hook_made || !null_mark || !resume_mark ||
+        if (!grad_enabled_fn || !autocast_fn || !increment_version_fn || !scalar_tensor_fn || !hook_made || !null_mark || !resume_mark ||
             !mode_stack_fn[0] || !mode_stack_fn[1] ||
             tracer_init())
             return NULL;

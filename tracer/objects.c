@@ -1452,7 +1452,7 @@ static int32_t set_grad_enabled(tracer *T, const call_args *a)
     if (m < 0)
         return -1;
     if (st == 1)
-        T->grad_sensitive = "a no_grad region";
+        T->grad_sensitive = tr_no_grad_region;
     T->no_grad = st;
     T->vals[m].pos = st;
     T->vals[m].sl[0] = saved;
@@ -1509,7 +1509,7 @@ int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
         if (st == -2)
             return -1;
         if (st == 1)
-            T->grad_sensitive = "a no_grad region";
+            T->grad_sensitive = tr_no_grad_region;
         T->no_grad = st;
     }
     *ex = tv_obj(T, grad_exit, -1);
@@ -1519,6 +1519,8 @@ int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
     T->vals[*ex].pos = saved;
     return 0;
 }
+
+const char tr_no_grad_region[] = "a no_grad region";
 
 /* The grad state checks at the end of a trace: the mode is as it was (a
  * set_grad_enabled() left in place would be a side effect), and no input
@@ -1539,7 +1541,7 @@ static int grad_finish(tracer *T)
             outer = g == Py_True;
             Py_XDECREF(g);
         }
-        if (needs && outer == 1 && !T->grad_nodes && T->grad_sensitive && !strcmp(T->grad_sensitive, "a no_grad region")) {
+        if (needs && outer == 1 && !T->grad_nodes && T->grad_sensitive == tr_no_grad_region) {
             T->r->grad_free = 1;   /* nothing computed with grad on: the entry runs under no_grad */
             break;
         }

@@ -243,7 +243,7 @@ static void plist_free(plists *l)
 
 /* One group's update: reads and guards its options, parameters,
  * gradients and state, then inlines the implementation. 0, or -1. */
-static int group_step(tracer *T, int which, int32_t ov, PyObject *group, int32_t gs, int32_t sstate, PyObject *state)
+static int group_step(tracer *T, int which, PyObject *group, int32_t gs, int32_t sstate, PyObject *state)
 {
     static const char *adam_keys[] = { "amsgrad", "betas", "lr", "weight_decay", "eps", "maximize", "foreach",
                                        "capturable", "differentiable", "fused", "decoupled_weight_decay" };
@@ -378,7 +378,6 @@ static int group_step(tracer *T, int which, int32_t ov, PyObject *group, int32_t
     rc = l.n ? (tr_inline(T, impl[which != OPT_SGD], -1, &a) < 0 ? -1 : 0) : 0;
 out:
     plist_free(&l);
-    (void)ov;
     return rc;
 }
 
@@ -394,14 +393,12 @@ int32_t optim_step(tracer *T, PyObject *fn, const call_args *a)
     for (int i = 0; i < NOPT; i++)
         if ((PyObject *)Py_TYPE(o) == opt_cls[i])
             which = i;
-    PyObject *name = PyUnicode_InternFromString("step");
-    PyObject *cls_step = which >= 0 && name ? _PyType_Lookup(Py_TYPE(o), name) : NULL;
-    if (!name || tr_keep(T, name)) {
-        Py_XDECREF(name);
+    if (which < 0)
+        return -2;
+    PyObject *name = kstr(T, "step");
+    if (!name)
         return -1;
-    }
-    Py_DECREF(name);
-    if (cls_step != fn || !torch_step(fn))
+    if (_PyType_Lookup(Py_TYPE(o), name) != fn || !torch_step(fn))
         return -2;
     if (a->npos > 2 || a->nkw > 1 || (a->npos == 2 && !(T->vals[a->pos[1]].kind == V_OBJ &&
                                                          T->vals[a->pos[1]].obj == Py_None)) ||
@@ -459,7 +456,7 @@ int32_t optim_step(tracer *T, PyObject *fn, const call_args *a)
         goto out;
     T->no_grad = ge == Py_True ? 1 : 0;   /* the step runs with grad off */
     if (ge == Py_True)
-        T->grad_sensitive = "a no_grad region";
+        T->grad_sensitive = tr_no_grad_region;
     Py_DECREF(ge);
     rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(groups); i++) {
@@ -470,7 +467,7 @@ int32_t optim_step(tracer *T, PyObject *fn, const call_args *a)
         else if (tr_add_guard(T, TG_TYPE, gs, (PyObject *)&PyDict_Type, 0))
             rc = -1;
         else
-            rc = group_step(T, which, ov, g, gs, ss, state);
+            rc = group_step(T, which, g, gs, ss, state);
     }
     T->no_grad = saved;
     if (rc == 0)   /* its size after the state this trace created */

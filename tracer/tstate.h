@@ -238,7 +238,8 @@ typedef struct call_args {
 int32_t tv_new(tracer *T, tv_kind k);
 int32_t tv_obj(tracer *T, PyObject *o, int32_t src);     /* wraps tensors/containers too */
 int32_t tv_tensor(tracer *T, int32_t node);
-int32_t tr_float_input(tracer *T, int32_t src);           /* a float from src as a 0-d float64 input */
+int32_t tr_float_input(tracer *T, int32_t src);
+extern const char tr_no_grad_region[];                    /* grad_sensitive of a no_grad region (objects.c) */           /* a float from src as a 0-d float64 input */
 int32_t tv_tuple(tracer *T, const int32_t *items, int n);
 int32_t tv_int(tracer *T, int64_t v);                     /* an int constant */
 int tv_push_item(tracer *T, int32_t c, int32_t item, PyObject *key);
