@@ -38,8 +38,6 @@ typedef struct ad_bin {
 typedef enum {
     AD_CALL_INDEX_ADD_ROWS,  /* (g [M, D], ids [M]) -> [n, D]: g's rows summed at ids (embedding's
                                 backward); params: n */
-    AD_CALL_CONV_BACKWARD,   /* (g, x, w) -> grad x, grad w[, grad bias]: params nsp, groups,
-                                stride[nsp], padding[nsp], dilation[nsp], has_bias */
     AD_CALL_UNFOLD_BACKWARD, /* (g) -> grad of Tensor.unfold's input: params ndim, shape[ndim], dim,
                                 size, step */
     AD_CALL_VJP              /* (the forward host call's sources, then a gradient per result) -> a

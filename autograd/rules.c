@@ -467,30 +467,28 @@ static int r_gather(ad *A, int32_t i, int32_t g)
     return 0;
 }
 
-/* convolution: torch's convolution_backward as a host call (symmetric
- * padding only: it takes one padding per dim) */
+/* convolution: CONV_BWD_INPUT and CONV_BWD_WEIGHT (oneDNN's backward-data
+ * and backward-weights primitives) for the sources that need a gradient;
+ * the bias's gradient is g summed over every dim but the channels */
 static int r_conv(ad *A, int32_t i, int32_t g)
 {
-    int nsp = N->a.conv.nsp, has_bias = N->nsrc == 3;
-    int64_t p[AD_CALL_MAX_PARAMS];
-    int np = 0;
-    p[np++] = nsp;
-    p[np++] = N->a.conv.groups;
-    for (int d = 0; d < nsp; d++) {
-        if (N->a.conv.pad_lo[d] != N->a.conv.pad_hi[d])
-            return 1;
-        p[np + d] = N->a.conv.stride[d];
-        p[np + nsp + d] = N->a.conv.pad_lo[d];
-        p[np + 2 * nsp + d] = N->a.conv.dil[d];
+    const smelt_node *x = &A->g->nodes[N->src[0]], *w = &A->g->nodes[N->src[1]];
+    smelt_node b = { .nsrc = 2 };
+    b.a.conv = N->a.conv;
+    if (A->req[N->src[0]]) {
+        b.op = SMELT_OP_CONV_BWD_INPUT, b.ndim = x->ndim;
+        memcpy(b.shape, x->shape, sizeof b.shape);
+        b.src[0] = g, b.src[1] = X(1);
+        ad_give(A, i, 0, g < 0 || b.src[1] < 0 ? -1 : ad_add(A, &b));
     }
-    np += 3 * nsp;
-    p[np++] = has_bias;
-    int32_t like[3] = { N->src[0], N->src[1], has_bias ? N->src[2] : -1 };
-    int32_t c = ad_host_call(A, AD_CALL_CONV_BACKWARD, 3, (int32_t[]){ g, X(0), X(1) }, 2 + has_bias, like, NULL,
-                             NULL, np, p);
-    for (int k = 0; k < 2 + has_bias; k++)
-        if (A->req[N->src[k]])
-            ad_give(A, i, k, c < 0 ? -1 : c + k);
+    if (A->req[N->src[1]]) {
+        b.op = SMELT_OP_CONV_BWD_WEIGHT, b.ndim = w->ndim;
+        memcpy(b.shape, w->shape, sizeof b.shape);
+        b.src[0] = X(0), b.src[1] = g;
+        ad_give(A, i, 1, g < 0 || b.src[0] < 0 ? -1 : ad_add(A, &b));
+    }
+    if (N->nsrc == 3 && A->req[N->src[2]])
+        ad_give(A, i, 2, ad_red(A, SMELT_OP_SUM, g, ((1u << N->ndim) - 1) & ~2u, 0));
     return 0;
 }
 

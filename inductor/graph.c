@@ -1092,6 +1092,32 @@ static int infer_conv(infer_ctx *c)
     return 0;
 }
 
+/* CONV_BWD_INPUT / CONV_BWD_WEIGHT: the CONV whose missing operand has
+ * the builder's shape must be valid and produce dy's shape. */
+static int infer_conv_backward(infer_ctx *c)
+{
+    int data = c->in->op == SMELT_OP_CONV_BWD_INPUT;
+    smelt_node other = { .op = SMELT_OP_INPUT, .dtype = SMELT_F32, .ndim = c->in->ndim }, fwd, proto = *c->in;
+    const smelt_node *dy = c->s[data ? 0 : 1];
+    memcpy(other.shape, c->in->shape, sizeof other.shape);
+    proto.op = SMELT_OP_CONV;
+    infer_ctx f = *c;
+    f.in = &proto, f.out = &fwd;
+    f.s[0] = data ? &other : c->s[0];
+    f.s[1] = data ? c->s[1] : &other;
+    memset(&fwd, 0, sizeof fwd);
+    if (c->in->ndim > SMELT_MAX_DIMS || infer_conv(&f))
+        return -1;
+    if (dy->dtype != SMELT_F32 || dy->ndim != fwd.ndim ||
+        memcmp(dy->shape, fwd.shape, sizeof(int64_t) * fwd.ndim) != 0)
+        return fail(c, "gradient %s does not match the convolution's output %s", SHP(dy), SHP(&fwd));
+    c->out->ndim = c->in->ndim;
+    memcpy(c->out->shape, c->in->shape, sizeof c->out->shape);
+    c->out->dtype = SMELT_F32;
+    c->out->a.conv = fwd.a.conv;
+    return 0;
+}
+
 static int infer_leaf(infer_ctx *c)
 {
     switch ((smelt_op)c->in->op) {
@@ -1171,6 +1197,7 @@ static int infer_node(const smelt_graph *g, int32_t self, const smelt_node *in,
         rc = in->op == SMELT_OP_CALL   ? infer_call(&c, self)
              : in->op == SMELT_OP_SDPA ? infer_sdpa(&c)
              : in->op == SMELT_OP_CONV ? infer_conv(&c)
+             : in->op == SMELT_OP_CONV_BWD_INPUT || in->op == SMELT_OP_CONV_BWD_WEIGHT ? infer_conv_backward(&c)
                                        : infer_matmul(&c);
         break;
     }
@@ -1380,7 +1407,7 @@ static enum attr_member attr_member_of(smelt_op op)
     case SMELT_OP_CALL: return AM_CALL;
     case SMELT_OP_SDPA: return AM_SDPA;
     case SMELT_OP_UNFOLD: return AM_UNFOLD;
-    case SMELT_OP_CONV: return AM_CONV;
+    case SMELT_OP_CONV: case SMELT_OP_CONV_BWD_INPUT: case SMELT_OP_CONV_BWD_WEIGHT: return AM_CONV;
     case SMELT_OP_GATHER: case SMELT_OP_CHECKIDX: return AM_GATHER;
     default:
         return smelt_op_kind_of(op) == SMELT_KIND_REDUCTION ? AM_RED : AM_NONE;

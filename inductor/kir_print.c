@@ -143,9 +143,13 @@ char *ind_kernels_print(const smelt_plan *p)
             sb_printf(&b, "\n");
         } else if (st->kind == PS_CONV) {
             const plan_conv *c = st->conv;
-            sb_printf(&b, "conv x buf%d, w buf%d%s -> buf%d%s (oneDNN, groups %lld)\n", c->buf[0], c->buf[1],
-                      c->nin == 3 ? ", bias" : "", c->buf[3], p->bufs[c->buf[3]].chlast ? " channels-last" : "",
-                      (long long)c->d.groups);
+            static const char *const fmt[3] = { "conv x buf%d, w buf%d%s -> buf%d%s (oneDNN, groups %lld)\n",
+                                                "conv backward input dy buf%d, w buf%d%s -> dx buf%d%s (oneDNN, "
+                                                "groups %lld)\n",
+                                                "conv backward weight x buf%d, dy buf%d%s -> dw buf%d%s (oneDNN, "
+                                                "groups %lld)\n" };
+            sb_printf(&b, fmt[c->mode], c->buf[0], c->buf[1], c->nin == 3 ? ", bias" : "", c->buf[3],
+                      p->bufs[c->buf[3]].chlast ? " channels-last" : "", (long long)c->d.groups);
         } else
             sb_printf(&b, "matmul buf%d @ buf%d -> buf%d (%s)\n", st->a_buf, st->b_buf, st->c_buf,
                       smelt_dtype_name(st->mm.dtype));

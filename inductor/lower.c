@@ -707,6 +707,11 @@ static void decide_realized(lowering *L)
         L->realized[g->outputs[o]] = 1;
 }
 
+static int is_conv_op(uint16_t op)
+{
+    return op == SMELT_OP_CONV || op == SMELT_OP_CONV_BWD_INPUT || op == SMELT_OP_CONV_BWD_WEIGHT;
+}
+
 static int is_elementwise(const smelt_node *n)
 {
     smelt_op_kind k = smelt_op_kind_of((smelt_op)n->op);
@@ -783,7 +788,7 @@ static void realize_extern_sources(lowering *L)
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
         if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA &&
-            n->op != SMELT_OP_CONV && n->op != SMELT_OP_GATHER)
+            !is_conv_op(n->op) && n->op != SMELT_OP_GATHER)
             continue;
         for (int k = 0; k < (n->op == SMELT_OP_GATHER ? 1 : n->nsrc); k++) {
             int32_t buf;
@@ -794,10 +799,11 @@ static void realize_extern_sources(lowering *L)
     }
 }
 
-/* Which temporaries are stored channels-last: convolution results and the
- * computed inputs of convolutions (oneDNN's fast kernels read and write
- * channels-last activations), unless they are graph outputs (row-major
- * output buffers). Host-call and matmul results stay row-major. */
+/* Which temporaries are stored channels-last: the activations convolutions
+ * and their gradients read and write (oneDNN's fast kernels read and write
+ * channels-last activations): results of CONV and CONV_BWD_INPUT, computed
+ * x and dy sources, unless they are graph outputs (row-major output
+ * buffers). Host-call and matmul results stay row-major. */
 static void decide_chlast(lowering *L)
 {
     const smelt_graph *g = L->g;
@@ -808,16 +814,19 @@ static void decide_chlast(lowering *L)
         is_out[g->outputs[o]] = 1;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
-        if (n->op != SMELT_OP_CONV)
+        if (!is_conv_op(n->op))
             continue;
-        L->chlast[i] = !is_out[i];
-        int32_t x = n->src[0];
-        smelt_op xo = (smelt_op)g->nodes[x].op;
-        smelt_op_kind xk = smelt_op_kind_of(xo);
-        /* realized already, or will be (not a view of a buffer) */
-        if (!is_out[x] && (xk != SMELT_KIND_EXTERN || xo == SMELT_OP_CONV) && xk != SMELT_KIND_LEAF &&
-            (L->realized[x] || xk != SMELT_KIND_VIEW))
-            L->chlast[x] = 1;
+        L->chlast[i] = !is_out[i] && n->op != SMELT_OP_CONV_BWD_WEIGHT;
+        /* the activation sources: x or dy first, then dy for the weights' gradient */
+        for (int k = 0; k < (n->op == SMELT_OP_CONV_BWD_WEIGHT ? 2 : 1); k++) {
+            int32_t x = n->src[k];
+            smelt_op xo = (smelt_op)g->nodes[x].op;
+            smelt_op_kind xk = smelt_op_kind_of(xo);
+            /* realized already, or will be (not a view of a buffer) */
+            if (!is_out[x] && (xk != SMELT_KIND_EXTERN || (is_conv_op(xo) && xo != SMELT_OP_CONV_BWD_WEIGHT)) &&
+                xk != SMELT_KIND_LEAF && (L->realized[x] || xk != SMELT_KIND_VIEW))
+                L->chlast[x] = 1;
+        }
     }
     free(is_out);
 }
@@ -1229,27 +1238,40 @@ static int emit_sdpa(lowering *L, int32_t node)
     return 0;
 }
 
+/* A CONV, CONV_BWD_INPUT or CONV_BWD_WEIGHT node as a PS_CONV step: the
+ * forward's geometry, x, w and y being the node's sources and result in
+ * the order its mode names them. */
 static int emit_conv(lowering *L, int32_t node)
 {
-    const smelt_node *n = &L->g->nodes[node], *x = &L->g->nodes[n->src[0]], *w = &L->g->nodes[n->src[1]];
+    const smelt_node *n = &L->g->nodes[node];
     plan_conv *c = calloc(1, sizeof *c);
     if (!c)
         abort();
     kern_conv_desc *d = &c->d;
-    int64_t *strides[3] = { d->x_strides, d->w_strides, NULL };
+    c->mode = n->op == SMELT_OP_CONV ? 0 : n->op == SMELT_OP_CONV_BWD_INPUT ? 1 : 2;
+    /* the role (0 x, 1 w, 2 y) of source 0, source 1 and the result */
+    static const int roles[3][3] = { { 0, 1, 2 }, { 2, 1, 0 }, { 0, 2, 1 } };
+    const int *role = roles[c->mode];
+    const smelt_node *xwy[3];
+    int64_t *strides[3] = { d->x_strides, d->w_strides, d->y_strides };
     int64_t bst[SMELT_MAX_DIMS];
     c->nin = n->nsrc;
-    for (int k = 0; k < n->nsrc; k++)
-        if (!strided_of(L, n->src[k], &c->buf[k], &c->off[k], k < 2 ? strides[k] : bst))
+    for (int k = 0; k < n->nsrc; k++) {
+        if (!strided_of(L, n->src[k], &c->buf[k], &c->off[k], k < 2 ? strides[role[k]] : bst))
             abort();
+        if (k < 2)
+            xwy[role[k]] = &L->g->nodes[n->src[k]];
+    }
     c->buf[3] = L->buf_of[node];
-    buffer_strides(L->p, c->buf[3], n, d->y_strides);
+    buffer_strides(L->p, c->buf[3], n, strides[role[2]]);
+    xwy[role[2]] = n;
+    const smelt_node *x = xwy[0], *w = xwy[1], *y = xwy[2];
     d->nsp = n->a.conv.nsp;
     d->has_bias = n->nsrc == 3;
     d->b_stride = d->has_bias ? bst[0] : 0;
     d->n = x->shape[0], d->c = x->shape[1], d->o = w->shape[0], d->groups = n->a.conv.groups;
     for (int i = 0; i < d->nsp; i++) {
-        d->in[i] = x->shape[i + 2], d->k[i] = w->shape[i + 2], d->out[i] = n->shape[i + 2];
+        d->in[i] = x->shape[i + 2], d->k[i] = w->shape[i + 2], d->out[i] = y->shape[i + 2];
         d->stride[i] = n->a.conv.stride[i], d->dil[i] = n->a.conv.dil[i];
         d->pad_lo[i] = n->a.conv.pad_lo[i], d->pad_hi[i] = n->a.conv.pad_hi[i];
     }
@@ -1261,7 +1283,7 @@ static int emit_conv(lowering *L, int32_t node)
 static int emit_node(lowering *L, int32_t i)
 {
     const smelt_node *n = &L->g->nodes[i];
-    if (n->op == SMELT_OP_CONV)
+    if (is_conv_op(n->op))
         return emit_conv(L, i);
     if (n->op == SMELT_OP_MATMUL)
         return emit_matmul(L, i);

@@ -247,6 +247,10 @@ static int run_conv(const plan_step *s, void **bufs, char *err, size_t errlen)
     const float *src[3] = { NULL, NULL, NULL };
     for (int k = 0; k < c->nin; k++)
         src[k] = (const float *)bufs[c->buf[k]] + c->off[k];
+    if (c->mode == 1)
+        return kern_conv_backward_data(&c->d, src[0], src[1], bufs[c->buf[3]], err, errlen);
+    if (c->mode == 2)
+        return kern_conv_backward_weights(&c->d, src[0], src[1], bufs[c->buf[3]], err, errlen);
     return kern_conv(&c->d, src[0], src[1], src[2], bufs[c->buf[3]], err, errlen);
 }
 
@@ -317,7 +321,9 @@ static void step_text(const smelt_plan *p, int32_t s, char *buf, size_t n)
         snprintf(buf, n, "host call %d", (int)st->call->id);
     } else if (st->kind == PS_CONV) {
         const kern_conv_desc *d = &st->conv->d;
-        snprintf(buf, n, "conv %lld->%lld k%lld in%lld groups %lld%s", (long long)d->c, (long long)d->o,
+        static const char *const what[3] = { "conv", "conv backward input", "conv backward weight" };
+        snprintf(buf, n, "%s %lld->%lld k%lld in%lld groups %lld%s", what[st->conv->mode], (long long)d->c,
+                 (long long)d->o,
                  (long long)d->k[0], (long long)d->in[0], (long long)d->groups,
                  d->y_strides[1] == 1 && d->o > 1 ? " channels-last" : "");
     } else {

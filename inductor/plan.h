@@ -37,11 +37,13 @@ typedef struct plan_buf {
 
 typedef enum plan_step_kind { PS_KERNEL, PS_MATMUL, PS_CALL, PS_SDPA, PS_CONV } plan_step_kind;
 
-/* PS_CONV: kernels/conv.c on buf[0..nin) (x, w, bias) at element offsets
- * off[], writing buf[3] (strides in d). */
+/* PS_CONV: kernels/conv.c on buf[0..nin) at element offsets off[],
+ * writing buf[3] (strides in d, the forward's geometry). mode 0: the
+ * convolution (x, w, bias -> y); 1: its input gradient (dy, w -> dx); 2:
+ * its weights gradient (x, dy -> dw). */
 typedef struct plan_conv {
     kern_conv_desc d;
-    int nin;
+    int nin, mode;
     int32_t buf[4];
     int64_t off[3];
 } plan_conv;

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_RECORD_VERSION 2
+#define PLAN_RECORD_VERSION 3
 #define PLAN_MAGIC "SMELTPLN"
 #define PLAN_MAX_COUNT (1 << 24)
 
@@ -152,6 +152,7 @@ static int extern_ok(const smelt_plan *p, const plan_step *st)
             ok = buf_ok(p, st->attn->buf[k]);
     } else if (st->kind == PS_CONV) {
         ok = st->conv->nin >= 2 && st->conv->nin <= 3 && buf_ok(p, st->conv->buf[3]) &&
+             st->conv->mode >= 0 && st->conv->mode <= 2 && (st->conv->mode == 0 || st->conv->nin == 2) &&
              st->conv->d.nsp >= 1 && st->conv->d.nsp <= 3;
         for (int k = 0; ok && k < st->conv->nin; k++)
             ok = buf_ok(p, st->conv->buf[k]);

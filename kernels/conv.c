@@ -92,8 +92,9 @@ static const char *check_spatial(const kern_conv_desc *d)
     return NULL;
 }
 
-/* 0 if d satisfies conv.h's contract, else -1 with a message. */
-static int check_desc(const kern_conv_desc *d, char *err, size_t errlen)
+/* 0 if d satisfies conv.h's contract with operand `out` (0 x, 1 w, 2 y)
+ * written, else -1 with a message. */
+static int check_desc(const kern_conv_desc *d, int out, char *err, size_t errlen)
 {
     if (d->nsp < 1 || d->nsp > 3)
         return fail(err, errlen, "nsp must be 1, 2 or 3", d);
@@ -109,9 +110,15 @@ static int check_desc(const kern_conv_desc *d, char *err, size_t errlen)
             return fail(err, errlen, "negative stride", d);
     if (d->has_bias && d->b_stride < 0)
         return fail(err, errlen, "negative bias stride", d);
-    int64_t ydims[5] = {d->n, d->o, d->out[0], d->out[1], d->out[2]};
-    for (int i = 0; i < nd && d->n && d->o; i++)
-        if (ydims[i] > 1 && d->y_strides[i] == 0)
+    int64_t dims[3][5] = {{d->n, d->c, d->in[0], d->in[1], d->in[2]},
+                          {d->o, d->c / d->groups, d->k[0], d->k[1], d->k[2]},
+                          {d->n, d->o, d->out[0], d->out[1], d->out[2]}};
+    const int64_t *st = out == 0 ? d->x_strides : out == 1 ? d->w_strides : d->y_strides;
+    int64_t numel = 1;
+    for (int i = 0; i < nd; i++)
+        numel *= dims[out][i];
+    for (int i = 0; i < nd && numel; i++)
+        if (dims[out][i] > 1 && st[i] == 0)
             return fail(err, errlen, "output has stride 0 in a dim of size > 1", d);
     return 0;
 }
@@ -688,7 +695,7 @@ static void conv_fill(const kern_conv_desc *d, const float *bias, float *y)
 int kern_conv(const kern_conv_desc *d, const float *x, const float *w, const float *bias, float *y,
               char *err, size_t errlen)
 {
-    if (check_desc(d, err, errlen) != 0)
+    if (check_desc(d, 2, err, errlen) != 0)
         return -1;
     if (d->n == 0 || d->o == 0)
         return 0;
@@ -705,7 +712,434 @@ int kern_conv(const kern_conv_desc *d, const float *x, const float *w, const flo
     return rc < 0 ? -1 : 0;
 }
 
+/* ------------------------------------------------------------- backward */
+
+/* The portable backward loops. tap_src: the output position along dim i
+ * whose window puts tap t on input position ip (op*st - pl + t*dil == ip),
+ * or -1 if none. */
+static int64_t tap_src(const cv_geo *g, int i, int64_t ip, int64_t t)
+{
+    int64_t v = ip + g->pl[i] - t * g->dil[i];
+    if (v < 0 || v % g->st[i])
+        return -1;
+    v /= g->st[i];
+    return v < g->out[i] ? v : -1;
+}
+
+/* data: a = dy, b = w, out = dx; weights: a = x, b = dy, out = dw. */
+typedef struct cb_direct {
+    cv_geo g;
+    const float *a, *b;
+    float *out;
+} cb_direct;
+
+/* dy . w over the output channels of input channel c's group at one
+ * output position (dy) and tap (w). */
+static float group_dot(const cb_direct *p, const float *dy, const float *w, int64_t c)
+{
+    const cv_geo *g = &p->g;
+    float acc = 0.0f;
+    for (int64_t oc = c / g->cg * g->og; oc < (c / g->cg + 1) * g->og; oc++)
+        acc += dy[oc * g->ys[1]] * w[oc * g->ws[0]];
+    return acc;
+}
+
+/* dx[n, c, ip]: every (tap, output position) pair that reads it. */
+static float data_elem(const cb_direct *p, int64_t n, int64_t c, const int64_t *ip)
+{
+    const cv_geo *g = &p->g;
+    const float *wc = p->b + c % g->cg * g->ws[1];
+    float acc = 0.0f;
+    for (int64_t t0 = 0; t0 < g->k[0]; t0++) {
+        int64_t o0 = tap_src(g, 0, ip[0], t0);
+        for (int64_t t1 = 0; o0 >= 0 && t1 < g->k[1]; t1++) {
+            int64_t o1 = tap_src(g, 1, ip[1], t1);
+            for (int64_t t2 = 0; o1 >= 0 && t2 < g->k[2]; t2++) {
+                int64_t o2 = tap_src(g, 2, ip[2], t2);
+                if (o2 >= 0)
+                    acc += group_dot(p, p->a + n * g->ys[0] + o0 * g->ys[2] + o1 * g->ys[3] + o2 * g->ys[4],
+                                     wc + t0 * g->ws[2] + t1 * g->ws[3] + t2 * g->ws[4], c);
+            }
+        }
+    }
+    return acc;
+}
+
+/* kern_range_fn over (image, input channel) pairs. */
+static void data_range(void *ctx, int64_t begin, int64_t end)
+{
+    const cb_direct *p = ctx;
+    const cv_geo *g = &p->g;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t n = it / g->c, c = it % g->c, ip[3];
+        float *xb = p->out + n * g->xs[0] + c * g->xs[1];
+        for (ip[0] = 0; ip[0] < g->in[0]; ip[0]++)
+            for (ip[1] = 0; ip[1] < g->in[1]; ip[1]++)
+                for (ip[2] = 0; ip[2] < g->in[2]; ip[2]++)
+                    xb[ip[0] * g->xs[2] + ip[1] * g->xs[3] + ip[2] * g->xs[4]] = data_elem(p, n, c, ip);
+    }
+}
+
+/* dw[oc, cc, t]: x under tap t times dy, over images and output positions. */
+static float weights_elem(const cb_direct *p, int64_t oc, int64_t cc, const int64_t *t)
+{
+    const cv_geo *g = &p->g;
+    const float *xc = p->a + (oc / g->og * g->cg + cc) * g->xs[1], *dc = p->b + oc * g->ys[1];
+    float acc = 0.0f;
+    for (int64_t n = 0; n < g->n; n++)
+        for (int64_t o0 = 0; o0 < g->out[0]; o0++) {
+            int64_t i0 = o0 * g->st[0] - g->pl[0] + t[0] * g->dil[0];
+            for (int64_t o1 = 0; i0 >= 0 && i0 < g->in[0] && o1 < g->out[1]; o1++) {
+                int64_t i1 = o1 * g->st[1] - g->pl[1] + t[1] * g->dil[1];
+                for (int64_t o2 = 0; i1 >= 0 && i1 < g->in[1] && o2 < g->out[2]; o2++) {
+                    int64_t i2 = o2 * g->st[2] - g->pl[2] + t[2] * g->dil[2];
+                    if (i2 >= 0 && i2 < g->in[2])
+                        acc += xc[n * g->xs[0] + i0 * g->xs[2] + i1 * g->xs[3] + i2 * g->xs[4]] *
+                               dc[n * g->ys[0] + o0 * g->ys[2] + o1 * g->ys[3] + o2 * g->ys[4]];
+                }
+            }
+        }
+    return acc;
+}
+
+/* kern_range_fn over (output channel, input channel of its group) pairs. */
+static void weights_range(void *ctx, int64_t begin, int64_t end)
+{
+    const cb_direct *p = ctx;
+    const cv_geo *g = &p->g;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t oc = it / g->cg, cc = it % g->cg, t[3];
+        float *wb = p->out + oc * g->ws[0] + cc * g->ws[1];
+        for (t[0] = 0; t[0] < g->k[0]; t[0]++)
+            for (t[1] = 0; t[1] < g->k[1]; t[1]++)
+                for (t[2] = 0; t[2] < g->k[2]; t[2]++)
+                    wb[t[0] * g->ws[2] + t[1] * g->ws[3] + t[2] * g->ws[4]] = weights_elem(p, oc, cc, t);
+    }
+}
+
+/* The portable backward (mode 1 data, 2 weights) of a validated d. */
+static void backward_portable(const kern_conv_desc *d, int mode, const float *a, const float *b, float *out)
+{
+    cb_direct p = {.a = a, .b = b, .out = out};
+    geo_init(&p.g, d);
+    const cv_geo *g = &p.g;
+    int64_t items = mode == 1 ? g->n * g->c : g->o * g->cg;
+    int64_t per = g->og * g->k[0] * g->k[1] * g->k[2] * g->in[0] * g->in[1] * g->in[2];
+    if (mode == 2)
+        per = g->n * g->k[0] * g->k[1] * g->k[2] * g->out[0] * g->out[1] * g->out[2];
+    int64_t grain = per >= (1 << 16) ? 1 : (1 << 16) / (per + 1);
+    kern_parallel_for(items, grain, mode == 1 ? data_range : weights_range, &p);
+}
+
+/* A backward plan (mode 1: data, 2: weights). Items are batch ranges of q
+ * images, one per pool thread (kind 1 for a shorter last range), or, for
+ * data with activations going through copies, one image each (as the
+ * forward's pieces, so the copies stay in cache). Kinds share the weights
+ * layout w_md the first chose; w_reorder takes the user's weights into it
+ * (data) or the weights gradient out of it into the user's layout
+ * (weights: each item writes its own partial gradient, the partials are
+ * summed). Kinds are cv_kinds over the whole first spatial dim. */
+typedef struct cb_key {
+    cv_key base;
+    int32_t mode, unused;
+} cb_key;
+
+typedef struct cb_plan {
+    kern_primcache_entry ce;
+    cb_key key;
+    int fast, x_copy, y_copy, nkinds;
+    int64_t q, nitems;
+    dnnl_memory_desc_t w_user_md, w_md, wr_scratch_md;
+    size_t w_bytes, wr_scratch_bytes;
+    dnnl_primitive_t w_reorder;
+    cv_kind kinds[2];
+} cb_plan;
+
+/* Creates kind k's backward primitive (its forward, oneDNN's hint, made
+ * and dropped); wmd: the weights layout (`any` for the first kind). */
+static int bkind_create(const kern_conv_desc *d, int mode, cv_kind *k, const dnnl_memory_desc_t *wmd)
+{
+    dnnl_dims_t sdims, ddims, st, dil, pl, ph;
+    kind_view(d, k, 0, sdims);
+    kind_view(d, k, 1, ddims);
+    for (int i = 0; i < d->nsp; i++)
+        st[i] = d->stride[i], dil[i] = d->dil[i] - 1, pl[i] = d->pad_lo[i], ph[i] = d->pad_hi[i];
+    dnnl_convolution_desc_t fd, bd;
+    dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    dnnl_format_tag_t tag = k_nxc_tags[d->nsp - 1];
+    dnnl_alg_kind_t alg = dnnl_convolution_direct;
+    int ok = dnnl_memory_desc_init_by_tag(&k->src_md, d->nsp + 2, sdims, dnnl_f32, tag) == dnnl_success &&
+             dnnl_memory_desc_init_by_tag(&k->dst_md, d->nsp + 2, ddims, dnnl_f32, tag) == dnnl_success &&
+             dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, alg, &k->src_md, wmd, NULL,
+                                                        &k->dst_md, st, dil, pl, ph) == dnnl_success &&
+             (hint = kern_onednn_pd_create(&fd)) != NULL;
+    if (ok && mode == 1)
+        ok = dnnl_dilated_convolution_backward_data_desc_init(&bd, alg, &k->src_md, wmd, &k->dst_md, st, dil, pl,
+                                                              ph) == dnnl_success;
+    else if (ok)
+        ok = dnnl_dilated_convolution_backward_weights_desc_init(&bd, alg, &k->src_md, wmd, NULL, &k->dst_md, st,
+                                                                 dil, pl, ph) == dnnl_success;
+    if (ok && (pd = kern_onednn_pd_create_hinted(&bd, hint)))
+        k->prim = kern_onednn_prim_create(pd, &k->scratch_md, &k->scratch_bytes);
+    if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    return k->prim ? 0 : -1;
+}
+
+/* Items and kinds of p for q images per item. */
+static void bplan_split(cb_plan *p, int64_t q)
+{
+    const kern_conv_desc *d = &p->key.base.d;
+    p->q = q;
+    p->nkinds = 1 + (d->n % q != 0);
+    p->nitems = ceil_div(d->n, q);
+    for (int i = 0; i < p->nkinds; i++) {
+        cv_kind *k = &p->kinds[i];
+        memset(k, 0, sizeof *k);
+        k->n = i == 0 ? q : d->n % q;
+        k->ih = d->in[0], k->oh = d->out[0], k->pad_lo = d->pad_lo[0], k->pad_hi = d->pad_hi[0];
+    }
+    p->x_copy = p->y_copy = 0;
+    for (int i = 0; i < p->nkinds; i++) {
+        int64_t dims[5];
+        kind_view(d, &p->kinds[i], 0, dims);
+        p->x_copy |= !dense_nxc(d->nsp, dims, d->x_strides);
+        kind_view(d, &p->kinds[i], 1, dims);
+        p->y_copy |= !dense_nxc(d->nsp, dims, d->y_strides);
+    }
+}
+
+static void bplan_drop_prims(cb_plan *p)
+{
+    for (int i = 0; i < 2; i++) {
+        if (p->kinds[i].prim)
+            dnnl_primitive_destroy(p->kinds[i].prim);
+        p->kinds[i].prim = NULL;
+    }
+    if (p->w_reorder)
+        dnnl_primitive_destroy(p->w_reorder);
+    p->w_reorder = NULL;
+}
+
+/* The primitives of a new backward plan; p->fast stays 0 where oneDNN has
+ * no fast kernel. */
+static void bplan_create(cb_plan *p)
+{
+    const kern_conv_desc *d = &p->key.base.d;
+    int mode = p->key.mode;
+    const_dnnl_primitive_desc_t pd;
+    dnnl_primitive_desc_t rpd = NULL;
+    dnnl_memory_desc_t wany;
+    if (!kern_onednn_engine())
+        return;
+    bplan_split(p, ceil_div(d->n, p->key.base.nthreads));
+    if (mode == 1 && (p->x_copy || p->y_copy) && p->q > 1)
+        bplan_split(p, 1);
+    int ok = weights_md(d, 1, &wany) == dnnl_success && bkind_create(d, mode, &p->kinds[0], &wany) == 0 &&
+             dnnl_primitive_get_primitive_desc(p->kinds[0].prim, &pd) == dnnl_success;
+    if (ok) {
+        p->w_md = *dnnl_primitive_desc_query_md(pd, mode == 1 ? dnnl_query_weights_md : dnnl_query_diff_weights_md,
+                                                0);
+        p->w_bytes = dnnl_memory_desc_get_size(&p->w_md);
+        ok = weights_md(d, 0, &p->w_user_md) == dnnl_success &&
+             (p->nkinds == 1 || bkind_create(d, mode, &p->kinds[1], &p->w_md) == 0);
+    }
+    if (ok && !dnnl_memory_desc_equal(&p->w_user_md, &p->w_md)) {
+        rpd = mode == 1 ? kern_onednn_reorder_pd_create(&p->w_user_md, &p->w_md)
+                        : kern_onednn_reorder_pd_create(&p->w_md, &p->w_user_md);
+        ok = rpd && (p->w_reorder = kern_onednn_prim_create(rpd, &p->wr_scratch_md, &p->wr_scratch_bytes));
+    }
+    if (rpd)
+        dnnl_primitive_desc_destroy(rpd);
+    if (!ok)
+        bplan_drop_prims(p);
+    p->fast = ok;
+}
+
+static void *bplan_new(const void *key)
+{
+    cb_plan *p = calloc(1, sizeof *p);
+    if (p) {
+        p->key = *(const cb_key *)key;
+        bplan_create(p);
+    }
+    return p;
+}
+
+static void bplan_free(void *plan)
+{
+    bplan_drop_prims(plan);
+    free(plan);
+}
+
+static kern_primcache_entry *g_bslots[CV_SETS * CV_WAYS];
+static kern_primcache g_bcache =
+    KERN_PRIMCACHE_INIT(g_bslots, CV_SETS, CV_WAYS, cb_plan, key, bplan_new, bplan_free);
+
+/* One backward call: the forward's operands (x, w, y: dx, w, dy for data;
+ * x, dw, dy for weights), the weights the primitives read (data) or the
+ * partial gradients, part floats apart (weights). */
+typedef struct cb_run {
+    cv_run r;
+    const cb_plan *bp;
+    const float *dy;
+    float *dx, *parts;
+    size_t part;
+} cb_run;
+
+/* Runs item it of a backward plan on this thread. */
+static void bitem(cb_run *b, int64_t it)
+{
+    const cb_plan *p = b->bp;
+    const kern_conv_desc *d = b->r.d;
+    const cv_kind *k = &p->kinds[it * p->q + p->q > d->n];
+    int64_t n0 = it * p->q;
+    int mode = p->key.mode;
+    float *x = (mode == 1 ? b->dx : (float *)b->r.x) + n0 * d->x_strides[0], *xo = x;
+    float *y = (float *)b->dy + n0 * d->y_strides[0], *yo = y;
+    size_t xbytes = dnnl_memory_desc_get_size(&k->src_md);
+    if ((p->y_copy && !(yo = copy_nxc(d, k, 1, y, d->y_strides, 0))) ||
+        (p->x_copy && mode == 2 && !(xo = copy_nxc(d, k, 0, x, d->x_strides, 0))) ||
+        (p->x_copy && mode == 1 && !(xo = kern_onednn_thread_buf(KERN_BUF_SRC, xbytes)))) {
+        run_fail(&b->r, "out of memory for a layout copy", dnnl_success);
+        return;
+    }
+    int ids[3] = {DNNL_ARG_DIFF_DST, mode == 1 ? DNNL_ARG_WEIGHTS : DNNL_ARG_DIFF_WEIGHTS,
+                  mode == 1 ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC};
+    dnnl_memory_desc_t mds[3] = {k->dst_md, p->w_md, k->src_md};
+    void *ptrs[3] = {yo, mode == 1 ? (void *)b->r.w : b->parts + (size_t)it * b->part, xo};
+    dnnl_status_t st = kern_onednn_execute(k->prim, 3, ids, mds, ptrs, &k->scratch_md, k->scratch_bytes);
+    if (st != dnnl_success)
+        run_fail(&b->r, "oneDNN backward failed", st);
+    else if (p->x_copy && mode == 1)
+        copy_nxc(d, k, 0, x, d->x_strides, 1);
+}
+
+static void brange(void *ctx, int64_t begin, int64_t end)
+{
+    int saved = kern_onednn_serial_begin();
+    for (int64_t it = begin; it < end && !atomic_load(&((cb_run *)ctx)->r.failed); it++)
+        bitem(ctx, it);
+    kern_onednn_serial_end(saved);
+}
+
+/* Runs reorder prim (from -> to, descriptors as named) on this thread. */
+static void run_reorder(cb_run *b, const cb_plan *p, const dnnl_memory_desc_t *from_md, const void *from,
+                        const dnnl_memory_desc_t *to_md, void *to)
+{
+    int ids[2] = {DNNL_ARG_FROM, DNNL_ARG_TO};
+    dnnl_memory_desc_t mds[2] = {*from_md, *to_md};
+    void *ptrs[2] = {(void *)from, to};
+    dnnl_status_t st = kern_onednn_execute(p->w_reorder, 2, ids, mds, ptrs, &p->wr_scratch_md,
+                                           p->wr_scratch_bytes);
+    if (st != dnnl_success)
+        run_fail(&b->r, "oneDNN weights reorder failed", st);
+}
+
+/* The calling thread's part of a backward call: before (data: the weights
+ * into the primitives' layout; weights: room for the partial gradients,
+ * the first of them dw itself when it is in that layout) or after the items
+ * (weights: the partials summed into the first, reordered into dw). */
+static void bcall_edge(cb_run *b, float *dw, int after)
+{
+    const cb_plan *p = b->bp;
+    size_t nf = p->w_bytes / sizeof(float);
+    if (p->key.mode == 1 && !after && p->w_reorder) {
+        void *buf = kern_onednn_thread_buf(KERN_BUF_WEIGHTS, p->w_bytes);
+        if (buf) {
+            run_reorder(b, p, &p->w_user_md, b->r.w, &p->w_md, buf);
+            b->r.w = buf;
+        } else {
+            run_fail(&b->r, "out of memory for packed weights", dnnl_success);
+        }
+    } else if (p->key.mode == 2 && !after) {
+        b->part = (nf + 15) / 16 * 16;
+        int direct = !p->w_reorder && p->nitems == 1;
+        b->parts = direct ? dw : kern_onednn_thread_buf(KERN_BUF_WEIGHTS, b->part * (size_t)p->nitems * 4);
+        if (!b->parts)
+            run_fail(&b->r, "out of memory for the weights gradient", dnnl_success);
+    } else if (p->key.mode == 2 && b->parts != dw) {
+        for (int64_t it = 1; it < p->nitems; it++)
+            for (size_t i = 0; i < nf; i++)
+                b->parts[i] += b->parts[(size_t)it * b->part + i];
+        if (p->w_reorder)
+            run_reorder(b, p, &p->w_md, b->parts, &p->w_user_md, dw);
+        else
+            memcpy(dw, b->parts, p->w_bytes);
+    }
+}
+
+/* A validated d with non-empty operands on oneDNN: 0 done, -1 error, 1 if
+ * the portable loop must run instead. */
+static int backward_onednn(const kern_conv_desc *d, int mode, const float *x, const float *w, const float *dy,
+                           float *out, char *err, size_t errlen)
+{
+    int nt = kern_get_num_threads(), saved = kern_onednn_serial_begin(), rc = 1;
+    cb_key key;
+    memset(&key, 0, sizeof key);
+    make_key(d, nt, &key.base);
+    key.mode = mode;
+    cb_plan *p = kern_primcache_get(&g_bcache, &key);
+    if (p && p->fast) {
+        cb_run b = {.r = {.d = d, .x = x, .w = w}, .bp = p, .dy = dy, .dx = mode == 1 ? out : NULL};
+        atomic_init(&b.r.failed, 0);
+        bcall_edge(&b, out, 0);
+        if (!atomic_load(&b.r.failed))
+            kern_parallel_for(p->nitems, ceil_div(p->nitems, nt), brange, &b);
+        if (!atomic_load(&b.r.failed))
+            bcall_edge(&b, out, 1);
+        rc = atomic_load(&b.r.failed) ? -1 : 0;
+        if (rc && err && errlen)
+            snprintf(err, errlen, "%s", b.r.err);
+    }
+    if (p)
+        kern_primcache_release(&g_bcache, p);
+    kern_onednn_serial_end(saved);
+    return rc;
+}
+
+/* Checks d for a backward call writing operand out; 1 when oneDNN may run
+ * (no empty dim), 0 when only the portable loop can, -1 on error. */
+static int backward_check(const kern_conv_desc *d, int out, char *err, size_t errlen)
+{
+    if (d->has_bias)
+        return fail(err, errlen, "the backward takes no bias", d);
+    if (check_desc(d, out, err, errlen) != 0)
+        return -1;
+    int empty = d->n == 0 || d->c == 0 || d->o == 0;
+    for (int i = 0; i < d->nsp; i++)
+        empty |= d->in[i] == 0;
+    return !empty && !KERN_CONV_FORCE_PORTABLE;
+}
+
+int kern_conv_backward_data(const kern_conv_desc *d, const float *dy, const float *w, float *dx,
+                            char *err, size_t errlen)
+{
+    int rc = backward_check(d, 0, err, errlen);
+    if (rc < 0)
+        return -1;
+    rc = rc ? backward_onednn(d, 1, NULL, w, dy, dx, err, errlen) : 1;
+    if (rc == 1)
+        backward_portable(d, 1, dy, w, dx);
+    return rc < 0 ? -1 : 0;
+}
+
+int kern_conv_backward_weights(const kern_conv_desc *d, const float *x, const float *dy, float *dw,
+                               char *err, size_t errlen)
+{
+    int rc = backward_check(d, 1, err, errlen);
+    if (rc < 0)
+        return -1;
+    rc = rc ? backward_onednn(d, 2, x, NULL, dy, dw, err, errlen) : 1;
+    if (rc == 1)
+        backward_portable(d, 2, x, dy, dw);
+    return rc < 0 ? -1 : 0;
+}
+
 void kern_conv_cache_clear(void)
 {
     kern_primcache_clear(&g_cache);
+    kern_primcache_clear(&g_bcache);
 }

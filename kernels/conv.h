@@ -36,6 +36,22 @@ typedef struct kern_conv_desc {
 int kern_conv(const kern_conv_desc *d, const float *x, const float *w, const float *bias, float *y,
               char *err, size_t errlen);
 
+/* The backward of kern_conv for the same geometry d (has_bias 0: the bias
+ * gradient is a sum the caller computes). kern_conv_backward_data writes
+ * dx, the gradient of x for the gradient dy of y (dx laid out by
+ * d->x_strides, which must not be 0 in a dim of size > 1; dy by
+ * d->y_strides); kern_conv_backward_weights writes dw, the gradient of w
+ * (laid out by d->w_strides, the same rule), from x and dy. Outputs are
+ * written in full (zeros where no term reaches) and overlap no input.
+ * 0 on success; -1 with a message in err. oneDNN's backward-data and
+ * backward-weights primitives over batch ranges, one per pool thread (the
+ * weights gradient summed over the ranges); a portable loop where oneDNN
+ * has no fast kernel. */
+int kern_conv_backward_data(const kern_conv_desc *d, const float *dy, const float *w, float *dx,
+                            char *err, size_t errlen);
+int kern_conv_backward_weights(const kern_conv_desc *d, const float *x, const float *dy, float *dw,
+                               char *err, size_t errlen);
+
 /* Drops cached primitives (smelt.reset / teardown). */
 void kern_conv_cache_clear(void);
 

@@ -129,11 +129,16 @@ static dnnl_primitive_desc_t drop_ref(dnnl_primitive_desc_t pd)
 
 dnnl_primitive_desc_t kern_onednn_pd_create(const void *op_desc)
 {
+    return kern_onednn_pd_create_hinted(op_desc, NULL);
+}
+
+dnnl_primitive_desc_t kern_onednn_pd_create_hinted(const void *op_desc, const_dnnl_primitive_desc_t hint)
+{
     dnnl_primitive_desc_t pd = NULL;
     dnnl_primitive_attr_t attr;
     if (!kern_onednn_engine() || !(attr = user_scratch_attr()))
         return NULL;
-    if (dnnl_primitive_desc_create(&pd, op_desc, attr, D.eng, NULL) != dnnl_success)
+    if (dnnl_primitive_desc_create(&pd, op_desc, attr, D.eng, hint) != dnnl_success)
         pd = NULL;
     dnnl_primitive_attr_destroy(attr);
     return pd ? drop_ref(pd) : NULL;

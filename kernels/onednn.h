@@ -43,6 +43,10 @@ void kern_onednn_fix_unit_strides(int nd, const int64_t *dims, int64_t *strides)
  * kernel ("ref" implementations) for it. */
 dnnl_primitive_desc_t kern_onednn_pd_create(const void *op_desc);
 
+/* The same for a backward op_desc, with the forward primitive descriptor
+ * oneDNN takes as its hint (NULL for forward ops). */
+dnnl_primitive_desc_t kern_onednn_pd_create_hinted(const void *op_desc, const_dnnl_primitive_desc_t hint);
+
 /* The reorder from src to dst (user-mode scratchpad), or NULL. */
 dnnl_primitive_desc_t kern_onednn_reorder_pd_create(const dnnl_memory_desc_t *src,
                                                     const dnnl_memory_desc_t *dst);

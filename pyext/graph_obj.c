@@ -569,15 +569,22 @@ static int conv_ints(op_call *c, PyObject *v, const char *key, int nsp, int64_t 
 }
 
 /* conv: stride, padding (both sides), pad_hi (after; default padding),
- * dilation, groups; spatial dims from the input's rank. */
+ * dilation, groups; spatial dims from the input's rank. The backward ops
+ * also take the result's shape (required), which gives their rank. */
 static int attrs_conv(op_call *c)
 {
-    static const char *const names[] = {"stride", "padding", "pad_hi", "dilation", "groups", NULL};
-    PyObject *v[5];
+    static const char *const names[] = {"stride", "padding", "pad_hi", "dilation", "groups", "shape", NULL};
+    PyObject *v[6];
     int64_t groups = 1;
+    int nd = c->g->nodes[c->p->src[0]].ndim, bwd = c->p->op != SMELT_OP_CONV;
     if (take_kwargs(c->kw, c->name, names, v))
         return -1;
-    int nsp = c->g->nodes[c->p->src[0]].ndim - 2;
+    if (v[5] && !bwd)
+        return PyErr_Format(PyExc_TypeError, "%s: unexpected keyword argument 'shape'", c->name), -1;
+    if (bwd && (require(v[5], c->name, "shape") || shape_arg(v[5], c->name, "shape", &nd, c->p->shape)))
+        return -1;
+    c->p->ndim = (uint8_t)nd;
+    int nsp = nd - 2;
     if (nsp < 1 || nsp > 3)
         return PyErr_Format(PyExc_ValueError, "%s: the input must be 3-d to 5-d", c->name), -1;
     c->p->a.conv.nsp = nsp;
@@ -634,7 +641,7 @@ static int op_attrs(op_call *c)
     case SMELT_OP_IOTA: return attrs_iota(c);
     case SMELT_OP_SDPA: return attrs_sdpa(c);
     case SMELT_OP_UNFOLD: return attrs_unfold(c);
-    case SMELT_OP_CONV: return attrs_conv(c);
+    case SMELT_OP_CONV: case SMELT_OP_CONV_BWD_INPUT: case SMELT_OP_CONV_BWD_WEIGHT: return attrs_conv(c);
     case SMELT_OP_GATHER: case SMELT_OP_CHECKIDX: return attrs_gather(c);
     default:
         if (smelt_op_kind_of(op) == SMELT_KIND_REDUCTION)

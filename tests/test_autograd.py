@@ -341,6 +341,60 @@ def test_convolution_and_pooling_gradients(groups, stride, padding):
     compare(lambda x: F.avg_pool2d(x, 3, 2) * 2, x)
 
 
+CONV_GRAD_CASES = {   # name: (conv fn, x shape, w shape, kwargs)
+    "2d": (F.conv2d, (2, 4, 9, 11), (6, 4, 3, 3), dict(padding=1)),
+    "2d_stride_dil": (F.conv2d, (3, 5, 13, 10), (7, 5, 3, 2), dict(stride=(2, 3), dilation=(2, 1), padding=(1, 0))),
+    "2d_same_even_kernel": (F.conv2d, (2, 3, 8, 7), (4, 3, 4, 2), dict(padding="same")),   # asymmetric padding
+    "2d_groups": (F.conv2d, (2, 6, 7, 7), (9, 2, 3, 3), dict(groups=3, stride=2)),
+    "2d_depthwise": (F.conv2d, (2, 8, 10, 9), (8, 1, 3, 3), dict(groups=8, padding=1)),
+    "2d_1x1": (F.conv2d, (1, 17, 5, 5), (3, 17, 1, 1), {}),
+    "1d": (F.conv1d, (3, 4, 31), (5, 4, 5), dict(stride=2, padding=3)),
+    "3d": (F.conv3d, (2, 3, 5, 6, 7), (4, 3, 3, 2, 3), dict(padding=1)),
+}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("case", list(CONV_GRAD_CASES))
+def test_convolution_gradients_run_on_conv_backward_steps(case, bias, monkeypatch):
+    """dx, dw and the bias gradient of every form of convolution match
+    eager's, computed by the backward plan's own convolution steps (oneDNN's
+    backward primitives), not host calls into torch."""
+    conv, xs, ws, kw = CONV_GRAD_CASES[case]
+    x, w = rnd(*xs, seed=1), rnd(*ws, seed=2)
+    b = rnd(ws[0], seed=3) if bias else None
+    plans = []
+    import smelt._autograd as A
+    fwd_of = A._Region.forward
+    monkeypatch.setattr(A._Region, "forward",
+                        staticmethod(lambda ctx, fwd, bwd, *a: plans.append(bwd) or fwd_of(ctx, fwd, bwd, *a)))
+    smelt._C.set_profiling(True)
+    try:
+        if bias:
+            compare(lambda x, w, b: conv(x, w, b, **kw).tanh(), x, w, b, rtol=1e-4, atol=1e-5)
+        else:
+            compare(lambda x, w: conv(x, w, None, **kw).tanh(), x, w, rtol=1e-4, atol=1e-5)
+    finally:
+        smelt._C.set_profiling(False)
+    assert plans and plans[0].num_host_calls == 0
+    prof = plans[0].profile()
+    assert "conv backward input" in prof and "conv backward weight" in prof, prof
+
+
+@pytest.mark.parametrize("which", ["x", "w", "xw_channels_last"])
+def test_convolution_gradients_for_some_inputs(which):
+    """Only the gradients needed are computed (a first layer's input, frozen
+    weights), and channels-last inputs give eager's gradients."""
+    x, w, b = rnd(2, 3, 9, 9, seed=1), rnd(5, 3, 3, 3, seed=2), rnd(5, seed=3)
+    if which == "x":
+        w.requires_grad_(False)
+        b.requires_grad_(False)
+    elif which == "w":
+        x.requires_grad_(False)
+    else:
+        x = x.detach().contiguous(memory_format=torch.channels_last).requires_grad_()
+    compare(lambda x, w, b: F.relu(F.conv2d(x, w, b, padding=1)).square(), x, w, b, rtol=1e-4, atol=1e-5)
+
+
 def test_cnn_with_batchnorm_trains_like_eager():
     from smelt import bench
     torch.manual_seed(0)

@@ -96,13 +96,6 @@ def index_add_rows(g, ids, n):
     return g.new_zeros((n,) + tuple(g.shape[1:])).index_add_(0, ids, g)
 
 
-def _conv_backward(g, x, w, stride, padding, dilation, groups, has_bias):
-    gx, gw, gb = torch.ops.aten.convolution_backward(
-        g, x, w, [w.shape[0]] if has_bias else None, stride, padding, dilation, False, [0] * len(stride), groups,
-        [True, True, bool(has_bias)])
-    return (gx, gw, gb) if has_bias else (gx, gw)
-
-
 def _unfold_backward(g, sizes, dim, size, step):
     return torch.ops.aten.unfold_backward(g, sizes, dim, size, step)
 
@@ -114,10 +107,6 @@ def call_template(kind, p):
     if kind == 0:
         return index_add_rows, (Slot(0), Slot(1), p[0]), {}
     if kind == 1:
-        n = p[0]
-        st, pad, dil = list(p[2:2 + n]), list(p[2 + n:2 + 2 * n]), list(p[2 + 2 * n:2 + 3 * n])
-        return _conv_backward, (Slot(0), Slot(1), Slot(2), st, pad, dil, p[1], p[2 + 3 * n]), {}
-    if kind == 2:
         nd = p[0]
         return _unfold_backward, (Slot(0), list(p[1:1 + nd]), p[1 + nd], p[2 + nd], p[3 + nd]), {}
     raise ValueError(f"smelt: unknown backward host call kind {kind}")

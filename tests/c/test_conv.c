@@ -489,6 +489,229 @@ static void test_conv_cache(void)
     CHECK(atomic_load(&bad) == 0, "concurrent convolutions");
 }
 
+/* ------------------------------------------------------------ backward */
+
+/* Double references of dx and dw for dy = o->y, by storage offset: sums,
+ * sums of the terms' magnitudes, term counts. */
+typedef struct cb_ref {
+    double *dx, *mx, *dw, *mw;
+    int64_t *cx, *cw;
+} cb_ref;
+
+/* Scatters the terms of y[n, oc, op] into r. */
+static void ref_scatter(const cv_bufs *o, int64_t n, int64_t oc, const int64_t *op, cb_ref *r)
+{
+    const kern_conv_desc *d = &o->d;
+    int nd = d->nsp + 2;
+    int64_t cg = d->c / d->groups, og = d->o / d->groups, kk[3] = {1, 1, 1};
+    int64_t yi[5] = {n, oc, op[0], op[1], op[2]};
+    for (int i = 0; i < d->nsp; i++)
+        kk[i] = d->k[i];
+    double dy = o->y[off5(nd, d->y_strides, yi)];
+    for (int64_t c = 0; c < cg; c++)
+        for (int64_t a = 0; a < kk[0]; a++)
+            for (int64_t b = 0; b < kk[1]; b++)
+                for (int64_t e = 0; e < kk[2]; e++) {
+                    int64_t ki[3] = {a, b, e}, xi[5] = {n, oc / og * cg + c}, wi[5] = {oc, c, a, b, e};
+                    int inside = 1;
+                    for (int i = 0; i < d->nsp; i++) {
+                        xi[2 + i] = op[i] * d->stride[i] - d->pad_lo[i] + ki[i] * d->dil[i];
+                        inside &= xi[2 + i] >= 0 && xi[2 + i] < d->in[i];
+                    }
+                    if (!inside)
+                        continue;
+                    int64_t ax = off5(nd, d->x_strides, xi), aw = off5(nd, d->w_strides, wi);
+                    double tx = dy * o->w[aw], tw = dy * o->x[ax];
+                    r->dx[ax] += tx, r->mx[ax] += fabs(tx), r->cx[ax]++;
+                    r->dw[aw] += tw, r->mw[aw] += fabs(tw), r->cw[aw]++;
+                }
+}
+
+static void ref_backward(const cv_bufs *o, cb_ref *r)
+{
+    const kern_conv_desc *d = &o->d;
+    size_t nx = (size_t)o->need[0], nw = (size_t)o->need[1];
+    r->dx = calloc(nx, sizeof(double)), r->mx = calloc(nx, sizeof(double));
+    r->dw = calloc(nw, sizeof(double)), r->mw = calloc(nw, sizeof(double));
+    r->cx = calloc(nx, sizeof(int64_t)), r->cw = calloc(nw, sizeof(int64_t));
+    int64_t out[3] = {1, 1, 1};
+    for (int i = 0; i < d->nsp; i++)
+        out[i] = d->out[i];
+    for (int64_t n = 0; n < d->n; n++)
+        for (int64_t oc = 0; oc < d->o; oc++)
+            for (int64_t a = 0; a < out[0]; a++)
+                for (int64_t b = 0; b < out[1]; b++)
+                    for (int64_t e = 0; e < out[2]; e++)
+                        ref_scatter(o, n, oc, (int64_t[3]){a, b, e}, r);
+}
+
+static void ref_free(cb_ref *r)
+{
+    free(r->dx), free(r->mx), free(r->dw), free(r->mw), free(r->cx), free(r->cw);
+}
+
+/* got against ref at every offset of the view (dims, strides st, nd dims);
+ * the other elements of its storage (need) keep the 0xa5 pattern. */
+static int verify_grad(int nd, const int64_t *dims, const int64_t *st, const float *got, int64_t need,
+                       const double *ref, const double *mag, const int64_t *cnt, char *why, size_t len)
+{
+    int64_t d5[5] = {1, 1, 1, 1, 1}, i[5];
+    int ok = 1;
+    for (int k = 0; k < nd; k++)
+        d5[k] = dims[k];
+    unsigned char *seen = calloc((size_t)need + 1, 1);
+    for (i[0] = 0; i[0] < d5[0]; i[0]++)
+        for (i[1] = 0; i[1] < d5[1]; i[1]++)
+            for (i[2] = 0; i[2] < d5[2]; i[2]++)
+                for (i[3] = 0; i[3] < d5[3]; i[3]++)
+                    for (i[4] = 0; i[4] < d5[4]; i[4]++) {
+                        int64_t at = off5(nd, st, i);
+                        seen[at] = 1;
+                        if (!(fabs(got[at] - ref[at]) <= (double)(cnt[at] + 2) * 0x1p-23 * mag[at] + 1e-30)) {
+                            if (ok)
+                                snprintf(why, len, "[%lld,%lld,%lld,%lld,%lld] = %g, want %g", (long long)i[0],
+                                         (long long)i[1], (long long)i[2], (long long)i[3], (long long)i[4],
+                                         got[at], ref[at]);
+                            ok = 0;
+                        }
+                    }
+    uint32_t pat;
+    memset(&pat, 0xa5, sizeof pat);
+    for (int64_t k = 0; k < need; k++)
+        if (!seen[k] && memcmp(&got[k], &pat, sizeof pat) != 0) {
+            if (ok)
+                snprintf(why, len, "element %lld outside the view was written", (long long)k);
+            ok = 0;
+        }
+    free(seen);
+    return ok;
+}
+
+/* dx and dw of a case (bias dropped, y's storage holding dy) against the
+ * references. */
+static void run_backward_case(const cv_case *t)
+{
+    cv_bufs o;
+    cb_ref r;
+    char err[256] = "", why[256] = "", what[320];
+    setup(t, &o);
+    o.d.has_bias = 0;
+    for (int64_t j = 0; j < o.need[3]; j++)
+        o.y[j] = rnd_f();
+    describe(t, what, sizeof what);
+    ref_backward(&o, &r);
+    const kern_conv_desc *d = &o.d;
+    int nd = d->nsp + 2;
+    int64_t xd[5] = {d->n, d->c}, wd[5] = {d->o, d->c / d->groups};
+    for (int i = 0; i < d->nsp; i++)
+        xd[2 + i] = d->in[i], wd[2 + i] = d->k[i];
+    float *dx = malloc((size_t)o.need[0] * sizeof(float)), *dw = malloc((size_t)o.need[1] * sizeof(float));
+    memset(dx, 0xa5, (size_t)o.need[0] * sizeof(float));
+    memset(dw, 0xa5, (size_t)o.need[1] * sizeof(float));
+    int rc = kern_conv_backward_data(d, o.y, o.w, dx, err, sizeof err);
+    CHECK(rc == 0, "%s: backward data rc %d (%s)", what, rc, err);
+    if (rc == 0)
+        CHECK(verify_grad(nd, xd, d->x_strides, dx, o.need[0], r.dx, r.mx, r.cx, why, sizeof why),
+              "%s: dx%s", what, why);
+    rc = kern_conv_backward_weights(d, o.x, o.y, dw, err, sizeof err);
+    CHECK(rc == 0, "%s: backward weights rc %d (%s)", what, rc, err);
+    if (rc == 0)
+        CHECK(verify_grad(nd, wd, d->w_strides, dw, o.need[1], r.dw, r.mw, r.cw, why, sizeof why),
+              "%s: dw%s", what, why);
+    free(dx), free(dw);
+    ref_free(&r);
+    teardown(&o);
+}
+
+/* Every base shape over the activation layouts (weights: any layout but a
+ * broadcast one, which no gradient can be written into), batch 1 to 5 on
+ * 1 to 4 threads, empty dims. */
+static void test_conv_backward(void)
+{
+    static const int xy[][2] = {{A_NXC, A_NXC}, {A_NCX, A_NCX}, {A_NCX, A_NXC}, {A_NXC, A_NCX},
+                                {A_NXC_PAD, A_NXC}, {A_ODD, A_ODD}, {A_CNX, A_NXC}};
+    int n;
+    const cv_case *base = base_cases(&n);
+    for (int i = 0; i < n; i++)
+        for (size_t l = 0; l < sizeof xy / sizeof *xy; l++) {
+            cv_case t = base[i];
+            t.xl = xy[l][0], t.yl = xy[l][1], t.wl = (int)((i + l) % 3);
+            run_backward_case(&t);
+        }
+    static const int threads[] = {1, 2, 3, 4};
+    for (int k = 0; k < 4; k++) {
+        kern_set_num_threads(threads[k]);
+        for (int64_t b = 1; b <= 5; b++) {
+            cv_case c = mk(2, b, 16, 32, 1, 9, 3, 1, 1, 1, 1, 0);
+            c.xl = c.yl = b % 2 ? A_NXC : A_NCX;
+            run_backward_case(&c);
+            c = mk(2, b, 8, 8, 8, 6, 3, 2, 1, 0, 1, 0);
+            c.xl = c.yl = A_NXC;
+            run_backward_case(&c);
+        }
+    }
+    kern_set_num_threads(2);
+    cv_case z[] = {mk(2, 0, 3, 5, 1, 7, 3, 1, 1, 1, 1, 0), mk(2, 2, 3, 0, 1, 7, 3, 1, 1, 1, 1, 0),
+                   mk(2, 2, 0, 5, 1, 7, 3, 1, 1, 1, 1, 0), mk(1, 2, 3, 5, 1, 0, 2, 1, 1, 1, 1, 0)};
+    for (size_t i = 0; i < sizeof z / sizeof *z; i++)
+        run_backward_case(&z[i]);
+}
+
+static void test_conv_backward_errors(void)
+{
+    kern_conv_desc d = {.nsp = 2, .n = 1, .c = 4, .o = 6, .groups = 2, .in = {5, 5},
+                        .k = {3, 3}, .out = {5, 5}, .stride = {1, 1}, .pad_lo = {1, 1},
+                        .pad_hi = {1, 1}, .dil = {1, 1}, .x_strides = {100, 25, 5, 1},
+                        .w_strides = {18, 9, 3, 1}, .y_strides = {150, 25, 5, 1}};
+    float x[100] = {0}, w[108] = {0}, y[150] = {0};
+    char err[256] = "";
+    d.w_strides[1] = 0;
+    CHECK(kern_conv_backward_weights(&d, x, y, w, err, sizeof err) == -1 && strstr(err, "stride 0"),
+          "dw with stride 0: '%s'", err);
+    CHECK(kern_conv_backward_data(&d, y, w, x, err, sizeof err) == 0, "w with stride 0 is only read");
+    d.w_strides[1] = 9, d.x_strides[3] = 0;
+    CHECK(kern_conv_backward_data(&d, y, w, x, err, sizeof err) == -1 && strstr(err, "stride 0"),
+          "dx with stride 0: '%s'", err);
+    d.x_strides[3] = 1, d.has_bias = 1;
+    CHECK(kern_conv_backward_data(&d, y, w, x, err, sizeof err) == -1 && strstr(err, "bias"),
+          "bias: '%s'", err);
+}
+
+/* Milliseconds per backward call (data and weights, best of reps) of the
+ * bench CNN's layers, channels-last. */
+static void bench_backward(int reps, int64_t batch)
+{
+    static const int64_t layers[][3] = {{3, 32, 64}, {32, 64, 32}, {64, 128, 16}, {128, 256, 8}};
+    double total = 0;
+    for (int l = 0; l < 4; l++) {
+        cv_case c = mk(2, batch, layers[l][0], layers[l][1], 1, layers[l][2], 3, 1, 1, 1, 1, 0);
+        c.in[1] = c.in[0];
+        c.xl = c.yl = A_NXC;
+        cv_bufs o;
+        setup(&c, &o);
+        float *dx = malloc((size_t)o.need[0] * sizeof(float)), *dw = malloc((size_t)o.need[1] * sizeof(float));
+        double best[2] = {1e30, 1e30};
+        for (int r = 0; r <= reps; r++)
+            for (int m = 0; m < 2; m++) {
+                double t0 = now_s();
+                if (m == 0)
+                    kern_conv_backward_data(&o.d, o.y, o.w, dx, NULL, 0);
+                else
+                    kern_conv_backward_weights(&o.d, o.x, o.y, dw, NULL, 0);
+                double ms = (now_s() - t0) * 1e3;
+                if (r && ms < best[m])
+                    best[m] = ms;
+            }
+        total += best[0] + best[1];
+        printf("timing: conv backward nhwc, %d threads, %lldx%lldx%lldx%lld -> %lld: data %.3f ms, "
+               "weights %.3f ms\n", kern_get_num_threads(), (long long)batch, (long long)layers[l][0],
+               (long long)layers[l][2], (long long)layers[l][2], (long long)layers[l][1], best[0], best[1]);
+        free(dx), free(dw);
+        teardown(&o);
+    }
+    printf("timing: backward total %.3f ms\n", total);
+}
+
 /* Milliseconds per call (best of reps after a warm-up) of the bench CNN's
  * layers, 3x3 pad 1, channels-last x and y (or channels-first). */
 static void bench(int reps, int lay, int64_t batch)
@@ -528,6 +751,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "bench") == 0) {
         int reps = argc > 2 ? atoi(argv[2]) : 10;
         bench(reps, A_NXC, 32);
+        bench_backward(reps, 32);
         bench(reps, A_NCX, 32);
         bench(reps, A_NXC, 1);
         kern_set_num_threads(1);
@@ -540,6 +764,8 @@ int main(int argc, char **argv)
     test_conv_threads();
     test_conv_errors();
     test_conv_cache();
+    test_conv_backward();
+    test_conv_backward_errors();
     if (!PORTABLE)
         bench(2, A_NXC, 32);
     kern_threadpool_shutdown();
