@@ -269,10 +269,44 @@ static int r_mean(ad *A, int32_t i, int32_t g)
     ad_give(A, i, 0, DIV(unreduce(A, i, g), KK(reduced_count(A, i))));
     return 0;
 }
+/* first (max pooling): the gradient goes to the first extreme in
+ * row-major order over the reduced (trailing) dims: the first position
+ * where the source equals the result (or is NaN), an AMIN over positions
+ * in the source's dtype (a result-sized float reduction, then read once
+ * per element of the source-sized gradient) */
+static int32_t first_extreme(ad *A, int32_t i, int32_t g)
+{
+    const smelt_node *s = &A->g->nodes[N->src[0]];
+    int nd = s->ndim;
+    uint32_t dims = N->a.red.dims;
+    int32_t pos = -1;
+    double count = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        if (!(dims >> d & 1))
+            continue;
+        smelt_node io = { .op = SMELT_OP_IOTA, .dtype = s->dtype, .ndim = (uint8_t)nd };
+        for (int e = 0; e < nd; e++)
+            io.shape[e] = e == d ? s->shape[d] : 1;
+        io.a.axis.dim = d;
+        int32_t p = MUL(ad_add(A, &io), KK(count));
+        pos = pos < 0 ? p : ADD(pos, p);
+        count *= (double)s->shape[d];
+    }
+    int32_t x = X(0);
+    int32_t at = ad_op2(A, SMELT_OP_LOGICAL_OR, ad_op2(A, SMELT_OP_EQ, x, unreduce(A, i, Y)),
+                        ad_op1(A, SMELT_OP_ISNAN, x));
+    int32_t first = ad_red(A, SMELT_OP_AMIN, ad_where(A, at, pos, KK(count)), dims, 1);
+    return ad_where(A, ad_op2(A, SMELT_OP_EQ, first, pos), unreduce(A, i, g), KK(0.0));
+}
+
 /* ties share the gradient equally (amax/amin's backward) */
 static int r_amaxmin(ad *A, int32_t i, int32_t g)
 {
     const smelt_node *s = &A->g->nodes[N->src[0]];
+    if (N->a.red.first && s->ndim > 0) {
+        ad_give(A, i, 0, g < 0 ? -1 : first_extreme(A, i, g));
+        return 0;
+    }
     int32_t x = X(0), mask = ad_op2(A, SMELT_OP_EQ, x, unreduce(A, i, Y));
     int32_t m = ad_cast(A, mask, (smelt_dtype)s->dtype);
     int32_t cnt = ad_red(A, SMELT_OP_SUM, m, N->a.red.dims, 1);

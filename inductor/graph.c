@@ -669,6 +669,12 @@ static int infer_reduction(infer_ctx *c)
     c->out->a.red.keepdim = keep;
     if (op == SMELT_OP_VAR || op == SMELT_OP_STD)
         c->out->a.red.correction = c->in->a.red.correction;
+    if ((op == SMELT_OP_AMAX || op == SMELT_OP_AMIN) && c->in->a.red.first) {
+        int r = __builtin_popcount(mask);
+        if (mask != ((1u << r) - 1) << (s->ndim - r))
+            return fail(c, "first: the reduced dims must be the trailing ones");
+        c->out->a.red.first = 1;
+    }
     return 0;
 }
 
@@ -1449,7 +1455,9 @@ static uint8_t *encode_attrs(uint8_t *p, const smelt_node *n)
         PUTF(a->clamp.flo); PUTF(a->clamp.fhi); PUT(a->clamp.ilo, 8); PUT(a->clamp.ihi, 8);
         PUT(a->clamp.has_lo, 1); PUT(a->clamp.has_hi, 1);
         break;
-    case AM_RED: PUT(a->red.dims, 4); PUT(a->red.keepdim, 1); PUT(a->red.correction, 8); break;
+    case AM_RED:
+        PUT(a->red.dims, 4); PUT(a->red.keepdim, 1); PUT(a->red.first, 1); PUT(a->red.correction, 8);
+        break;
     case AM_PERM:
         for (int d = 0; d < SMELT_MAX_DIMS; d++)
             PUT(a->perm.perm[d], 1);
@@ -1732,6 +1740,8 @@ static void print_attrs(strbuf *b, const smelt_node *n)
         sb_printf(b, ", keepdim=%d", a->red.keepdim);
         if (n->op == SMELT_OP_VAR || n->op == SMELT_OP_STD)
             sb_printf(b, ", correction=%lld", (long long)a->red.correction);
+        if (a->red.first)
+            sb_printf(b, ", first=1");
         break;
     case AM_PERM:
         sb_printf(b, ", perm=[");

@@ -67,7 +67,10 @@ typedef enum smelt_op_kind {
  *   axis    IOTA, SQUEEZE, UNSQUEEZE, CAT (dim, normalised non-negative)
  *   clamp   CLAMP          bounds in the node dtype's domain (f or i)
  *   red     reductions     dims: bitmask over source dims (never 0 unless
- *                          source is 0-d), keepdim, correction for VAR/STD
+ *                          source is 0-d), keepdim, correction for VAR/STD;
+ *                          first for AMAX/AMIN over trailing dims: the
+ *                          gradient goes to the first extreme in row-major
+ *                          order (max pooling's), not shared among ties
  *   perm    PERMUTE        perm[d] = source dim placed at output dim d
  *   slice   SLICE          0 <= start <= end <= size, step >= 1
  *   diag    DIAGONAL       dim1 != dim2, offset any sign
@@ -96,7 +99,7 @@ typedef union smelt_attrs {
     struct { double fstart, fstep; int64_t istart, istep; } arange;
     struct { int32_t dim; } axis;
     struct { double flo, fhi; int64_t ilo, ihi; uint8_t has_lo, has_hi; } clamp;
-    struct { uint32_t dims; uint8_t keepdim; int64_t correction; } red;
+    struct { uint32_t dims; uint8_t keepdim, first; int64_t correction; } red;
     struct { int8_t perm[SMELT_MAX_DIMS]; } perm;
     struct { int32_t dim; int64_t start, end, step; } slice;
     struct { int64_t offset; int32_t dim1, dim2; } diag;

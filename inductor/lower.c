@@ -353,9 +353,13 @@ static int32_t add_phase(kb *b, smelt_op rop, int32_t value, smelt_dtype acc, in
 }
 
 /* Chooses or creates the reduction vars for a reduction whose kept-dim
- * index uses `refd` (bitmask of vars) and whose reduced dims have `rnumel`
- * elements. 0 when the kernel's loop nest cannot host it. */
-static int claim_rvars(kb *b, uint32_t refd, int64_t rnumel, int nred, const int64_t *rsz)
+ * index uses `refd` (bitmask of vars), whose reduced dims have `rnumel`
+ * elements and whose result has `outnumel`. 0 when the kernel's loop nest
+ * cannot host it, or would recompute it: new inner reduction vars under a
+ * kernel with more elements than the result (an index rewrite such as
+ * pooling's i / 2 reads each result several times), which is computed once
+ * in its own kernel instead. */
+static int claim_rvars(kb *b, uint32_t refd, int64_t rnumel, int64_t outnumel, int nred, const int64_t *rsz)
 {
     if (b->nr) {
         int64_t have = 1;
@@ -380,6 +384,11 @@ static int claim_rvars(kb *b, uint32_t refd, int64_t rnumel, int nred, const int
             }
         return 1;
     }
+    int64_t numel = 1;
+    for (int v = 0; v < b->k.nvars; v++)
+        numel *= b->k.size[v];
+    if (numel > outnumel && rnumel > 1)
+        return 0;
     for (int i = 0; i < nred; i++) {
         if (rsz[i] == 1)
             continue;
@@ -453,7 +462,7 @@ static int32_t reduction_value(kb *b, int32_t node, const int32_t *idx)
     for (int d = 0; d < s->ndim && !single; d++)
         if (uses_rvar(b, kept[d]))
             goto fail;
-    if (b->nkeys == MAX_PHASES || (!single && !claim_rvars(b, vars_of(b, kept, s->ndim), rnumel, nred, rsz)))
+    if (b->nkeys == MAX_PHASES || (!single && !claim_rvars(b, vars_of(b, kept, s->ndim), rnumel, smelt_node_numel(r), nred, rsz)))
         goto fail;
     if (rnumel == 0 && (r->op == SMELT_OP_AMAX || r->op == SMELT_OP_AMIN ||
                         r->op == SMELT_OP_ARGMAX || r->op == SMELT_OP_ARGMIN)) {

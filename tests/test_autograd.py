@@ -341,6 +341,24 @@ def test_convolution_and_pooling_gradients(groups, stride, padding):
     compare(lambda x: F.avg_pool2d(x, 3, 2) * 2, x)
 
 
+@pytest.mark.parametrize("pool", ["2d", "2d_pad_stride", "2d_overlapping", "1d", "3d", "adaptive"])
+def test_max_pooling_gradient_goes_to_the_first_maximum(pool):
+    """Windows with tied maxima (small integers) give the whole gradient to
+    the first maximum in the window, as eager's max pooling does (amax
+    shares it among ties)."""
+    g = torch.Generator().manual_seed(5)
+    fn, shape = {
+        "2d": (lambda x: F.max_pool2d(x, 2), (2, 3, 8, 10)),
+        "2d_pad_stride": (lambda x: F.max_pool2d(x, 3, 2, padding=1), (2, 3, 9, 8)),
+        "2d_overlapping": (lambda x: F.max_pool2d(x, 3, 1), (1, 2, 7, 6)),
+        "1d": (lambda x: F.max_pool1d(x, 3), (2, 4, 13)),
+        "3d": (lambda x: F.max_pool3d(x, 2), (1, 2, 4, 6, 4)),
+        "adaptive": (lambda x: F.adaptive_max_pool2d(x, (3, 2)), (2, 3, 7, 6)),
+    }[pool]
+    x = torch.randint(0, 3, shape, generator=g).float().requires_grad_()
+    compare(lambda x: fn(x) * 1.5, x)
+
+
 CONV_GRAD_CASES = {   # name: (conv fn, x shape, w shape, kwargs)
     "2d": (F.conv2d, (2, 4, 9, 11), (6, 4, 3, 3), dict(padding=1)),
     "2d_stride_dil": (F.conv2d, (3, 5, 13, 10), (7, 5, 3, 2), dict(stride=(2, 3), dilation=(2, 1), padding=(1, 0))),

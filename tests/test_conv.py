@@ -1,4 +1,6 @@
-"""conv (the EXTERN op, kernels/conv.c) vs torch.nn.functional.conv{1,2,3}d.
+"""conv (the EXTERN op, kernels/conv.c) vs torch.nn.functional.conv{1,2,3}d,
+and its gradients conv_backward_input / conv_backward_weight vs float64
+autograd.
 
 Covers 1-3 spatial dims, stride, asymmetric padding (torch side: F.pad then
 an unpadded conv), dilation, groups (1, 2, depthwise, depthwise with a
@@ -198,6 +200,69 @@ def test_channels_last_layouts_between_layers(gen):
         torch.testing.assert_close(o.double(), r, rtol=1e-4, atol=1e-4)
     text = f.code("kernels")
     assert "channels-last" in text        # the second conv writes channels-last
+
+
+# ---------------------------------------------------------------- backward ops
+
+def torch_conv_grads(x, w, dy, attrs):
+    """(dx, dw) of torch_conv in float64 for output gradient dy."""
+    xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
+    return torch.autograd.grad(torch_conv(xd, wd, None, **attrs), (xd, wd), dy.double())
+
+
+def check_conv_backward(x, w, dy, **attrs):
+    """conv_backward_input (dy, w -> dx) and conv_backward_weight (x, dy ->
+    dw) against float64 autograd, within the float32 summation bound of the
+    same computation on magnitudes."""
+    refs = torch_conv_grads(x, w, dy, attrs)
+    bounds = torch_conv_grads(x.abs(), w.abs(), dy.abs(), attrs)
+    nsp = x.ndim - 2
+    terms = (w.shape[0] // attrs.get("groups", 1) * w.shape[2:].numel(), dy.shape[0] * dy.shape[2:].numel())
+    xs, ws = list(x.shape), list(w.shape)
+    (dx, dw), f = run_compiled(lambda g, xn, wn, dyn: [
+        g.op("conv_backward_input", dyn, wn, shape=xs, **attrs),
+        g.op("conv_backward_weight", xn, dyn, shape=ws, **attrs)], x, w, dy)
+    assert f.num_externs == 2 and nsp >= 1
+    for got, ref, bound, k in zip((dx, dw), refs, bounds, terms):
+        assert got.shape == ref.shape
+        assert_close(got, ref.float(), rtol=0, atol=(1e-6 + (k + 2) * 2.0 ** -24 * bound).float())
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_conv_backward_ops(case, gen):
+    xs, ws, _, attrs = CASES[case]
+    x, w = mk(xs, gen), mk(ws, gen)
+    dy = mk(tuple(torch_conv(x, w, None, **attrs).shape), gen)
+    check_conv_backward(x, w, dy, **attrs)
+
+
+@pytest.mark.parametrize("layout", ["channels-last", "dy-expanded", "transposed", "batch1"])
+def test_conv_backward_layouts(layout, gen):
+    """Gradients read channels-last, transposed and broadcast (stride 0)
+    operands; one image on several threads."""
+    n = 1 if layout == "batch1" else 3
+    x, w = mk((n, 8, 9, 11), gen), mk((16, 8, 3, 3), gen)
+    dy = mk((n, 16, 9, 11), gen)
+    if layout == "channels-last":
+        x, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy))
+    elif layout == "dy-expanded":
+        dy = mk((1, 16, 1, 11), gen).expand(n, 16, 9, 11)
+    elif layout == "transposed":
+        x = mk((n, 8, 11, 9), gen).transpose(2, 3)
+        w = mk((16, 8, 3, 3), gen).transpose(2, 3)
+    check_conv_backward(x, w, dy, padding=1)
+
+
+def test_conv_backward_shape_checked():
+    """The given shape must be one the convolution maps onto dy's."""
+    g = C.Graph()
+    dy, w = g.input(torch.float32, (2, 5, 7, 7)), g.input(torch.float32, (5, 3, 3, 3))
+    with pytest.raises(ValueError, match="does not match the convolution's output"):
+        g.op("conv_backward_input", dy, w, shape=[2, 3, 8, 8], padding=1)
+    with pytest.raises(TypeError, match="shape"):
+        g.op("conv_backward_input", dy, w, padding=1)
+    x = g.input(torch.float32, (2, 3, 7, 7))
+    assert list(g.shape(g.op("conv_backward_weight", x, dy, shape=[5, 3, 3, 3], padding=1))) == [5, 3, 3, 3]
 
 
 # ---------------------------------------------------------------- epilogue folding (inductor/fold.c)

@@ -246,8 +246,13 @@ static int32_t pool(tracer *T, const sh_args *sa, const int32_t *node, int first
         if (!pool_geometry(sa, i, xn->shape[nd - k + i], &pd[i]))
             return -2;
     uint32_t mask = ((1u << k) - 1) << nd;   /* the window dims */
-    if (sa->kind == SK_MAX_POOL || sa->kind == SK_ADAPTIVE_MAX)
-        return reduce(T, SMELT_OP_AMAX, windows(T, x, pd, k, -INFINITY), mask);
+    if (sa->kind == SK_MAX_POOL || sa->kind == SK_ADAPTIVE_MAX) {   /* gradient to each window's first max, as eager's */
+        int32_t w = windows(T, x, pd, k, -INFINITY);
+        smelt_node p = { .op = SMELT_OP_AMAX, .nsrc = 1, .src = { w } };
+        p.a.red.dims = mask;
+        p.a.red.first = 1;
+        return w < 0 ? -1 : tr_node_add(T, &p);
+    }
     int cd = dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt;
     int32_t s = reduce(T, SMELT_OP_SUM, windows(T, cast(T, x, cd), pd, k, 0.0), mask);
     int32_t d = s < 0 ? -1 : avg_divisor(T, sa, pd, k);
