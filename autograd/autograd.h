@@ -36,8 +36,9 @@ typedef struct ad_bin {
  * calls[k]); smelt._autograd.call_template(kind, params) gives each its
  * (fn, args, kwargs). */
 typedef enum {
-    AD_CALL_INDEX_ADD_ROWS,  /* (g [M, D], ids [M]) -> [n, D]: g's rows summed at ids (embedding's
-                                backward); params: n */
+    AD_CALL_INDEX_ADD_ROWS,  /* (g [M, D], ids [M][, base [n, D]]) -> [n, D]: g's rows summed at ids
+                                into zeros, or into a copy of base (embedding's backward); params: n,
+                                whether base is given */
     AD_CALL_UNFOLD_BACKWARD, /* (g) -> grad of Tensor.unfold's input: params ndim, shape[ndim], dim,
                                 size, step */
     AD_CALL_VJP              /* (the forward host call's sources, then a gradient per result) -> a

@@ -468,20 +468,39 @@ static int r_gather(ad *A, int32_t i, int32_t g)
         if (N->a.gather.wrap)
             ids = ad_where(A, ad_op2(A, SMELT_OP_LT, ids, ad_k(A, 0.0)), ADD(ids, KK((double)s->shape[0])), ids);
         int32_t g2 = ad_shaped(A, SMELT_OP_RESHAPE, g, 2, (int64_t[]){ m, cols });
-        int64_t sh[1][SMELT_MAX_DIMS] = { { s->shape[0], cols } }, n = s->shape[0];
-        int32_t c = ad_host_call(A, AD_CALL_INDEX_ADD_ROWS, 2, (int32_t[]){ g2, ids }, 1, (int32_t[]){ -1 },
-                                 (const int64_t(*)[SMELT_MAX_DIMS])sh, (int[]){ 2 }, 1, &n);
-        ad_give(A, i, 0, ad_shaped(A, SMELT_OP_RESHAPE, c, nd, s->shape));
+        int64_t sh[1][SMELT_MAX_DIMS] = { { s->shape[0], cols } }, p[2] = { s->shape[0], 0 };
+        int32_t prior = A->grad[N->src[0]], src[3] = { g2, ids, -1 };
+        if (prior >= 0 && g2 >= 0 && ad_node(A, prior)->dtype == ad_node(A, g2)->dtype) {
+            /* rows added into the gradient so far (a tied embedding's lm_head product): one copy, not zeros
+             * then an add pass */
+            src[2] = ad_shaped(A, SMELT_OP_RESHAPE, prior, 2, sh[0]);
+            p[1] = 1;
+        }
+        int32_t c = ad_host_call(A, AD_CALL_INDEX_ADD_ROWS, 2 + (int)p[1], src, 1, (int32_t[]){ -1 },
+                                 (const int64_t(*)[SMELT_MAX_DIMS])sh, (int[]){ 2 }, 2, p);
+        if (p[1])
+            A->grad[N->src[0]] = ad_shaped(A, SMELT_OP_RESHAPE, c, nd, s->shape);
+        else
+            ad_give(A, i, 0, ad_shaped(A, SMELT_OP_RESHAPE, c, nd, s->shape));
         return 0;
     }
-    if (nd + 1 > SMELT_MAX_DIMS || smelt_node_numel(N) * s->shape[dim] > ((int64_t)1 << 26))
-        return 1;
     for (int d = 0; d < nd; d++)
         if (d != dim && ix->shape[d] != s->shape[d])
             return 1;
+    int one = ix->shape[dim] == 1;   /* one index per row (cross-entropy's label): no sum over indices */
+    if (!one && (nd + 1 > SMELT_MAX_DIMS || smelt_node_numel(N) * s->shape[dim] > ((int64_t)1 << 26)))
+        return 1;
     int32_t idx = X(1);
     if (N->a.gather.wrap)
         idx = ad_where(A, ad_op2(A, SMELT_OP_LT, idx, ad_k(A, 0.0)), ADD(idx, KK((double)s->shape[dim])), idx);
+    if (one) {   /* where(idx == iota along dim, g, 0), both broadcast along dim */
+        smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)nd };
+        for (int d = 0; d < nd; d++)
+            io.shape[d] = d == dim ? s->shape[dim] : 1;
+        io.a.axis.dim = dim;
+        ad_give(A, i, 0, ad_where(A, ad_op2(A, SMELT_OP_EQ, idx, ad_add(A, &io)), g, KK(0.0)));
+        return 0;
+    }
     smelt_node u = { .op = SMELT_OP_UNSQUEEZE, .nsrc = 1 };
     u.a.axis.dim = dim + 1;
     u.src[0] = idx;

@@ -682,6 +682,31 @@ static int reaches_reduction(lowering *L, int32_t node, int depth)
     return 0;
 }
 
+/* The largest buffer node's kernel expression would read (realized
+ * nodes, and what unrealized reductions and views read); INT64_MAX past
+ * the depth limit. */
+static int64_t largest_read(lowering *L, int32_t node, int depth)
+{
+    const smelt_node *n = &L->g->nodes[node];
+    smelt_op_kind k = smelt_op_kind_of((smelt_op)n->op);
+    if (depth > 16)
+        return INT64_MAX;
+    if (L->realized[node])
+        return smelt_node_numel(n);
+    if (k == SMELT_KIND_LEAF)
+        return 0;
+    int64_t m = 0;
+    for (int i = 0; i < n->nsrc; i++) {
+        int64_t r = largest_read(L, n->src[i], depth + 1);
+        m = r > m ? r : m;
+    }
+    return m;
+}
+
+/* Realization decisions (see the file comment). A value with several uses
+ * that reads only buffers 64 times smaller than itself (a one-hot gradient
+ * built from per-row labels) is recomputed where used: storing it would
+ * cost more memory traffic than its arithmetic. */
 static void decide_realized(lowering *L)
 {
     const smelt_graph *g = L->g;
@@ -694,7 +719,8 @@ static void decide_realized(lowering *L)
             L->realized[i] = 1;
         else if ((k == SMELT_KIND_UNARY || k == SMELT_KIND_BINARY || k == SMELT_KIND_TERNARY ||
                   k == SMELT_KIND_GATHER) &&
-                 L->nuse[i] > 1 && node_cost(L, i, 0) > CHEAP_COST)
+                 L->nuse[i] > 1 && node_cost(L, i, 0) > CHEAP_COST &&
+                 largest_read(L, i, 0) > smelt_node_numel(n) / 64)
             L->realized[i] = 1;
     }
     /* A costly value broadcast into a larger kernel (an optimizer's bias

@@ -90,9 +90,12 @@ def dropout_noise(x, p):
     return torch.empty_like(x).bernoulli_(1 - p).div_(1 - p)
 
 
-def index_add_rows(g, ids, n):
-    """The rows of g summed into n zero rows at ids (the backward of
-    embedding and of whole-row gathers), a host call of the backward plan."""
+def index_add_rows(g, ids, n, base=None):
+    """The rows of g summed into n zero rows at ids, or into a copy of base
+    (the gradient so far: a tied embedding's), the backward of embedding
+    and of whole-row gathers, a host call of the backward plan."""
+    if base is not None:
+        return base.index_add(0, ids, g)
     return g.new_zeros((n,) + tuple(g.shape[1:])).index_add_(0, ids, g)
 
 
@@ -105,7 +108,7 @@ def call_template(kind, p):
     (autograd/autograd.h ad_call_kind) with integer params p."""
     from smelt._C import Slot
     if kind == 0:
-        return index_add_rows, (Slot(0), Slot(1), p[0]), {}
+        return index_add_rows, (Slot(0), Slot(1), p[0]) + ((Slot(2),) if p[1] else ()), {}
     if kind == 1:
         nd = p[0]
         return _unfold_backward, (Slot(0), list(p[1:1 + nd]), p[1 + nd], p[2 + nd], p[3 + nd]), {}
