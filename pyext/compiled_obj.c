@@ -50,7 +50,14 @@ typedef struct CompiledObject {
     int packing;             /* weight_packing: PYEXT_PACK_AUTO, _ALWAYS or _NEVER */
     int32_t *inplace;        /* per output: the input it is written into (the output is that
                                 tensor), -1 its own; NULL when none is */
+    PyObject **spare;        /* per output: the large tensor it last returned, reused by the next
+                                call when nothing else refers to it (see new_output) */
 } CompiledObject;
+
+/* Outputs of at least this many bytes are kept for reuse: a fresh one
+ * costs its page faults (40 ms for GPT-2's 205 MB logits, more than the
+ * kernel writing them), a reused one none. */
+#define REUSE_MIN_BYTES ((size_t)16 << 20)
 
 /* Owner serials: a new one for every tensor object a packed input takes. */
 static _Atomic uint64_t g_owner_serial;
@@ -169,13 +176,59 @@ static void *data_ptr(pyext_state *st, PyObject *t, int *err)
 /* ------------------------------------------------------------------ */
 /* call                                                               */
 
-/* New output tensor k (torch.empty(shape, dtype=...)) and its data. */
+/* 1 if tensor t (held by spare) is referred to by nothing else: no other
+ * Python reference or weak reference, no other C++ tensor (autograd's
+ * saved variables, views' bases), no other tensor on its storage
+ * (detach()). 0 otherwise or on any error (cleared). */
+static int unshared(PyObject *t)
+{
+    static PyObject *use_count;   /* torch._C._storage_Use_Count */
+    if (Py_REFCNT(t) != 1)
+        return 0;
+    Py_ssize_t wo = Py_TYPE(t)->tp_weaklistoffset;
+    if (wo > 0 && *(PyObject **)((char *)t + wo) != NULL)
+        return 0;
+    if (!use_count) {
+        PyObject *m = PyImport_ImportModule("torch._C");
+        use_count = m ? PyObject_GetAttrString(m, "_storage_Use_Count") : NULL;
+        Py_XDECREF(m);
+    }
+    PyObject *n = use_count ? PyObject_CallMethod(t, "_use_count", NULL) : NULL;
+    PyObject *s = n ? PyObject_CallMethod(t, "untyped_storage", NULL) : NULL;
+    PyObject *c = s ? PyObject_GetAttrString(s, "_cdata") : NULL;
+    PyObject *sn = c ? PyObject_CallOneArg(use_count, c) : NULL;
+    /* the storage object made here holds one use of the storage */
+    int ok = sn && PyLong_AsLong(n) == 1 && PyLong_AsLong(sn) <= 2;
+    Py_XDECREF(n);
+    Py_XDECREF(s);
+    Py_XDECREF(c);
+    Py_XDECREF(sn);
+    PyErr_Clear();
+    return ok;
+}
+
+/* Output tensor k and its data: the large tensor the last call returned
+ * when nothing refers to it any more (autograd history dropped), else a
+ * new torch.empty(shape, dtype=...), kept for reuse when large. */
 static PyObject *new_output(pyext_state *st, CompiledObject *self, Py_ssize_t k, void **ptr)
 {
-    PyObject *args[2] = {self->out_shapes[k], st->dtypes[self->out_dtypes[k]]};
-    PyObject *t = PyObject_Vectorcall(st->empty, args, 1, st->kw_dtype);
-    int err = !t;
-    *ptr = t ? data_ptr(st, t, &err) : NULL;
+    PyObject *t = NULL;
+    int err = 0;
+    if (self->spare && self->spare[k] && unshared(self->spare[k])) {
+        PyObject *r = PyObject_CallMethod(self->spare[k], "detach_", NULL);
+        Py_XDECREF(r);
+        if (r)
+            t = Py_NewRef(self->spare[k]);
+        PyErr_Clear();
+    }
+    if (!t) {
+        PyObject *args[2] = {self->out_shapes[k], st->dtypes[self->out_dtypes[k]]};
+        if (!(t = PyObject_Vectorcall(st->empty, args, 1, st->kw_dtype)))
+            return NULL;
+        if (self->spare && self->out_nbytes[k] >= REUSE_MIN_BYTES)
+            Py_XSETREF(self->spare[k], Py_NewRef(t));
+    }
+    *ptr = data_ptr(st, t, &err);
     if (err)
         Py_CLEAR(t);
     else if (self->ncalls > KERN_HUGE_AFTER)
@@ -526,6 +579,8 @@ static int compiled_traverse(CompiledObject *self, visitproc visit, void *arg)
     Py_VISIT(self->calls);
     for (int j = 0; self->held && j < self->npacked; j++)
         Py_VISIT(self->held[j]);
+    for (Py_ssize_t k = 0; self->spare && k < self->nout; k++)
+        Py_VISIT(self->spare[k]);
     return 0;
 }
 
@@ -536,6 +591,8 @@ static int compiled_clear(CompiledObject *self)
     Py_CLEAR(self->calls);
     for (int j = 0; self->held && j < self->npacked; j++)
         Py_CLEAR(self->held[j]);
+    for (Py_ssize_t k = 0; self->spare && k < self->nout; k++)
+        Py_CLEAR(self->spare[k]);
     return 0;
 }
 
@@ -552,6 +609,7 @@ static void compiled_dealloc(CompiledObject *self)
     PyMem_Free(self->held);
     PyMem_Free(self->owner);
     PyMem_Free(self->inplace);
+    PyMem_Free(self->spare);
     tp->tp_free(self);
     Py_DECREF(tp);
 }
@@ -565,7 +623,8 @@ static int fill_specs(CompiledObject *self, const smelt_graph *g)
     self->out_dtypes = PyMem_Calloc((size_t)self->nout + 1, 1);
     self->out_shapes = PyMem_Calloc((size_t)self->nout + 1, sizeof(PyObject *));
     self->out_nbytes = PyMem_Calloc((size_t)self->nout + 1, sizeof(size_t));
-    if (!self->ins || !self->out_dtypes || !self->out_shapes || !self->out_nbytes)
+    self->spare = PyMem_Calloc((size_t)self->nout + 1, sizeof(PyObject *));
+    if (!self->ins || !self->out_dtypes || !self->out_shapes || !self->out_nbytes || !self->spare)
         return PyErr_NoMemory(), -1;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];

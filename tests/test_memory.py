@@ -279,3 +279,56 @@ def test_llvm_code_pages_given_back_after_compiling():
     # once compiles pause; the small compile paged some of it back
     assert on["big"] < 2 and on["small_later"] < 2, on
     assert on["small_now"] > on["big"] + 4, on
+
+
+# ---------------------------------------------------------------- reused large outputs
+
+def _big_fn():
+    return smelt.compile(lambda x: (x * 2).exp())   # 4M floats out: 16 MB, kept for reuse
+
+
+def _big_input(seed):
+    return torch.randn(2048, 2048, generator=torch.Generator().manual_seed(seed))
+
+
+def test_large_output_buffer_reused_when_dropped():
+    """A large output nothing refers to any more is the next call's output
+    (no fresh pages to fault in), with the right values."""
+    f = _big_fn()
+    x = _big_input(0)
+    ptr = f(x).data_ptr()
+    x2 = _big_input(1)
+    y = f(x2)
+    assert y.data_ptr() == ptr
+    torch.testing.assert_close(y, (x2 * 2).exp())
+
+
+@pytest.mark.parametrize("hold", ["tensor", "detached", "slice", "weakref", "saved_by_autograd", "numpy"])
+def test_large_output_never_reused_while_referenced(hold):
+    """Whatever still refers to an output (the tensor, a detached alias of
+    its storage, a view, a weak reference, autograd's saved variables, a
+    numpy array) keeps its values: the next call writes a new buffer."""
+    import weakref
+    f = _big_fn()
+    x = _big_input(0)
+    want = (x * 2).exp()
+    out = f(x)
+    w = torch.ones(2048, 2048, requires_grad=True)
+    keep = {"tensor": lambda t: t, "detached": lambda t: t.detach(), "slice": lambda t: t[5:],
+            "weakref": weakref.ref, "numpy": lambda t: t.numpy(),
+            "saved_by_autograd": lambda t: (t * w).sum()}[hold](out)
+    del out
+    for seed in (1, 2):
+        f(_big_input(seed))
+    if hold == "weakref":   # dead (not reused, so freed), or alive with its own values
+        got = keep()
+        assert got is None or torch.equal(got, want)
+    elif hold == "saved_by_autograd":
+        keep.backward()   # d/dw (out * w).sum() is the saved output: the first call's
+        torch.testing.assert_close(w.grad, want)
+    elif hold == "numpy":
+        torch.testing.assert_close(torch.from_numpy(keep), want)
+    elif hold == "slice":
+        torch.testing.assert_close(keep, want[5:])
+    else:
+        torch.testing.assert_close(keep, want)
