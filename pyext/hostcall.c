@@ -249,8 +249,8 @@ static int store_result(PyObject *r, const smelt_tensor_ref *o)
     size_t nbytes = smelt_dtype_size((smelt_dtype)o->dtype);
     for (int d = 0; d < o->ndim; d++)
         nbytes *= (size_t)o->shape[d];
-    if (bytes && nbytes)
-        memmove(o->data, (const char *)t->data + t->byte_offset, nbytes);
+    if (bytes && nbytes && (const char *)t->data + t->byte_offset != (const char *)o->data)
+        memmove(o->data, (const char *)t->data + t->byte_offset, nbytes);   /* (not written in place) */
     Py_DECREF(cap);
     if (match && !bytes && copy_into(r, o))
         return -1;
@@ -411,19 +411,29 @@ static PyObject *call_entry(PyObject *calls, int32_t id)
 }
 
 /* Runs entry e (fn, args, kwargs) on in[] and stores its results in out[].
+ * A callable with a true `smelt_writes_out` attribute (smelt's own backward
+ * host calls) also gets its results' buffers, as the slots after the
+ * sources (None where a result is handed over, not copied): it may write
+ * them in place and return them, saving a fresh tensor and a copy.
  * 0, or -1 with an exception. */
 static int run_entry(PyObject *e, int nin, const smelt_tensor_ref *in, int nout,
                      smelt_tensor_ref *out, PyObject *keep)
 {
-    PyObject *ins[SMELT_MAX_SRC], *fn = PyTuple_GET_ITEM(e, 0);
+    PyObject *ins[2 * SMELT_MAX_SRC], *fn = PyTuple_GET_ITEM(e, 0);
     if (nin < 1 || nin > SMELT_MAX_SRC || nout < 1 || nout > SMELT_MAX_SRC)
         return PyErr_Format(PyExc_RuntimeError, "host call: %d sources and %d results "
                             "(1 to %d each supported)", nin, nout, SMELT_MAX_SRC), -1;
-    int k = 0;
-    while (k < nin && (ins[k] = wrap_ref(&in[k])))
-        k++;
-    PyObject *res = k == nin ? tracer_call_invoke(fn, PyTuple_GET_ITEM(e, 1), PyTuple_GET_ITEM(e, 2),
-                                                  ins, nin) : NULL;
+    PyObject *w = PyObject_GetAttrString(fn, "smelt_writes_out");
+    int n = nin + (w && PyObject_IsTrue(w) == 1 ? nout : 0), k = 0;
+    Py_XDECREF(w);
+    PyErr_Clear();
+    for (; k < n; k++) {
+        const smelt_tensor_ref *r = k < nin ? &in[k] : &out[k - nin];
+        if (!(ins[k] = k >= nin && !r->data ? Py_NewRef(Py_None) : wrap_ref(r)))
+            break;
+    }
+    PyObject *res = k == n ? tracer_call_invoke(fn, PyTuple_GET_ITEM(e, 1), PyTuple_GET_ITEM(e, 2),
+                                                ins, n) : NULL;
     int rc = res ? store_results(fn, res, nout, out, in, nin, keep,
                                  PyTuple_GET_SIZE(e) == 4 ? PyTuple_GET_ITEM(e, 3) : NULL) : -1;
     Py_XDECREF(res);

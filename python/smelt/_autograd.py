@@ -90,13 +90,22 @@ def dropout_noise(x, p):
     return torch.empty_like(x).bernoulli_(1 - p).div_(1 - p)
 
 
-def index_add_rows(g, ids, n, base=None):
+def index_add_rows(g, ids, n, base=None, out=None):
     """The rows of g summed into n zero rows at ids, or into a copy of base
     (the gradient so far: a tied embedding's), the backward of embedding
-    and of whole-row gathers, a host call of the backward plan."""
+    and of whole-row gathers, a host call of the backward plan. out: the
+    plan's buffer for the result (None when it hands the result over),
+    written in place."""
+    if out is None:
+        out = g.new_empty((n,) + tuple(g.shape[1:]))
     if base is not None:
-        return base.index_add(0, ids, g)
-    return g.new_zeros((n,) + tuple(g.shape[1:])).index_add_(0, ids, g)
+        out.copy_(base)
+    else:
+        out.zero_()
+    return out.index_add_(0, ids, g)
+
+
+index_add_rows.smelt_writes_out = True
 
 
 def _unfold_backward(g, sizes, dim, size, step):
@@ -108,7 +117,7 @@ def call_template(kind, p):
     (autograd/autograd.h ad_call_kind) with integer params p."""
     from smelt._C import Slot
     if kind == 0:
-        return index_add_rows, (Slot(0), Slot(1), p[0]) + ((Slot(2),) if p[1] else ()), {}
+        return index_add_rows, (Slot(0), Slot(1), p[0], Slot(2) if p[1] else None, Slot(2 + p[1])), {}
     if kind == 1:
         nd = p[0]
         return _unfold_backward, (Slot(0), list(p[1:1 + nd]), p[1 + nd], p[2 + nd], p[3 + nd]), {}
