@@ -189,10 +189,27 @@ typedef struct cv_direct {
     float *y;
 } cv_direct;
 
+/* The value at position pos of a 3-d box, for the pair (a, b) an item of
+ * a portable loop stands for. */
+typedef float (*box_elem_fn)(const void *ctx, int64_t a, int64_t b, const int64_t *pos);
+
+/* Writes elem(ctx, a, b, pos) at every position pos < dims of the box at
+ * base (element strides st). */
+static void fill_box(float *base, const int64_t *dims, const int64_t *st, box_elem_fn elem, const void *ctx,
+                     int64_t a, int64_t b)
+{
+    int64_t pos[3];
+    for (pos[0] = 0; pos[0] < dims[0]; pos[0]++)
+        for (pos[1] = 0; pos[1] < dims[1]; pos[1]++)
+            for (pos[2] = 0; pos[2] < dims[2]; pos[2]++)
+                base[pos[0] * st[0] + pos[1] * st[1] + pos[2] * st[2]] = elem(ctx, a, b, pos);
+}
+
 /* One output element: bias plus the window sum over the channels of its
  * group (windows may hang over the padding; those terms are skipped). */
-static float direct_elem(const cv_direct *p, int64_t n, int64_t oc, const int64_t *op)
+static float direct_elem(const void *ctx, int64_t n, int64_t oc, const int64_t *op)
 {
+    const cv_direct *p = ctx;
     const cv_geo *g = &p->g;
     float acc = p->b ? p->b[oc * p->bs] : 0.0f;
     const float *xb = p->x + n * g->xs[0] + oc / g->og * g->cg * g->xs[1];
@@ -225,13 +242,8 @@ static void direct_range(void *ctx, int64_t begin, int64_t end)
     const cv_direct *p = ctx;
     const cv_geo *g = &p->g;
     for (int64_t it = begin; it < end; it++) {
-        int64_t n = it / g->o, oc = it % g->o, op[3];
-        float *yb = p->y + n * g->ys[0] + oc * g->ys[1];
-        for (op[0] = 0; op[0] < g->out[0]; op[0]++)
-            for (op[1] = 0; op[1] < g->out[1]; op[1]++)
-                for (op[2] = 0; op[2] < g->out[2]; op[2]++)
-                    yb[op[0] * g->ys[2] + op[1] * g->ys[3] + op[2] * g->ys[4]] =
-                        direct_elem(p, n, oc, op);
+        int64_t n = it / g->o, oc = it % g->o;
+        fill_box(p->y + n * g->ys[0] + oc * g->ys[1], g->out, g->ys + 2, direct_elem, p, n, oc);
     }
 }
 
@@ -745,8 +757,9 @@ static float group_dot(const cb_direct *p, const float *dy, const float *w, int6
 }
 
 /* dx[n, c, ip]: every (tap, output position) pair that reads it. */
-static float data_elem(const cb_direct *p, int64_t n, int64_t c, const int64_t *ip)
+static float data_elem(const void *ctx, int64_t n, int64_t c, const int64_t *ip)
 {
+    const cb_direct *p = ctx;
     const cv_geo *g = &p->g;
     const float *wc = p->b + c % g->cg * g->ws[1];
     float acc = 0.0f;
@@ -771,18 +784,15 @@ static void data_range(void *ctx, int64_t begin, int64_t end)
     const cb_direct *p = ctx;
     const cv_geo *g = &p->g;
     for (int64_t it = begin; it < end; it++) {
-        int64_t n = it / g->c, c = it % g->c, ip[3];
-        float *xb = p->out + n * g->xs[0] + c * g->xs[1];
-        for (ip[0] = 0; ip[0] < g->in[0]; ip[0]++)
-            for (ip[1] = 0; ip[1] < g->in[1]; ip[1]++)
-                for (ip[2] = 0; ip[2] < g->in[2]; ip[2]++)
-                    xb[ip[0] * g->xs[2] + ip[1] * g->xs[3] + ip[2] * g->xs[4]] = data_elem(p, n, c, ip);
+        int64_t n = it / g->c, c = it % g->c;
+        fill_box(p->out + n * g->xs[0] + c * g->xs[1], g->in, g->xs + 2, data_elem, p, n, c);
     }
 }
 
 /* dw[oc, cc, t]: x under tap t times dy, over images and output positions. */
-static float weights_elem(const cb_direct *p, int64_t oc, int64_t cc, const int64_t *t)
+static float weights_elem(const void *ctx, int64_t oc, int64_t cc, const int64_t *t)
 {
+    const cb_direct *p = ctx;
     const cv_geo *g = &p->g;
     const float *xc = p->a + (oc / g->og * g->cg + cc) * g->xs[1], *dc = p->b + oc * g->ys[1];
     float acc = 0.0f;
@@ -808,12 +818,8 @@ static void weights_range(void *ctx, int64_t begin, int64_t end)
     const cb_direct *p = ctx;
     const cv_geo *g = &p->g;
     for (int64_t it = begin; it < end; it++) {
-        int64_t oc = it / g->cg, cc = it % g->cg, t[3];
-        float *wb = p->out + oc * g->ws[0] + cc * g->ws[1];
-        for (t[0] = 0; t[0] < g->k[0]; t[0]++)
-            for (t[1] = 0; t[1] < g->k[1]; t[1]++)
-                for (t[2] = 0; t[2] < g->k[2]; t[2]++)
-                    wb[t[0] * g->ws[2] + t[1] * g->ws[3] + t[2] * g->ws[4]] = weights_elem(p, oc, cc, t);
+        int64_t oc = it / g->cg, cc = it % g->cg;
+        fill_box(p->out + oc * g->ws[0] + cc * g->ws[1], g->k, g->ws + 2, weights_elem, p, oc, cc);
     }
 }
 

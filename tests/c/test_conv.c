@@ -677,16 +677,26 @@ static void test_conv_backward_errors(void)
           "bias: '%s'", err);
 }
 
+/* Layer l of the bench CNN (3x3, pad 1, square images), layout lay. */
+static const int64_t k_bench_layers[4][3] = {{3, 32, 64}, {32, 64, 32}, {64, 128, 16}, {128, 256, 8}};
+
+static cv_case bench_case(int l, int64_t batch, int lay, int bias)
+{
+    const int64_t *t = k_bench_layers[l];
+    cv_case c = mk(2, batch, t[0], t[1], 1, t[2], 3, 1, 1, 1, 1, bias);
+    c.in[1] = c.in[0];
+    c.xl = c.yl = lay;
+    return c;
+}
+
 /* Milliseconds per backward call (data and weights, best of reps) of the
  * bench CNN's layers, channels-last. */
 static void bench_backward(int reps, int64_t batch)
 {
-    static const int64_t layers[][3] = {{3, 32, 64}, {32, 64, 32}, {64, 128, 16}, {128, 256, 8}};
+    const int64_t (*layers)[3] = k_bench_layers;
     double total = 0;
     for (int l = 0; l < 4; l++) {
-        cv_case c = mk(2, batch, layers[l][0], layers[l][1], 1, layers[l][2], 3, 1, 1, 1, 1, 0);
-        c.in[1] = c.in[0];
-        c.xl = c.yl = A_NXC;
+        cv_case c = bench_case(l, batch, A_NXC, 0);
         cv_bufs o;
         setup(&c, &o);
         float *dx = malloc((size_t)o.need[0] * sizeof(float)), *dw = malloc((size_t)o.need[1] * sizeof(float));
@@ -716,12 +726,10 @@ static void bench_backward(int reps, int64_t batch)
  * layers, 3x3 pad 1, channels-last x and y (or channels-first). */
 static void bench(int reps, int lay, int64_t batch)
 {
-    static const int64_t layers[][3] = {{3, 32, 64}, {32, 64, 32}, {64, 128, 16}, {128, 256, 8}};
+    const int64_t (*layers)[3] = k_bench_layers;
     double total = 0;
     for (int l = 0; l < 4; l++) {
-        cv_case c = mk(2, batch, layers[l][0], layers[l][1], 1, layers[l][2], 3, 1, 1, 1, 1, 1);
-        c.in[1] = c.in[0];
-        c.xl = c.yl = lay;
+        cv_case c = bench_case(l, batch, lay, 1);
         cv_bufs o;
         setup(&c, &o);
         double best = 1e30;
