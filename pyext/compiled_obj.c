@@ -176,6 +176,29 @@ static void *data_ptr(pyext_state *st, PyObject *t, int *err)
 /* ------------------------------------------------------------------ */
 /* call                                                               */
 
+/* 1 if t is still what output k was made as: its dtype and shape, dense,
+ * on a storage of at least its bytes (a caller may have resized it, set_
+ * another storage or assigned .data before dropping it). */
+static int unchanged(pyext_state *st, CompiledObject *self, Py_ssize_t k, PyObject *t)
+{
+    PyObject *dt = PyObject_GetAttr(t, st->s_dtype), *sh = dt ? PyObject_GetAttr(t, st->s_shape) : NULL;
+    PyObject *c = sh ? PyObject_CallMethod(t, "is_contiguous", NULL) : NULL;
+    PyObject *s = c ? PyObject_CallMethod(t, "untyped_storage", NULL) : NULL;
+    PyObject *nb = s ? PyObject_CallMethod(s, "nbytes", NULL) : NULL;
+    PyObject *off = nb ? PyObject_CallMethod(t, "storage_offset", NULL) : NULL;
+    int ok = off && dt == st->dtypes[self->out_dtypes[k]] && c == Py_True &&
+             PyObject_RichCompareBool(sh, self->out_shapes[k], Py_EQ) == 1 && PyLong_AsLongLong(off) == 0 &&
+             PyLong_AsSize_t(nb) >= self->out_nbytes[k];
+    Py_XDECREF(dt);
+    Py_XDECREF(sh);
+    Py_XDECREF(c);
+    Py_XDECREF(s);
+    Py_XDECREF(nb);
+    Py_XDECREF(off);
+    PyErr_Clear();
+    return ok;
+}
+
 /* 1 if tensor t (held by spare) is referred to by nothing else: no other
  * Python reference or weak reference, no other C++ tensor (autograd's
  * saved variables, views' bases), no other tensor on its storage
@@ -214,7 +237,7 @@ static PyObject *new_output(pyext_state *st, CompiledObject *self, Py_ssize_t k,
 {
     PyObject *t = NULL;
     int err = 0;
-    if (self->spare && self->spare[k] && unshared(self->spare[k])) {
+    if (self->spare && self->spare[k] && unshared(self->spare[k]) && unchanged(st, self, k, self->spare[k])) {
         PyObject *r = PyObject_CallMethod(self->spare[k], "detach_", NULL);
         Py_XDECREF(r);
         if (r)

@@ -332,3 +332,20 @@ def test_large_output_never_reused_while_referenced(hold):
         torch.testing.assert_close(keep, want[5:])
     else:
         torch.testing.assert_close(keep, want)
+
+
+@pytest.mark.parametrize("change", ["resize", "set_", "data", "transpose_"])
+def test_large_output_changed_in_place_is_not_reused(change):
+    """An output the caller resized, pointed at another storage or reshaped
+    in place before dropping it is not written into: the next call gets a
+    fresh buffer of the right size (no write past a shrunk storage)."""
+    f = _big_fn()
+    out = f(_big_input(0))
+    {"resize": lambda t: t.resize_(10), "set_": lambda t: t.set_(torch.empty(3)),
+     "data": lambda t: setattr(t, "data", torch.empty(5, dtype=torch.float64)),
+     "transpose_": lambda t: t.t_()}[change](out)
+    del out
+    x = _big_input(1)
+    y = f(x)
+    assert y.shape == (2048, 2048) and y.is_contiguous()
+    torch.testing.assert_close(y, (x * 2).exp())
