@@ -1044,37 +1044,45 @@ static void run_reorder(cb_run *b, const cb_plan *p, const dnnl_memory_desc_t *f
         run_fail(&b->r, "oneDNN weights reorder failed", st);
 }
 
-/* The calling thread's part of a backward call: before (data: the weights
- * into the primitives' layout; weights: room for the partial gradients,
- * the first of them dw itself when it is in that layout) or after the items
- * (weights: the partials summed into the first, reordered into dw). */
-static void bcall_edge(cb_run *b, float *dw, int after)
+/* Before the items, on the calling thread: for data, the user's weights
+ * into the primitives' layout; for weights, room for the partial
+ * gradients (the first of them dw itself when one item writes it in its
+ * own layout). */
+static void bcall_prepare(cb_run *b, float *dw)
 {
     const cb_plan *p = b->bp;
-    size_t nf = p->w_bytes / sizeof(float);
-    if (p->key.mode == 1 && !after && p->w_reorder) {
+    if (p->key.mode == 1 && p->w_reorder) {
         void *buf = kern_onednn_thread_buf(KERN_BUF_WEIGHTS, p->w_bytes);
-        if (buf) {
-            run_reorder(b, p, &p->w_user_md, b->r.w, &p->w_md, buf);
-            b->r.w = buf;
-        } else {
+        if (!buf) {
             run_fail(&b->r, "out of memory for packed weights", dnnl_success);
+            return;
         }
-    } else if (p->key.mode == 2 && !after) {
-        b->part = (nf + 15) / 16 * 16;
+        run_reorder(b, p, &p->w_user_md, b->r.w, &p->w_md, buf);
+        b->r.w = buf;
+    } else if (p->key.mode == 2) {
+        b->part = (p->w_bytes / sizeof(float) + 15) / 16 * 16;
         int direct = !p->w_reorder && p->nitems == 1;
         b->parts = direct ? dw : kern_onednn_thread_buf(KERN_BUF_WEIGHTS, b->part * (size_t)p->nitems * 4);
         if (!b->parts)
             run_fail(&b->r, "out of memory for the weights gradient", dnnl_success);
-    } else if (p->key.mode == 2 && b->parts != dw) {
-        for (int64_t it = 1; it < p->nitems; it++)
-            for (size_t i = 0; i < nf; i++)
-                b->parts[i] += b->parts[(size_t)it * b->part + i];
-        if (p->w_reorder)
-            run_reorder(b, p, &p->w_md, b->parts, &p->w_user_md, dw);
-        else
-            memcpy(dw, b->parts, p->w_bytes);
     }
+}
+
+/* After the items of a weights gradient: the partials summed into the
+ * first, which goes into dw in the user's layout. */
+static void bcall_finish(cb_run *b, float *dw)
+{
+    const cb_plan *p = b->bp;
+    size_t nf = p->w_bytes / sizeof(float);
+    if (p->key.mode != 2 || b->parts == dw)
+        return;
+    for (int64_t it = 1; it < p->nitems; it++)
+        for (size_t i = 0; i < nf; i++)
+            b->parts[i] += b->parts[(size_t)it * b->part + i];
+    if (p->w_reorder)
+        run_reorder(b, p, &p->w_md, b->parts, &p->w_user_md, dw);
+    else
+        memcpy(dw, b->parts, p->w_bytes);
 }
 
 /* A validated d with non-empty operands on oneDNN: 0 done, -1 error, 1 if
@@ -1091,11 +1099,11 @@ static int backward_onednn(const kern_conv_desc *d, int mode, const float *x, co
     if (p && p->fast) {
         cb_run b = {.r = {.d = d, .x = x, .w = w}, .bp = p, .dy = dy, .dx = mode == 1 ? out : NULL};
         atomic_init(&b.r.failed, 0);
-        bcall_edge(&b, out, 0);
+        bcall_prepare(&b, out);
         if (!atomic_load(&b.r.failed))
             kern_parallel_for(p->nitems, ceil_div(p->nitems, nt), brange, &b);
         if (!atomic_load(&b.r.failed))
-            bcall_edge(&b, out, 1);
+            bcall_finish(&b, out);
         rc = atomic_load(&b.r.failed) ? -1 : 0;
         if (rc && err && errlen)
             snprintf(err, errlen, "%s", b.r.err);

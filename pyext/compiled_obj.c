@@ -176,56 +176,42 @@ static void *data_ptr(pyext_state *st, PyObject *t, int *err)
 /* ------------------------------------------------------------------ */
 /* call                                                               */
 
-/* 1 if t is still what output k was made as: its dtype and shape, dense,
- * on a storage of at least its bytes (a caller may have resized it, set_
- * another storage or assigned .data before dropping it). */
-static int unchanged(pyext_state *st, CompiledObject *self, Py_ssize_t k, PyObject *t)
-{
-    PyObject *dt = PyObject_GetAttr(t, st->s_dtype), *sh = dt ? PyObject_GetAttr(t, st->s_shape) : NULL;
-    PyObject *c = sh ? PyObject_CallMethod(t, "is_contiguous", NULL) : NULL;
-    PyObject *s = c ? PyObject_CallMethod(t, "untyped_storage", NULL) : NULL;
-    PyObject *nb = s ? PyObject_CallMethod(s, "nbytes", NULL) : NULL;
-    PyObject *off = nb ? PyObject_CallMethod(t, "storage_offset", NULL) : NULL;
-    int ok = off && dt == st->dtypes[self->out_dtypes[k]] && c == Py_True &&
-             PyObject_RichCompareBool(sh, self->out_shapes[k], Py_EQ) == 1 && PyLong_AsLongLong(off) == 0 &&
-             PyLong_AsSize_t(nb) >= self->out_nbytes[k];
-    Py_XDECREF(dt);
-    Py_XDECREF(sh);
-    Py_XDECREF(c);
-    Py_XDECREF(s);
-    Py_XDECREF(nb);
-    Py_XDECREF(off);
-    PyErr_Clear();
-    return ok;
-}
-
-/* 1 if tensor t (held by spare) is referred to by nothing else: no other
- * Python reference or weak reference, no other C++ tensor (autograd's
- * saved variables, views' bases), no other tensor on its storage
- * (detach()). 0 otherwise or on any error (cleared). */
-static int unshared(PyObject *t)
+/* 1 if the tensor output k last returned (held by spare) may take this
+ * call's output: nothing else refers to it (no other Python or weak
+ * reference, no other C++ tensor such as autograd's saved variables or a
+ * view's base, no other tensor on its storage such as a detach()) and it
+ * is unchanged (dtype, shape, dense at offset 0 on a storage of at least
+ * its bytes: a caller may have resized it, set_ another storage or
+ * assigned .data before dropping it). 0 otherwise or on any error
+ * (cleared). */
+static int reusable(pyext_state *st, CompiledObject *self, Py_ssize_t k, PyObject *t)
 {
     static PyObject *use_count;   /* torch._C._storage_Use_Count */
-    if (Py_REFCNT(t) != 1)
-        return 0;
     Py_ssize_t wo = Py_TYPE(t)->tp_weaklistoffset;
-    if (wo > 0 && *(PyObject **)((char *)t + wo) != NULL)
+    if (Py_REFCNT(t) != 1 || (wo > 0 && *(PyObject **)((char *)t + wo) != NULL))
         return 0;
     if (!use_count) {
         PyObject *m = PyImport_ImportModule("torch._C");
         use_count = m ? PyObject_GetAttrString(m, "_storage_Use_Count") : NULL;
         Py_XDECREF(m);
     }
-    PyObject *n = use_count ? PyObject_CallMethod(t, "_use_count", NULL) : NULL;
-    PyObject *s = n ? PyObject_CallMethod(t, "untyped_storage", NULL) : NULL;
-    PyObject *c = s ? PyObject_GetAttrString(s, "_cdata") : NULL;
-    PyObject *sn = c ? PyObject_CallOneArg(use_count, c) : NULL;
+    PyObject *uses = use_count ? PyObject_CallMethod(t, "_use_count", NULL) : NULL;
+    PyObject *stor = uses ? PyObject_CallMethod(t, "untyped_storage", NULL) : NULL;
+    PyObject *cdata = stor ? PyObject_GetAttrString(stor, "_cdata") : NULL;
+    PyObject *suses = cdata ? PyObject_CallOneArg(use_count, cdata) : NULL;
+    PyObject *nbytes = suses ? PyObject_CallMethod(stor, "nbytes", NULL) : NULL;
+    PyObject *dt = nbytes ? PyObject_GetAttr(t, st->s_dtype) : NULL;
+    PyObject *shape = dt ? PyObject_GetAttr(t, st->s_shape) : NULL;
+    PyObject *dense = shape ? PyObject_CallMethod(t, "is_contiguous", NULL) : NULL;
+    PyObject *off = dense ? PyObject_CallMethod(t, "storage_offset", NULL) : NULL;
     /* the storage object made here holds one use of the storage */
-    int ok = sn && PyLong_AsLong(n) == 1 && PyLong_AsLong(sn) <= 2;
-    Py_XDECREF(n);
-    Py_XDECREF(s);
-    Py_XDECREF(c);
-    Py_XDECREF(sn);
+    int ok = off && PyLong_AsLong(uses) == 1 && PyLong_AsLong(suses) <= 2 &&
+             dt == st->dtypes[self->out_dtypes[k]] && dense == Py_True &&
+             PyObject_RichCompareBool(shape, self->out_shapes[k], Py_EQ) == 1 && PyLong_AsLongLong(off) == 0 &&
+             PyLong_AsSize_t(nbytes) >= self->out_nbytes[k];
+    PyObject *held[] = { uses, stor, cdata, suses, nbytes, dt, shape, dense, off };
+    for (size_t j = 0; j < sizeof held / sizeof *held; j++)
+        Py_XDECREF(held[j]);
     PyErr_Clear();
     return ok;
 }
@@ -237,7 +223,7 @@ static PyObject *new_output(pyext_state *st, CompiledObject *self, Py_ssize_t k,
 {
     PyObject *t = NULL;
     int err = 0;
-    if (self->spare && self->spare[k] && unshared(self->spare[k]) && unchanged(st, self, k, self->spare[k])) {
+    if (self->spare && self->spare[k] && reusable(st, self, k, self->spare[k])) {
         PyObject *r = PyObject_CallMethod(self->spare[k], "detach_", NULL);
         Py_XDECREF(r);
         if (r)

@@ -410,6 +410,23 @@ static PyObject *call_entry(PyObject *calls, int32_t id)
     return Py_NewRef(e);
 }
 
+/* 1 if fn is a Python function whose `smelt_writes_out` attribute is
+ * true: one lookup in its __dict__, no exception raised where it is absent
+ * (every host call of every run asks). */
+static int writes_out(PyObject *fn)
+{
+    static PyObject *name;
+    if (!PyFunction_Check(fn) || !((PyFunctionObject *)fn)->func_dict)
+        return 0;
+    if (!name && !(name = PyUnicode_InternFromString("smelt_writes_out"))) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *v = PyDict_GetItemWithError(((PyFunctionObject *)fn)->func_dict, name);
+    PyErr_Clear();
+    return v == Py_True;
+}
+
 /* Runs entry e (fn, args, kwargs) on in[] and stores its results in out[].
  * A callable with a true `smelt_writes_out` attribute (smelt's own backward
  * host calls) also gets its results' buffers, as the slots after the
@@ -423,10 +440,7 @@ static int run_entry(PyObject *e, int nin, const smelt_tensor_ref *in, int nout,
     if (nin < 1 || nin > SMELT_MAX_SRC || nout < 1 || nout > SMELT_MAX_SRC)
         return PyErr_Format(PyExc_RuntimeError, "host call: %d sources and %d results "
                             "(1 to %d each supported)", nin, nout, SMELT_MAX_SRC), -1;
-    PyObject *w = PyObject_GetAttrString(fn, "smelt_writes_out");
-    int n = nin + (w && PyObject_IsTrue(w) == 1 ? nout : 0), k = 0;
-    Py_XDECREF(w);
-    PyErr_Clear();
+    int n = nin + (writes_out(fn) ? nout : 0), k = 0;
     for (; k < n; k++) {
         const smelt_tensor_ref *r = k < nin ? &in[k] : &out[k - nin];
         if (!(ins[k] = k >= nin && !r->data ? Py_NewRef(Py_None) : wrap_ref(r)))

@@ -49,11 +49,13 @@ static int32_t cast(tracer *T, int32_t x, int dt)
     return x < 0 || T->g->nodes[x].dtype == dt ? x : tr_node_add(T, &p);
 }
 
-/* Reduction op over the dims in mask (bit d: dim d), dims dropped. */
-static int32_t reduce(tracer *T, smelt_op op, int32_t x, uint32_t mask)
+/* Reduction op over the dims in mask (bit d: dim d), dims dropped; first:
+ * attrs.red.first (AMAX: the gradient to the first maximum). */
+static int32_t reduce(tracer *T, smelt_op op, int32_t x, uint32_t mask, int first)
 {
     smelt_node p = { .op = op, .nsrc = 1, .src = { x } };
     p.a.red.dims = mask;
+    p.a.red.first = (uint8_t)first;
     return x < 0 ? -1 : tr_node_add(T, &p);
 }
 
@@ -246,15 +248,10 @@ static int32_t pool(tracer *T, const sh_args *sa, const int32_t *node, int first
         if (!pool_geometry(sa, i, xn->shape[nd - k + i], &pd[i]))
             return -2;
     uint32_t mask = ((1u << k) - 1) << nd;   /* the window dims */
-    if (sa->kind == SK_MAX_POOL || sa->kind == SK_ADAPTIVE_MAX) {   /* gradient to each window's first max, as eager's */
-        int32_t w = windows(T, x, pd, k, -INFINITY);
-        smelt_node p = { .op = SMELT_OP_AMAX, .nsrc = 1, .src = { w } };
-        p.a.red.dims = mask;
-        p.a.red.first = 1;
-        return w < 0 ? -1 : tr_node_add(T, &p);
-    }
+    if (sa->kind == SK_MAX_POOL || sa->kind == SK_ADAPTIVE_MAX)   /* gradient to each window's first max, as eager's */
+        return reduce(T, SMELT_OP_AMAX, windows(T, x, pd, k, -INFINITY), mask, 1);
     int cd = dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt;
-    int32_t s = reduce(T, SMELT_OP_SUM, windows(T, cast(T, x, cd), pd, k, 0.0), mask);
+    int32_t s = reduce(T, SMELT_OP_SUM, windows(T, cast(T, x, cd), pd, k, 0.0), mask, 0);
     int32_t d = s < 0 ? -1 : avg_divisor(T, sa, pd, k);
     return cast(T, binary(T, SMELT_OP_DIV, s, d), dt);
 }
