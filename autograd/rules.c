@@ -589,15 +589,52 @@ static int r_unfold(ad *A, int32_t i, int32_t g)
     return 0;
 }
 
-/* attention: the probabilities recomputed from q, k (and the mask) in the
- * backward graph, then the softmax and matmul rules by hand:
- * dv = p^T g, dp = g v^T, ds = p (dp - rowsum(dp p)), dq = ds k scale,
- * dk = ds^T q scale (the score matrix is materialised there: a flash-style
- * backward kernel is not built yet) */
+/* Elements [at, at + numel(shape)) of the vector x as a tensor of shape. */
+static int32_t vector_part(ad *A, int32_t x, int64_t at, int nd, const int64_t *shape)
+{
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++)
+        n *= shape[d];
+    smelt_node p = { .op = SMELT_OP_SLICE, .nsrc = 1, .src = { x } };
+    p.a.slice.dim = 0, p.a.slice.start = at, p.a.slice.end = at + n, p.a.slice.step = 1;
+    return ad_shaped(A, SMELT_OP_RESHAPE, x < 0 ? -1 : ad_add(A, &p), nd, shape);
+}
+
+/* attention: SDPA_BWD, the flash-style kernel (probabilities recomputed
+ * block by block from q, k, the mask and out), gives dq, dk and dv in one
+ * vector; dk and dv over q's batch dims (ad_give sums where k and v
+ * broadcast). */
 static int r_sdpa(ad *A, int32_t i, int32_t g)
 {
     int32_t q = X(0), k = X(1), v = X(2), mask = N->nsrc == 4 ? X(3) : -1;
     double scale = N->a.sdpa.scale;
+    if (mask < 0 || !A->req[N->src[3]]) {
+        smelt_node b = { .op = SMELT_OP_SDPA_BWD, .nsrc = (uint8_t)(N->nsrc + 2), .src = { q, k, v, Y, g, mask } };
+        b.a.sdpa = N->a.sdpa;
+        for (int s = 0; s < b.nsrc; s++)
+            if (b.src[s] < 0)
+                return 0;
+        int32_t all = ad_add(A, &b);
+        int nd = N->ndim;
+        int64_t sh[SMELT_MAX_DIMS], at = 0;
+        memcpy(sh, N->shape, sizeof sh);
+        int64_t L = sh[nd - 2], Ev = sh[nd - 1], S = ad_node(A, k)->shape[nd - 2], E = ad_node(A, q)->shape[nd - 1];
+        int64_t batch = 1;
+        for (int d = 0; d < nd - 2; d++)
+            batch *= sh[d];
+        int64_t part[3][2] = { { L, E }, { S, E }, { S, Ev } };
+        for (int s = 0; s < 3; s++) {
+            sh[nd - 2] = part[s][0], sh[nd - 1] = part[s][1];
+            if (A->req[N->src[s]])
+                ad_give(A, i, s, vector_part(A, all, at, nd, sh));
+            at += batch * part[s][0] * part[s][1];
+        }
+        return 0;
+    }
+    /* a mask that needs a gradient (dmask = ds): the probabilities
+     * recomputed in the backward graph, then the softmax and matmul rules
+     * by hand: dv = p^T g, dp = g v^T, ds = p (dp - rowsum(dp p)),
+     * dq = ds k scale, dk = ds^T q scale (the score matrix materialised) */
     int32_t sc = MUL(ad_op2(A, SMELT_OP_MATMUL, q, transposed(A, k)), KK(scale));
     if (sc < 0)
         return 0;

@@ -1053,6 +1053,40 @@ static int infer_sdpa(infer_ctx *c)
     return 0;
 }
 
+/* SDPA_BWD: q, k, v, out, g (and a mask) where q, k, v (and the mask) are
+ * a valid SDPA whose result has out's and g's shape (float32 both). */
+static int infer_sdpa_backward(infer_ctx *c)
+{
+    int n = c->in->nsrc;
+    if (n < 5 || n > 6)
+        return fail(c, "expects q, k, v, out, g and an optional mask, got %d sources", n);
+    smelt_node proto = *c->in, fwd;
+    proto.op = SMELT_OP_SDPA;
+    proto.nsrc = (uint8_t)(n - 2);
+    infer_ctx f = *c;
+    f.in = &proto, f.out = &fwd;
+    if (n == 6)
+        f.s[3] = c->s[5];
+    memset(&fwd, 0, sizeof fwd);
+    if (infer_sdpa(&f))
+        return -1;
+    for (int k = 3; k < 5; k++)
+        if (c->s[k]->dtype != SMELT_F32 || c->s[k]->ndim != fwd.ndim ||
+            memcmp(c->s[k]->shape, fwd.shape, sizeof(int64_t) * fwd.ndim) != 0)
+            return fail(c, "%s %s %s does not match the attention's result %s float32", k == 3 ? "out" : "g",
+                        SHP(c->s[k]), smelt_dtype_name((smelt_dtype)c->s[k]->dtype), SHP(&fwd));
+    int nd = fwd.ndim;
+    int64_t batch = 1, L = fwd.shape[nd - 2], Ev = fwd.shape[nd - 1];
+    int64_t S = c->s[1]->shape[nd - 2], E = c->s[0]->shape[nd - 1];
+    for (int d = 0; d < nd - 2; d++)
+        batch *= fwd.shape[d];
+    c->out->dtype = SMELT_F32;
+    c->out->ndim = 1;
+    c->out->shape[0] = batch * (L * E + S * E + S * Ev);
+    c->out->a.sdpa = fwd.a.sdpa;
+    return 0;
+}
+
 /* CONV: float32 x [N,C,*sp] and w [O,C/groups,*k] of rank nsp+2, optional
  * float32 bias [O]; attrs checked as graph.h says. */
 static int infer_conv(infer_ctx *c)
@@ -1202,6 +1236,7 @@ static int infer_node(const smelt_graph *g, int32_t self, const smelt_node *in,
     default:
         rc = in->op == SMELT_OP_CALL   ? infer_call(&c, self)
              : in->op == SMELT_OP_SDPA ? infer_sdpa(&c)
+             : in->op == SMELT_OP_SDPA_BWD ? infer_sdpa_backward(&c)
              : in->op == SMELT_OP_CONV ? infer_conv(&c)
              : in->op == SMELT_OP_CONV_BWD_INPUT || in->op == SMELT_OP_CONV_BWD_WEIGHT ? infer_conv_backward(&c)
                                        : infer_matmul(&c);
@@ -1411,7 +1446,7 @@ static enum attr_member attr_member_of(smelt_op op)
     case SMELT_OP_SLICE: return AM_SLICE;
     case SMELT_OP_DIAGONAL: return AM_DIAG;
     case SMELT_OP_CALL: return AM_CALL;
-    case SMELT_OP_SDPA: return AM_SDPA;
+    case SMELT_OP_SDPA: case SMELT_OP_SDPA_BWD: return AM_SDPA;
     case SMELT_OP_UNFOLD: return AM_UNFOLD;
     case SMELT_OP_CONV: case SMELT_OP_CONV_BWD_INPUT: case SMELT_OP_CONV_BWD_WEIGHT: return AM_CONV;
     case SMELT_OP_GATHER: case SMELT_OP_CHECKIDX: return AM_GATHER;

@@ -128,9 +128,14 @@ char *ind_kernels_print(const smelt_plan *p)
         const plan_step *st = &p->steps[s];
         if (st->kind == PS_KERNEL)
             print_kernel(&b, p, st->kernel);
-        else if (st->kind == PS_SDPA)
+        else if (st->kind == PS_SDPA && !st->attn->mode)
             sb_printf(&b, "sdpa q buf%d, k buf%d, v buf%d%s -> buf%d (flash, %s)\n", st->attn->buf[0],
-                      st->attn->buf[1], st->attn->buf[2], st->attn->nin == 4 ? ", mask" : "", st->attn->buf[4],
+                      st->attn->buf[1], st->attn->buf[2], st->attn->nin == 4 ? ", mask" : "",
+                      st->attn->buf[PLAN_SDPA_OUT], st->attn->d.causal ? "causal" : "full");
+        else if (st->kind == PS_SDPA)
+            sb_printf(&b, "sdpa backward q buf%d, k buf%d, v buf%d, out buf%d, g buf%d%s -> buf%d (flash, %s)\n",
+                      st->attn->buf[0], st->attn->buf[1], st->attn->buf[2], st->attn->buf[3], st->attn->buf[4],
+                      st->attn->nin == 6 ? ", mask" : "", st->attn->buf[PLAN_SDPA_OUT],
                       st->attn->d.causal ? "causal" : "full");
         else if (st->kind == PS_CALL) {
             const plan_call *c = st->call;

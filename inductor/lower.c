@@ -822,7 +822,7 @@ static void realize_extern_sources(lowering *L)
     const smelt_graph *g = L->g;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
-        if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA &&
+        if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA && n->op != SMELT_OP_SDPA_BWD &&
             !is_conv_op(n->op) && n->op != SMELT_OP_GATHER)
             continue;
         for (int k = 0; k < (n->op == SMELT_OP_GATHER ? 1 : n->nsrc); k++) {
@@ -1262,12 +1262,15 @@ static int emit_sdpa(lowering *L, int32_t node)
     d->scale = (float)n->a.sdpa.scale;
     d->causal = n->a.sdpa.causal;
     a->nin = n->nsrc;
-    kern_sdpa_operand *ops[4] = { &d->q, &d->k, &d->v, &d->mask };
+    a->mode = n->op == SMELT_OP_SDPA_BWD;
+    kern_sdpa_operand *fwd[4] = { &d->q, &d->k, &d->v, &d->mask };
+    kern_sdpa_operand *bwd[6] = { &d->q, &d->k, &d->v, &d->o, &d->g, &d->mask };
     for (int i = 0; i < n->nsrc; i++)
-        sdpa_operand(L, node, i, a, ops[i]);
-    d->mask_kind = n->nsrc < 4 ? KERN_SDPA_NO_MASK
-                   : L->g->nodes[n->src[3]].dtype == SMELT_BOOL ? KERN_SDPA_BOOL_MASK : KERN_SDPA_ADD_MASK;
-    a->buf[4] = L->buf_of[node];
+        sdpa_operand(L, node, i, a, (a->mode ? bwd : fwd)[i]);
+    int mask = a->mode ? 5 : 3;
+    d->mask_kind = n->nsrc <= mask ? KERN_SDPA_NO_MASK
+                   : L->g->nodes[n->src[mask]].dtype == SMELT_BOOL ? KERN_SDPA_BOOL_MASK : KERN_SDPA_ADD_MASK;
+    a->buf[PLAN_SDPA_OUT] = L->buf_of[node];
     add_step(L->p, (plan_step){ .kind = PS_SDPA, .attn = a });
     L->p->nexterns++;
     return 0;
@@ -1324,7 +1327,7 @@ static int emit_node(lowering *L, int32_t i)
         return emit_matmul(L, i);
     if (n->op == SMELT_OP_CALL)
         return n->a.call.out ? 0 : emit_call(L, i);   /* one step per call */
-    if (n->op == SMELT_OP_SDPA)
+    if (n->op == SMELT_OP_SDPA || n->op == SMELT_OP_SDPA_BWD)
         return emit_sdpa(L, i);
     if (n->op != SMELT_OP_CAT)
         return emit_store_kernel(L, i, 1, L->buf_of[i], -1, 0, n);
@@ -1454,7 +1457,7 @@ static void step_touch(const smelt_plan *p, const plan_step *s, bufset *bs)
     case PS_SDPA:
         for (int i = 0; i < s->attn->nin; i++)
             bs->rd[s->attn->buf[i]] = bs->id;
-        bs->wr[s->attn->buf[4]] = bs->id;
+        bs->wr[s->attn->buf[PLAN_SDPA_OUT]] = bs->id;
         break;
     case PS_CONV:
         for (int i = 0; i < s->conv->nin; i++)

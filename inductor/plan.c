@@ -28,7 +28,7 @@ static void step_bufs(const smelt_plan *p, int32_t s, void (*fn)(int32_t, int32_
     } else if (st->kind == PS_SDPA) {
         for (int k = 0; k < st->attn->nin; k++)
             fn(st->attn->buf[k], s, ctx);
-        fn(st->attn->buf[4], s, ctx);
+        fn(st->attn->buf[PLAN_SDPA_OUT], s, ctx);
     } else if (st->kind == PS_CONV) {
         for (int k = 0; k < st->conv->nin; k++)
             fn(st->conv->buf[k], s, ctx);
@@ -233,12 +233,20 @@ static int run_matmul(const plan_step *s, void **bufs, const smelt_input_stamp *
 static int run_sdpa(const plan_step *s, void **bufs, char *err, size_t errlen)
 {
     const plan_sdpa *a = s->attn;
-    const void *src[4] = { NULL, NULL, NULL, NULL };
+    const void *src[PLAN_SDPA_OUT] = { NULL };
+    int mask = a->mode ? 5 : 3;
     for (int k = 0; k < a->nin; k++) {
-        size_t es = k == 3 && a->d.mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4;
+        size_t es = k == mask && a->d.mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4;
         src[k] = (const char *)bufs[a->buf[k]] + a->off[k] * (int64_t)es;
     }
-    return kern_sdpa(&a->d, src[0], src[1], src[2], src[3], bufs[a->buf[4]], err, errlen);
+    float *out = bufs[a->buf[PLAN_SDPA_OUT]];
+    if (!a->mode)
+        return kern_sdpa(&a->d, src[0], src[1], src[2], src[3], out, err, errlen);
+    int64_t batch = 1;
+    for (int i = 0; i < a->d.nb; i++)
+        batch *= a->d.bdims[i];
+    float *dk = out + batch * a->d.L * a->d.E, *dv = dk + batch * a->d.S * a->d.E;
+    return kern_sdpa_backward(&a->d, src[0], src[1], src[2], src[5], src[3], src[4], out, dk, dv, err, errlen);
 }
 
 static int run_conv(const plan_step *s, void **bufs, char *err, size_t errlen)
@@ -315,8 +323,8 @@ static void step_text(const smelt_plan *p, int32_t s, char *buf, size_t n)
                  smelt_dtype_name(m->dtype));
     } else if (st->kind == PS_SDPA) {
         const kern_sdpa_desc *d = &st->attn->d;
-        snprintf(buf, n, "sdpa L %lld S %lld E %lld%s%s", (long long)d->L, (long long)d->S, (long long)d->E,
-                 d->causal ? " causal" : "", d->mask_kind ? " masked" : "");
+        snprintf(buf, n, "sdpa%s L %lld S %lld E %lld%s%s", st->attn->mode ? " backward" : "", (long long)d->L,
+                 (long long)d->S, (long long)d->E, d->causal ? " causal" : "", d->mask_kind ? " masked" : "");
     } else if (st->kind == PS_CALL) {
         snprintf(buf, n, "host call %d", (int)st->call->id);
     } else if (st->kind == PS_CONV) {

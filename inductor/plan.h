@@ -48,13 +48,16 @@ typedef struct plan_conv {
     int64_t off[3];
 } plan_conv;
 
-/* PS_SDPA: kernels/attention.c on buf[0..nin) (q, k, v, mask) at element
- * offsets off[], writing buf[4] (contiguous). */
+/* PS_SDPA: kernels/attention.c on buf[0..nin) at element offsets off[],
+ * writing buf[PLAN_SDPA_OUT] (contiguous). mode 0: the attention (q, k, v,
+ * mask -> out); 1: its gradients (q, k, v, out, g, mask -> dq, dk, dv one
+ * after the other, SDPA_BWD's vector). */
+#define PLAN_SDPA_OUT 6
 typedef struct plan_sdpa {
     kern_sdpa_desc d;
-    int nin;
-    int32_t buf[5];
-    int64_t off[4];
+    int nin, mode;
+    int32_t buf[PLAN_SDPA_OUT + 1];
+    int64_t off[PLAN_SDPA_OUT];
 } plan_sdpa;
 
 /* PS_CALL: host call `id`: its sources are views of plan buffers (buffer,

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_RECORD_VERSION 3
+#define PLAN_RECORD_VERSION 4
 #define PLAN_MAGIC "SMELTPLN"
 #define PLAN_MAX_COUNT (1 << 24)
 
@@ -146,8 +146,10 @@ static int extern_ok(const smelt_plan *p, const plan_step *st)
         for (int k = 0; ok && k < st->call->nout; k++)
             ok = buf_ok(p, st->call->out_buf[k]) && ref_ok(&st->call->out[k]);
     } else if (st->kind == PS_SDPA) {
-        ok = st->attn->nin >= 3 && st->attn->nin <= 4 && buf_ok(p, st->attn->buf[4]) &&
-             st->attn->d.nb >= 0 && st->attn->d.nb <= KERN_SDPA_MAX_BATCH;
+        int mode = st->attn->mode;
+        ok = (mode == 0 || mode == 1) && st->attn->nin >= (mode ? 5 : 3) && st->attn->nin <= (mode ? 6 : 4) &&
+             buf_ok(p, st->attn->buf[PLAN_SDPA_OUT]) && st->attn->d.nb >= 0 &&
+             st->attn->d.nb <= KERN_SDPA_MAX_BATCH;
         for (int k = 0; ok && k < st->attn->nin; k++)
             ok = buf_ok(p, st->attn->buf[k]);
     } else if (st->kind == PS_CONV) {

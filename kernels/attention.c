@@ -228,9 +228,15 @@ static void pv_512(const float *s, const float *vb, float *acc, const float *cor
 static const sdpa_isa isa_scalar = { scores_scalar, softmax_scalar, pv_scalar };
 static const sdpa_isa isa_512 = { scores_512, softmax_512, pv_512 };
 
+/* KERN_SDPA_FORCE_PORTABLE=1 (tests/c/test_attention.c) picks the scalar
+ * steps on any CPU. */
 static const sdpa_isa *pick_isa(void)
 {
+#if defined(KERN_SDPA_FORCE_PORTABLE) && KERN_SDPA_FORCE_PORTABLE
+    return &isa_scalar;
+#else
     return __builtin_cpu_supports("avx512f") ? &isa_512 : &isa_scalar;
+#endif
 }
 
 /* ------------------------------------------------------------- one item */
@@ -409,5 +415,358 @@ int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const flo
     kern_parallel_for(nbatch * J.nqb, per >= (1 << 18) ? 1 : (1 << 18) / per + 1, sdpa_range, &J);
     if (J.failed)
         return snprintf(err, errlen, "sdpa: out of memory"), -1;
+    return 0;
+}
+
+/* ============================================================== backward
+ *
+ * Pass 1 (items: batch entry x chunk of query blocks): each row's
+ * log-sum-exp lse = m + log l over all its keys (the forward's online
+ * softmax without P V; +inf for a row with no key, whose probabilities
+ * are then 0) and D = rowsum(g o), which equals rowsum(P dP).
+ * Pass 2 (items: batch entry x chunk of key blocks): for each key block of
+ * the chunk, over the query blocks that see it: S = Q K^T (Q scaled),
+ * masked, P = exp(S - lse), dV += P^T G, dP = G V^T, dS = P (dP - D),
+ * dK += dS^T Q, dQ += dS K. A key block's dK and dV are complete when its
+ * query blocks are done. dQ sums over key chunks: in place when an entry
+ * is one chunk (many entries), else in per-chunk partials that pass 3
+ * adds up; it is scaled last.
+ * The five products go through one small matrix kernel (AVX-512: 4 rows
+ * x 64 columns of accumulators; A read through strides, so P^T and dS^T
+ * are never transposed in memory).
+ */
+
+/* c[m][n] (+)= sum_k A(m, k) b[k][n] for m < M, n < N, k < K, A(m, k) at
+ * a[m * sam + k * sak], rows of b and c ldb and ldc apart; acc: add to c,
+ * else overwrite it. */
+typedef void (*sdpa_mm_fn)(int M, int N, int K, const float *a, int64_t sam, int64_t sak, const float *b,
+                           int64_t ldb, float *c, int64_t ldc, int acc);
+
+typedef struct sdpa_bwd_isa {
+    sdpa_mm_fn mm;
+    void (*probs)(float *s, const float *lse, int nq);                  /* s = exp(s - lse[row]) */
+    void (*dscore)(float *dp, const float *p, const float *D, int nq);  /* dp = p (dp - D[row]) */
+} sdpa_bwd_isa;
+
+static void mm_scalar(int M, int N, int K, const float *a, int64_t sam, int64_t sak, const float *b, int64_t ldb,
+                      float *c, int64_t ldc, int acc)
+{
+    for (int m = 0; m < M; m++) {
+        float *cr = c + m * ldc;
+        if (!acc)
+            memset(cr, 0, sizeof(float) * (size_t)N);
+        for (int k = 0; k < K; k++) {
+            float x = a[m * sam + k * sak];
+            const float *br = b + k * ldb;
+            for (int n = 0; n < N; n++)
+                cr[n] += x * br[n];
+        }
+    }
+}
+
+static void probs_scalar(float *s, const float *lse, int nq)
+{
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < BK; c++)
+            s[r * BK + c] = expf(s[r * BK + c] - lse[r]);
+}
+
+static void dscore_scalar(float *dp, const float *p, const float *D, int nq)
+{
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < BK; c++)
+            dp[r * BK + c] = p[r * BK + c] * (dp[r * BK + c] - D[r]);
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+/* Rows m0 .. m0+3 (the last row repeated past M, not stored) by columns
+ * n0 .. n0+63 (masked past N) at a time. */
+static void mm_512(int M, int N, int K, const float *a, int64_t sam, int64_t sak, const float *b, int64_t ldb,
+                   float *c, int64_t ldc, int acc)
+{
+    for (int n0 = 0; n0 < N; n0 += 64) {
+        __mmask16 mk[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            int left = N - n0 - 16 * j;
+            mk[j] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+        }
+        for (int m0 = 0; m0 < M; m0 += 4) {
+            const float *ar[4];
+            float *cr[4];
+            __m512 r[4][4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                int m = m0 + i < M ? m0 + i : M - 1;
+                ar[i] = a + m * sam;
+                cr[i] = c + m * ldc + n0;
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    r[i][j] = acc ? _mm512_maskz_loadu_ps(mk[j], cr[i] + 16 * j) : _mm512_setzero_ps();
+            }
+            for (int k = 0; k < K; k++) {
+                const float *br = b + k * ldb + n0;
+                __m512 x[4];
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++)
+                    x[j] = _mm512_maskz_loadu_ps(mk[j], br + 16 * j);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    __m512 y = _mm512_set1_ps(ar[i][k * sak]);
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++)
+                        r[i][j] = _mm512_fmadd_ps(y, x[j], r[i][j]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                if (m0 + i < M)
+#pragma GCC unroll 4
+                    for (int j = 0; j < 4; j++)
+                        _mm512_mask_storeu_ps(cr[i] + 16 * j, mk[j], r[i][j]);
+        }
+    }
+}
+
+static void probs_512(float *s, const float *lse, int nq)
+{
+    for (int r = 0; r < nq; r++) {
+        __m512 l = _mm512_set1_ps(lse[r]);
+        for (int c = 0; c < BK; c += 16)
+            _mm512_storeu_ps(s + r * BK + c, Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(s + r * BK + c), l)));
+    }
+}
+
+static void dscore_512(float *dp, const float *p, const float *D, int nq)
+{
+    for (int r = 0; r < nq; r++) {
+        __m512 dd = _mm512_set1_ps(D[r]);
+        for (int c = 0; c < BK; c += 16) {
+            float *x = dp + r * BK + c;
+            _mm512_storeu_ps(x, _mm512_mul_ps(_mm512_loadu_ps(p + r * BK + c), _mm512_sub_ps(_mm512_loadu_ps(x), dd)));
+        }
+    }
+}
+
+#pragma GCC pop_options
+
+static const sdpa_bwd_isa bwd_scalar = { mm_scalar, probs_scalar, dscore_scalar };
+static const sdpa_bwd_isa bwd_512 = { mm_512, probs_512, dscore_512 };
+
+typedef struct sdpa_bwd_job {
+    const kern_sdpa_desc *d;
+    const float *q, *k, *v, *o, *g;
+    const void *mask;
+    float *dq, *dk, *dv;
+    float *lse, *D;        /* [nbatch, L] */
+    float *part;           /* [nbatch, nkc, L, E] when nkc > 1 */
+    int64_t nqb, nkb;      /* query and key blocks per entry */
+    int64_t qpc, nqc;      /* pass 1: query blocks per chunk, chunks per entry */
+    int64_t kpc, nkc;      /* pass 2: key blocks per chunk, chunks per entry */
+    const sdpa_isa *fwd;
+    const sdpa_bwd_isa *isa;
+    _Atomic int failed;
+} sdpa_bwd_job;
+
+static const void *mask_of(const kern_sdpa_desc *d, const void *mask, int64_t b)
+{
+    if (d->mask_kind == KERN_SDPA_NO_MASK)
+        return NULL;
+    return (const char *)mask + batch_offset(d, &d->mask, b) * (d->mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4);
+}
+
+/* Pass 1 on items [begin, end): entry t / nqc, its query blocks of chunk t % nqc. */
+static void bwd_stats_range(void *ctx, int64_t begin, int64_t end)
+{
+    sdpa_bwd_job *J = ctx;
+    const kern_sdpa_desc *d = J->d;
+    int64_t SP = padded_s(d), E = d->E, Ev = d->Ev;
+    sdpa_scratch w;
+    float *mem = aligned_alloc(64, ((size_t)(BQ * E + E * SP + BQ * BK) * sizeof(float) + 63) / 64 * 64);
+    if (!mem) {
+        J->failed = 1;
+        return;
+    }
+    w.qb = mem, w.kt = w.qb + BQ * E, w.s = w.kt + E * SP;
+    int64_t packed = -1;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t b = t / J->nqc, qb0 = (t % J->nqc) * J->qpc, qb1 = qb0 + J->qpc < J->nqb ? qb0 + J->qpc : J->nqb;
+        const float *q = J->q + batch_offset(d, &d->q, b), *k = J->k + batch_offset(d, &d->k, b);
+        const float *o = J->o + batch_offset(d, &d->o, b), *g = J->g + batch_offset(d, &d->g, b);
+        const void *mask = mask_of(d, J->mask, b);
+        if (packed != b) {
+            memset(w.kt, 0, sizeof(float) * (size_t)(E * SP));
+            for (int64_t j = 0; j < d->S; j++)
+                for (int64_t e = 0; e < E; e++)
+                    w.kt[e * SP + j] = k[j * d->k.row + e * d->k.col];
+            packed = b;
+        }
+        for (int64_t i0 = qb0 * BQ; i0 < qb1 * BQ && i0 < d->L; i0 += BQ) {
+            int nq = d->L - i0 < BQ ? (int)(d->L - i0) : BQ;
+            for (int r = 0; r < nq; r++) {
+                for (int64_t e = 0; e < E; e++)
+                    w.qb[r * E + e] = q[(i0 + r) * d->q.row + e * d->q.col] * d->scale;
+                w.m[r] = -INFINITY;
+                w.l[r] = 0;
+            }
+            int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S;
+            for (int64_t j0 = 0; j0 < jend; j0 += BK) {
+                int nk = jend - j0 < BK ? (int)(jend - j0) : BK;
+                if (mask && block_masked(d, mask, i0, nq, j0, nk))
+                    continue;
+                J->fwd->scores(w.qb, w.kt + j0, SP, w.s, nq, E);
+                apply_mask(d, mask, i0, nq, j0, nk, w.s);
+                J->fwd->softmax(&w, nq);
+            }
+            for (int r = 0; r < nq; r++) {
+                int64_t i = i0 + r;
+                double dsum = 0;
+                for (int64_t e = 0; e < Ev; e++)
+                    dsum += (double)g[i * d->g.row + e * d->g.col] * o[i * d->o.row + e * d->o.col];
+                J->lse[b * d->L + i] = w.l[r] > 0 ? w.m[r] + logf(w.l[r]) : INFINITY;
+                J->D[b * d->L + i] = (float)dsum;
+            }
+        }
+    }
+    free(mem);
+}
+
+/* Pass 2 on items [begin, end): entry t / nkc, its key blocks of chunk t % nkc. */
+static void bwd_grad_range(void *ctx, int64_t begin, int64_t end)
+{
+    sdpa_bwd_job *J = ctx;
+    const kern_sdpa_desc *d = J->d;
+    int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev;
+    size_t n = (size_t)(L * E + L * Ev + 2 * E * BK + Ev * BK + 2 * BQ * BK + BK * E + BK * Ev);
+    float *mem = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
+    if (!mem) {
+        J->failed = 1;
+        return;
+    }
+    float *qs = mem, *gb = qs + L * E, *kt = gb + L * Ev, *kb = kt + E * BK, *vt = kb + BK * E;
+    float *s = vt + Ev * BK, *dp = s + BQ * BK, *dk = dp + BQ * BK, *dv = dk + BK * E;
+    const sdpa_bwd_isa *isa = J->isa;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t b = t / J->nkc, c = t % J->nkc;
+        int64_t kb0 = c * J->kpc, kb1 = kb0 + J->kpc < J->nkb ? kb0 + J->kpc : J->nkb;
+        const float *q = J->q + batch_offset(d, &d->q, b), *k = J->k + batch_offset(d, &d->k, b);
+        const float *v = J->v + batch_offset(d, &d->v, b), *g = J->g + batch_offset(d, &d->g, b);
+        const void *mask = mask_of(d, J->mask, b);
+        const float *lse = J->lse + b * L, *D = J->D + b * L;
+        float *dq = J->nkc == 1 ? J->dq + b * L * E : J->part + (b * J->nkc + c) * L * E;
+        int64_t first = d->causal ? kb0 * BK / BQ * BQ : 0;   /* causal: earlier rows see none of these keys */
+        memset(dq, 0, sizeof(float) * (size_t)(L * E));
+        for (int64_t i = first; i < L; i++) {
+            for (int64_t e = 0; e < E; e++)
+                qs[i * E + e] = q[i * d->q.row + e * d->q.col] * d->scale;
+            for (int64_t e = 0; e < Ev; e++)
+                gb[i * Ev + e] = g[i * d->g.row + e * d->g.col];
+        }
+        for (int64_t kbk = kb0; kbk < kb1; kbk++) {
+            int64_t j0 = kbk * BK;
+            int nk = S - j0 < BK ? (int)(S - j0) : BK;
+            memset(kt, 0, sizeof(float) * (size_t)(E * BK));
+            memset(vt, 0, sizeof(float) * (size_t)(Ev * BK));
+            for (int jj = 0; jj < nk; jj++) {
+                const float *kr = k + (j0 + jj) * d->k.row, *vr = v + (j0 + jj) * d->v.row;
+                for (int64_t e = 0; e < E; e++)
+                    kt[e * BK + jj] = kb[jj * E + e] = kr[e * d->k.col];
+                for (int64_t e = 0; e < Ev; e++)
+                    vt[e * BK + jj] = vr[e * d->v.col];
+            }
+            memset(dk, 0, sizeof(float) * (size_t)(nk * E));
+            memset(dv, 0, sizeof(float) * (size_t)(nk * Ev));
+            for (int64_t i0 = d->causal ? j0 / BQ * BQ : 0; i0 < L; i0 += BQ) {
+                int nq = L - i0 < BQ ? (int)(L - i0) : BQ;
+                if (mask && block_masked(d, mask, i0, nq, j0, nk))
+                    continue;
+                isa->mm(nq, BK, (int)E, qs + i0 * E, E, 1, kt, BK, s, BK, 0);
+                apply_mask(d, mask, i0, nq, j0, nk, s);
+                isa->probs(s, lse + i0, nq);
+                isa->mm(nk, (int)Ev, nq, s, 1, BK, gb + i0 * Ev, Ev, dv, Ev, 1);
+                isa->mm(nq, BK, (int)Ev, gb + i0 * Ev, Ev, 1, vt, BK, dp, BK, 0);
+                isa->dscore(dp, s, D + i0, nq);
+                isa->mm(nk, (int)E, nq, dp, 1, BK, qs + i0 * E, E, dk, E, 1);
+                isa->mm(nq, (int)E, nk, dp, BK, 1, kb, E, dq + i0 * E, E, 1);
+            }
+            memcpy(J->dk + (b * S + j0) * E, dk, sizeof(float) * (size_t)(nk * E));
+            memcpy(J->dv + (b * S + j0) * Ev, dv, sizeof(float) * (size_t)(nk * Ev));
+        }
+        if (J->nkc == 1)
+            for (int64_t x = 0; x < L * E; x++)
+                dq[x] *= d->scale;
+    }
+    free(mem);
+}
+
+/* Pass 3 on rows [begin, end) of all entries: dq = scale * sum of the partials. */
+static void bwd_sum_range(void *ctx, int64_t begin, int64_t end)
+{
+    sdpa_bwd_job *J = ctx;
+    int64_t L = J->d->L, E = J->d->E;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t b = r / L, i = r % L;
+        float *out = J->dq + r * E;
+        for (int64_t e = 0; e < E; e++) {
+            float x = 0;
+            for (int64_t c = 0; c < J->nkc; c++)
+                x += J->part[((b * J->nkc + c) * L + i) * E + e];
+            out[e] = x * J->d->scale;
+        }
+    }
+}
+
+/* Chunks per entry so that nbatch entries make about two items per
+ * thread: 1 when there are as many entries as threads. */
+static int64_t chunks(int64_t nbatch, int64_t nblocks)
+{
+    int64_t T = kern_get_num_threads();
+    if (nbatch >= T || nblocks <= 1)
+        return 1;
+    int64_t c = (2 * T + nbatch - 1) / nbatch;
+    return c < nblocks ? c : nblocks;
+}
+
+int kern_sdpa_backward(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
+                       const void *mask, const float *o, const float *g, float *dq, float *dk, float *dv,
+                       char *err, size_t errlen)
+{
+    if (d->nb < 0 || d->nb > KERN_SDPA_MAX_BATCH || d->L < 0 || d->S < 0 || d->E < 1 || d->Ev < 0)
+        return snprintf(err, errlen, "sdpa backward: bad sizes (L %lld, S %lld, E %lld, Ev %lld)",
+                        (long long)d->L, (long long)d->S, (long long)d->E, (long long)d->Ev), -1;
+    int64_t nbatch = 1;
+    for (int i = 0; i < d->nb; i++)
+        nbatch *= d->bdims[i];
+    if (nbatch == 0)
+        return 0;
+    if (d->L == 0 || d->S == 0 || d->Ev == 0) {   /* no query, no key or no value column: zero gradients */
+        memset(dq, 0, sizeof(float) * (size_t)(nbatch * d->L * d->E));
+        memset(dk, 0, sizeof(float) * (size_t)(nbatch * d->S * d->E));
+        memset(dv, 0, sizeof(float) * (size_t)(nbatch * d->S * d->Ev));
+        return 0;
+    }
+    sdpa_bwd_job J = { .d = d, .q = q, .k = k, .v = v, .o = o, .g = g, .mask = mask, .dq = dq, .dk = dk, .dv = dv,
+                       .nqb = (d->L + BQ - 1) / BQ, .nkb = (d->S + BK - 1) / BK, .fwd = pick_isa() };
+    J.isa = J.fwd == &isa_512 ? &bwd_512 : &bwd_scalar;
+    J.nqc = chunks(nbatch, J.nqb), J.qpc = (J.nqb + J.nqc - 1) / J.nqc;
+    J.nkc = chunks(nbatch, J.nkb), J.kpc = (J.nkb + J.nkc - 1) / J.nkc;
+    size_t rows = (size_t)(nbatch * d->L);
+    J.lse = malloc(sizeof(float) * 2 * rows);
+    J.part = J.nkc > 1 ? malloc(sizeof(float) * rows * (size_t)(J.nkc * d->E)) : NULL;
+    if (!J.lse || (J.nkc > 1 && !J.part)) {
+        free(J.lse), free(J.part);
+        return snprintf(err, errlen, "sdpa backward: out of memory"), -1;
+    }
+    J.D = J.lse + rows;
+    kern_parallel_for(nbatch * J.nqc, 1, bwd_stats_range, &J);
+    if (!J.failed)
+        kern_parallel_for(nbatch * J.nkc, 1, bwd_grad_range, &J);
+    if (!J.failed && J.nkc > 1)
+        kern_parallel_for((int64_t)rows, 64, bwd_sum_range, &J);
+    free(J.lse), free(J.part);
+    if (J.failed)
+        return snprintf(err, errlen, "sdpa backward: out of memory"), -1;
     return 0;
 }

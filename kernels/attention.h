@@ -35,11 +35,24 @@ typedef struct kern_sdpa_desc {
     int causal;
     kern_sdpa_mask mask_kind;   /* bool: 1 = attend; add: float32 added to the scores */
     kern_sdpa_operand q, k, v, mask;
+    kern_sdpa_operand o, g;     /* kern_sdpa_backward only: out and its gradient */
 } kern_sdpa_desc;
 
 /* Computes out (contiguous [batch.., L, Ev]) across the thread pool.
  * 0, or -1 with a message in err (bad sizes). */
 int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
               const void *mask, float *out, char *err, size_t errlen);
+
+/* The gradients of kern_sdpa's out for a gradient g of it, flash-style:
+ * the probabilities are recomputed block by block (from q, k, the mask and
+ * each row's log-sum-exp, found in a first pass), never stored whole. o
+ * is kern_sdpa's out for the same desc and operands, read with d->o's
+ * strides; g with d->g's ([batch.., L, Ev] both). Writes dq [batch.., L, E],
+ * dk [batch.., S, E] and dv [batch.., S, Ev], contiguous over all of q's
+ * batch dims: where k or v broadcast a batch dim, the caller sums it.
+ * 0, or -1 with a message in err. */
+int kern_sdpa_backward(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
+                       const void *mask, const float *o, const float *g, float *dq, float *dk, float *dv,
+                       char *err, size_t errlen);
 
 #endif

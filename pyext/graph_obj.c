@@ -639,7 +639,7 @@ static int op_attrs(op_call *c)
     case SMELT_OP_FULL: return attrs_full(c);
     case SMELT_OP_ARANGE: return attrs_arange(c);
     case SMELT_OP_IOTA: return attrs_iota(c);
-    case SMELT_OP_SDPA: return attrs_sdpa(c);
+    case SMELT_OP_SDPA: case SMELT_OP_SDPA_BWD: return attrs_sdpa(c);
     case SMELT_OP_UNFOLD: return attrs_unfold(c);
     case SMELT_OP_CONV: case SMELT_OP_CONV_BWD_INPUT: case SMELT_OP_CONV_BWD_WEIGHT: return attrs_conv(c);
     case SMELT_OP_GATHER: case SMELT_OP_CHECKIDX: return attrs_gather(c);

@@ -110,6 +110,113 @@ def test_graph_errors():
         g.op("sdpa", q, k2, g.input(torch.float32, (2, 5, 4)))
 
 
+def graph_sdpa_backward(q, k, v, g, mask=None, **kw):
+    """dq, dk, dv from the sdpa_backward op (out from the sdpa op of the
+    same graph), dk and dv over q's batch dims."""
+    gr = C.Graph()
+    ts = [q, k, v] + ([mask] if mask is not None else [])
+    ins = [gr.input(t.dtype, tuple(t.shape), strides=tuple(t.stride())) for t in ts]
+    gin = gr.input(g.dtype, tuple(g.shape), strides=tuple(g.stride()))
+    out = gr.op("sdpa", *ins, **kw)
+    gr.output(gr.op("sdpa_backward", *ins[:3], out, gin, *ins[3:], **kw))
+    f = gr.compile(keep_code=True)
+    assert "sdpa backward" in f.code("kernels")
+    (vec,) = f(*ts, g)
+    batch = tuple(q.shape[:-2])
+    L, E, S, Ev = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    parts, at = [], 0
+    for shape in (batch + (L, E), batch + (S, E), batch + (S, Ev)):
+        n = math.prod(shape)
+        parts.append(vec[at:at + n].reshape(shape))
+        at += n
+    assert at == vec.numel()
+    return parts
+
+
+def torch_grads(q, k, v, g, mask=None, **kw):
+    """Gradients by torch's autograd in float64 through the math form,
+    dk and dv expanded to q's batch dims (unsummed), as the op gives them."""
+    batch = tuple(q.shape[:-2])
+    xs = [q.double().requires_grad_(), k.double().expand(batch + k.shape[-2:]).detach().requires_grad_(),
+          v.double().expand(batch + v.shape[-2:]).detach().requires_grad_()]
+    m = mask if mask is None or mask.dtype == torch.bool else mask.double()
+    scale = kw.get("scale")
+    s = xs[0] @ xs[1].transpose(-1, -2) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    if kw.get("causal"):
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).tril().logical_not(), float("-inf"))
+    if m is not None:
+        s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m
+    mx = s.detach().amax(-1, keepdim=True) if s.shape[-1] else s.new_zeros(s.shape[:-1] + (1,))
+    e = torch.exp(s - torch.where(mx == float("-inf"), 0.0, mx))
+    p = e / e.sum(-1, keepdim=True).clamp_min(1e-300)   # rows with no key: zeros, as torch's kernels
+    (p @ xs[2]).backward(g.double())
+    return [x.grad.float() for x in xs]
+
+
+def close_grad(got, want):
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("size", SIZES + [(2, 3, 200, 150, 8, 8)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_backward_matches_torch(size, causal):
+    """The flash-style backward op's dq, dk, dv against float64 autograd:
+    tails around the blocks, causal with L != S, more rows than keys."""
+    B, H, L, S, E, Ev = size
+    q, k, v, g = rnd(B, H, L, E), rnd(B, H, S, E), rnd(B, H, S, Ev), rnd(B, H, L, Ev)
+    for got, want in zip(graph_sdpa_backward(q, k, v, g, causal=causal), torch_grads(q, k, v, g, causal=causal)):
+        close_grad(got, want)
+
+
+@pytest.mark.parametrize("mshape", [(2, 1, 37, 45), (1, 3, 1, 45), (37, 45), (2, 3, 37, 1)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_sdpa_backward_masks(mshape, kind):
+    """Broadcast bool and additive masks, with rows that no key is left to
+    (zero gradients there, as torch's zero rows)."""
+    q, k, v, g = rnd(2, 3, 37, 16), rnd(2, 3, 45, 16), rnd(2, 3, 45, 9), rnd(2, 3, 37, 9)
+    mask = (torch.rand(*mshape, generator=G) > 0.3) if kind == "bool" else rnd(*mshape)
+    if mshape[-2] != 1:
+        mask[..., 3, :] = False if kind == "bool" else float("-inf")
+    full = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+    for got, want in zip(graph_sdpa_backward(q, k, v, g, full, scale=0.3), torch_grads(q, k, v, g, full, scale=0.3)):
+        close_grad(got, want)
+
+
+def test_sdpa_backward_strided_and_shared_heads():
+    """Transposed q and g, keys and values shared by all heads (stride 0):
+    dk and dv come per head, for the caller to sum."""
+    q = rnd(2, 40, 4, 32).transpose(1, 2)
+    k = rnd(2, 70, 1, 32).transpose(1, 2).expand(2, 4, 70, 32)
+    v = rnd(2, 4, 24, 70).transpose(2, 3)
+    g = rnd(2, 40, 4, 24).transpose(1, 2)
+    for got, want in zip(graph_sdpa_backward(q, k, v, g), torch_grads(q, k, v, g)):
+        close_grad(got, want)
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 5, 7, 8, 8), (2, 2, 0, 7, 8, 8), (1, 2, 5, 0, 8, 8),
+                                   (1, 2, 5, 7, 8, 0)], ids=lambda s: "x".join(map(str, s)))
+def test_sdpa_backward_empty_dims(shape):
+    B, H, L, S, E, Ev = shape
+    q, k, v, g = rnd(B, H, L, E), rnd(B, H, S, E), rnd(B, H, S, Ev), rnd(B, H, L, Ev)
+    for got, want in zip(graph_sdpa_backward(q, k, v, g), torch_grads(q, k, v, g)):
+        close_grad(got, want)
+
+
+def test_sdpa_backward_graph_errors():
+    g = C.Graph()
+    q, k, v = g.input(torch.float32, (2, 3, 4)), g.input(torch.float32, (2, 5, 4)), g.input(torch.float32, (2, 5, 6))
+    out = g.op("sdpa", q, k, v)
+    assert g.op("sdpa_backward", q, k, v, out, out) >= 0
+    with pytest.raises(ValueError, match="does not match"):
+        g.op("sdpa_backward", q, k, v, out, g.input(torch.float32, (2, 3, 5)))
+    with pytest.raises(ValueError, match="float32"):
+        g.op("sdpa_backward", q, k, v, out, g.input(torch.float64, (2, 3, 6)))
+    with pytest.raises(ValueError, match="sources"):
+        g.op("sdpa_backward", q, k, v, out)
+
+
 class Attn(torch.nn.Module):
     def __init__(self, d=32, heads=4):
         super().__init__()

@@ -333,6 +333,65 @@ def test_attention_gradients(causal, mask):
             rtol=1e-4, atol=1e-5)
 
 
+def backward_profile(monkeypatch, fn, *inputs, **tol):
+    """compare(fn, *inputs) with the backward plan's profile returned."""
+    plans = []
+    import smelt._autograd as A
+    fwd_of = A._Region.forward
+    monkeypatch.setattr(A._Region, "forward",
+                        staticmethod(lambda ctx, fwd, bwd, *a: plans.append(bwd) or fwd_of(ctx, fwd, bwd, *a)))
+    smelt._C.set_profiling(True)
+    try:
+        compare(fn, *inputs, **tol)
+    finally:
+        smelt._C.set_profiling(False)
+    assert plans
+    return plans[0].profile()
+
+
+ATTN_GRAD_CASES = {   # name: (B, H, L, S, E, Ev, form)
+    "tails": (2, 3, 33, 70, 17, 24, "causal"),
+    "one_row": (1, 2, 1, 65, 16, 16, "none"),
+    "long": (1, 2, 130, 129, 32, 8, "bool"),
+    "float_mask": (2, 2, 40, 40, 16, 16, "float"),
+    "shared_heads": (2, 4, 37, 37, 16, 16, "gqa"),
+}
+
+
+@pytest.mark.parametrize("case", list(ATTN_GRAD_CASES))
+def test_attention_gradients_run_on_the_flash_backward(case, monkeypatch):
+    """dq, dk, dv of float32 attention come from the flash-style backward
+    step (no score matrix in the backward plan): tails around the blocks,
+    one query row, masks, keys and values expanded over heads from
+    transposed projections."""
+    B, H, L, S, E, Ev, form = ATTN_GRAD_CASES[case]
+    g = torch.Generator().manual_seed(4)
+    q = rnd(B, L, H, E, seed=1).transpose(1, 2).detach().requires_grad_()
+    kh = 1 if form == "gqa" else H
+    k, v = rnd(B, kh, S, E, seed=2), rnd(B, kh, S, Ev, seed=3)
+    m = {"bool": torch.rand(L, S, generator=g) > 0.3, "float": torch.randn(B, 1, L, S, generator=g)}.get(form)
+    if form == "bool":
+        m[:, 0] = True
+
+    def fn(q, k, v):
+        if form == "gqa":
+            k, v = k.expand(B, H, S, E), v.expand(B, H, S, Ev)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=form == "causal").sin()
+
+    prof = backward_profile(monkeypatch, fn, q, k, v, rtol=1e-4, atol=1e-5)
+    assert "sdpa backward" in prof, prof
+    assert f"[..{L},{S}]" not in prof and f"[..{L},{Ev}]@[..{Ev},{S}]" not in prof, prof
+
+
+def test_attention_mask_that_needs_a_gradient(monkeypatch):
+    """An additive mask that requires grad gets eager's gradient (through
+    the decomposed backward, which the flash step does not give)."""
+    q, k, v, m = rnd(2, 2, 9, 8, seed=1), rnd(2, 2, 11, 8, seed=2), rnd(2, 2, 11, 8, seed=3), rnd(2, 1, 9, 11, seed=4)
+    prof = backward_profile(monkeypatch, lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                            q, k, v, m, rtol=1e-4, atol=1e-5)
+    assert "sdpa backward" not in prof
+
+
 @pytest.mark.parametrize("groups,stride,padding", [(1, 1, 1), (2, 2, 0), (4, 1, 2)])
 def test_convolution_and_pooling_gradients(groups, stride, padding):
     x, w, b = rnd(2, 4, 9, 11, seed=1), rnd(8, 4 // groups, 3, 3, seed=2), rnd(8, seed=3)
@@ -380,21 +439,11 @@ def test_convolution_gradients_run_on_conv_backward_steps(case, bias, monkeypatc
     conv, xs, ws, kw = CONV_GRAD_CASES[case]
     x, w = rnd(*xs, seed=1), rnd(*ws, seed=2)
     b = rnd(ws[0], seed=3) if bias else None
-    plans = []
-    import smelt._autograd as A
-    fwd_of = A._Region.forward
-    monkeypatch.setattr(A._Region, "forward",
-                        staticmethod(lambda ctx, fwd, bwd, *a: plans.append(bwd) or fwd_of(ctx, fwd, bwd, *a)))
-    smelt._C.set_profiling(True)
-    try:
-        if bias:
-            compare(lambda x, w, b: conv(x, w, b, **kw).tanh(), x, w, b, rtol=1e-4, atol=1e-5)
-        else:
-            compare(lambda x, w: conv(x, w, None, **kw).tanh(), x, w, rtol=1e-4, atol=1e-5)
-    finally:
-        smelt._C.set_profiling(False)
-    assert plans and plans[0].num_host_calls == 0
-    prof = plans[0].profile()
+    if bias:
+        prof = backward_profile(monkeypatch, lambda x, w, b: conv(x, w, b, **kw).tanh(), x, w, b, rtol=1e-4, atol=1e-5)
+    else:
+        prof = backward_profile(monkeypatch, lambda x, w: conv(x, w, None, **kw).tanh(), x, w, rtol=1e-4, atol=1e-5)
+    assert "host call" not in prof
     assert "conv backward input" in prof and "conv backward weight" in prof, prof
 
 

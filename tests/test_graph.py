@@ -227,7 +227,7 @@ def test_every_op_has_a_test():
         "std", "reshape", "permute", "expand", "slice", "squeeze", "unsqueeze",
         "diagonal", "unfold", "flip", "cat", "matmul",
         "call",   # host calls: tests/test_hostcall.py
-        "sdpa",   # tests/test_attention.py
+        "sdpa", "sdpa_backward",   # tests/test_attention.py
         "conv", "conv_backward_input", "conv_backward_weight",   # tests/test_conv.py
         "gather", "checkidx"}   # tests/test_gather.py
     assert {row[0] for row in C.OPS} - covered == set()

@@ -6,7 +6,10 @@ sizes, strided/broadcast operands, rounding, errors, the shared primitive
 cache on its own and through matmul);
 test_conv.c checks convolution (1-3 spatial dims, groups, stride, padding,
 dilation, bias, every activation layout, thread splits, empty dims, errors,
-the plan cache), on oneDNN and built again on the portable loop. All
+the plan cache), on oneDNN and built again on the portable loop;
+test_attention.c checks the flash attention forward and backward (blocks'
+tails, causal, masks, broadcast heads, transposed operands, threads, empty
+dims), on AVX-512 and built again on the scalar steps. All
 compare with naive references and exit non-zero on any failure.
 """
 import os
@@ -17,13 +20,16 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNELS = ["kernels/threadpool.c", "kernels/onednn.c", "kernels/primcache.c"]
 CONV = ["tests/c/test_conv.c", *KERNELS, "kernels/conv.c"]
+ATTN = ["tests/c/test_attention.c", "kernels/threadpool.c", "kernels/attention.c"]
 PROGRAMS = {   # name: (sources, extra flags)
     "test_kernels": (["tests/c/test_kernels.c", *KERNELS, "kernels/matmul.c"], []),
     "test_conv": (CONV, []),
     "test_conv_portable": (CONV, ["-DKERN_CONV_FORCE_PORTABLE=1"]),
+    "test_attention": (ATTN, []),
+    "test_attention_portable": (ATTN, ["-DKERN_SDPA_FORCE_PORTABLE=1"]),
 }
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", f"-I{ROOT}"]
-LIBS = ["-ldnnl", "-lpthread", "-lm"]
+LIBS = ["-ldnnl", "-lsleef", "-lpthread", "-lm"]
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
