@@ -13,12 +13,14 @@
 #include "log.h"
 #include "module.h"
 #include "autograd_bridge.h"
+#include "debugdir.h"
 
 #include "../autograd/autograd.h"
 #include "../tracer/hostcall.h"
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static PyObject *run_fn, *spec_fn;   /* smelt._autograd.run / Spec */
 static PyObject *template_fn;        /* smelt._autograd.call_template: a backward host call's (fn, args, kwargs) */
@@ -75,13 +77,23 @@ static PyObject *int_tuple(const int32_t *v, int32_t n)
 }
 
 static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_compile_opts *o, PyObject *calls,
-                             char *reason, size_t len, const char *what, pyext_ad *out)
+                             const pyext_ad_about *about, char *reason, size_t len, const char *what,
+                             pyext_ad *out, int half)
 {
     char err[512];
     smelt_plan *plan;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     Py_BEGIN_ALLOW_THREADS
     plan = smelt_compile(g, o, err, sizeof err);
     Py_END_ALLOW_THREADS
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (pyext_debug_dir_on()) {
+        char name[512];
+        snprintf(name, sizeof name, "%s.%s", about->name, what);
+        pyext_debug_dump(name, g, about->guards, plan, half ? 0.0 : about->trace_ms,
+                         (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+    }
     if (!plan) {
         snprintf(reason, len, "compiling the %s graph failed (internal error, please report): %.400s", what, err);
         return Py_NewRef(Py_None);
@@ -90,6 +102,9 @@ static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_
     smelt_plan_compile_times(plan, &ct);
     out->generated += ct.generated;
     out->plans_cached += ct.plan_cached;
+    out->ct[half] = ct;
+    out->nkernels[half] = smelt_plan_num_kernels(plan);
+    out->nexterns[half] = smelt_plan_num_externs(plan);
     const char *k = smelt_plan_code(plan, "kernels");
     int ch = pyext_log_on(PYEXT_LOG_AOT) ? PYEXT_LOG_AOT : PYEXT_LOG_OUTPUT_CODE;
     if (k && pyext_log_on(ch)) {   /* the kernels of each half (SMELT_LOGS=aot or output_code) */
@@ -149,14 +164,18 @@ static PyObject *call_table(const ad_split *s, PyObject *fwd_calls, int *err)
 }
 
 int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, const smelt_compile_opts *o,
-                     pyext_ad *out, char *reason, size_t len)
+                     const pyext_ad_about *about, pyext_ad *out, char *reason, size_t len)
 {
     memset(out, 0, sizeof *out);
     if (bridge_init())
         return -1;
     ad_split s;
     char err[512];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = ad_split_graph(r->graph, rg, r->nmut, &s, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    out->split_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
     if (rc) {
         snprintf(reason, len, rc > 0 ? "autograd: %s" : "autograd: internal error, please report: %s", err);
         return 1;
@@ -180,8 +199,8 @@ int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, con
     }
     int cerr;
     PyObject *bcalls = call_table(&s, r->calls, &cerr);
-    PyObject *fwd = cerr ? NULL : compile_one(st, s.fwd, o, r->calls, reason, len, "forward", out);
-    PyObject *bwd = fwd && fwd != Py_None ? compile_one(st, s.bwd, o, bcalls, reason, len, "backward", out) : NULL;
+    PyObject *fwd = cerr ? NULL : compile_one(st, s.fwd, o, r->calls, about, reason, len, "forward", out, 0);
+    PyObject *bwd = fwd && fwd != Py_None ? compile_one(st, s.bwd, o, bcalls, about, reason, len, "backward", out, 1) : NULL;
     Py_XDECREF(bcalls);
     PyObject *kinds = NULL, *idx = NULL, *gin = NULL, *diff = NULL, *spec = NULL, *uses = NULL;
     if (bwd && bwd != Py_None) {

@@ -789,6 +789,16 @@ static void entry_free(entry *e)
 
 /* ---------- tracing a new entry ---------- */
 
+/* SMELT_LOGS=perf: where one plan's compile time went. */
+static void perf_times(char *buf, size_t n, const smelt_compile_times *ct)
+{
+    if (ct->plan_cached)
+        snprintf(buf, n, "plan and code from the disk cache, load %.1f ms", ct->load_ms);
+    else
+        snprintf(buf, n, "lower %.1f ms, codegen %.1f ms (%d functions generated), load %.1f ms", ct->lower_ms,
+                 ct->codegen_ms, ct->generated, ct->load_ms);
+}
+
 static double now_ms(void)
 {
     struct timespec ts;
@@ -960,7 +970,11 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
                                                        pyext_debug_dir_on() };
     if (rg) {   /* forward and backward */
         t0 = now_ms();
-        int arc = pyext_ad_compile(st, &e->r, rg, &o, &e->ad, e->r.reason, sizeof e->r.reason);
+        char *guards = pyext_debug_dir_on() && e->tree ? guard_tree_print(e->tree) : NULL;
+        pyext_ad_about about = { PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
+                                 guards, self->trace_ms };
+        int arc = pyext_ad_compile(st, &e->r, rg, &o, &about, &e->ad, e->r.reason, sizeof e->r.reason);
+        free(guards);
         PyMem_Free(rg);
         self->compile_ms = now_ms() - t0;
         self->ngenerated += e->ad.generated;
@@ -974,6 +988,19 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
             return e;
         }
         if (arc == 0) {
+            if (pyext_log_on(PYEXT_LOG_PERF)) {
+                char line[1024], f[192], b[192];
+                perf_times(f, sizeof f, &e->ad.ct[0]);
+                perf_times(b, sizeof b, &e->ad.ct[1]);
+                snprintf(line, sizeof line, "%s: trace %.1f ms (%d nodes, %d guards), forward and backward "
+                         "compile %.1f ms: split %.1f ms (%d values saved, %lld bytes; %d nodes recomputed); "
+                         "forward %d kernels, %d externs: %s; backward %d kernels, %d externs: %s",
+                         PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
+                         self->trace_ms, e->r.graph->n, e->r.nguards, self->compile_ms, e->ad.split_ms,
+                         e->ad.nsaved, (long long)e->ad.saved_bytes, e->ad.nrecomputed, e->ad.nkernels[0],
+                         e->ad.nexterns[0], f, e->ad.nkernels[1], e->ad.nexterns[1], b);
+                pyext_log_write(PYEXT_LOG_PERF, line);
+            }
             e->compiled = Py_NewRef(e->ad.fwd);
             pyext_compiled_set_packing(e->compiled, self->packing);
             self->ncompiles++;
@@ -1018,12 +1045,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
                          PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
                          self->trace_ms, e->r.graph->n, e->r.nguards, self->compile_ms,
                          smelt_plan_num_kernels(plan), smelt_plan_num_externs(plan));
-        if (ct.plan_cached)
-            snprintf(line + n, sizeof line - (size_t)n, "plan and code from the disk cache, load %.1f ms", ct.load_ms);
-        else
-            snprintf(line + n, sizeof line - (size_t)n,
-                     "lower %.1f ms, codegen %.1f ms (%d functions generated), load %.1f ms", ct.lower_ms,
-                     ct.codegen_ms, ct.generated, ct.load_ms);
+        perf_times(line + n, sizeof line - (size_t)n, &ct);
         pyext_log_write(PYEXT_LOG_PERF, line);
     }
     if (!plan) {

@@ -179,3 +179,26 @@ def test_debug_dir_writes_one_folder_per_graph(tmp_path):
     assert {"trace_ms", "lower_ms", "codegen_ms", "load_ms", "compile_ms"} <= set(times)
     assert float(times["codegen_ms"]) > 0 and int(times["kernels"]) >= 1
     assert oct(os.stat(d).st_mode & 0o777) == "0o700"
+
+
+def test_debug_dir_and_perf_log_of_a_training_region(tmp_path):
+    """A region compiled with its backward writes a forward and a backward
+    folder (each half's graph, kernels and code), and SMELT_LOGS=perf says
+    where both compiles' time went."""
+    code = ("import torch, smelt\n"
+            "m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16))\n"
+            "cm = smelt.compile(m)\n"
+            "cm(torch.randn(3, 8)).square().sum().backward()\n")
+    env = dict(os.environ, SMELT_DEBUG_DIR=str(tmp_path / "dbg"), SMELT_LOGS="perf")
+    r = subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, capture_output=True, text=True)
+    folders = sorted(os.listdir(tmp_path / "dbg"))
+    fwd = [f for f in folders if f.startswith("Sequential.__call__.forward-")]
+    bwd = [f for f in folders if f.startswith("Sequential.__call__.backward-")]
+    assert len(fwd) == 1 and len(bwd) == 1, folders
+    for f in fwd + bwd:
+        d = tmp_path / "dbg" / f
+        assert {"graph.txt", "guards.txt", "kernels.txt", "code.ll", "code.s", "timings.txt"} <= set(os.listdir(d))
+        assert "define" in (d / "code.ll").read_text()
+    assert "matmul(" in (tmp_path / "dbg" / bwd[0] / "graph.txt").read_text()
+    line = [x for x in r.stderr.splitlines() if "forward and backward compile" in x]
+    assert len(line) == 1 and "saved" in line[0] and "backward" in line[0].split("split")[1], r.stderr
