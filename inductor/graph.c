@@ -1077,12 +1077,20 @@ static int infer_sdpa_backward(infer_ctx *c)
                         SHP(c->s[k]), smelt_dtype_name((smelt_dtype)c->s[k]->dtype), SHP(&fwd));
     int nd = fwd.ndim;
     int64_t batch = 1, L = fwd.shape[nd - 2], Ev = fwd.shape[nd - 1];
-    int64_t S = c->s[1]->shape[nd - 2], E = c->s[0]->shape[nd - 1];
+    int64_t S = c->s[1]->shape[nd - 2], E = c->s[0]->shape[nd - 1], per, pq, pk, pv;
+    int over = 0;
     for (int d = 0; d < nd - 2; d++)
-        batch *= fwd.shape[d];
+        over |= __builtin_mul_overflow(batch, fwd.shape[d], &batch);
+    /* k and v may broadcast over q's batch: batch * S * E is no tensor's size yet */
+    over |= __builtin_mul_overflow(L, E, &pq) | __builtin_mul_overflow(S, E, &pk) |
+            __builtin_mul_overflow(S, Ev, &pv) | __builtin_add_overflow(pq, pk, &per) |
+            __builtin_add_overflow(per, pv, &per) | __builtin_mul_overflow(batch, per, &per);
+    if (over)
+        return fail(c, "too many elements for dq, dk and dv of q %s, k %s, v %s", SHP(c->s[0]), SHP(c->s[1]),
+                    SHP(c->s[2]));
     c->out->dtype = SMELT_F32;
     c->out->ndim = 1;
-    c->out->shape[0] = batch * (L * E + S * E + S * Ev);
+    c->out->shape[0] = per;
     c->out->a.sdpa = fwd.a.sdpa;
     return 0;
 }

@@ -147,9 +147,10 @@ static int extern_ok(const smelt_plan *p, const plan_step *st)
             ok = buf_ok(p, st->call->out_buf[k]) && ref_ok(&st->call->out[k]);
     } else if (st->kind == PS_SDPA) {
         int mode = st->attn->mode;
-        ok = (mode == 0 || mode == 1) && st->attn->nin >= (mode ? 5 : 3) && st->attn->nin <= (mode ? 6 : 4) &&
-             buf_ok(p, st->attn->buf[PLAN_SDPA_OUT]) && st->attn->d.nb >= 0 &&
-             st->attn->d.nb <= KERN_SDPA_MAX_BATCH;
+        int masked = st->attn->d.mask_kind != KERN_SDPA_NO_MASK;   /* a mask kind exactly when a mask source */
+        ok = (mode == 0 || mode == 1) && st->attn->nin == (mode ? 5 : 3) + masked &&
+             st->attn->d.mask_kind <= KERN_SDPA_ADD_MASK && buf_ok(p, st->attn->buf[PLAN_SDPA_OUT]) &&
+             st->attn->d.nb >= 0 && st->attn->d.nb <= KERN_SDPA_MAX_BATCH;
         for (int k = 0; ok && k < st->attn->nin; k++)
             ok = buf_ok(p, st->attn->buf[k]);
     } else if (st->kind == PS_CONV) {

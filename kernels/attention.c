@@ -420,13 +420,16 @@ int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const flo
 
 /* ============================================================== backward
  *
- * Pass 1 (items: batch entry x chunk of query blocks): each row's
- * log-sum-exp lse = m + log l over all its keys (the forward's online
- * softmax without P V; +inf for a row with no key, whose probabilities
- * are then 0) and D = rowsum(g o), which equals rowsum(P dP).
+ * Pass 1 (items: batch entry x chunk of query blocks): each row's max m
+ * and 1 / l, l the sum of exp(s - m) over all its keys (the forward's
+ * online softmax without P V; m = 0 and 1 / l = 0 for a row with no key,
+ * whose probabilities are then 0), and D = rowsum(g o), which equals
+ * rowsum(P dP). (Not one log-sum-exp m + log l: where a mask adds a large
+ * finite value, -1e9, log l vanishes in m's rounding and every P of the
+ * row would be 1, not the forward's 1 / n.)
  * Pass 2 (items: batch entry x chunk of key blocks): for each key block of
  * the chunk, over the query blocks that see it: S = Q K^T (Q scaled),
- * masked, P = exp(S - lse), dV += P^T G, dP = G V^T, dS = P (dP - D),
+ * masked, P = exp(S - m) / l, dV += P^T G, dP = G V^T, dS = P (dP - D),
  * dK += dS^T Q, dQ += dS K. A key block's dK and dV are complete when its
  * query blocks are done. dQ sums over key chunks: in place when an entry
  * is one chunk (many entries), else in per-chunk partials that pass 3
@@ -444,7 +447,7 @@ typedef void (*sdpa_mm_fn)(int M, int N, int K, const float *a, int64_t sam, int
 
 typedef struct sdpa_bwd_isa {
     sdpa_mm_fn mm;
-    void (*probs)(float *s, const float *lse, int nq);                  /* s = exp(s - lse[row]) */
+    void (*probs)(float *s, const float *m, const float *linv, int nq);   /* s = exp(s - m[row]) linv[row] */
     void (*dscore)(float *dp, const float *p, const float *D, int nq);  /* dp = p (dp - D[row]) */
 } sdpa_bwd_isa;
 
@@ -464,11 +467,11 @@ static void mm_scalar(int M, int N, int K, const float *a, int64_t sam, int64_t 
     }
 }
 
-static void probs_scalar(float *s, const float *lse, int nq)
+static void probs_scalar(float *s, const float *m, const float *linv, int nq)
 {
     for (int r = 0; r < nq; r++)
         for (int c = 0; c < BK; c++)
-            s[r * BK + c] = expf(s[r * BK + c] - lse[r]);
+            s[r * BK + c] = expf(s[r * BK + c] - m[r]) * linv[r];
 }
 
 static void dscore_scalar(float *dp, const float *p, const float *D, int nq)
@@ -530,12 +533,14 @@ static void mm_512(int M, int N, int K, const float *a, int64_t sam, int64_t sak
     }
 }
 
-static void probs_512(float *s, const float *lse, int nq)
+static void probs_512(float *s, const float *m, const float *linv, int nq)
 {
     for (int r = 0; r < nq; r++) {
-        __m512 l = _mm512_set1_ps(lse[r]);
-        for (int c = 0; c < BK; c += 16)
-            _mm512_storeu_ps(s + r * BK + c, Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(s + r * BK + c), l)));
+        __m512 mx = _mm512_set1_ps(m[r]), li = _mm512_set1_ps(linv[r]);
+        for (int c = 0; c < BK; c += 16) {
+            __m512 e = Sleef_expf16_u10avx512f(_mm512_sub_ps(_mm512_loadu_ps(s + r * BK + c), mx));
+            _mm512_storeu_ps(s + r * BK + c, _mm512_mul_ps(e, li));
+        }
     }
 }
 
@@ -560,7 +565,7 @@ typedef struct sdpa_bwd_job {
     const float *q, *k, *v, *o, *g;
     const void *mask;
     float *dq, *dk, *dv;
-    float *lse, *D;        /* [nbatch, L] */
+    float *m, *linv, *D;   /* [nbatch, L] each */
     float *part;           /* [nbatch, nkc, L, E] when nkc > 1 */
     int64_t nqb, nkb;      /* query and key blocks per entry */
     int64_t qpc, nqc;      /* pass 1: query blocks per chunk, chunks per entry */
@@ -625,7 +630,8 @@ static void bwd_stats_range(void *ctx, int64_t begin, int64_t end)
                 double dsum = 0;
                 for (int64_t e = 0; e < Ev; e++)
                     dsum += (double)g[i * d->g.row + e * d->g.col] * o[i * d->o.row + e * d->o.col];
-                J->lse[b * d->L + i] = w.l[r] > 0 ? w.m[r] + logf(w.l[r]) : INFINITY;
+                J->m[b * d->L + i] = w.l[r] > 0 ? w.m[r] : 0;
+                J->linv[b * d->L + i] = w.l[r] > 0 ? 1 / w.l[r] : 0;
                 J->D[b * d->L + i] = (float)dsum;
             }
         }
@@ -654,7 +660,7 @@ static void bwd_grad_range(void *ctx, int64_t begin, int64_t end)
         const float *q = J->q + batch_offset(d, &d->q, b), *k = J->k + batch_offset(d, &d->k, b);
         const float *v = J->v + batch_offset(d, &d->v, b), *g = J->g + batch_offset(d, &d->g, b);
         const void *mask = mask_of(d, J->mask, b);
-        const float *lse = J->lse + b * L, *D = J->D + b * L;
+        const float *m = J->m + b * L, *linv = J->linv + b * L, *D = J->D + b * L;
         float *dq = J->nkc == 1 ? J->dq + b * L * E : J->part + (b * J->nkc + c) * L * E;
         int64_t first = d->causal ? kb0 * BK / BQ * BQ : 0;   /* causal: earlier rows see none of these keys */
         memset(dq, 0, sizeof(float) * (size_t)(L * E));
@@ -684,7 +690,7 @@ static void bwd_grad_range(void *ctx, int64_t begin, int64_t end)
                     continue;
                 isa->mm(nq, BK, (int)E, qs + i0 * E, E, 1, kt, BK, s, BK, 0);
                 apply_mask(d, mask, i0, nq, j0, nk, s);
-                isa->probs(s, lse + i0, nq);
+                isa->probs(s, m + i0, linv + i0, nq);
                 isa->mm(nk, (int)Ev, nq, s, 1, BK, gb + i0 * Ev, Ev, dv, Ev, 1);
                 isa->mm(nq, BK, (int)Ev, gb + i0 * Ev, Ev, 1, vt, BK, dp, BK, 0);
                 isa->dscore(dp, s, D + i0, nq);
@@ -753,19 +759,19 @@ int kern_sdpa_backward(const kern_sdpa_desc *d, const float *q, const float *k, 
     J.nqc = chunks(nbatch, J.nqb), J.qpc = (J.nqb + J.nqc - 1) / J.nqc;
     J.nkc = chunks(nbatch, J.nkb), J.kpc = (J.nkb + J.nkc - 1) / J.nkc;
     size_t rows = (size_t)(nbatch * d->L);
-    J.lse = malloc(sizeof(float) * 2 * rows);
+    J.m = malloc(sizeof(float) * 3 * rows);
     J.part = J.nkc > 1 ? malloc(sizeof(float) * rows * (size_t)(J.nkc * d->E)) : NULL;
-    if (!J.lse || (J.nkc > 1 && !J.part)) {
-        free(J.lse), free(J.part);
+    if (!J.m || (J.nkc > 1 && !J.part)) {
+        free(J.m), free(J.part);
         return snprintf(err, errlen, "sdpa backward: out of memory"), -1;
     }
-    J.D = J.lse + rows;
+    J.linv = J.m + rows, J.D = J.linv + rows;
     kern_parallel_for(nbatch * J.nqc, 1, bwd_stats_range, &J);
     if (!J.failed)
         kern_parallel_for(nbatch * J.nkc, 1, bwd_grad_range, &J);
     if (!J.failed && J.nkc > 1)
         kern_parallel_for((int64_t)rows, 64, bwd_sum_range, &J);
-    free(J.lse), free(J.part);
+    free(J.m), free(J.part);
     if (J.failed)
         return snprintf(err, errlen, "sdpa backward: out of memory"), -1;
     return 0;

@@ -302,6 +302,67 @@ def test_what_the_graph_cannot_carry_runs_eagerly(case):
     assert st["backward_compiles"] == 0 and st["breaks"] >= 1, st
 
 
+_INV = torch.arange(1.0, 5.0)
+
+
+@torch.no_grad()
+def _table_decorated(pos):
+    return (pos[:, None] * _INV).cos()
+
+
+@pytest.mark.parametrize("form", ["with", "decorator", "set_grad_enabled"])
+def test_no_grad_region_over_values_that_need_no_gradient_compiles(form):
+    """A no_grad region whose values come from no input that requires grad
+    (a rotary table from positions and a buffer, as Llama-style models
+    make) is carried: the region compiles with its backward, the table does
+    not require grad, gradients match eager's."""
+    inv = _INV
+    table_decorated = _table_decorated
+
+    def table(pos):
+        if form == "with":
+            with torch.no_grad():
+                return (pos[:, None] * inv).cos()
+        if form == "decorator":
+            return table_decorated(pos)
+        torch.set_grad_enabled(False)
+        t = (pos[:, None] * inv).cos()
+        torch.set_grad_enabled(True)
+        return t
+
+    def fn(x, w):
+        t = table(torch.arange(x.shape[0], dtype=torch.float32))
+        return (x @ w) * t, t
+
+    f = smelt.compile(fn)
+    x, w = rnd(6, 3, seed=1), rnd(3, 4, seed=2)
+    got = [t.detach().clone().requires_grad_() for t in (x, w)]
+    y, t = f(*got)
+    assert not t.requires_grad and y.requires_grad
+    y.backward(torch.ones_like(y))
+    ref = [t.detach().clone().requires_grad_() for t in (x, w)]
+    fn(*ref)[0].backward(torch.ones_like(y))
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.grad, b.grad)
+    st = f._smelt.stats()
+    assert st["backward_compiles"] == 1 and st["breaks"] == 0, st
+
+
+def test_no_grad_region_over_values_that_need_a_gradient_runs_eagerly():
+    """A no_grad region reading a value that requires grad (a constant scale
+    in eager) is not carried: eager's gradients, the reason given."""
+    def fn(x):
+        with torch.no_grad():
+            s = x.abs().amax()
+        return (x / s).square().sum()
+    f = smelt.compile(fn)
+    _, g, _ = grads_of(f, [rnd(5, 3)])
+    _, ref, _ = grads_of(fn, [rnd(5, 3)])
+    torch.testing.assert_close(g[0], ref[0])
+    st = f._smelt.stats()
+    assert st["backward_compiles"] == 0 and "no_grad region" in str(st["last_break"]), st
+
+
 def test_explain_says_a_backward_compiles():
     f = smelt.compile(lambda x: (x.sin() * 2).sum())
     assert smelt.explain(f, rnd(4))["backward"] is True
@@ -381,6 +442,31 @@ def test_attention_gradients_run_on_the_flash_backward(case, monkeypatch):
     prof = backward_profile(monkeypatch, fn, q, k, v, rtol=1e-4, atol=1e-5)
     assert "sdpa backward" in prof, prof
     assert f"[..{L},{S}]" not in prof and f"[..{L},{Ev}]@[..{Ev},{S}]" not in prof, prof
+
+
+def test_attention_rows_masked_by_finite_values():
+    """Rows whose every key is masked by a large finite value (-1e9,
+    finfo.min: BERT-style masks) attend uniformly in float32, and their
+    gradients are those of that forward: the math form's (softmax then
+    matmuls, as torch's math backend computes them). Torch's fused CPU
+    backward recomputes such rows from one log-sum-exp, in which log(l)
+    vanishes next to -1e9, and gives every key probability 1 there."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = rnd(2, 2, 40, 16, seed=1), rnd(2, 2, 70, 16, seed=2), rnd(2, 2, 70, 16, seed=3)
+    m = torch.randn(2, 1, 40, 70, generator=g)
+    m[:, :, 2] = -1e9
+    m[:, :, 5] = torch.finfo(torch.float32).min
+
+    def math(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) / 4 + m, -1) @ v
+
+    cf = smelt.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+    ref_out, ref_g, gs = grads_of(math, [q, k, v])
+    out, got, _ = grads_of(cf, [q, k, v], gs)
+    torch.testing.assert_close(out[0], ref_out[0], rtol=1e-4, atol=1e-5)
+    for a, b in zip(got, ref_g):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert cf._smelt.stats()["backward_compiles"] == 1
 
 
 def test_attention_mask_that_needs_a_gradient(monkeypatch):

@@ -4653,6 +4653,7 @@ static void tracer_free(tracer *T)
     }
     PyMem_Free(T->vals ? T->vals - 1 : NULL);
     PyMem_Free(T->contig);
+    PyMem_Free(T->ngr);
     PyMem_Free(T->lays);
     PyMem_Free(T->st_known);
     PyMem_Free(T->st_tab);

@@ -483,7 +483,7 @@ int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a)
     if (T->vals[fn].kind == V_OBJ && Py_IS_TYPE(T->vals[fn].obj, (PyTypeObject *)partial_type))
         return call_outside_partial(T, fn, a);
     if (T->vals[fn].kind == V_OBJ && T->vals[fn].obj == grad_exit) {   /* a grad-mode manager's __exit__ */
-        T->no_grad = T->vals[fn].pos;
+        tr_grad_mode(T, T->vals[fn].pos);
         return tv_obj(T, Py_None, -1);
     }
     return T->vals[fn].kind == V_OBJ ? call_user_object(T, fn, a) : -2;
@@ -1451,9 +1451,7 @@ static int32_t set_grad_enabled(tracer *T, const call_args *a)
     int32_t m = st == -2 ? -1 : tv_obj(T, grad_mgr, -1);
     if (m < 0)
         return -1;
-    if (st == 1)
-        T->grad_sensitive = tr_no_grad_region;
-    T->no_grad = st;
+    tr_grad_mode(T, st);
     T->vals[m].pos = st;
     T->vals[m].sl[0] = saved;
     return m;
@@ -1508,9 +1506,7 @@ int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
         int st = grad_state(T, x->pos < 0);
         if (st == -2)
             return -1;
-        if (st == 1)
-            T->grad_sensitive = tr_no_grad_region;
-        T->no_grad = st;
+        tr_grad_mode(T, st);
     }
     *ex = tv_obj(T, grad_exit, -1);
     *en = tv_obj(T, Py_None, -1);
@@ -1522,34 +1518,119 @@ int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
 
 const char tr_no_grad_region[] = "a no_grad region";
 
+void tr_grad_mode(tracer *T, int st)
+{
+    int was = T->no_grad == 1, now = st == 1;
+    T->no_grad = st;
+    if (was == now)
+        return;
+    if (T->nngr + 2 > T->cngr) {
+        int32_t c = T->cngr ? 2 * T->cngr : 8, *p = PyMem_Realloc(T->ngr, sizeof(int32_t) * (size_t)c);
+        if (!p) {   /* regions unknown: the trace treats every node as made in one */
+            T->grad_sensitive = tr_no_grad_region;
+            return;
+        }
+        T->ngr = p;
+        T->cngr = c;
+    }
+    if (now)
+        T->ngr[T->nngr++] = T->g->n, T->ngr[T->nngr++] = -1;
+    else if (T->nngr)
+        T->ngr[T->nngr - 1] = T->g->n;
+}
+
+/* Per graph node, 1 if it depends on a graph input whose tensor requires
+ * grad; NULL with an exception, *any = whether one does. */
+static uint8_t *nodes_requiring_grad(tracer *T, int *any)
+{
+    uint8_t *req = PyMem_Calloc((size_t)T->g->n + 1, 1), *in = PyMem_Calloc((size_t)T->r->ninputs + 1, 1);
+    *any = 0;
+    if (!req || !in) {
+        PyMem_Free(req);
+        PyMem_Free(in);
+        return (uint8_t *)PyErr_NoMemory();
+    }
+    for (int32_t k = 0; k < T->r->ninputs; k++)
+        for (int32_t i = 0; i < T->r->nguards; i++) {
+            const tr_guard *g = &T->r->guards[i];
+            if (g->kind != TG_TENSOR || g->src != T->r->input_src[k])
+                continue;
+            PyObject *rg = PyObject_GetAttrString(g->obj, "requires_grad");
+            in[k] = rg == Py_True;
+            Py_XDECREF(rg);
+            PyErr_Clear();
+            break;
+        }
+    for (int32_t i = 0; i < T->g->n; i++) {
+        const smelt_node *n = &T->g->nodes[i];
+        if (n->op == SMELT_OP_INPUT)
+            req[i] = n->a.input.index < T->r->ninputs && in[n->a.input.index];
+        for (int k = 0; k < n->nsrc; k++)
+            req[i] |= req[n->src[k]];
+        *any |= req[i];
+    }
+    PyMem_Free(in);
+    return req;
+}
+
 /* The grad state checks at the end of a trace: the mode is as it was (a
- * set_grad_enabled() left in place would be a side effect), and no input
- * requires grad where the trace turned grad on (the results would). */
+ * set_grad_enabled() left in place would be a side effect), and, where
+ * inputs require grad in grad mode: grad was not turned on in the trace
+ * (the results would require grad), nothing the graph does not carry to a
+ * compiled backward was done (grad_sensitive), and no node made under a
+ * no_grad region depends on an input that requires grad (eager's result
+ * would not require grad: a no_grad region over values that need none,
+ * the rotary tables of Llama-style models, is carried). When every
+ * computing node was made under no_grad (an optimizer step), the entry
+ * runs as a no_grad region. */
 static int grad_finish(tracer *T)
 {
     if (T->no_grad != 0)
         return tr_break(T, "the traced code leaves grad mode changed");
-    int outer = -1;
-    for (int32_t i = 0; (T->grad_on || T->grad_sensitive) && i < T->r->nguards; i++) {
-        PyObject *rg = T->r->guards[i].kind == TG_TENSOR ? PyObject_GetAttrString(T->r->guards[i].obj, "requires_grad") : NULL;
-        int needs = rg == Py_True;
-        Py_XDECREF(rg);
-        if (needs && T->grad_on)
-            return tr_break(T, "grad mode turned on inside the trace over inputs that require grad");
-        if (needs && outer < 0) {
-            PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
-            outer = g == Py_True;
-            Py_XDECREF(g);
-        }
-        if (needs && outer == 1 && !T->grad_nodes && T->grad_sensitive == tr_no_grad_region) {
-            T->r->grad_free = 1;   /* nothing computed with grad on: the entry runs under no_grad */
-            break;
-        }
-        if (needs && outer == 1)
-            return tr_break(T, "%s over inputs that require grad (not carried to a compiled backward yet)", T->grad_sensitive);
+    if (!T->grad_on && !T->grad_sensitive && !T->nngr)
+        return 0;
+    int any;
+    uint8_t *req = nodes_requiring_grad(T, &any);
+    if (!req)
+        return -1;
+    int rc = 0, outer = 0;
+    if (any) {
+        PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
+        outer = g == Py_True;
+        Py_XDECREF(g);
+        PyErr_Clear();
     }
-    PyErr_Clear();
-    return 0;
+    if (!any || !outer)
+        goto out;
+    if (T->grad_on) {
+        rc = tr_break(T, "grad mode turned on inside the trace over inputs that require grad");
+        goto out;
+    }
+    if (!T->grad_nodes && T->nngr) {
+        T->r->grad_free = 1;   /* nothing computed with grad on: the entry runs under no_grad */
+        goto out;
+    }
+    if (T->grad_sensitive) {
+        rc = tr_break(T, "%s over inputs that require grad (not carried to a compiled backward yet)", T->grad_sensitive);
+        goto out;
+    }
+    for (int32_t r = 0; r < T->nngr; r += 2) {
+        int32_t end = T->ngr[r + 1] < 0 ? T->g->n : T->ngr[r + 1];
+        for (int32_t i = T->ngr[r]; i < end; i++) {
+            const smelt_node *n = &T->g->nodes[i];
+            int from_grad = 0;
+            for (int k = 0; k < n->nsrc; k++)
+                from_grad |= req[n->src[k]];
+            if (from_grad) {
+                rc = tr_break(T, "a no_grad region computing from inputs that require grad (%s; not carried to a "
+                              "compiled backward yet)", smelt_op_name((smelt_op)n->op));
+                goto out;
+            }
+        }
+    }
+out:
+    PyMem_Free(req);
+    return rc;
 }
 
 /* fn(*a) when fn is a query the compiler answers (is_compiling, grad

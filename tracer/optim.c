@@ -454,9 +454,7 @@ int32_t optim_step(tracer *T, PyObject *fn, const call_args *a)
     PyObject *ge = PyObject_CallMethod(PyImport_AddModule("torch"), "is_grad_enabled", NULL);
     if (!ge)
         goto out;
-    T->no_grad = ge == Py_True ? 1 : 0;   /* the step runs with grad off */
-    if (ge == Py_True)
-        T->grad_sensitive = tr_no_grad_region;
+    tr_grad_mode(T, ge == Py_True ? 1 : 0);   /* the step runs with grad off */
     Py_DECREF(ge);
     rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < PyList_GET_SIZE(groups); i++) {
@@ -469,7 +467,7 @@ int32_t optim_step(tracer *T, PyObject *fn, const call_args *a)
         else
             rc = group_step(T, which, g, gs, ss, state);
     }
-    T->no_grad = saved;
+    tr_grad_mode(T, saved);
     if (rc == 0)   /* its size after the state this trace created */
         rc = tr_add_guard(T, TG_LEN, ss, NULL, PyDict_GET_SIZE(state));
 out:

@@ -205,6 +205,9 @@ typedef struct tracer {
     int no_grad;           /* grad mode set by the traced code (objects.c): 0 as outside the trace
                               (guarded), 1 off, -1 on */
     int grad_on;           /* grad was turned on in the trace: no input may require grad */
+    int32_t *ngr;          /* graph nodes [ngr[2i], ngr[2i+1]) were made with grad turned off by the
+                              traced code (tr_grad_mode; an open last region ends at the graph's end) */
+    int32_t nngr, cngr;    /* entries of ngr used (2 per region), allocated */
     int32_t grad_nodes;    /* computing nodes made while the trace's grad mode was not turned
                               off by the traced code (objects.c grad_finish: none at all, and
                               the whole entry runs as a no_grad region) */
@@ -239,6 +242,7 @@ int32_t tv_new(tracer *T, tv_kind k);
 int32_t tv_obj(tracer *T, PyObject *o, int32_t src);     /* wraps tensors/containers too */
 int32_t tv_tensor(tracer *T, int32_t node);
 int32_t tr_float_input(tracer *T, int32_t src);
+void tr_grad_mode(tracer *T, int st);   /* T->no_grad = st, noting where no_grad regions start and end */
 extern const char tr_no_grad_region[];                    /* grad_sensitive of a no_grad region (objects.c) */           /* a float from src as a 0-d float64 input */
 int32_t tv_tuple(tracer *T, const int32_t *items, int n);
 int32_t tv_int(tracer *T, int64_t v);                     /* an int constant */

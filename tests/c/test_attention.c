@@ -17,6 +17,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,8 @@ typedef struct at_case {
     int kv_bcast;    /* k and v broadcast over heads */
     int trans;       /* q, k and g stored transposed (column stride > 1) */
     int dead;        /* some rows fully masked */
+    float dead_add;  /* what an additive mask puts there: -inf, or 0 for -inf; a large finite value
+                        (-1e9, -FLT_MAX) leaves the row's scores equal: uniform probabilities */
     int threads;
     float scale;
 } at_case;
@@ -90,7 +93,7 @@ static int run_case(const at_case *t)
     if (t->dead && !t->mask_rows)   /* row 1 of each (b, h) masked whole */
         for (int64_t x = 0; x < B * mH; x++)
             for (int64_t j = 0; L > 1 && j < S; j++)
-                mb[(x * mL + 1) * S + j] = 0, ma[(x * mL + 1) * S + j] = -INFINITY;
+                mb[(x * mL + 1) * S + j] = 0, ma[(x * mL + 1) * S + j] = t->dead_add ? t->dead_add : -INFINITY;
     kern_sdpa_desc d = { .nb = 2, .bdims = { B, H }, .L = L, .S = S, .E = E, .Ev = Ev, .scale = t->scale,
                          .causal = t->causal, .q = q.o, .k = k.o, .v = v.o, .g = g.o };
     d.mask_kind = t->mask == 0 ? KERN_SDPA_NO_MASK : t->mask == 1 ? KERN_SDPA_BOOL_MASK : KERN_SDPA_ADD_MASK;
@@ -122,8 +125,8 @@ static int run_case(const at_case *t)
                     int64_t mi = ((b * mH + (mH == 1 ? 0 : h)) * mL + (mL == 1 ? 0 : i)) * S + j;
                     if ((t->causal && j > i) || (t->mask == 1 && !mb[mi]))
                         x = -INFINITY;
-                    else if (t->mask == 2)
-                        x += ma[mi];
+                    else if (t->mask == 2)   /* as the kernel adds it: in float */
+                        x = (double)((float)x + ma[mi]);
                     s[i * S + j] = x;
                     mx = x > mx ? x : mx;
                 }
@@ -244,6 +247,12 @@ int main(int argc, char **argv)
             at_case u = { 1, 1, 150, 260, 32, 32, .mask = mask, .threads = 3, .scale = 0.2f, .dead = 1,
                           .mask_b = variant % 2, .kv_bcast = variant >= 2 };
             n += run_case(&u);
+            if (mask == 2 && variant < 2) {   /* rows masked by a large finite value */
+                u.dead_add = variant ? -FLT_MAX : -1e9f;
+                n += run_case(&u);
+                t.dead_add = u.dead_add;
+                n += run_case(&t);
+            }
         }
     static const int64_t empty[][6] = { { 0, 2, 5, 5, 4, 4 }, { 1, 2, 0, 5, 4, 4 }, { 1, 2, 5, 0, 4, 4 },
                                         { 1, 2, 5, 5, 4, 0 } };
