@@ -375,17 +375,54 @@ static int r_flip(ad *A, int32_t i, int32_t g)
     return 0;
 }
 /* zeros, g, zeros along the sliced dim (step 1) */
+/* A strided slice's gradient over [start, start + len) of the source's
+ * dim: g with step - 1 zeros after each element (a dim of size step
+ * appended beside dim, merged into it), cut to len. Index rewrites. */
+static int32_t spread(ad *A, int32_t i, int32_t g, int64_t *len)
+{
+    const smelt_node *s = &A->g->nodes[N->src[0]];
+    int dim = N->a.slice.dim, nd = N->ndim;
+    int64_t step = N->a.slice.step, count = N->shape[dim], sh[SMELT_MAX_DIMS];
+    *len = count * step < s->shape[dim] - N->a.slice.start ? count * step : s->shape[dim] - N->a.slice.start;
+    if (nd + 1 > SMELT_MAX_DIMS || g < 0)
+        return -1;
+    for (int d = 0, k = 0; d <= nd; d++)
+        sh[d] = d == dim + 1 ? 1 : N->shape[k++];
+    smelt_node p = { .op = SMELT_OP_CAT, .nsrc = 2 };
+    p.a.axis.dim = dim + 1;
+    p.src[0] = ad_shaped(A, SMELT_OP_RESHAPE, g, nd + 1, sh);
+    sh[dim + 1] = step - 1;
+    p.src[1] = ad_full(A, (smelt_dtype)N->dtype, nd + 1, sh, 0.0);
+    if (p.src[0] < 0 || p.src[1] < 0)
+        return -1;
+    memcpy(sh, N->shape, sizeof sh);
+    sh[dim] = count * step;
+    int32_t t = ad_shaped(A, SMELT_OP_RESHAPE, ad_add(A, &p), nd, sh);
+    if (t < 0 || *len == count * step)
+        return t;
+    smelt_node c = { .op = SMELT_OP_SLICE, .nsrc = 1, .src = { t } };
+    c.a.slice.dim = dim, c.a.slice.start = 0, c.a.slice.end = *len, c.a.slice.step = 1;
+    return ad_add(A, &c);
+}
+
+/* a slice: its gradient, zeros before and after (CAT: index rewrites) */
 static int r_slice(ad *A, int32_t i, int32_t g)
 {
     const smelt_node *s = &A->g->nodes[N->src[0]];
     int dim = N->a.slice.dim;
-    if (N->a.slice.step != 1)
-        return 1;
+    int64_t len = N->a.slice.end - N->a.slice.start;
+    if (N->a.slice.step != 1 && N->shape[dim] == 0)
+        g = ad_full(A, (smelt_dtype)N->dtype, s->ndim, s->shape, 0.0), len = s->shape[dim];
+    else if (N->a.slice.step != 1)
+        g = spread(A, i, g, &len);
+    if (g < 0)
+        return 0;
     int64_t shape[SMELT_MAX_DIMS];
     memcpy(shape, s->shape, sizeof shape);
     smelt_node p = { .op = SMELT_OP_CAT };
     p.a.axis.dim = dim;
-    int64_t lo = N->a.slice.start, hi = s->shape[dim] - N->a.slice.end;
+    int64_t lo = N->shape[dim] == 0 && N->a.slice.step != 1 ? 0 : N->a.slice.start;
+    int64_t hi = s->shape[dim] - lo - len;
     if (lo > 0) {
         shape[dim] = lo;
         p.src[p.nsrc++] = ad_full(A, (smelt_dtype)N->dtype, s->ndim, shape, 0.0);

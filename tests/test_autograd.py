@@ -138,6 +138,9 @@ VIEWS = {
     "reshape": lambda x: x.reshape(3, -1) * 2, "t": lambda x: x.t() * torch.arange(6.0),
     "permute": lambda x: x.reshape(2, 3, 10).permute(2, 0, 1).exp(), "expand": lambda x: x[:1].expand(4, 10) * x[:4],
     "slice": lambda x: x[1:4, 2:7].tanh(), "slice_step": lambda x: x[:, ::1].sin(),
+    "slice_step2": lambda x: x[:, ::2].sin() * x[:, 1::2],   # GPT-J's rotate_every_two
+    "slice_step3_tail": lambda x: x[1:6:3, 2:9:4].exp(), "slice_step_one": lambda x: x[:, 3:4:5] * 2,
+    "slice_step_empty": lambda x: x[:, 4:4:2].sum() + x.sin(),
     "unsqueeze": lambda x: x.unsqueeze(1).squeeze(1) ** 2, "flip": lambda x: x.flip(0) * x,
     "cat": lambda x: torch.cat([x, x.sin(), x[:2]], 0), "stack": lambda x: torch.stack([x, x * 2], 1),
     "chunk": lambda x: x.chunk(2, 1)[0] * x.chunk(2, 1)[1],
@@ -361,6 +364,53 @@ def test_no_grad_region_over_values_that_need_a_gradient_runs_eagerly():
     torch.testing.assert_close(g[0], ref[0])
     st = f._smelt.stats()
     assert st["backward_compiles"] == 0 and "no_grad region" in str(st["last_break"]), st
+
+
+class _RoundSTE(torch.autograd.Function):
+    """round() forward, a straight-through backward (scaled, so that a
+    backward taken from round's own derivative, zero, would show)."""
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.k = k
+        return torch.round(x * 4) / 4
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.k, None
+
+
+class _Gelu(torch.autograd.Function):   # Bloom's form: saved input, a hand-written derivative
+    @staticmethod
+    def forward(x):
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        t = torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))
+        return g * (0.5 * x * ((1 - t * t) * (0.79788456 + 0.1070322243 * x * x)) + 0.5 * (1 + t))
+
+
+def test_custom_autograd_functions_train_compiled():
+    """A torch.autograd.Function on a path that needs a gradient is a host
+    call: the region still compiles with its backward, and the gradient is
+    the Function's own backward (a straight-through estimator's, not
+    round's zero), as eager's; without grad its forward is inlined."""
+    def fn(x, w):
+        h = _Gelu.apply(x @ w)
+        return (_RoundSTE.apply(h, 3.0) * h).sum()
+
+    f = compare(fn, rnd(5, 4, seed=1), rnd(4, 6, seed=2), rtol=1e-5, atol=1e-6)
+    assert f._smelt.stats()["breaks"] == 0
+    g = smelt.compile(fn)
+    with torch.no_grad():
+        torch.testing.assert_close(g(rnd(5, 4, grad=False), rnd(4, 6, grad=False)),
+                                   fn(rnd(5, 4, grad=False), rnd(4, 6, grad=False)))
+    assert g._smelt.stats()["breaks"] == 0
 
 
 def test_explain_says_a_backward_compiles():

@@ -487,7 +487,7 @@ def test_autograd_function_forward_traced():
         same(f(x), fn(x))
     assert f.stats()["breaks"] == 0
     xg = rnd(4).requires_grad_()
-    y = f(xg)                     # grad needed: eager, with autograd's graph
+    y = f(xg)                     # grad needed: host calls of apply, autograd's graph in the backward
     y.sum().backward()
     xe = xg.detach().clone().requires_grad_()
     fn(xe).sum().backward()

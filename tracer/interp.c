@@ -1814,14 +1814,47 @@ static int autograd_fn_init(void)
     return fn_apply && fn_ctx_type && fn_base_setup ? 0 : -1;
 }
 
-/* cls.apply(*args) of a torch.autograd.Function subclass (cls a value):
- * what it computes is cls.forward, run with a FunctionCtx made in the
- * trace (or without one when the class defines setup_context); the
- * backward it records is autograd's business, and an entry whose inputs
- * require grad under grad mode runs eagerly anyway. */
+/* Whether a custom autograd.Function's backward can matter: grad mode is
+ * on, outside the trace and in it, and a tensor the trace read requires
+ * grad. */
+static int backward_matters(tracer *T)
+{
+    if (T->no_grad != 0)
+        return 0;   /* off in the trace; turned on in it: no input may require grad */
+    PyObject *ge = PyObject_CallMethod(PyImport_AddModule("torch"), "is_grad_enabled", NULL);
+    int on = ge == Py_True;
+    Py_XDECREF(ge);
+    PyErr_Clear();
+    for (int32_t i = 0; on && i < T->r->nguards; i++) {
+        if (T->r->guards[i].kind != TG_TENSOR)
+            continue;
+        PyObject *rg = PyObject_GetAttrString(T->r->guards[i].obj, "requires_grad");
+        int needs = rg == Py_True;
+        Py_XDECREF(rg);
+        PyErr_Clear();
+        if (needs)
+            return 1;
+    }
+    return 0;
+}
+
+/* cls.apply(*args) of a torch.autograd.Function subclass (cls a value).
+ * Where its backward can matter (backward_matters) it is a host call of
+ * cls.apply: the forward plan runs it, and the backward plan's VJP host
+ * call runs it again under grad, so that autograd calls cls.backward (a
+ * forward a meta run cannot take breaks the trace). Elsewhere what it
+ * computes is cls.forward, inlined, run with a FunctionCtx made in the
+ * trace (or without one when the class defines setup_context). */
 static int32_t autograd_apply(tracer *T, int32_t cls, const call_args *a)
 {
     PyObject *c = T->vals[cls].obj;
+    if (backward_matters(T)) {
+        PyObject *ap = PyObject_GetAttrString(c, "apply");
+        int32_t r = !ap ? -1 : !tr_const(T, cls) ? -1 : ext_call(T, ap, a);   /* the class itself guarded */
+        Py_XDECREF(ap);
+        if (r != -2)
+            return r;
+    }
     PyObject *fwd = PyObject_GetAttrString(c, "forward"), *setup = PyObject_GetAttrString(c, "setup_context");
     int32_t r = -1;
     if (!fwd || !setup || !PyFunction_Check(fwd) || tr_keep(T, fwd)) {
