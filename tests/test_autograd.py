@@ -413,6 +413,40 @@ def test_custom_autograd_functions_train_compiled():
     assert g._smelt.stats()["breaks"] == 0
 
 
+class _AddOneInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.add_(1)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def test_custom_autograd_function_writing_its_input_runs_eagerly():
+    """A Function that writes into its argument cannot be a host call (the
+    meta run sees the argument's version change): that part runs eagerly,
+    with eager's values and gradients."""
+    def fn(w):
+        h = w * 2
+        y = _AddOneInPlace.apply(h)
+        return (h * 3 + y).sum(), h
+
+    f = smelt.compile(fn)
+    w = rnd(4, seed=3)
+    a, ha = f(w)
+    a.backward()
+    ga, w.grad = w.grad.clone(), None
+    b, hb = fn(w)
+    b.backward()
+    torch.testing.assert_close(a, b)
+    torch.testing.assert_close(ha, hb)
+    torch.testing.assert_close(ga, w.grad)
+    assert "in place" in str(f._smelt.stats()["last_break"])
+
+
 def test_explain_says_a_backward_compiles():
     f = smelt.compile(lambda x: (x.sin() * 2).sum())
     assert smelt.explain(f, rnd(4))["backward"] is True

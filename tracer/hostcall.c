@@ -603,6 +603,15 @@ static int call_refused(void)
 
 static long meta_runs;
 
+/* t._version, or -1 with an error. */
+static long long tensor_version(PyObject *t)
+{
+    PyObject *v = PyObject_GetAttrString(t, "_version");
+    long long r = v ? PyLong_AsLongLong(v) : -1;
+    Py_XDECREF(v);
+    return r;
+}
+
 long tracer_meta_runs(void)
 {
     return meta_runs;
@@ -625,11 +634,25 @@ int tracer_call_infer(PyObject *fn, PyObject *args, PyObject *kwargs, int nsrc,
     if (nsrc < 1 || nsrc > SMELT_MAX_SRC)
         return refuse(fn, msg, msglen, "%d sources (1 to %d supported)", nsrc, SMELT_MAX_SRC);
     int rc = -1, k = 0;
-    while (k < nsrc && (ins[k] = meta_tensor(srcs[k], src_strides ? src_strides[k] : NULL)))
+    long long version[SMELT_MAX_SRC];
+    while (k < nsrc && (ins[k] = meta_tensor(srcs[k], src_strides ? src_strides[k] : NULL)) &&
+           (version[k] = tensor_version(ins[k])) >= 0)
         k++;
+    if (k < nsrc && ins[k])
+        Py_CLEAR(ins[k]);
     meta_runs += k == nsrc;
     PyObject *res = k == nsrc ? tracer_call_invoke(fn, args, kwargs, ins, nsrc) : NULL;
-    if (res) {
+    int wrote = -1;
+    for (int j = 0; res && wrote < 0 && j < nsrc; j++) {
+        long long v = tensor_version(ins[j]);
+        if (v < 0)
+            Py_CLEAR(res);
+        else if (v != version[j])
+            wrote = j;
+    }
+    if (res && wrote >= 0) {   /* a Python function (a custom autograd.Function) that writes into an argument */
+        rc = refuse(fn, msg, msglen, "writes into its tensor argument %d in place", wrote);
+    } else if (res) {
         rc = meta_results(fn, res, ins, nsrc, m, msg, msglen);
         m->has_strides = rc == 0 && m->has_strides == 0;
     } else if (k == nsrc && call_refused()) {
