@@ -332,11 +332,28 @@ static int check_args(tracer *T, PyObject *name, const call_args *a)
 
 /* ---------- the call ---------- */
 
+/* ext_call_unseeded's call in progress: the meta run goes through
+ * smelt._autograd.call_unseeded. */
+static int g_unseeded;
+
 /* The callable the meta run uses: calls fn and notes the result's type;
  * self is the list [fn, type-or-None]. */
 static PyObject *probe_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
-    PyObject *r = PyObject_Call(PyList_GET_ITEM(self, 0), args, kwargs);
+    PyObject *fn = PyList_GET_ITEM(self, 0), *r;
+    if (g_unseeded) {   /* call_unseeded(fn, *args, **kwargs) */
+        PyObject *m = PyImport_ImportModule("smelt._autograd");
+        PyObject *chk = m ? PyObject_GetAttrString(m, "call_unseeded") : NULL;
+        Py_XDECREF(m);
+        PyObject *a2 = chk ? PyTuple_New(PyTuple_GET_SIZE(args) + 1) : NULL;
+        for (Py_ssize_t i = 0; a2 && i <= PyTuple_GET_SIZE(args); i++)
+            PyTuple_SET_ITEM(a2, i, Py_NewRef(i ? PyTuple_GET_ITEM(args, i - 1) : fn));
+        r = a2 ? PyObject_Call(chk, a2, kwargs) : NULL;
+        Py_XDECREF(a2);
+        Py_XDECREF(chk);
+    } else {
+        r = PyObject_Call(fn, args, kwargs);
+    }
     if (r && PyList_SetItem(self, 1, Py_NewRef((PyObject *)Py_TYPE(r))) < 0)
         Py_CLEAR(r);
     return r;
@@ -619,6 +636,14 @@ int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a)
     }
     if (r >= 0 && any_view(&p->m))   /* an in-place update of an argument would have to reach the view */
         args_have_tensor(T, a, 1);
+    return r;
+}
+
+int32_t ext_call_unseeded(tracer *T, PyObject *fn, const call_args *a)
+{
+    g_unseeded = 1;
+    int32_t r = ext_call(T, fn, a);
+    g_unseeded = 0;
     return r;
 }
 

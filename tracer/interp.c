@@ -1850,7 +1850,7 @@ static int32_t autograd_apply(tracer *T, int32_t cls, const call_args *a)
     PyObject *c = T->vals[cls].obj;
     if (backward_matters(T)) {
         PyObject *ap = PyObject_GetAttrString(c, "apply");
-        int32_t r = !ap ? -1 : !tr_const(T, cls) ? -1 : ext_call(T, ap, a);   /* the class itself guarded */
+        int32_t r = !ap ? -1 : !tr_const(T, cls) ? -1 : ext_call_unseeded(T, ap, a);   /* the class itself guarded */
         Py_XDECREF(ap);
         if (r != -2)
             return r;

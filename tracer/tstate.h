@@ -360,6 +360,9 @@ int ext_eligible(PyObject *fn);
  * -2 when no argument is a tensor (nothing was recorded); -1 on a break
  * (the reason names fn) or an error. */
 int32_t ext_call(tracer *T, PyObject *fn, const call_args *a);
+/* ext_call whose meta run refuses ops that draw random numbers (a custom
+ * autograd.Function's apply: its backward host call runs it again). */
+int32_t ext_call_unseeded(tracer *T, PyObject *fn, const call_args *a);
 
 /* The tensor sources of a host call: slot k stands for node[k]. */
 typedef struct ext_srcs {

@@ -157,3 +157,25 @@ def vjp_call(fn, args, kwargs, nsrc, nout, *tensors):
         g = by.get(id(leaves[id(t)]))
         res.append(g if g is not None else torch.zeros_like(t))
     return tuple(res)
+
+
+class _SeededRefused(RuntimeError):
+    pass
+
+
+def call_unseeded(fn, *args, **kwargs):
+    """fn(*args, **kwargs) (a custom autograd.Function's apply, on meta
+    tensors: the tracer's probe of a host call), refused if any op it runs
+    draws random numbers: its backward host call runs it again, and would
+    draw others than the forward did."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Seeded(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if torch.Tag.nondeterministic_seeded in func.tags:
+                raise _SeededRefused(f"draws random numbers ({func.name()}): a backward that runs it again "
+                                     "would draw others")
+            return func(*args, **(kwargs or {}))
+
+    with _Seeded():
+        return fn(*args, **kwargs)
