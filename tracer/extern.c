@@ -306,11 +306,15 @@ static int updates_stats(tracer *T, const char *name, const call_args *a)
 }
 
 /* A name for fn in messages ("conv2d", "Tensor.cumsum",
- * "Tensor.__getitem__"). New reference, or NULL with an error. */
+ * "Tensor.__getitem__", "MyFunction.apply" for a class's bound method).
+ * New reference, or NULL with an error. */
 static PyObject *display_name(PyObject *fn)
 {
     if (Py_IS_TYPE(fn, &PyMethodDescr_Type) || Py_IS_TYPE(fn, &PyWrapperDescr_Type))
         return PyUnicode_FromFormat("Tensor.%U", PyDescr_NAME(fn));
+    if (PyMethod_Check(fn) && PyType_Check(PyMethod_GET_SELF(fn)) && PyFunction_Check(PyMethod_GET_FUNCTION(fn)))
+        return PyUnicode_FromFormat("%s.%U", ((PyTypeObject *)PyMethod_GET_SELF(fn))->tp_name,
+                                    ((PyFunctionObject *)PyMethod_GET_FUNCTION(fn))->func_name);
     PyObject *n = torch_builtin_name(fn);
     return n ? n : PyObject_Repr(fn);
 }
