@@ -1594,18 +1594,18 @@ static int grad_finish(tracer *T)
     if (!req)
         return -1;
     int rc = 0, outer = 0;
-    if (any) {
-        PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
-        outer = g == Py_True;
-        Py_XDECREF(g);
-        PyErr_Clear();
-    }
-    if (!any || !outer)
+    if (!any)
         goto out;
-    if (T->grad_on) {
+    if (T->grad_on) {   /* whatever the caller's mode: the results would require grad */
         rc = tr_break(T, "grad mode turned on inside the trace over inputs that require grad");
         goto out;
     }
+    PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
+    outer = g == Py_True;
+    Py_XDECREF(g);
+    PyErr_Clear();
+    if (!outer)
+        goto out;
     if (!T->grad_nodes && T->nngr) {
         T->r->grad_free = 1;   /* nothing computed with grad on: the entry runs under no_grad */
         goto out;
