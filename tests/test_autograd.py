@@ -707,14 +707,18 @@ def hf_model(kind):
     return transformers.LlamaForCausalLM(cfg)
 
 
+def _twin(ref):
+    """(compiled copy of ref, the copy, AdamW over ref, AdamW over the copy)."""
+    import copy
+    m = copy.deepcopy(ref)
+    return smelt.compile(m), m, torch.optim.AdamW(ref.parameters(), lr=1e-3), torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+
 @pytest.mark.parametrize("kind", ["gpt2", "bert", "llama"])
 def test_hugging_face_training_steps_match_eager(kind):
-    import copy
     from smelt.bench import smelt_functions
     ref = hf_model(kind).train()
-    m = copy.deepcopy(ref)
-    cm = smelt.compile(m)
-    o_ref, o = torch.optim.AdamW(ref.parameters(), lr=1e-3), torch.optim.AdamW(m.parameters(), lr=1e-3)
+    cm, m, o_ref, o = _twin(ref)
     g = torch.Generator().manual_seed(2)
     for step in range(4):
         ids = torch.randint(0, 97, (2, 12), generator=g)
@@ -891,12 +895,9 @@ def test_hugging_face_families_train_compiled(name):
     Bloom's custom autograd.Function, sliding-window and local masks,
     encoder-decoders, mixture-of-experts routing, DeBERTa's relative
     attention, multi-query attention."""
-    import copy
     torch.manual_seed(0)
     ref = _family(name).train()
-    m = copy.deepcopy(ref)
-    cm = smelt.compile(m)
-    o_ref, o = torch.optim.AdamW(ref.parameters(), lr=1e-3), torch.optim.AdamW(m.parameters(), lr=1e-3)
+    cm, m, o_ref, o = _twin(ref)
     g = torch.Generator().manual_seed(2)
     for step in range(3):
         ids = torch.randint(3, 97, (2, 12), generator=g)
