@@ -265,18 +265,24 @@ static int64_t batch_offset(const kern_sdpa_desc *d, const kern_sdpa_operand *o,
 static int64_t padded_s(const kern_sdpa_desc *d) { return (d->S + BK - 1) / BK * BK; }
 
 /* All keys and values of one batch entry packed (zero padded to SP). */
+/* Rows [0, n) of x (operand o's strides, cols columns) transposed into t
+ * (cols rows of ld), zeros past row n. */
+static void pack_t(const float *x, const kern_sdpa_operand *o, int64_t n, int64_t cols, float *t, int64_t ld)
+{
+    memset(t, 0, sizeof(float) * (size_t)(cols * ld));
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t e = 0; e < cols; e++)
+            t[e * ld + j] = x[j * o->row + e * o->col];
+}
+
 static void pack_kv(const kern_sdpa_desc *d, const float *k, const float *v, sdpa_scratch *w)
 {
     int64_t SP = padded_s(d);
-    memset(w->kt, 0, sizeof(float) * (size_t)(d->E * SP));
+    pack_t(k, &d->k, d->S, d->E, w->kt, SP);
     memset(w->vb + d->S * d->Ev, 0, sizeof(float) * (size_t)((SP - d->S) * d->Ev));
-    for (int64_t j = 0; j < d->S; j++) {
-        const float *kr = k + j * d->k.row, *vr = v + j * d->v.row;
-        for (int64_t e = 0; e < d->E; e++)
-            w->kt[e * SP + j] = kr[e * d->k.col];
+    for (int64_t j = 0; j < d->S; j++)
         for (int64_t e = 0; e < d->Ev; e++)
-            w->vb[j * d->Ev + e] = vr[e * d->v.col];
-    }
+            w->vb[j * d->Ev + e] = v[j * d->v.row + e * d->v.col];
 }
 
 /* -inf for keys beyond nk, above the diagonal (causal) or masked out;
@@ -602,10 +608,7 @@ static void bwd_stats_range(void *ctx, int64_t begin, int64_t end)
         const float *o = J->o + batch_offset(d, &d->o, b), *g = J->g + batch_offset(d, &d->g, b);
         const void *mask = mask_of(d, J->mask, b);
         if (packed != b) {
-            memset(w.kt, 0, sizeof(float) * (size_t)(E * SP));
-            for (int64_t j = 0; j < d->S; j++)
-                for (int64_t e = 0; e < E; e++)
-                    w.kt[e * SP + j] = k[j * d->k.row + e * d->k.col];
+            pack_t(k, &d->k, d->S, E, w.kt, SP);
             packed = b;
         }
         for (int64_t i0 = qb0 * BQ; i0 < qb1 * BQ && i0 < d->L; i0 += BQ) {
@@ -673,15 +676,11 @@ static void bwd_grad_range(void *ctx, int64_t begin, int64_t end)
         for (int64_t kbk = kb0; kbk < kb1; kbk++) {
             int64_t j0 = kbk * BK;
             int nk = S - j0 < BK ? (int)(S - j0) : BK;
-            memset(kt, 0, sizeof(float) * (size_t)(E * BK));
-            memset(vt, 0, sizeof(float) * (size_t)(Ev * BK));
-            for (int jj = 0; jj < nk; jj++) {
-                const float *kr = k + (j0 + jj) * d->k.row, *vr = v + (j0 + jj) * d->v.row;
+            pack_t(k + j0 * d->k.row, &d->k, nk, E, kt, BK);
+            pack_t(v + j0 * d->v.row, &d->v, nk, Ev, vt, BK);
+            for (int jj = 0; jj < nk; jj++)
                 for (int64_t e = 0; e < E; e++)
-                    kt[e * BK + jj] = kb[jj * E + e] = kr[e * d->k.col];
-                for (int64_t e = 0; e < Ev; e++)
-                    vt[e * BK + jj] = vr[e * d->v.col];
-            }
+                    kb[jj * E + e] = kt[e * BK + jj];
             memset(dk, 0, sizeof(float) * (size_t)(nk * E));
             memset(dv, 0, sizeof(float) * (size_t)(nk * Ev));
             for (int64_t i0 = d->causal ? j0 / BQ * BQ : 0; i0 < L; i0 += BQ) {

@@ -41,27 +41,6 @@ static int bridge_init(void)
     return run_fn && spec_fn && template_fn && vjp_fn ? 0 : -1;
 }
 
-uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r)
-{
-    uint8_t *rg = PyMem_Calloc((size_t)r->ninputs + 1, 1);
-    if (!rg)
-        return (uint8_t *)PyErr_NoMemory();
-    for (int32_t k = 0; k < r->ninputs; k++)
-        for (int32_t i = 0; i < r->nguards; i++) {
-            const tr_guard *g = &r->guards[i];
-            if (g->kind != TG_TENSOR || g->src != r->input_src[k])
-                continue;
-            PyObject *v = PyObject_GetAttrString(g->obj, "requires_grad");
-            if (!v) {
-                PyMem_Free(rg);
-                return NULL;
-            }
-            rg[k] = v == Py_True;
-            Py_DECREF(v);
-            break;
-        }
-    return rg;
-}
 
 static PyObject *int_tuple(const int32_t *v, int32_t n)
 {
@@ -76,23 +55,29 @@ static PyObject *int_tuple(const int32_t *v, int32_t n)
     return t;
 }
 
+/* Milliseconds since t0 (CLOCK_MONOTONIC). */
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) * 1e-6;
+}
+
 static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_compile_opts *o, PyObject *calls,
                              const pyext_ad_about *about, char *reason, size_t len, const char *what,
                              pyext_ad *out, int half)
 {
     char err[512];
     smelt_plan *plan;
-    struct timespec t0, t1;
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     Py_BEGIN_ALLOW_THREADS
     plan = smelt_compile(g, o, err, sizeof err);
     Py_END_ALLOW_THREADS
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (pyext_debug_dir_on()) {
         char name[512];
         snprintf(name, sizeof name, "%s.%s", about->name, what);
-        pyext_debug_dump(name, g, about->guards, plan, half ? 0.0 : about->trace_ms,
-                         (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6);
+        pyext_debug_dump(name, g, about->guards, plan, half ? 0.0 : about->trace_ms, ms_since(&t0));
     }
     if (!plan) {
         snprintf(reason, len, "compiling the %s graph failed (internal error, please report): %.400s", what, err);
@@ -171,11 +156,10 @@ int pyext_ad_compile(pyext_state *st, const tr_result *r, const uint8_t *rg, con
         return -1;
     ad_split s;
     char err[512];
-    struct timespec t0, t1;
+    struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = ad_split_graph(r->graph, rg, r->nmut, &s, err, sizeof err);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    out->split_ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+    out->split_ms = ms_since(&t0);
     if (rc) {
         snprintf(reason, len, rc > 0 ? "autograd: %s" : "autograd: internal error, please report: %s", err);
         return 1;

@@ -17,10 +17,6 @@ typedef struct pyext_ad {
     int32_t nkernels[2], nexterns[2];
 } pyext_ad;
 
-/* Per graph input of r, 1 if its example tensor requires grad (read before
- * tracer_result_trim). NULL with an exception. */
-uint8_t *pyext_ad_inputs_requiring_grad(const tr_result *r);
-
 /* What SMELT_DEBUG_DIR is told about a region: the function's name, its
  * guards (text or NULL) and its trace time. */
 typedef struct pyext_ad_about {

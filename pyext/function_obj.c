@@ -789,6 +789,12 @@ static void entry_free(entry *e)
 
 /* ---------- tracing a new entry ---------- */
 
+/* The compiled function's qualified name (logs, SMELT_DEBUG_DIR). */
+static const char *fn_name(const FunctionObject *self)
+{
+    return PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname);
+}
+
 /* SMELT_LOGS=perf: where one plan's compile time went. */
 static void perf_times(char *buf, size_t n, const smelt_compile_times *ct)
 {
@@ -942,7 +948,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
         rc = 1;
     if ((rc == 0 || rc == 2) && (rc = eager_state(&e->r, &autograd)) < 0)
         goto fail;
-    if (autograd && rc == 0 && !(rg = pyext_ad_inputs_requiring_grad(&e->r)))
+    if (autograd && rc == 0 && !(rg = tracer_inputs_requiring_grad(&e->r)))
         goto fail;
     if (entry_guards(self, e, f, &rc) || tracer_result_trim(&e->r)) {
         PyMem_Free(rg);
@@ -971,7 +977,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     if (rg) {   /* forward and backward */
         t0 = now_ms();
         char *guards = pyext_debug_dir_on() && e->tree ? guard_tree_print(e->tree) : NULL;
-        pyext_ad_about about = { PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
+        pyext_ad_about about = { fn_name(self),
                                  guards, self->trace_ms };
         int arc = pyext_ad_compile(st, &e->r, rg, &o, &about, &e->ad, e->r.reason, sizeof e->r.reason);
         free(guards);
@@ -995,7 +1001,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
                 snprintf(line, sizeof line, "%s: trace %.1f ms (%d nodes, %d guards), forward and backward "
                          "compile %.1f ms: split %.1f ms (%d values saved, %lld bytes; %d nodes recomputed); "
                          "forward %d kernels, %d externs: %s; backward %d kernels, %d externs: %s",
-                         PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
+                         fn_name(self),
                          self->trace_ms, e->r.graph->n, e->r.nguards, self->compile_ms, e->ad.split_ms,
                          e->ad.nsaved, (long long)e->ad.saved_bytes, e->ad.nrecomputed, e->ad.nkernels[0],
                          e->ad.nexterns[0], f, e->ad.nkernels[1], e->ad.nexterns[1], b);
@@ -1042,7 +1048,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     if (plan && pyext_log_on(PYEXT_LOG_PERF)) {
         char line[512];
         int n = snprintf(line, sizeof line, "%s: trace %.1f ms (%d nodes, %d guards), compile %.1f ms (%d kernels, %d externs): ",
-                         PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
+                         fn_name(self),
                          self->trace_ms, e->r.graph->n, e->r.nguards, self->compile_ms,
                          smelt_plan_num_kernels(plan), smelt_plan_num_externs(plan));
         perf_times(line + n, sizeof line - (size_t)n, &ct);
@@ -1058,7 +1064,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
         pyext_log_write(PYEXT_LOG_OUTPUT_CODE, smelt_plan_code(plan, "kernels"));
     if (pyext_debug_dir_on()) {
         char *guards = e->tree ? guard_tree_print(e->tree) : NULL;
-        pyext_debug_dump(PyUnicode_AsUTF8(((PyCodeObject *)PyFunction_GET_CODE(self->fn))->co_qualname),
+        pyext_debug_dump(fn_name(self),
                          e->r.graph, guards, plan, self->trace_ms, self->compile_ms);
         free(guards);
     }
@@ -1680,7 +1686,7 @@ static PyObject *explain_dict(PyObject *fn, int nargs, int rc, tr_result *r)
         return NULL;
     }
     if (autograd && rc == 0) {   /* can it be differentiated? */
-        uint8_t *rg = pyext_ad_inputs_requiring_grad(r);
+        uint8_t *rg = tracer_inputs_requiring_grad(r);
         ad_split s;
         char err[400];
         int arc = rg ? ad_split_graph(r->graph, rg, r->nmut, &s, err, sizeof err) : -2;

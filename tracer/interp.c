@@ -1815,7 +1815,7 @@ static int autograd_fn_init(void)
 }
 
 /* Whether a custom autograd.Function's backward can matter: grad mode is
- * on, outside the trace and in it, and a tensor the trace read requires
+ * on, outside the trace and in it, and a graph input so far requires
  * grad. */
 static int backward_matters(tracer *T)
 {
@@ -1824,18 +1824,13 @@ static int backward_matters(tracer *T)
     PyObject *ge = PyObject_CallMethod(PyImport_AddModule("torch"), "is_grad_enabled", NULL);
     int on = ge == Py_True;
     Py_XDECREF(ge);
+    uint8_t *rg = on ? tracer_inputs_requiring_grad(T->r) : NULL;
+    int needs = 0;
+    for (int32_t k = 0; rg && !needs && k < T->r->ninputs; k++)
+        needs = rg[k];
+    PyMem_Free(rg);
     PyErr_Clear();
-    for (int32_t i = 0; on && i < T->r->nguards; i++) {
-        if (T->r->guards[i].kind != TG_TENSOR)
-            continue;
-        PyObject *rg = PyObject_GetAttrString(T->r->guards[i].obj, "requires_grad");
-        int needs = rg == Py_True;
-        Py_XDECREF(rg);
-        PyErr_Clear();
-        if (needs)
-            return 1;
-    }
-    return 0;
+    return needs;
 }
 
 /* cls.apply(*args) of a torch.autograd.Function subclass (cls a value).
@@ -4885,6 +4880,28 @@ int tracer_trace(PyObject *fn, PyObject *const *locals, Py_ssize_t nlocals, tr_r
 {
     tr_start st = { .slots = locals, .nslots = (int)nlocals };
     return tracer_trace_from(fn, &st, out);
+}
+
+uint8_t *tracer_inputs_requiring_grad(const tr_result *r)
+{
+    uint8_t *rg = PyMem_Calloc((size_t)r->ninputs + 1, 1);
+    if (!rg)
+        return (uint8_t *)PyErr_NoMemory();
+    for (int32_t k = 0; k < r->ninputs; k++)
+        for (int32_t i = 0; i < r->nguards; i++) {
+            const tr_guard *g = &r->guards[i];
+            if (g->kind != TG_TENSOR || g->src != r->input_src[k])
+                continue;
+            PyObject *v = PyObject_GetAttrString(g->obj, "requires_grad");
+            if (!v) {
+                PyMem_Free(rg);
+                return NULL;
+            }
+            rg[k] = v == Py_True;
+            Py_DECREF(v);
+            break;
+        }
+    return rg;
 }
 
 int tracer_result_trim(tr_result *r)

@@ -1543,24 +1543,13 @@ void tr_grad_mode(tracer *T, int st)
  * grad; NULL with an exception, *any = whether one does. */
 static uint8_t *nodes_requiring_grad(tracer *T, int *any)
 {
-    uint8_t *req = PyMem_Calloc((size_t)T->g->n + 1, 1), *in = PyMem_Calloc((size_t)T->r->ninputs + 1, 1);
+    uint8_t *req = PyMem_Calloc((size_t)T->g->n + 1, 1), *in = tracer_inputs_requiring_grad(T->r);
     *any = 0;
     if (!req || !in) {
         PyMem_Free(req);
         PyMem_Free(in);
-        return (uint8_t *)PyErr_NoMemory();
+        return req ? NULL : (uint8_t *)PyErr_NoMemory();
     }
-    for (int32_t k = 0; k < T->r->ninputs; k++)
-        for (int32_t i = 0; i < T->r->nguards; i++) {
-            const tr_guard *g = &T->r->guards[i];
-            if (g->kind != TG_TENSOR || g->src != T->r->input_src[k])
-                continue;
-            PyObject *rg = PyObject_GetAttrString(g->obj, "requires_grad");
-            in[k] = rg == Py_True;
-            Py_XDECREF(rg);
-            PyErr_Clear();
-            break;
-        }
     for (int32_t i = 0; i < T->g->n; i++) {
         const smelt_node *n = &T->g->nodes[i];
         if (n->op == SMELT_OP_INPUT)

@@ -187,6 +187,12 @@ void tracer_result_clear(tr_result *r);
  * constants) stays. 0, or -1 with an exception. */
 int tracer_result_trim(tr_result *r);
 
+/* Per graph input of r (so far), 1 if its tensor (the guarded example)
+ * requires grad, 0 for a float input: PyMem_Calloc'ed (ninputs + 1
+ * bytes, the caller frees), or NULL with an exception. Read before
+ * tracer_result_trim. */
+uint8_t *tracer_inputs_requiring_grad(const tr_result *r);
+
 /* ---------- around a partial trace's break (resume.c) ---------- */
 
 /* One instruction of a code object: start (its first code unit, EXTENDED_ARG
