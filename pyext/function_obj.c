@@ -52,7 +52,21 @@ typedef struct entry {
      * before instruction `insn`, which then runs eagerly */
     tr_insn insn;
     int resume_pc;         /* where CPython restarts the frame to run insn itself */
+    /* an entry with symbolic sizes (r.dyn): `compiled` runs the sizes it was
+     * traced with; plans for other sizes are made on their first call, from
+     * the graph rebuilt for them (tracer_dyn_graph), and kept in a ring */
+    struct dyn_plan *dp;
+    int ndp, next_dp;
+    int32_t *dyn_in;       /* graph inputs with symbolic sizes */
+    int ndyn_in;
 } entry;
+
+#define DYN_PLANS 64
+
+typedef struct dyn_plan {
+    int64_t vals[SYM_MAX_VARS];
+    PyObject *compiled;
+} dyn_plan;
 
 /* Where the entries of a function start: its call (pc 0), or a resume
  * point, the instruction after a partial entry's break (pc > 0), whose
@@ -62,6 +76,7 @@ typedef struct site {
     entry *entries;
     int nentries, warned;
     PyObject *names;       /* pc > 0: a name per frame state slot, for guard texts */
+    PyObject *seen;        /* dynamic=None: sizes of the tensor inputs traced so far (tr_start's seen) */
     struct site *next;
 } site;
 
@@ -73,6 +88,8 @@ typedef struct FunctionObject {
     site top;              /* entries of the call */
     site *resumes;         /* resume points after breaks */
     int fullgraph;
+    int dynamic;           /* -1 None (sizes that change become symbols), 0 False, 1 True */
+    long ndynentries, ndynplans;   /* entries with symbolic sizes; plans made for their new sizes */
     int packing;           /* weight_packing (PYEXT_PACK_*) of the Compiled objects it makes */
     PyThread_type_lock compiling;    /* held by the thread tracing and compiling a new entry */
     unsigned long compiler;          /* that thread's id (0: none) */
@@ -292,7 +309,12 @@ static int add_leaf(guard_node *n, const tr_guard *gd, guard_node *const *nodes)
             return -1;
         PyErr_Clear();   /* not a constant equals knows (Ellipsis, ...): identity */
         return guard_add_id_is(n, gd->obj);
-    case TG_TENSOR: return guard_add_tensor_match(n, gd->obj, NULL);
+    case TG_TENSOR: {
+        uint8_t dyn[SMELT_MAX_DIMS] = { 0 };
+        for (int d = 0; d < SMELT_MAX_DIMS; d++)
+            dyn[d] = (uint8_t)((gd->n >> d) & 1);
+        return guard_add_tensor_match(n, gd->obj, gd->n ? dyn : NULL);
+    }
     case TG_LEN: return guard_add_len_eq(n, gd->n);
     case TG_EMPTY: return guard_add_empty_dict_or_none(n);
     case TG_VALUE: return guard_add_value_eq(n, gd->obj);
@@ -403,6 +425,7 @@ static PyObject *build_result(const tr_result *r, int32_t o, const run_vals *rv)
             return Py_NewRef(rv->vals[x->node]);
         return PyErr_Format(PyExc_SystemError, "smelt: a returned object was not fetched by its guards");
     case TO_NULL: return Py_NewRef(null_mark);
+    case TO_INT: return PyNumber_Index(PyList_GET_ITEM(rv->outs, x->index));
     case TO_BOUND: {
         PyObject *self = build_result(r, x->first, rv), *b = NULL;
         if (self)
@@ -509,17 +532,19 @@ static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globa
     return 0;
 }
 
-static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals, PyObject *closure);
+static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject **vals, PyObject *globals,
+                                   PyObject *closure);
 
-/* Runs compiled entry e; an entry that computes nothing with grad on (a
+/* Runs compiled entry e with plan `compiled` (e->compiled, or one for
+ * other symbol values); an entry that computes nothing with grad on (a
  * no_grad region over inputs that require grad: an optimizer step) runs
  * with grad off throughout, its write-backs and results included, as
  * eager ran it. */
-static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals, PyObject *closure)
+static PyObject *run_compiled(entry *e, PyObject *compiled, PyObject **vals, PyObject *globals, PyObject *closure)
 {
     if (!e->r.grad_free)
-        return run_compiled_grad(e, vals, globals, closure);
-    pyext_state *st = pyext_state_of(e->compiled);
+        return run_compiled_grad(e, compiled, vals, globals, closure);
+    pyext_state *st = pyext_state_of(compiled);
     PyObject *t = PyObject_CallOneArg(st->set_grad, Py_False);
     if (!t) {
         for (int k = 0; k < e->nwanted; k++)
@@ -527,7 +552,7 @@ static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals, PyOb
         return NULL;
     }
     Py_DECREF(t);
-    PyObject *res = run_compiled_grad(e, vals, globals, closure);
+    PyObject *res = run_compiled_grad(e, compiled, vals, globals, closure);
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     t = PyObject_CallOneArg(st->set_grad, Py_True);   /* the guards saw grad mode on */
@@ -543,7 +568,8 @@ static PyObject *run_compiled(entry *e, PyObject **vals, PyObject *globals, PyOb
     return res;
 }
 
-static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals, PyObject *closure)
+static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject **vals, PyObject *globals,
+                                   PyObject *closure)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
     int32_t n = e->r.ninputs, k = 0;
@@ -552,7 +578,7 @@ static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals,
     PyObject *made = NULL;   /* 0-d tensors of the float inputs (see tr_float_input) */
     while (ins && k < n && (ins[k] = vals[e->input_node[k]])) {   /* each has a check: fetched */
         if (PyFloat_CheckExact(ins[k])) {
-            pyext_state *st = pyext_state_of(e->compiled);
+            pyext_state *st = pyext_state_of(compiled);
             PyObject *t = PyObject_Vectorcall(scalar_tensor_fn, (PyObject *[]){ ins[k], st->dtypes[SMELT_F64] }, 1,
                                               st->kw_dtype);
             if (!t || (!made && !(made = PyList_New(0))) || PyList_Append(made, t)) {
@@ -567,7 +593,7 @@ static PyObject *run_compiled_grad(entry *e, PyObject **vals, PyObject *globals,
     if (ins && k < n && !PyErr_Occurred())
         PyErr_SetString(PyExc_SystemError, "smelt: a graph input was not fetched by its guards");
     PyObject *outs = !ins || k < n ? NULL : e->ad.spec ? pyext_ad_run(&e->ad, ins, n)
-                                                      : pyext_compiled_call_trusted(e->compiled, ins, e->r.mut_in, e->r.nmut);
+                                                      : pyext_compiled_call_trusted(compiled, ins, e->r.mut_in, e->r.nmut);
     if (outs == Py_NotImplemented)
         res = Py_NewRef(outs);
     else if (outs && !write_back(e, ins, outs)) {
@@ -735,6 +761,170 @@ static PyObject *continue_after(FunctionObject *self, entry *e, PyObject *state,
  * entry goes on with continue_after); a break entry: the function itself,
  * or at a resume point the rest of the frame. 1 matched (*res may be
  * NULL with an error), 0 not, -1 error. */
+/* The in-place updates e's plans may write straight into their inputs
+ * (pairs graph input, graph output in o->update): those whose new value
+ * is not also a result (that would be a new tensor in eager, not the
+ * input). The array to free (NULL when none, or out of memory: -1). */
+static int entry_updates(const entry *e, smelt_compile_opts *o, int32_t **upd)
+{
+    *upd = e->r.nmut ? PyMem_Malloc(sizeof(int32_t) * 2 * (size_t)e->r.nmut) : NULL;
+    if (e->r.nmut && !*upd)
+        return PyErr_NoMemory(), -1;
+    for (int32_t i = 0; i < e->r.nmut; i++) {
+        int shown = 0;
+        for (int32_t k = 0; k < e->r.nouts && !shown; k++)
+            shown = (e->r.outs[k].kind == TO_TENSOR || e->r.outs[k].kind == TO_OUTVIEW) &&
+                    e->r.outs[k].index == e->r.mut_out[i];
+        if (!shown) {
+            (*upd)[2 * o->nupdate] = e->r.mut_in[i];
+            (*upd)[2 * o->nupdate++ + 1] = e->r.mut_out[i];
+        }
+    }
+    o->update = *upd;
+    return 0;
+}
+
+static const char *fn_name(const FunctionObject *self);
+static double now_ms(void);
+
+/* The plan of symbolic entry e for symbol values vals: its graph rebuilt
+ * for them and compiled (the kernels whose code does not depend on the
+ * sizes come from the JIT's registry or the disk cache). A new
+ * reference; NULL with err when the graph does not rebuild (no
+ * exception), or with an exception. */
+static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *vals,
+                              const int64_t (*strides)[SMELT_MAX_DIMS], char *err, size_t errlen)
+{
+    smelt_graph *g = tracer_dyn_graph(&e->r, vals, strides, err, errlen);
+    if (!g)
+        return NULL;
+    smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) };
+    int32_t *upd;
+    if (entry_updates(e, &o, &upd)) {
+        smelt_graph_free(g);
+        return NULL;
+    }
+    double t0 = now_ms();
+    smelt_plan *plan;
+    Py_BEGIN_ALLOW_THREADS
+    plan = smelt_compile(g, &o, err, errlen);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(upd);
+    PyObject *c = NULL;
+    if (plan) {
+        smelt_compile_times ct = { 0 };
+        smelt_plan_compile_times(plan, &ct);
+        self->ngenerated += ct.generated;
+        self->nplans_cached += ct.plan_cached;
+        self->ndynplans++;
+        if (pyext_log_on(PYEXT_LOG_DYNAMIC)) {
+            char line[600];
+            int n = snprintf(line, sizeof line, "%s: a plan for sizes (", fn_name(self));
+            for (int k = 0; k < e->r.dyn->t.nvars && n < 400; k++)
+                n += snprintf(line + n, sizeof line - (size_t)n, "%ss%d=%lld", k ? ", " : "", k, (long long)vals[k]);
+            snprintf(line + n, sizeof line - (size_t)n, "): %.1f ms, %d kernels generated (the others' code reused)",
+                     now_ms() - t0, ct.generated);
+            pyext_log_write(PYEXT_LOG_DYNAMIC, line);
+        }
+        c = pyext_compiled_new(pyext_state_of((PyObject *)self), g, plan, e->r.calls);
+        if (c)
+            pyext_compiled_set_packing(c, self->packing);
+    } else {
+        PyErr_Format(PyExc_RuntimeError, "smelt: compiling a graph for new symbolic sizes failed (internal "
+                     "error, please report): %s", err);
+    }
+    smelt_graph_free(g);
+    return c;
+}
+
+/* Symbolic entry e for a call whose guards hold (graph inputs fetched in
+ * vals): 1 with *plan the Compiled for this call's symbol values (made
+ * on the first call with them), 0 when the values fail e's checks (why
+ * filled when given: then no plan is made), -1 with an exception. */
+static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject **plan, char *why, size_t whylen)
+{
+    const tr_dyn *D = e->r.dyn;
+    int32_t n = e->r.ninputs;
+    int64_t (*sizes)[SMELT_MAX_DIMS] = PyMem_Calloc((size_t)n + 1, sizeof *sizes);
+    if (!sizes)
+        return PyErr_NoMemory(), -1;
+    int rc = -1;
+    for (int i = 0; i < e->ndyn_in; i++) {
+        int32_t k = e->dyn_in[i];
+        PyObject *shape = PyObject_GetAttrString(vals[e->input_node[k]], "shape");
+        if (!shape || !PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) > SMELT_MAX_DIMS) {
+            Py_XDECREF(shape);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_SystemError, "smelt: a symbolic input's shape is not a tuple");
+            goto out;
+        }
+        for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(shape); d++)
+            sizes[k][d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+        Py_DECREF(shape);
+    }
+    int64_t sv[SYM_MAX_VARS] = { 0 };
+    char buf[300];
+    rc = tracer_dyn_values(&e->r, (const int64_t(*)[SMELT_MAX_DIMS])sizes, sv, why ? why : buf,
+                           why ? whylen : sizeof buf);
+    if (rc != 1 || why)
+        goto out;
+    size_t nb = sizeof(int64_t) * (size_t)D->t.nvars;
+    if (!memcmp(sv, D->hint, nb)) {
+        *plan = e->compiled;
+        goto out;
+    }
+    for (int i = 0; i < e->ndp; i++)
+        if (!memcmp(sv, e->dp[i].vals, nb)) {
+            *plan = e->dp[i].compiled;
+            goto out;
+        }
+    /* a first call with these values: strides of the inputs as they come */
+    for (int32_t i = 0; i < e->r.graph->n; i++) {
+        const smelt_node *in = &e->r.graph->nodes[i];
+        if (in->op == SMELT_OP_INPUT)
+            memcpy(sizes[in->a.input.index], in->stride, sizeof sizes[0]);
+    }
+    for (int i = 0; i < e->ndyn_in; i++) {
+        int32_t k = e->dyn_in[i];
+        PyObject *st = PyObject_CallMethod(vals[e->input_node[k]], "stride", NULL);
+        if (!st || !PyTuple_Check(st)) {
+            Py_XDECREF(st);
+            rc = -1;
+            goto out;
+        }
+        for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(st) && d < SMELT_MAX_DIMS; d++)
+            sizes[k][d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        Py_DECREF(st);
+    }
+    char err[512] = "";
+    PyObject *c = dyn_plan_new(self, e, sv, (const int64_t(*)[SMELT_MAX_DIMS])sizes, err, sizeof err);
+    if (!c) {
+        if (PyErr_Occurred()) {
+            rc = -1;
+        } else {   /* these sizes make no valid graph of this trace: a new trace decides */
+            log_fn(PYEXT_LOG_DYNAMIC, self->fn, "new sizes do not fit the symbolic graph of", err);
+            rc = 0;
+        }
+        goto out;
+    }
+    if (!e->dp && !(e->dp = PyMem_Calloc(DYN_PLANS, sizeof *e->dp))) {
+        Py_DECREF(c);
+        rc = -1;
+        PyErr_NoMemory();
+        goto out;
+    }
+    dyn_plan *slot = &e->dp[e->next_dp];
+    e->next_dp = (e->next_dp + 1) % DYN_PLANS;
+    if (e->ndp < DYN_PLANS)
+        e->ndp++;
+    Py_XSETREF(slot->compiled, c);   /* (a running call holds its own reference) */
+    memcpy(slot->vals, sv, nb);
+    *plan = c;
+out:
+    PyMem_Free(sizes);
+    return rc;
+}
+
 static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObject **res)
 {
     if (!e->tree)
@@ -746,8 +936,18 @@ static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObje
     if (vals == small)
         memset(small, 0, sizeof *small * (size_t)nn);
     int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
-    if (m == 1 && e->compiled)
-        *res = run_compiled(e, vals, f->globals, f->closure);
+    PyObject *plan = e->compiled;
+    if (m == 1 && e->compiled && e->r.dyn) {   /* symbolic sizes: the plan for this call's values */
+        m = dyn_select(self, e, vals, &plan, NULL, 0);
+        if (m != 1)
+            for (int k = 0; k < e->nwanted; k++)
+                Py_CLEAR(vals[e->wanted[k]]);
+    }
+    if (m == 1 && e->compiled) {
+        Py_INCREF(plan);   /* (another call may replace it in the ring meanwhile) */
+        *res = run_compiled(e, plan, vals, f->globals, f->closure);
+        Py_DECREF(plan);
+    }
     if (m == 1 && (!e->compiled || *res == Py_NotImplemented)) {   /* eager (also: inputs alias an updated input) */
         if (e->compiled)
             Py_DECREF(*res);
@@ -770,6 +970,19 @@ static int reason_of(const entry *e, const call_frame *f, char *why, size_t n)
         return 0;
     }
     int m = guard_check(e->tree, f->loc, f->nloc, f->globals, f->builtins, why, n);
+    if (m == 1 && e->r.dyn && e->compiled) {   /* the symbols' checks */
+        int nn = guard_tree_num_nodes(e->tree);
+        PyObject **vals = PyMem_Calloc((size_t)nn + 1, sizeof *vals);
+        if (!vals)
+            return PyErr_NoMemory(), -1;
+        m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->want, vals);
+        PyObject *plan;
+        if (m == 1)
+            m = dyn_select(NULL, (entry *)e, vals, &plan, why, n);
+        for (int k = 0; k < e->nwanted; k++)
+            Py_CLEAR(vals[e->wanted[k]]);
+        PyMem_Free(vals);
+    }
     if (m == 1)
         snprintf(why, n, "the guards passed when checked again (a fetch with side effects?)");
     return m < 0 ? -1 : 0;
@@ -784,6 +997,10 @@ static void entry_free(entry *e)
     PyMem_Free(e->wanted);
     Py_XDECREF(e->compiled);
     pyext_ad_clear(&e->ad);
+    for (int i = 0; i < e->ndp; i++)
+        Py_XDECREF(e->dp[i].compiled);
+    PyMem_Free(e->dp);
+    PyMem_Free(e->dyn_in);
     PyMem_Free(e);
 }
 
@@ -907,13 +1124,40 @@ static int entry_guards(FunctionObject *self, entry *e, const call_frame *f, int
 
 /* Traces call f (from its parameters, or at a resume point from its frame
  * state). */
-static int trace_call(FunctionObject *self, const call_frame *f, tr_result *r)
+static int trace_call(FunctionObject *self, const call_frame *f, tr_result *r, int static_only)
 {
-    if (!f->site->pc)
-        return tracer_trace(self->fn, f->loc, f->nargs, r);
-    tr_start st = { .slots = f->state->slots, .nslots = f->state->nslots, .stack = f->state->slots + f->state->nslots,
-                    .nstack = f->state->sp, .kwnames = f->state->kwnames, .pc = f->site->pc };
+    tr_start st = { .slots = f->loc, .nslots = f->nargs };
+    if (f->site->pc)
+        st = (tr_start){ .slots = f->state->slots, .nslots = f->state->nslots,
+                         .stack = f->state->slots + f->state->nslots, .nstack = f->state->sp,
+                         .kwnames = f->state->kwnames, .pc = f->site->pc };
+    st.dyn_mode = static_only || self->dynamic == 0 ? TR_DYN_OFF : self->dynamic == 1 ? TR_DYN_ALL : TR_DYN_AUTO;
+    if (st.dyn_mode == TR_DYN_AUTO && !f->site->seen && !(f->site->seen = PyDict_New()))
+        return -1;
+    st.seen = f->site->seen;
     return tracer_trace_from(self->fn, &st, r);
+}
+
+/* Why a trace with symbolic sizes cannot make a symbolic entry (NULL: it
+ * can): it broke (perhaps on what symbols do not cover yet), its inputs
+ * require grad (the compiled backward is static), or it returns views
+ * whose geometry was computed from the traced sizes. */
+static const char *dyn_unusable(const tr_result *r, int rc)
+{
+    if (rc != 0)
+        return r->reason;
+    if (!r->grad_free && inputs_require_grad(r)) {
+        PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
+        int on = g == Py_True;
+        Py_XDECREF(g);
+        PyErr_Clear();
+        if (on)
+            return "inputs require grad: a compiled backward has static sizes";
+    }
+    for (int32_t i = 0; i < r->nouts; i++)
+        if (r->outs[i].kind == TO_VIEW || r->outs[i].kind == TO_OUTVIEW)
+            return "the result holds views whose geometry is static";
+    return NULL;
 }
 
 /* A partial trace: the instruction it stops before, and where CPython
@@ -932,13 +1176,44 @@ static int partial_insn(FunctionObject *self, entry *e)
 /* Traces and compiles a new entry for call f (a break entry when the
  * trace stops: partial entries hold the graph before the break). NULL
  * with an exception on error. */
+/* A new entry with symbolic sizes: which graph inputs have them; the
+ * symbols and their guards logged. 0 or -1. */
+static int dyn_entry(FunctionObject *self, entry *e)
+{
+    const tr_dyn *D = e->r.dyn;
+    if (!(e->dyn_in = PyMem_Calloc((size_t)e->r.ninputs + 1, sizeof(int32_t))))
+        return PyErr_NoMemory(), -1;
+    for (int32_t i = 0; i < e->r.graph->n && i < D->ndims; i++) {
+        const smelt_node *n = &e->r.graph->nodes[i];
+        int sym = 0;
+        for (int d = 0; n->op == SMELT_OP_INPUT && d < n->ndim; d++)
+            sym |= D->dims[i][d] >= 0;
+        if (sym)
+            e->dyn_in[e->ndyn_in++] = n->a.input.index;
+    }
+    self->ndynentries++;
+    if (pyext_log_on(PYEXT_LOG_DYNAMIC)) {
+        char *txt = tracer_dyn_describe(&e->r);
+        if (txt)
+            log_fn(PYEXT_LOG_DYNAMIC, self->fn, "symbolic sizes in", txt);
+        free(txt);
+    }
+    return 0;
+}
+
 static entry *new_entry(FunctionObject *self, const call_frame *f)
 {
     entry *e = PyMem_Calloc(1, sizeof *e);
     if (!e)
         return (entry *)PyErr_NoMemory();
     double t0 = now_ms();
-    int rc = trace_call(self, f, &e->r);
+    int rc = trace_call(self, f, &e->r, 0);
+    const char *why = rc >= 0 && e->r.dyn ? dyn_unusable(&e->r, rc) : NULL;
+    if (why) {   /* trace it again with static sizes */
+        log_fn(PYEXT_LOG_DYNAMIC, self->fn, "static sizes for", why);
+        tracer_result_clear(&e->r);
+        rc = trace_call(self, f, &e->r, 1);
+    }
     self->trace_ms = now_ms() - t0;
     if (rc < 0)
         goto fail;
@@ -1014,25 +1289,11 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
             return e;
         }
     }
-    /* in-place updates the plan may write straight into their inputs: those
-     * whose new value is not also a result (that would be a new tensor in
-     * eager, not the input) */
-    int32_t *upd = e->r.nmut ? PyMem_Malloc(sizeof(int32_t) * 2 * (size_t)e->r.nmut) : NULL;
-    if (e->r.nmut && !upd) {
-        PyErr_NoMemory();
+    int32_t *upd;
+    if (entry_updates(e, &o, &upd))
         goto fail;
-    }
-    for (int32_t i = 0; i < e->r.nmut; i++) {
-        int shown = 0;
-        for (int32_t k = 0; k < e->r.nouts && !shown; k++)
-            shown = (e->r.outs[k].kind == TO_TENSOR || e->r.outs[k].kind == TO_OUTVIEW) &&
-                    e->r.outs[k].index == e->r.mut_out[i];
-        if (!shown) {
-            upd[2 * o.nupdate] = e->r.mut_in[i];
-            upd[2 * o.nupdate++ + 1] = e->r.mut_out[i];
-        }
-    }
-    o.update = upd;
+    if (e->r.dyn && dyn_entry(self, e))
+        goto fail;
     t0 = now_ms();
     smelt_plan *plan;
     Py_BEGIN_ALLOW_THREADS   /* pure C (the cache's log hook takes the GIL); e is not shared yet */
@@ -1092,6 +1353,7 @@ static void drop_site(site *s)
     entry *e = s->entries;
     s->entries = NULL;
     s->nentries = 0;
+    Py_CLEAR(s->seen);
     while (e) {
         entry *next = e->next;
         e->dead = 1;
@@ -1422,12 +1684,14 @@ static const tracer_callback hook_cb = { on_frame, NULL };
 
 static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "fn", "fullgraph", "weight_packing", NULL };
-    PyObject *fn;
+    static char *kwlist[] = { "fn", "fullgraph", "weight_packing", "dynamic", NULL };
+    PyObject *fn, *dynamic = Py_None;
     int fullgraph = 0;
     const char *wp = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|ps", kwlist, &fn, &fullgraph, &wp))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|psO", kwlist, &fn, &fullgraph, &wp, &dynamic))
         return NULL;
+    if (dynamic != Py_None && !PyBool_Check(dynamic))
+        return PyErr_Format(PyExc_TypeError, "smelt: dynamic must be None, True or False, not %R", dynamic);
     int packing = pyext_packing_mode(wp);
     if (packing < 0)
         return PyErr_Format(PyExc_ValueError, "smelt: weight_packing must be 'auto', 'always' or 'never', not %R",
@@ -1469,6 +1733,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         return PyErr_NoMemory();
     }
     self->fullgraph = fullgraph;
+    self->dynamic = dynamic == Py_None ? -1 : dynamic == Py_True;
     self->packing = packing;
     if (!fullgraph && !making_for_hook && remember_for_code((PyObject *)self, 0)) {   /* its frames under the hook find it */
         Py_DECREF(self);
@@ -1567,14 +1832,15 @@ static PyObject *function_stats(PyObject *op, PyObject *unused)
             code += e->compiled ? pyext_compiled_code_bytes(e->compiled) : 0;
         }
     }
-    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i,s:L,s:L,s:l}", "entries",
+    return Py_BuildValue("{s:i,s:i,s:l,s:l,s:l,s:O,s:d,s:d,s:l,s:l,s:O,s:i,s:i,s:i,s:i,s:L,s:L,s:l,s:l,s:l}", "entries",
                          self->top.nentries, "eager_entries", eager, "compiles", self->ncompiles, "breaks",
                          self->nbreaks, "hits", self->nhits, "last_break",
                          self->last_reason ? self->last_reason : Py_None, "trace_ms", self->trace_ms, "compile_ms",
                          self->compile_ms, "generated", self->ngenerated, "plans_from_disk", self->nplans_cached,
                          "recompile_limit_reached", warned ? Py_True : Py_False, "partial_entries", partial,
                          "resume_points", resumes, "resume_entries", resume_entries, "graphs", graphs,
-                         "arena_bytes", arena, "code_bytes", code, "backward_compiles", self->nbackward);
+                         "arena_bytes", arena, "code_bytes", code, "backward_compiles", self->nbackward,
+                         "dynamic_entries", self->ndynentries, "dynamic_plans", self->ndynplans);
 }
 
 static PyObject *function_get_fn(PyObject *op, void *unused)

@@ -9,7 +9,7 @@
 
 static const char *const channel_names[PYEXT_LOG_NCHANNELS] = {
     "graph", "guards", "recompiles", "graph_breaks",
-    "output_code", "asm", "cache", "perf", "aot",
+    "output_code", "asm", "cache", "perf", "aot", "dynamic",
 };
 
 /* Process-wide: the environment is read once per initialisation. */

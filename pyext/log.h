@@ -18,6 +18,7 @@ typedef enum pyext_log_channel {
     PYEXT_LOG_CACHE,          /* disk cache hits, misses, writes */
     PYEXT_LOG_PERF,           /* compile-time breakdown */
     PYEXT_LOG_AOT,            /* compiled backward: forward/backward split, saved values, both graphs */
+    PYEXT_LOG_DYNAMIC,        /* dynamic shapes: sizes made symbolic and why, guards on symbols, plans per size */
     PYEXT_LOG_NCHANNELS
 } pyext_log_channel;
 

@@ -9,7 +9,9 @@ dilation, bias, every activation layout, thread splits, empty dims, errors,
 the plan cache), on oneDNN and built again on the portable loop;
 test_attention.c checks the flash attention forward and backward (blocks'
 tails, causal, masks, broadcast heads, transposed operands, threads, empty
-dims), on AVX-512 and built again on the scalar steps. All
+dims), on AVX-512 and built again on the scalar steps;
+test_sym.c checks symbolic size expressions (canonical forms, exact
+simplifications, evaluation against Python's integer semantics). All
 compare with naive references and exit non-zero on any failure.
 """
 import os
@@ -27,6 +29,7 @@ PROGRAMS = {   # name: (sources, extra flags)
     "test_conv_portable": (CONV, ["-DKERN_CONV_FORCE_PORTABLE=1"]),
     "test_attention": (ATTN, []),
     "test_attention_portable": (ATTN, ["-DKERN_SDPA_FORCE_PORTABLE=1"]),
+    "test_sym": (["tests/c/test_sym.c", "inductor/sym.c"], []),
 }
 CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", f"-I{ROOT}"]
 LIBS = ["-ldnnl", "-lsleef", "-lpthread", "-lm"]

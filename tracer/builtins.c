@@ -261,6 +261,8 @@ static int tensor_items(tracer *T, int32_t v, int32_t **items, int *n)
         return tr_raise(T, PyObject_CallFunction(PyExc_TypeError, "s", "iteration over a 0-d tensor"));
     if (nd->shape[0] > 4096)
         return tr_break(T, "iteration over a tensor of %lld rows", (long long)nd->shape[0]);
+    if (dyn_dim_ex(T, T->vals[v].node, 0) >= 0)
+        return dyn_fail(T, "iteration over a symbolic number of rows");
     int64_t rows = nd->shape[0];
     int32_t l = tv_new(T, V_LIST);
     for (int64_t i = 0; l >= 0 && i < rows; i++) {
@@ -504,7 +506,7 @@ static int32_t b_len(tracer *T, const call_args *a, PyObject *fn)
         return tv_int(T, x->n);
     if (x->kind == V_TENSOR) {
         const smelt_node *nd = &T->g->nodes[x->node];
-        return nd->ndim ? tv_int(T, nd->shape[0]) : tr_break(T, "len() of a 0-d tensor");
+        return nd->ndim ? dyn_dim(T, x->node, 0) : tr_break(T, "len() of a 0-d tensor");
     }
     if (x->kind == V_INST) {
         int32_t r = obj_special(T, a->pos[0], OS_LEN, NULL, 0);
@@ -543,6 +545,7 @@ static PyObject *type_of(tracer *T, int32_t v)
     case V_SLICE: return (PyObject *)&PySlice_Type;
     case V_ITER: if (x->sub == IT_GEN) return (PyObject *)&PyGen_Type; break;
     case V_INST: if (x->sub != INST_SUPER) return x->obj; break;
+    case V_SYM: return (PyObject *)&PyLong_Type;   /* a symbolic size is an int */
     default: break;
     }
     tr_break(T, "type of a %s", x->kind == V_BOUND ? "bound method" : "special value");

@@ -321,7 +321,9 @@ int32_t tr_node_add(tracer *T, const smelt_node *proto)
             return tr_break(T, "%s of a non-tensor", smelt_op_name((smelt_op)proto->op));
     int32_t id = smelt_graph_add(T->g, proto);
     if (id < 0)
-        return tr_break(T, "%s", T->g->err);
+        return T->dyn_pend = 0, tr_break(T, "%s", T->g->err);
+    if (dyn_node(T, id))
+        return -1;
     uint8_t *nc = grow(T->contig, &T->ccontig, T->g->n + 1, 1);
     if (!nc)
         return PyErr_NoMemory(), -1;
@@ -468,11 +470,16 @@ static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
         p.shape[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
         p.stride[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride, d));
     }
+    uint32_t dynamic = 0;
+    if (dyn_input(T, t, src, (int)nd, p.shape, &dynamic))
+        goto out;
     int32_t node = smelt_graph_input(T->g, (smelt_dtype)sd, (int)nd, p.shape, p.stride);
     if (node < 0) {
         tr_break(T, "%s", T->g->err);
         goto out;
     }
+    if (dyn_input_node(T, node, dynamic))
+        goto out;
     uint8_t *nc = grow(T->contig, &T->ccontig, T->g->n + 1, 1);
     int32_t *ni = grow(T->r->input_src, &T->cinputs, T->r->ninputs + 1, sizeof(int32_t));
     if (!nc || !ni) {
@@ -490,7 +497,7 @@ static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
     }
     PyObject *vid = PyLong_FromLong(v);
     if (v < 0 || !vid || PyDict_SetItem(T->tensor_of, key, vid) || tr_keep(T, t) ||
-        tr_add_guard(T, TG_TENSOR, src, t, 0))
+        tr_add_guard(T, TG_TENSOR, src, t, (Py_ssize_t)dynamic))
         v = -1;
     Py_XDECREF(vid);
 out:
@@ -654,7 +661,7 @@ int tr_is_plain_const(PyObject *o)
 static const char *kind_name(tracer *T, int32_t v)
 {
     static const char *names[] = { "NULL", "tensor", "object", "tuple", "list", "dict", "method",
-                                   "iterator", "slice", "function", "cell", "instance" };
+                                   "iterator", "slice", "function", "cell", "instance", "int" };
     return names[T->vals[v].kind];
 }
 
@@ -705,6 +712,8 @@ static int const_guard(tracer *T, int32_t src, PyObject *o)
 PyObject *tr_const(tracer *T, int32_t v)
 {
     tv *x = &T->vals[v];
+    if (x->kind == V_SYM && dyn_specialize(T, v))
+        return NULL;
     if (x->kind != V_OBJ) {
         tr_break(T, "expected a constant, got a %s", kind_name(T, v));
         return NULL;
@@ -2535,6 +2544,7 @@ int tr_truth(tracer *T, int32_t v, int *out)
     case V_TUPLE: case V_LIST: case V_DICT: *out = x->n > 0; return 0;
     case V_FUNC: case V_BOUND: case V_ITER: case V_SLICE: *out = 1; return 0;
     case V_INST: return obj_truth(T, v, out);
+    case V_SYM: return dyn_truth(T, v, out);
     case V_OBJ: {
         int32_t r = tr_user_special(T, v, "__bool__", NULL, 0);
         if (r == -2 && (r = tr_user_special(T, v, "__len__", NULL, 0)) >= 0) {
@@ -2668,7 +2678,8 @@ int32_t tr_binop(tracer *T, int nb, int32_t a, int32_t b)
         return seq_binop(T, nb, a, b);
     if ((y->kind == V_TUPLE || y->kind == V_LIST) && base == NB_MULTIPLY)
         return seq_binop(T, nb, b, a);
-    return const_binop(T, nb, a, b);
+    int32_t r = dyn_binop(T, nb, a, b);
+    return r != -2 ? r : const_binop(T, nb, a, b);
 }
 
 int32_t tr_compare(tracer *T, int cmp, int32_t a, int32_t b)
@@ -2680,6 +2691,9 @@ int32_t tr_compare(tracer *T, int cmp, int32_t a, int32_t b)
         if (r != -2)
             return r;
     }
+    int32_t dr = dyn_compare(T, cmp, a, b);
+    if (dr != -2)
+        return dr;
     PyObject *x = tr_pyobj(T, a), *y = x ? tr_pyobj(T, b) : NULL;
     PyObject *r = y ? PyObject_RichCompare(x, y, cmp) : NULL;
     Py_XDECREF(x);
@@ -4493,6 +4507,18 @@ static int build_out(tracer *T, int32_t v, int32_t slot)
     }
     case V_INST:
         return inst_out(T, v, slot);
+    case V_SYM: {   /* a symbolic size: a 0-d int64 output holding its value per call */
+        smelt_node p = { .op = SMELT_OP_FULL, .dtype = SMELT_I64 };
+        p.a.scalar.i = PyLong_AsLongLong(x->obj);
+        p.a.scalar.f = (double)p.a.scalar.i;
+        int32_t e = x->node, id = tr_node_add(T, &p);
+        if (id < 0 || dyn_scalar(T, id, e))
+            return -1;
+        o = &T->r->outs[slot];
+        o->kind = TO_INT;
+        o->index = T->g->nout;
+        return smelt_graph_output(T->g, id) ? tr_break(T, "%s", T->g->err) : 0;
+    }
     case V_SLICE: {
         PyObject *sl = tr_pyobj(T, v);
         if (!sl)
@@ -4799,7 +4825,8 @@ static int trace_once(PyObject *fn, const tr_start *st, int stop_at, tr_result *
 {
     memset(out, 0, sizeof *out);
     out->stop_pc = -1;
-    tracer T = { .r = out, .handled = -1, .stop_at = stop_at, .break_at = -1 };
+    tracer T = { .r = out, .handled = -1, .stop_at = stop_at, .break_at = -1, .dyn_mode = st->dyn_mode,
+                 .dyn_seen = st->seen };
     *break_at = -1;
     out->keep = PyList_New(0);
     out->graph = smelt_graph_new();
@@ -4925,6 +4952,7 @@ int tracer_result_trim(tr_result *r)
 void tracer_result_clear(tr_result *r)
 {
     smelt_graph_free(r->graph);
+    tracer_dyn_free(r->dyn);
     PyMem_Free(r->srcs);
     PyMem_Free(r->input_src);
     for (int32_t i = 0; i < r->nguards; i++)

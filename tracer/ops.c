@@ -76,6 +76,10 @@ static int32_t gnode(tracer *T, int32_t v)
     tv *x = &T->vals[v];
     if (x->kind == V_TENSOR)
         return x->node;
+    if (x->kind == V_SYM) {   /* a symbolic size as a number: its value per call */
+        int32_t id = smelt_graph_scalar(T->g, SMELT_I64, 0, PyLong_AsLongLong(x->obj));
+        return id < 0 ? tr_break(T, "%s", T->g->err) : dyn_scalar(T, id, x->node) ? -1 : id;
+    }
     if (x->kind != V_OBJ)
         return tr_break(T, "expected a tensor or number");
     PyObject *o = tr_const(T, v);
@@ -202,6 +206,55 @@ static int int_list(tracer *T, const call_args *a, int from, const char *kw, int
             return -1;
     *n = k;
     return 0;
+}
+
+/* int_list keeping symbolic sizes: ex[i] the expression of item i when it
+ * is one (its traced value in out[i]), else -1; handed to the next node
+ * (dyn_pend_shape) when any is. minus1: a -1 item is a reshape's -1. */
+static int int_list_ex(tracer *T, const call_args *a, int from, const char *kw, int64_t *out, int *n, int minus1)
+{
+    int32_t ex[SMELT_MAX_DIMS], v = arg(a, from, kw);
+    int any = 0, k = 0;
+    for (int i = 0; i < SMELT_MAX_DIMS; i++)
+        ex[i] = -1;
+    if (v >= 0 && (T->vals[v].kind == V_TUPLE || T->vals[v].kind == V_LIST)) {
+        tv *x = &T->vals[v];
+        if (x->n > SMELT_MAX_DIMS)
+            return tr_break(T, "too many dims");
+        for (int i = 0; i < x->n; i++)
+            if (dyn_int_ex(T, T->vals[v].items[i], &out[i], &ex[i]))
+                return -1;
+        k = T->vals[v].n;
+    } else if (v >= 0 && (T->vals[v].kind == V_SYM ||
+                          (T->vals[v].kind == V_OBJ && PyLong_Check(T->vals[v].obj)))) {   /* x.view(2, T, 3) */
+        for (int i = from; i < a->npos && k < SMELT_MAX_DIMS; i++, k++)
+            if (dyn_int_ex(T, a->pos[i], &out[k], &ex[k]))
+                return -1;
+    } else {
+        if (int_list(T, a, from, kw, out, n))
+            return -1;
+        k = *n;
+    }
+    *n = k;
+    for (int i = 0; i < k; i++) {
+        any |= ex[i] >= 0;
+        if (minus1 && ex[i] < 0 && out[i] == -1)
+            ex[i] = -2;
+    }
+    (void)any;
+    dyn_pend_shape(T, ex, k);   /* (also when all are numbers: they are the caller's constants) */
+    return 0;
+}
+
+/* The next node's first n sizes are those of graph node `of` (their
+ * expressions handed over: a composite reshaping back to an input's
+ * shape), the rest numbers. */
+static void pend_like(tracer *T, int32_t of, int n, int total)
+{
+    int32_t ex[SMELT_MAX_DIMS];
+    for (int d = 0; d < total && d < SMELT_MAX_DIMS; d++)
+        ex[d] = d < n ? dyn_dim_ex(T, of, d) : -1;
+    dyn_pend_shape(T, ex, total);
 }
 
 /* ---------- view helpers ---------- */
@@ -855,7 +908,7 @@ static int32_t h_view(tracer *T, const call_args *a, smelt_op op)
     int64_t shape[SMELT_MAX_DIMS];
     int n;
     int32_t x = arg(a, 0, "input");
-    if (T->vals[x].kind != V_TENSOR || int_list(T, a, 1, "shape", shape, &n))
+    if (T->vals[x].kind != V_TENSOR || int_list_ex(T, a, 1, "shape", shape, &n, 1))
         return -1;
     return view_or_copy(T, x, v_reshape(T, x, shape, n), op == 1);
 }
@@ -977,7 +1030,7 @@ static int32_t h_expand(tracer *T, const call_args *a, smelt_op op)
     int n;
     int32_t x = arg(a, 0, "input");
     (void)op;
-    if (int_list(T, a, 1, "size", shape, &n))
+    if (int_list_ex(T, a, 1, "size", shape, &n, 0))
         return -1;
     smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[x].node }, .ndim = (uint8_t)n };
     memcpy(p.shape, shape, sizeof(int64_t) * (size_t)n);
@@ -990,6 +1043,7 @@ static int32_t h_expand_as(tracer *T, const call_args *a, smelt_op op)
     (void)op;
     smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[x].node }, .ndim = node(T, o)->ndim };
     memcpy(p.shape, node(T, o)->shape, sizeof p.shape);
+    dyn_pend_dims(T, T->vals[o].node, 0, p.ndim);
     return mk(T, &p);
 }
 
@@ -999,7 +1053,7 @@ static int32_t shape_tuple(tracer *T, int32_t x)
 {
     int32_t items[SMELT_MAX_DIMS];
     for (int d = 0; d < node(T, x)->ndim; d++)
-        if ((items[d] = int_value(T, node(T, x)->shape[d])) < 0)
+        if ((items[d] = dyn_dim(T, T->vals[x].node, d)) < 0)
             return -1;
     int32_t t = tv_tuple(T, items, node(T, x)->ndim);
     if (t >= 0)
@@ -1017,7 +1071,7 @@ static int32_t h_size(tracer *T, const call_args *a, smelt_op op)
     int dim;
     if (tr_int(T, dv, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
         return -1;
-    return int_value(T, node(T, x)->shape[dim]);
+    return dyn_dim(T, T->vals[x].node, dim);
 }
 
 static int32_t h_dim(tracer *T, const call_args *a, smelt_op op)
@@ -1029,7 +1083,15 @@ static int32_t h_dim(tracer *T, const call_args *a, smelt_op op)
 static int32_t h_numel(tracer *T, const call_args *a, smelt_op op)
 {
     (void)op;
-    return int_value(T, smelt_node_numel(node(T, arg(a, 0, "input"))));
+    int32_t x = arg(a, 0, "input"), n = T->vals[x].node;
+    if (!T->r->dyn)
+        return int_value(T, smelt_node_numel(node(T, x)));
+    int32_t v = int_value(T, 1);
+    for (int d = 0; v >= 0 && d < T->g->nodes[n].ndim; d++) {
+        int32_t s = dyn_dim(T, n, d);
+        v = s < 0 ? -1 : tr_binop(T, NB_MULTIPLY, v, s);
+    }
+    return v;
 }
 
 static int seq_items(tracer *T, int32_t v, int32_t **items, int *n)
@@ -1351,7 +1413,7 @@ static int32_t h_full(tracer *T, const call_args *a, smelt_op op)
     int like = (int)op >= 100;
     int kind = like ? (int)op - 100 : (int)op;
     smelt_node p = { .op = SMELT_OP_FULL };
-    int32_t valv = -1;
+    int32_t valv = -1, likev = -1;
     if (like) {
         int32_t x = arg(a, 0, "input");
         if (T->vals[x].kind != V_TENSOR)
@@ -1360,10 +1422,11 @@ static int32_t h_full(tracer *T, const call_args *a, smelt_op op)
         memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
         p.dtype = (uint8_t)node(T, x)->dtype;
         valv = kind == SMELT_OP_CLAMP ? arg(a, 1, "fill_value") : -1;
+        likev = x;
     } else {
         int n;
         int64_t shape[SMELT_MAX_DIMS];
-        if (int_list(T, a, 0, "size", shape, &n))
+        if (int_list_ex(T, a, 0, "size", shape, &n, 0))
             return -1;
         if (kind == SMELT_OP_CLAMP)   /* full(size, value): size is a sequence */
             valv = arg(a, 1, "fill_value");
@@ -1392,19 +1455,32 @@ static int32_t h_full(tracer *T, const call_args *a, smelt_op op)
     p.dtype = (uint8_t)dt;
     p.a.scalar.f = f;
     p.a.scalar.i = iv;
+    if (likev >= 0)
+        dyn_pend_dims(T, T->vals[likev].node, 0, p.ndim);
     return mk(T, &p);
 }
 
 /* Bool [R, C] mask: col - row <= k (lower) or >= k (upper). */
-static int32_t tri_mask(tracer *T, int64_t R, int64_t C, int64_t k, int lower)
+static int32_t tri_mask_ex(tracer *T, int64_t R, int64_t C, int64_t k, int lower, int32_t rex, int32_t cex)
 {
     smelt_node r = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = 2, .shape = { R, C } };
     smelt_node c = r;
     r.a.axis.dim = 0;
     c.a.axis.dim = 1;
-    int32_t ri = mk(T, &r), ci = ri < 0 ? -1 : mk(T, &c);
+    int32_t ex[2] = { rex, cex };
+    if (rex >= 0 || cex >= 0)
+        dyn_pend_shape(T, ex, 2);
+    int32_t ri = mk(T, &r);
+    if (ri >= 0 && (rex >= 0 || cex >= 0))
+        dyn_pend_shape(T, ex, 2);
+    int32_t ci = ri < 0 ? -1 : mk(T, &c);
     int32_t diff = ci < 0 ? -1 : op2(T, SMELT_OP_SUB, ci, ri);
     return diff < 0 ? -1 : op2(T, lower ? SMELT_OP_LE : SMELT_OP_GE, diff, int_value(T, k));
+}
+
+static int32_t tri_mask(tracer *T, int64_t R, int64_t C, int64_t k, int lower)
+{
+    return tri_mask_ex(T, R, C, k, lower, -1, -1);
 }
 
 static int32_t h_tri(tracer *T, const call_args *a, smelt_op op)
@@ -1417,7 +1493,9 @@ static int32_t h_tri(tracer *T, const call_args *a, smelt_op op)
         return -1;
     const smelt_node *n = node(T, x);
     int is_bool = n->dtype == SMELT_BOOL;   /* read before tri_mask adds nodes (and may move them) */
-    int32_t keep = tri_mask(T, n->shape[n->ndim - 2], n->shape[n->ndim - 1], k, op == SMELT_OP_LE);
+    int32_t xn = T->vals[x].node;
+    int32_t keep = tri_mask_ex(T, n->shape[n->ndim - 2], n->shape[n->ndim - 1], k, op == SMELT_OP_LE,
+                               dyn_dim_ex(T, xn, n->ndim - 2), dyn_dim_ex(T, xn, n->ndim - 1));
     int32_t zero = keep < 0 ? -1 : is_bool ? tv_obj(T, Py_False, -1) : int_value(T, 0);
     if (zero < 0)
         return -1;
@@ -1703,7 +1781,8 @@ static int32_t sdpa_core(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mas
         int32_t m = mask;
         if (causal) {   /* attend where key index <= query index */
             int64_t L = node(T, q)->shape[node(T, q)->ndim - 2], S = node(T, k)->shape[nd - 2];
-            m = tri_mask(T, L, S, 0, 1);
+            m = tri_mask_ex(T, L, S, 0, 1, dyn_dim_ex(T, T->vals[q].node, node(T, q)->ndim - 2),
+                            dyn_dim_ex(T, T->vals[k].node, nd - 2));
         }
         if (m < 0)
             return -1;
@@ -3154,8 +3233,15 @@ static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
         ev = np == 1 ? a->pos[0] : arg(a, -1, "end"), sv = arg(a, -1, "start");
     if (ev < 0 || device_cpu(T, a))
         return ev < 0 ? tr_break(T, "arange without an end") : -1;
-    int32_t vals[3] = { sv, ev, pv };
+    int32_t vals[3] = { sv, ev, pv }, end_ex = -1;
     double v[3] = { 0.0, 0.0, 1.0 };
+    if (T->vals[ev].kind == V_SYM) {   /* arange(T): its length is an expression */
+        int64_t e;
+        if (dyn_int_ex(T, ev, &e, &end_ex))
+            return -1;
+        v[1] = (double)e;
+        vals[1] = -1;
+    }
     for (int i = 0; i < 3; i++) {
         if (is_none(T, vals[i]))
             continue;
@@ -3185,6 +3271,17 @@ static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
     if (len > 1e9)
         return tr_break(T, "arange of %g elements", len);
     smelt_node p = { .op = SMELT_OP_ARANGE, .dtype = (uint8_t)dt, .ndim = 1, .shape = { len > 0 ? (int64_t)len : 0 } };
+    if (end_ex >= 0) {
+        if (isf || start != floor(start) || step != floor(step))
+            return dyn_fail(T, "a float arange up to a symbolic size");
+        int32_t n = dyn_arange_len(T, end_ex, (int64_t)start, (int64_t)step);
+        if (n < 0)
+            return -1;
+        dyn_pend_shape(T, &n, 1);
+    } else {
+        int32_t n = -1;   /* bounds given as numbers: a constant length */
+        dyn_pend_shape(T, &n, 1);
+    }
     p.a.arange.fstart = start;
     p.a.arange.fstep = step;
     p.a.arange.istart = (int64_t)start;
@@ -3500,7 +3597,7 @@ static int32_t h_new_full(tracer *T, const call_args *a, smelt_op op)
     int32_t x = arg(a, 0, "input");
     int64_t shape[SMELT_MAX_DIMS];
     int n;
-    if (int_list(T, a, 1, "size", shape, &n) || device_cpu(T, a))
+    if (device_cpu(T, a) || int_list_ex(T, a, 1, "size", shape, &n, 0))
         return -1;
     int dt = dtype_arg(T, a, node(T, x)->dtype);
     int32_t fv = op == SMELT_OP_CLAMP ? arg(a, 2, "fill_value") : -1;
@@ -5282,6 +5379,25 @@ static int32_t expand_to(tracer *T, int32_t x, const int64_t *shape, int n)
     return mk(T, &p);
 }
 
+/* expand_to with the sizes' expressions ex (-1: a number; NULL: none). */
+static int32_t expand_to_ex(tracer *T, int32_t x, const int64_t *shape, const int32_t *ex, int n)
+{
+    if (x < 0)
+        return -1;
+    const smelt_node *xn = node(T, x);
+    if (xn->ndim == n && !memcmp(xn->shape, shape, sizeof(int64_t) * (size_t)n))
+        return x;
+    if (ex)
+        dyn_pend_shape(T, ex, n);
+    return expand_to(T, x, shape, n);
+}
+
+/* The expression of value v (a V_SYM), or -1. */
+static int32_t ex_of(tracer *T, int32_t v)
+{
+    return v >= 0 && T->vals[v].kind == V_SYM ? T->vals[v].node : -1;
+}
+
 /* GATHER of x along dim d at index ix (an integer tensor of x's rank,
  * >= 1): a new contiguous tensor. An index out of range (negatives
  * counting from the end when wrap) fails the run: the frame runs eagerly
@@ -5304,11 +5420,13 @@ static int32_t select_rows(tracer *T, int32_t x, int32_t ix, int d, int wrap)
     const smelt_node *xn = node(T, x);
     int nd = xn->ndim;
     int64_t one[SMELT_MAX_DIMS], shape[SMELT_MAX_DIMS], k = node(T, ix)->ndim ? node(T, ix)->shape[0] : 1;
+    int32_t ex[SMELT_MAX_DIMS], xnode = T->vals[x].node, inode = T->vals[ix].node;
     for (int i = 0; i < nd; i++) {
         one[i] = i == d ? k : 1;
         shape[i] = i == d ? k : xn->shape[i];
+        ex[i] = i == d ? (node(T, ix)->ndim ? dyn_dim_ex(T, inode, 0) : -1) : dyn_dim_ex(T, xnode, i);
     }
-    return gather_at(T, x, expand_to(T, v_reshape(T, ix, one, nd), shape, nd), d, wrap);
+    return gather_at(T, x, expand_to_ex(T, v_reshape(T, ix, one, nd), shape, ex, nd), d, wrap);
 }
 
 static int is_index_tensor(tracer *T, int32_t v, int int32_ok)
@@ -5448,7 +5566,13 @@ static int32_t c_diff(tracer *T, PyObject *fn, const call_args *a, int op)
         int64_t len = node(T, y)->shape[dim];
         if (len == 0)
             break;
-        int32_t hi = v_slice(T, y, dim, 1, len, 1), lo = v_slice(T, y, dim, 0, len - 1, 1);
+        int32_t yn = T->vals[y].node;   /* y[1:] - y[:-1] (their bounds symbolic along a symbolic dim) */
+        if (dyn_pend_slice_of(T, yn, dim, -1, 1, 1, -1, 0, 0))
+            return -1;
+        int32_t hi = v_slice(T, y, dim, 1, len, 1);
+        if (hi < 0 || dyn_pend_slice_of(T, yn, dim, -1, 0, 0, -1, -1, 1))
+            return -1;
+        int32_t lo = v_slice(T, y, dim, 0, len - 1, 1);
         y = op2(T, isbool ? SMELT_OP_NE : SMELT_OP_SUB, hi, lo);
     }
     if (y >= 0 && T->vals[y].node == T->vals[x].node)
@@ -7047,6 +7171,8 @@ static int32_t c_embedding(tracer *T, PyObject *fn, const call_args *a, int op)
         int32_t at = op2(T, SMELT_OP_EQ, v_reshape(T, ix, one, 2), int_value(T, pad));
         r = where3(T, at, op1(T, SMELT_OP_DETACH, r), r);
     }
+    if (r >= 0)
+        pend_like(T, T->vals[ix].node, nd, nd + 1);
     return r < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, r, shape, nd + 1));
 }
 
@@ -7680,6 +7806,7 @@ static PyObject *disable_wrapped(PyObject *fn)
 
 int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
 {
+    T->dyn_pend = 0;
     if (fn == getitem_fn && a->npos == 2 && !a->nkw && T->vals[a->pos[0]].kind == V_TENSOR)
         return ops_subscr(T, a->pos[0], a->pos[1]);   /* torch.Tensor.__getitem__(x, index): x[index] */
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
@@ -7756,6 +7883,7 @@ static int32_t inplace_method(tracer *T, PyObject *name, const call_args *a)
  * methods of torch.Tensor that are torch builtins are host calls. */
 int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a)
 {
+    T->dyn_pend = 0;
     if (arg(a, -1, "out") >= 0)
         return tr_break(T, "tensor method %U with out= (eager raises)", name);
     if (a->npos == 2 && !a->nkw && PyUnicode_CompareWithASCIIString(name, "__getitem__") == 0 &&
@@ -7906,8 +8034,8 @@ static int32_t index_host_call(tracer *T, int32_t x, int32_t index)
  * index_q times the sizes after it; *N the product of the indexed sizes.
  * An int64 tensor of shape B, -2 when the indices do not broadcast (eager
  * raises), -1 on error. */
-static int32_t flat_index(tracer *T, const int64_t *xs, int d0, const int32_t *it, int m, int clamp, int64_t *B, int *nbp,
-                          int64_t *Np)
+static int32_t flat_index(tracer *T, const int64_t *xs, const int32_t *xe, int d0, const int32_t *it, int m, int clamp,
+                          int64_t *B, int32_t *Be, int *nbp, int64_t *Np, int32_t *Nv)
 {
     int nb = 0;
     for (int q = 0; q < m; q++) {   /* B: the indices broadcast */
@@ -7916,37 +8044,51 @@ static int32_t flat_index(tracer *T, const int64_t *xs, int d0, const int32_t *i
             int bi = i + (nb > in->ndim ? nb - in->ndim : 0);
             if (in->ndim > nb) {
                 memmove(B + (in->ndim - nb), B, sizeof(int64_t) * (size_t)nb);
+                memmove(Be + (in->ndim - nb), Be, sizeof(int32_t) * (size_t)nb);
                 for (int z = 0; z < in->ndim - nb; z++)
-                    B[z] = 1;
+                    B[z] = 1, Be[z] = -1;
                 nb = in->ndim;
                 bi = i;
             }
             int64_t v = in->shape[i];
             if (B[bi] != v && B[bi] != 1 && v != 1)
                 return -2;   /* eager raises */
+            if (B[bi] == 1 && v != 1)
+                Be[bi] = dyn_dim_ex(T, T->vals[it[q]].node, i);
             B[bi] = B[bi] == 1 ? v : B[bi];
         }
     }
     int64_t N = 1;
-    int32_t flat = -1;
-    for (int q = m - 1; q >= 0; q--) {   /* flat = sum of index_q * (the sizes after it) */
+    int32_t flat = -1, nv = int_value(T, 1);
+    for (int q = m - 1; q >= 0 && nv >= 0; q--) {   /* flat = sum of index_q * (the sizes after it) */
         int64_t size = xs[d0 + q], one[SMELT_MAX_DIMS];
+        int32_t sizev = dyn_value(T, xe ? xe[d0 + q] : -1, size);
         const smelt_node *in = node(T, it[q]);
         for (int i = 0; i < nb; i++)
             one[i] = i < nb - in->ndim ? 1 : in->shape[i - (nb - in->ndim)];
-        int32_t iq = expand_to(T, v_reshape(T, it[q], one, nb), B, nb);
-        if (clamp)
-            iq = op2(T, SMELT_OP_MINIMUM, op2(T, SMELT_OP_MAXIMUM, iq, int_value(T, -size)), int_value(T, size - 1));
-        int32_t v = checked_index(T, iq, size, 1);
+        int32_t iq = expand_to_ex(T, v_reshape(T, it[q], one, nb), B, Be, nb);
+        if (sizev < 0)
+            return -1;
+        if (clamp) {
+            int32_t lo = tr_binop(T, NB_SUBTRACT, int_value(T, 0), sizev);
+            int32_t hi = lo < 0 ? -1 : tr_binop(T, NB_SUBTRACT, sizev, int_value(T, 1));
+            iq = hi < 0 ? -1 : op2(T, SMELT_OP_MINIMUM, op2(T, SMELT_OP_MAXIMUM, iq, lo), hi);
+        }
+        dyn_pend_bound(T, sizev);
+        int32_t v = iq < 0 ? -1 : checked_index(T, iq, size, 1);
         if (v < 0)
             return -1;
         if (N != 1)
-            v = op2(T, SMELT_OP_MUL, v, int_value(T, N));
+            v = op2(T, SMELT_OP_MUL, v, nv);
         flat = flat < 0 ? v : op2(T, SMELT_OP_ADD, flat, v);
         N *= size;
+        nv = tr_binop(T, NB_MULTIPLY, nv, sizev);
     }
+    if (nv < 0)
+        return -1;
     *nbp = nb;
     *Np = N;
+    *Nv = nv;
     return flat;
 }
 
@@ -7985,22 +8127,36 @@ static int32_t index_gather(tracer *T, int32_t x, const int32_t *it, int n, int 
     if (!k || !strides_contiguous(xn, st))
         return -2;
     memcpy(xs, xn->shape, sizeof xs);
+    int32_t xe[SMELT_MAX_DIMS], Be[SMELT_MAX_DIMS], Nv, rse[SMELT_MAX_DIMS], she[SMELT_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        xe[d] = dyn_dim_ex(T, T->vals[x].node, d);
     int64_t N, nb1, rs[SMELT_MAX_DIMS], shape[SMELT_MAX_DIMS];
-    int32_t flat = flat_index(T, xs, d0, it + t0, m, clamp, B, &nb, &N);
+    int32_t flat = flat_index(T, xs, xe, d0, it + t0, m, clamp, B, Be, &nb, &N, &Nv);
     if (flat < 0)
         return flat;
     if (nd - m + nb > SMELT_MAX_DIMS)
         return -2;
     nb1 = smelt_node_numel(node(T, flat));
     int r = 0, nr = 0;
-    for (int i = 0; i < d0; i++)
+    for (int i = 0; i < d0; i++) {
+        rse[nr] = she[r] = xe[i];
         rs[nr++] = shape[r++] = xs[i];
+    }
+    rse[nr] = ex_of(T, Nv);
     rs[nr++] = N;
-    for (int i = 0; i < nb; i++)
+    for (int i = 0; i < nb; i++) {
+        she[r] = Be[i];
         shape[r++] = B[i];
-    for (int i = d0 + m; i < nd; i++)
+    }
+    for (int i = d0 + m; i < nd; i++) {
+        rse[nr] = she[r] = xe[i];
         rs[nr++] = shape[r++] = xs[i];
-    int32_t g = select_rows(T, v_reshape(T, x, rs, nr), v_reshape(T, flat, &nb1, 1), d0, 0);
+    }
+    dyn_pend_shape(T, rse, nr);
+    int32_t xr = v_reshape(T, x, rs, nr);
+    int32_t g = select_rows(T, xr, v_reshape(T, flat, &nb1, 1), d0, 0);
+    if (g >= 0)
+        dyn_pend_shape(T, she, r);
     return g < 0 ? -1 : fresh_contiguous(T, -1, v_reshape(T, g, shape, r));
 }
 
@@ -8072,7 +8228,8 @@ static int32_t put_call(tracer *T, PyObject *fn, const call_args *a, int op)
     if (op == 0 && smelt_node_numel(node(T, items[0])) != smelt_node_numel(node(T, v)))
         return as_host_call(T, fn, a);   /* eager raises */
     int nb = 0;
-    int32_t flat = flat_index(T, xs, 0, items, m, op == 2, B, &nb, &N);
+    int32_t Be[SMELT_MAX_DIMS], Nv;
+    int32_t flat = flat_index(T, xs, NULL, 0, items, m, op == 2, B, Be, &nb, &N, &Nv);
     if (flat < 0)
         return flat == -2 ? as_host_call(T, fn, a) : -1;
     int64_t K = smelt_node_numel(node(T, flat)), vs[SMELT_MAX_DIMS], rs[SMELT_MAX_DIMS];
@@ -8195,8 +8352,10 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
             return -1;
         if (k->kind == V_SLICE || so) {   /* x[a:b:c], or a slice object */
             int64_t s[3] = { 0, INT64_MAX, 1 };
+            int32_t sx[3] = { -1, -1, -1 };
             for (int j = 0; j < 3 && !so; j++)
-                if (k->sl[j] >= 0 && tr_int(T, k->sl[j], &s[j]))
+                if (k->sl[j] >= 0 && !is_none(T, k->sl[j]) &&
+                    (j == 2 ? tr_int(T, k->sl[j], &s[j]) : dyn_int_ex(T, k->sl[j], &s[j], &sx[j])))
                     return -1;
             PyObject *parts[3] = { so ? ((PySliceObject *)so)->start : NULL, so ? ((PySliceObject *)so)->stop : NULL,
                                    so ? ((PySliceObject *)so)->step : NULL };
@@ -8215,15 +8374,22 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
             PySlice_AdjustIndices(node(T, x)->shape[d], &st, &en, (Py_ssize_t)s[2]);
             if (en < st)
                 en = st;
+            if (dyn_pend_slice_of(T, T->vals[x].node, d, sx[0], s[0], !so ? k->sl[0] >= 0 && !is_none(T, k->sl[0])
+                                                                           : parts[0] != Py_None,
+                                  sx[1], s[1], !so ? k->sl[1] >= 0 && !is_none(T, k->sl[1]) : parts[1] != Py_None))
+                return -1;
             x = v_slice(T, x, d++, st, en, s[2]);
             continue;
         }
         int64_t iv;
-        if (tr_int(T, it[i], &iv))
+        int32_t ix;
+        if (dyn_int_ex(T, it[i], &iv, &ix))
             return -1;
         int64_t size = node(T, x)->shape[d];
         if (iv < -size || iv >= size)
             return tr_break(T, "index %lld out of range for size %lld", (long long)iv, (long long)size);
+        if (dyn_pend_index(T, T->vals[x].node, d, ix, iv))
+            return -1;
         if (iv < 0)
             iv += size;
         x = v_slice(T, x, d, iv, iv + 1, 1);

@@ -17,6 +17,7 @@
 #include <Python.h>
 
 #include "../inductor/graph.h"
+#include "../inductor/sym.h"
 
 /* A source: how to fetch a value from a frame. Sources form a tree through
  * `parent`; roots are locals, globals, builtins and closure cells. */
@@ -76,9 +77,11 @@ typedef struct tr_guard {
  *   TO_NULL   no object (an unbound variable, the NULL CPython pushes
  *             before a call) in a partial trace's frame state
  *   TO_BOUND  attribute obj (a str: getattr) or method obj (a function:
- *             bound with types.MethodType) of child `first`'s object */
+ *             bound with types.MethodType) of child `first`'s object
+ *   TO_INT    the Python int of graph output `index`, a 0-d int64 tensor
+ *             (a symbolic size returned: its value per call) */
 typedef enum tr_out_kind { TO_TENSOR, TO_CONST, TO_TUPLE, TO_LIST, TO_DICT, TO_OBJ, TO_INPUT, TO_VIEW,
-                           TO_SOURCE, TO_NULL, TO_BOUND, TO_OUTVIEW } tr_out_kind;
+                           TO_SOURCE, TO_NULL, TO_BOUND, TO_OUTVIEW, TO_INT } tr_out_kind;
 
 typedef struct tr_out {
     uint8_t kind;
@@ -110,6 +113,46 @@ typedef struct tr_effect {
     int32_t index;         /* EF_CELL with target -1 */
     PyObject *name;        /* EF_ATTR / EF_GLOBAL / EF_CELL (strong) */
 } tr_effect;
+
+/* Dynamic shapes (tracer/dynamic.c). A trace with symbols: some sizes of
+ * its tensor inputs are symbols (sym.h), and every size the trace derives
+ * from them is an expression of them. The graph itself is the one for the
+ * sizes it was traced with (the hints); what varies is recorded beside it:
+ *   dims[node][d]  the expression of graph node `node`'s size d, -1 when
+ *                  constant (the node's shape says which); inputs' dims are
+ *                  symbols
+ *   attrs          node attributes that are expressions: a RESHAPE, EXPAND,
+ *                  FULL, IOTA or ARANGE node's size d (SA_SHAPE), a SLICE's
+ *                  start or end (SA_START, SA_END), an int SCALAR's value
+ *                  (SA_SCALAR: a symbolic size used as a number), a
+ *                  CHECKIDX's bound (SA_BOUND)
+ *   rels           what the trace relied on about the symbols (a branch on
+ *                  a size, two sizes that met in one op, a size used as a
+ *                  plain int): checked per call with the guards
+ * tracer_dyn_graph rebuilds the graph for other values of the symbols. */
+typedef enum tr_dyn_mode {
+    TR_DYN_OFF,    /* every size static (dynamic=False, or a retry after a failed symbolic trace) */
+    TR_DYN_AUTO,   /* a size becomes a symbol when it changed since an earlier trace (the site's `seen`) */
+    TR_DYN_ALL     /* every size of a tensor argument is a symbol (dynamic=True) */
+} tr_dyn_mode;
+
+typedef enum sym_attr_field { SA_SHAPE, SA_START, SA_END, SA_SCALAR, SA_BOUND } sym_attr_field;
+
+typedef struct sym_attr {
+    int32_t node;
+    uint8_t field, d;
+    int32_t expr;
+} sym_attr;
+
+typedef struct tr_dyn {
+    sym_table t;
+    int64_t hint[SYM_MAX_VARS];    /* symbol k's value in the traced call */
+    int32_t var_input[SYM_MAX_VARS], var_dim[SYM_MAX_VARS];   /* where a call's value of symbol k is read */
+    int32_t (*dims)[SMELT_MAX_DIMS]; int32_t ndims, cdims;
+    sym_rel *rels; int32_t nrels, crels;
+    sym_attr *attrs; int32_t nattrs, cattrs;
+    int failed;                    /* the trace broke on something symbols do not cover yet: trace it static */
+} tr_dyn;
 
 /* A trace either follows the whole call (a whole trace: outs[0] builds
  * the return value) or stops before an instruction of the traced
@@ -144,6 +187,7 @@ typedef struct tr_result {
                               no_grad region, with no backward */
     int32_t nslots, nstack;   /* partial trace: the frame state's variables and stack depth */
     PyObject *kwnames;     /* partial trace: KW_NAMES pending at stop_pc (strong), or NULL */
+    tr_dyn *dyn;           /* sizes that are symbols (PyMem), or NULL: every size static */
 } tr_result;
 
 /* Where a trace starts: the bound parameters of a call (pc 0), or a frame
@@ -157,6 +201,9 @@ typedef struct tr_start {
     int nstack;
     PyObject *kwnames;
     int pc;
+    int dyn_mode;             /* tr_dyn_mode */
+    PyObject *seen;           /* TR_DYN_AUTO: dict, a tensor input's source key -> its sizes when
+                                 first traced (None where it has changed since); updated by the trace */
 } tr_start;
 
 /* A TO_OBJ result: an instance of a plain Python class made by the traced
@@ -192,6 +239,23 @@ int tracer_result_trim(tr_result *r);
  * bytes, the caller frees), or NULL with an exception. Read before
  * tracer_result_trim. */
 uint8_t *tracer_inputs_requiring_grad(const tr_result *r);
+
+/* The graph of r (a trace with symbols) for symbol values vals: every
+ * node rebuilt with its attribute expressions evaluated, graph input k
+ * given sizes from its dims and strides strides[k]; each node's sizes are
+ * checked against their expressions. NULL with err when these values do
+ * not make a valid graph (a new trace then decides). */
+smelt_graph *tracer_dyn_graph(const tr_result *r, const int64_t *vals, const int64_t (*strides)[SMELT_MAX_DIMS],
+                              char *err, size_t errlen);
+/* Symbol values of a call from its graph inputs' sizes (sizes[k] of input
+ * k), checked: every input dim that is symbol k agrees, and the relations
+ * hold. 1 with vals filled, 0 when they do not hold (why: the first that
+ * failed), -1 never. */
+int tracer_dyn_values(const tr_result *r, const int64_t (*sizes)[SMELT_MAX_DIMS], int64_t *vals, char *why,
+                      size_t whylen);
+/* The rels and symbol sources of r as text, one a line (logs). malloc'd. */
+char *tracer_dyn_describe(const tr_result *r);
+void tracer_dyn_free(tr_dyn *d);
 
 /* ---------- around a partial trace's break (resume.c) ---------- */
 

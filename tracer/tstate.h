@@ -110,9 +110,13 @@ extern char tr_opname_all[256][40];   /* every CPython opcode's name */
  *             (obj) made here: self_ the function, sl[0] a V_TUPLE of its
  *             arguments, sl[1] a V_DICT of its keywords; INST_SET a set or
  *             frozenset (obj) made here: aux its real set of keys, self_ its
- *             identity table (sets.c). */
+ *             identity table (sets.c).
+ *   V_SYM     an int that is a symbolic size (dynamic.c): expression `node`
+ *             of the trace's symbols, `obj` its value in the traced call (an
+ *             int, kept alive by the trace); tr_const and everything built on
+ *             it use it as that constant, guarded equal (dyn_specialize) */
 typedef enum tv_kind {
-    V_NULL, V_TENSOR, V_OBJ, V_TUPLE, V_LIST, V_DICT, V_BOUND, V_ITER, V_SLICE, V_FUNC, V_CELL, V_INST
+    V_NULL, V_TENSOR, V_OBJ, V_TUPLE, V_LIST, V_DICT, V_BOUND, V_ITER, V_SLICE, V_FUNC, V_CELL, V_INST, V_SYM
 } tv_kind;
 
 /* V_INST kinds (the value's sub). */
@@ -221,6 +225,13 @@ typedef struct tracer {
     int stop_at;           /* the top frame stops before its instruction at this code unit (-1: never) */
     int stopped;           /* it did: the trace ends with the frame's state (a partial graph) */
     int break_at;          /* the top frame's instruction running at the first break (-1: none) */
+    /* dynamic shapes (dynamic.c) */
+    int dyn_mode;          /* tr_dyn_mode */
+    PyObject *dyn_seen;    /* TR_DYN_AUTO: tr_start's seen (borrowed) */
+    int dyn_pend;          /* expressions handed over for the next node: 0 none, 1 its sizes, 2 slice
+                              bounds, 3 a CHECKIDX's bound (dyn_pend_start) */
+    int32_t dyn_pend_ex[SMELT_MAX_DIMS];   /* 1: per size an expression, -1 a constant, -2 a reshape's -1 */
+    int32_t dyn_pend_start, dyn_pend_end;  /* 2: expressions of the bounds (-1: the attribute's constant) */
 } tracer;
 
 /* BINARY_OP arguments (CPython's NB_* numbering, the same in 3.11 and
@@ -295,6 +306,59 @@ PyObject *tr_strided(void);         /* torch.strided (borrowed) */   /* PyMem: 1
 /* x, a graph input, will be updated in place (written back after each
  * run): 1, 0 (a break: it requires grad under grad mode) or -1. */
 int tr_mutate_input(tracer *T, int32_t x);   /* a live value other than x views or shares x's node */
+
+/* dynamic.c: symbolic sizes (see trace.h tr_dyn and the file's comment) */
+/* Which sizes of tensor input t (source src, nd dims of sizes shape)
+ * are symbols: *mask. 0, or -1 with an error. */
+int dyn_input(tracer *T, PyObject *t, int32_t src, int nd, const int64_t *shape, uint32_t *mask);
+/* Graph input node's sizes in mask become symbols. 0 or -1. */
+int dyn_input_node(tracer *T, int32_t node, uint32_t mask);
+/* Sizes of node id (just added) as expressions; consumes what was handed
+ * over. 0, or -1 (a break: the symbolic trace fails). */
+int dyn_node(tracer *T, int32_t id);
+/* The value of node's size d: a V_SYM when it is symbolic, else an int. */
+int32_t dyn_dim(tracer *T, int32_t node, int d);
+/* V_SYM v (anything else: nothing) becomes the constant it was traced as,
+ * guarded. 0 or -1. */
+int dyn_specialize(tracer *T, int32_t v);
+/* An int value or V_SYM: its traced value and expression (-1: constant). */
+int dyn_int_ex(tracer *T, int32_t v, int64_t *val, int32_t *ex);
+/* Python arithmetic and comparisons with a V_SYM operand: the result
+ * (a V_SYM, an int or a bool, the outcome guarded), -2 when neither
+ * operand is one or the operation is not symbolic (operands then
+ * specialised), -1 on a break. */
+int32_t dyn_binop(tracer *T, int nb, int32_t a, int32_t b);
+int32_t dyn_compare(tracer *T, int cmp, int32_t a, int32_t b);
+int dyn_truth(tracer *T, int32_t v, int *out);
+/* arange's length ceil((end - start) / step) for an end expression. */
+int32_t dyn_arange_len(tracer *T, int32_t end, int64_t start, int64_t step);
+/* Hand expressions to the next node: its sizes (per dim: expression, -1
+ * constant, -2 a reshape's -1), or a slice's bounds (-1: constant). */
+void dyn_pend_shape(tracer *T, const int32_t *ex, int n);
+void dyn_pend_slice(tracer *T, int32_t start, int32_t end);
+/* A CHECKIDX's bound: the expression of value v (an int or V_SYM). */
+void dyn_pend_bound(tracer *T, int32_t v);
+/* A V_SYM of expression ex with traced value v (an int when ex is -1 or
+ * constant). */
+int32_t dyn_value(tracer *T, int32_t ex, int64_t v);
+/* Hand node's sizes [first, first + n) to the next node (a FULL/IOTA/
+ * EXPAND shaped like part of node). */
+void dyn_pend_dims(tracer *T, int32_t node, int first, int n);
+/* SCALAR node id's int value is expression ex. 0 or -1. */
+int dyn_scalar(tracer *T, int32_t id, int32_t ex);
+/* x[..., i] along node's dim d (i's expression ix, -1: constant iv as
+ * written, negative from the end): the one-element slice's bounds handed
+ * to the SLICE node when the dim or i is symbolic, i's range guarded. */
+int dyn_pend_index(tracer *T, int32_t node, int d, int32_t ix, int64_t iv);
+/* The expression of node's size d, -1 when it is constant. */
+int32_t dyn_dim_ex(tracer *T, int32_t node, int d);
+/* A slice along node's dim d with bounds s / e (expressions sx / ex, -1:
+ * constant; has_*: given): when the dim or a bound is symbolic, its
+ * normalised bounds handed to the SLICE node. 0 or -1. */
+int dyn_pend_slice_of(tracer *T, int32_t node, int d, int32_t sx, int64_t s, int has_s, int32_t ex, int64_t e,
+                      int has_e);
+/* A break that ends a symbolic trace (the call is traced again static). */
+int dyn_fail(tracer *T, const char *fmt, ...);
 
 /* builtins.c: Python builtins, operator/math/functools, container methods,
  * iteration */

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 # SMELT_LOGS channels; each logs to the `smelt.<channel>` logger.
 LOG_CHANNELS = ("graph", "guards", "recompiles", "graph_breaks",
-                "output_code", "asm", "cache", "perf", "aot")
+                "output_code", "asm", "cache", "perf", "aot", "dynamic")
 
 
 def _configure_logging(spec):
@@ -46,4 +46,4 @@ if hasattr(_C, "set_num_threads"):
 
 from ._api import (  # noqa: E402
     MODES, OPTIONS, CompileArgumentError, CompiledModule, Explanation, cache_info, clear_cache, compile, explain,
-    reset)
+    mark_dynamic, mark_static, reset)

@@ -104,8 +104,10 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
     Usable as `smelt.compile(fn)`, `@smelt.compile` and
     `@smelt.compile(fullgraph=True)`. Arguments as torch.compile's (see
     README.md): fullgraph=True raises where the code cannot be traced
-    whole instead of running it eagerly; dynamic (None/True/False) is
-    accepted but every call compiles static shapes today; backend must be
+    whole instead of running it eagerly; dynamic: None (a size that
+    changes between calls becomes symbolic: one entry serves its values),
+    True (every size of a tensor argument symbolic from the first call;
+    sizes 0 and 1 specialised), False (every size static); backend must be
     None or "smelt"; mode is one of MODES (all compile the same way); options
     is a dict of OPTIONS keys (not together with mode). disable=True, or
     SMELT_DISABLE=1, returns model unchanged."""
@@ -119,6 +121,34 @@ def compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mode=Non
     if disable or _disabled():
         return model
     return _compile(model, settings)
+
+
+def _mark(t, dims, attr, what):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"smelt.{what}: expected a tensor, got {type(t).__name__}")
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    marked = set(getattr(t, attr, ()))
+    for d in dims:
+        if not isinstance(d, int) or not -t.dim() <= d < t.dim():
+            raise IndexError(f"smelt.{what}: dim {d!r} out of range for a {t.dim()}-d tensor")
+        marked.add(d % t.dim())
+    setattr(t, attr, marked)
+
+
+def mark_dynamic(t, dims):
+    """Marks sizes `dims` (an int or a sequence) of tensor t dynamic: a
+    compiled function traces them as symbols from the first call (unless it
+    was compiled with dynamic=False), so one entry serves every value
+    (sizes 0 and 1 are still specialised). The same attribute as
+    torch._dynamo.mark_dynamic, without importing dynamo."""
+    _mark(t, dims, "_dynamo_dynamic_indices", "mark_dynamic")
+
+
+def mark_static(t, dims):
+    """Marks sizes `dims` of tensor t static: never symbols, whatever the
+    compiled function's dynamic setting (torch._dynamo.mark_static's
+    attribute)."""
+    _mark(t, dims, "_dynamo_static_indices", "mark_static")
 
 
 def _call(self, *args, **kwargs):
@@ -141,7 +171,8 @@ def _trampoline(target, settings):
 def _function(fn, settings):
     """fn's CompiledFunction, kept for reset()."""
     cf = _C.CompiledFunction(fn, fullgraph=settings.fullgraph,
-                             weight_packing=(settings.options or {}).get("weight_packing", "auto"))
+                             weight_packing=(settings.options or {}).get("weight_packing", "auto"),
+                             dynamic=settings.dynamic)
     _live[cf] = settings
     return cf
 

@@ -1,0 +1,296 @@
+"""Dynamic shapes: one compiled entry serves every value of a size.
+
+Each function is compiled with dynamic=True (sizes of tensor arguments
+are symbols from the first call) and called with many sizes, 0, 1, primes
+and sizes that do and do not fill a vector among them; every result is
+compared with eager's, and the compile count shows that one symbolic entry
+served the sizes >= 2 (0 and 1 are specialised, as torch does: at most one
+entry each). Then the policy (dynamic=None / True / False, mark_dynamic,
+mark_static), the guards on symbols (branches on sizes, sizes that met in
+one op, duck-sized inputs that stop being equal), the recompile limit, the
+dynamic log channel, and Hugging Face GPT-2 / BERT over many lengths, the
+CNN over many batch sizes and a Llama decoding with its KV cache.
+"""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import smelt
+
+SIZES = [5, 2, 3, 8, 16, 17, 31, 64, 0, 1]   # (5 first: no other size of the cases is 5)
+NONEMPTY = [s for s in SIZES if s]
+
+
+def rnd(*shape, gen=None):
+    return torch.randn(*shape, generator=gen)
+
+
+def check(fn, make, sizes=SIZES, max_compiles=3, dynamic=True, atol=1e-5):
+    """fn compiled (dynamic) against eager over sizes; make(T) gives the args."""
+    torch.manual_seed(0)
+    cf = smelt.compile(fn, dynamic=dynamic)
+    for T in sizes:
+        args = make(T)
+        want = fn(*args)
+        got = cf(*args)
+        want = want if isinstance(want, tuple) else (want,)
+        got = got if isinstance(got, tuple) else (got,)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype, (T, g.shape, w.shape)
+            torch.testing.assert_close(g, w, atol=atol, rtol=1e-5, msg=f"size {T}")
+    st = cf.stats()
+    assert st["compiles"] <= max_compiles, st
+    assert st["dynamic_entries"] >= 1, st
+    return st
+
+
+W8 = torch.randn(8, 8)
+B8 = torch.randn(8)
+
+
+CASES = {
+    "pointwise_broadcast": (lambda x, b: (torch.relu(x * 2 + b).sigmoid() - x.exp() / 3, x.tanh().abs() + b),
+                            lambda T: (rnd(3, T, 8), rnd(8))),
+    "reductions": (lambda x: (x.sum(1), x.amax(-1), x.mean(1, keepdim=True), x.argmax(1), x.std(-1),
+                              (x > 0).any(1)),
+                   lambda T: (rnd(3, T, 8),)),
+    "softmax_layer_norm": (lambda x: (x.softmax(1), x.log_softmax(-1), F.layer_norm(x, (8,), W8[0], B8)),
+                           lambda T: (rnd(3, T, 8),)),
+    "matmul": (lambda x, y: (x @ W8, x.transpose(1, 2) @ y, torch.bmm(x, y.transpose(1, 2))),
+               lambda T: (rnd(3, T, 8), rnd(3, T, 8))),
+    "views": (lambda x: (x.view(x.size(0), -1) * 2, x.reshape(-1, 8) + 1, x.permute(2, 0, 1).contiguous(),
+                         x.unsqueeze(1).expand(3, 2, x.shape[1], 8) * 1, x.flatten(0, 1) - 1,
+                         x.transpose(0, 1).reshape(x.shape[1], 24)),
+              lambda T: (rnd(3, T, 8),)),
+    "size_arithmetic": (lambda x: (x.view(3, x.size(1), 2, 4).sum(-1), x[:, : x.size(1) // 2] * 1,
+                                   x + x.shape[1], x.new_zeros(x.shape) + x, torch.zeros(x.shape[0], x.shape[1], 1) + x),
+                        lambda T: (rnd(3, T, 8),)),
+    "slicing": (lambda x: (x[:, 1:] * 1, x[:, -2:] + 0, x[:, 0] * 2, x[:, -1] + 1, x[:, ::2] * 3, x[:, :-1] - 1,
+                           x[..., 2:5] * 1),
+                lambda T: (rnd(3, T, 8),)),
+    "cat": (lambda x, y: (torch.cat([x, y * 2], 1), torch.cat([x, x], 0), torch.stack([x, y], 0).sum(0)),
+            lambda T: (rnd(3, T, 8), rnd(3, T, 8))),
+    "arange_masks": (lambda x: (x + torch.arange(x.shape[1]).view(1, -1, 1),
+                                (x @ x.transpose(1, 2)).masked_fill(
+                                    torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1), -1e9).softmax(-1),
+                                torch.full((x.shape[1], x.shape[1]), 2.0).tril() @ x[0]),
+                     lambda T: (rnd(3, T, 8),)),
+    "sdpa": (lambda q, k, v: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                              F.scaled_dot_product_attention(q, k, v)),
+             lambda T: (rnd(2, 4, T, 16), rnd(2, 4, T, 16), rnd(2, 4, T, 16))),
+}
+
+
+# Sizes eager rejects (argmax of nothing, x[:, 0] of nothing) are left out;
+# a softmax over an empty dim is a graph break of its own (the entry for
+# size 0 is a partial one and its continuation: one compile more).
+# x[:, : T // 2] makes a size T // 2, symbolic only while it is >= 2: T = 2
+# and 3 share one more entry, where it is 1.
+SIZES_OF = {"reductions": NONEMPTY, "slicing": NONEMPTY}
+MAX_OF = {"softmax_layer_norm": 4, "arange_masks": 4, "size_arithmetic": 4}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_ops_over_symbolic_sizes(name):
+    fn, make = CASES[name]
+    check(fn, make, sizes=SIZES_OF.get(name, SIZES), max_compiles=MAX_OF.get(name, 3))
+
+
+def test_embedding_and_positions():
+    emb, pos = torch.nn.Embedding(50, 16), torch.nn.Embedding(128, 16)
+
+    def f(ids):
+        return emb(ids) + pos(torch.arange(ids.shape[1])).unsqueeze(0)
+
+    with torch.no_grad():
+        check(f, lambda T: (torch.randint(0, 50, (2, T)),), sizes=[3, 4, 7, 16, 33, 1, 2])
+
+
+def test_integer_dtypes_and_sizes_in_graph():
+    def f(x, y):
+        return (x * 3 + y) // 2, (x % 5).to(torch.float32).mean(-1), torch.where(x > y, x, y)
+
+    check(f, lambda T: (torch.randint(-50, 50, (T, 6)), torch.randint(-50, 50, (T, 6))))
+
+
+def test_non_contiguous_and_transposed_inputs():
+    def f(x):
+        return (x.exp() + x.sum(0, keepdim=True)).contiguous()
+
+    check(f, lambda T: (rnd(8, T).t(),))
+    check(f, lambda T: (rnd(T, 16)[:, ::2],))
+    check(f, lambda T: (rnd(3, T, 16)[1],))
+
+
+def test_policy_default_makes_the_second_size_symbolic():
+    def f(x):
+        return (x * 2).sum(-1)
+
+    cf = smelt.compile(f)
+    for T in [8, 9, 10, 11, 40, 64, 9]:
+        x = rnd(3, T)
+        torch.testing.assert_close(cf(x), f(x))
+    st = cf.stats()
+    assert st["compiles"] == 2 and st["dynamic_entries"] == 1 and st["dynamic_plans"] >= 4, st
+
+
+def test_policy_false_never_symbolic_and_true_from_the_start():
+    def f(x):
+        return x.sin() * 2
+
+    cf = smelt.compile(f, dynamic=False)
+    for T in [4, 5, 6]:
+        x = rnd(T)
+        torch.testing.assert_close(cf(x), f(x))
+    assert cf.stats()["compiles"] == 3 and cf.stats()["dynamic_entries"] == 0
+    ct = smelt.compile(f, dynamic=True)
+    for T in [4, 5, 6]:
+        x = rnd(T)
+        torch.testing.assert_close(ct(x), f(x))
+    assert ct.stats()["compiles"] == 1 and ct.stats()["dynamic_entries"] == 1
+
+
+@pytest.mark.parametrize("marker", ["smelt", "dynamo"])
+def test_mark_dynamic_and_mark_static(marker):
+    def f(x):
+        return x.cos() + 1
+
+    def mark_dyn(t, d):
+        if marker == "smelt":
+            smelt.mark_dynamic(t, d)
+        else:
+            import torch._dynamo
+            torch._dynamo.mark_dynamic(t, d)
+
+    cf = smelt.compile(f)   # dynamic=None: a marked size is a symbol from the first call
+    for T in [5, 6, 7]:
+        x = rnd(T, 3)
+        mark_dyn(x, 0)
+        torch.testing.assert_close(cf(x), f(x))
+    assert cf.stats()["compiles"] == 1, cf.stats()
+    cs = smelt.compile(f, dynamic=True)   # a static mark wins over dynamic=True
+    for T in [5, 6, 7]:
+        x = rnd(3, T)
+        smelt.mark_static(x, 1)
+        torch.testing.assert_close(cs(x), f(x))
+    assert cs.stats()["compiles"] == 3, cs.stats()
+    with pytest.raises(IndexError):
+        smelt.mark_dynamic(rnd(3), 2)
+
+
+def test_branch_on_a_size_is_guarded():
+    def f(x):
+        if x.shape[1] > 8:
+            return x * 2
+        return x - 1
+
+    cf = smelt.compile(f, dynamic=True)
+    for T in [4, 12, 5, 13, 8, 9]:
+        x = rnd(2, T)
+        torch.testing.assert_close(cf(x), f(x))
+    assert cf.stats()["compiles"] == 2, cf.stats()
+
+
+def test_sizes_that_met_are_guarded_equal():
+    def f(a, b):
+        return a.sum() + b.sum(), a * 2
+
+    cf = smelt.compile(f, dynamic=True)
+    for n, m in [(5, 5), (7, 7), (5, 7), (9, 11), (6, 6)]:   # equal sizes share a symbol until they differ
+        a, b = rnd(n), rnd(m)
+        for g, w in zip(cf(a, b), f(a, b)):
+            torch.testing.assert_close(g, w)
+    assert cf.stats()["compiles"] == 2, cf.stats()
+
+
+def test_what_symbols_do_not_cover_compiles_static():
+    def f(x):
+        return sum(row * i for i, row in enumerate(x))   # iterating over rows: as many as the size
+
+    cf = smelt.compile(f)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        for T in range(2, 13):
+            x = rnd(T, 3)
+            torch.testing.assert_close(cf(x), f(x))
+    st = cf.stats()
+    assert st["compiles"] == 8 and st["recompile_limit_reached"] and st["dynamic_entries"] == 0, st
+    assert any("recompiled 8 times" in str(x.message) for x in w)
+
+
+def test_dynamic_log_channel():
+    code = ("import torch, smelt\n"
+            "f = smelt.compile(lambda x: (x * 2)[:, : x.shape[1] // 2].sum(1))\n"
+            "for T in (6, 8, 10):\n"
+            "    f(torch.randn(3, T))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "SMELT_LOGS": "dynamic"})
+    assert r.returncode == 0, r.stderr
+    assert "symbolic sizes in" in r.stderr and "s0 = size 1 of graph input 0" in r.stderr, r.stderr
+    assert "a plan for sizes (s0=10)" in r.stderr, r.stderr
+
+
+def _hf_lengths(model, lengths, make):
+    cm = smelt.compile(model)
+    with torch.no_grad():
+        for T in lengths:
+            args = make(T)
+            want = model(**args).last_hidden_state
+            got = cm(**args).last_hidden_state
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4, msg=f"length {T}")
+    return cm._smelt.stats()
+
+
+def test_gpt2_every_length_two_compiles():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=256)
+    m = transformers.GPT2Model(cfg).eval()
+    st = _hf_lengths(m, range(1, 257), lambda T: {"input_ids": torch.randint(0, 64, (2, T))})
+    assert st["compiles"] <= 2 and st["dynamic_entries"] == 1 and not st["recompile_limit_reached"], st
+
+
+def test_bert_every_length_two_compiles():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                                  vocab_size=64, max_position_embeddings=256)
+    m = transformers.BertModel(cfg).eval()
+    st = _hf_lengths(m, range(1, 257), lambda T: {"input_ids": torch.randint(0, 64, (2, T)),
+                                                 "attention_mask": torch.ones(2, T, dtype=torch.long)})
+    assert st["compiles"] <= 2 and st["dynamic_entries"] == 1 and not st["recompile_limit_reached"], st
+
+
+def test_cnn_every_batch_size_two_compiles():
+    from smelt import bench
+    w = bench.build_cnn("quick")
+    m = w.fn.eval()
+    cm = smelt.compile(m)
+    with torch.no_grad():
+        for B in range(1, 34):
+            x = torch.randn(B, *w.inputs[0].shape[1:])
+            torch.testing.assert_close(cm(x), m(x), atol=1e-4, rtol=1e-4, msg=f"batch {B}")
+    st = cm._smelt.stats()
+    assert st["compiles"] <= 2 and st["dynamic_entries"] == 1, st
+
+
+def test_llama_greedy_decoding_with_kv_cache():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=128, vocab_size=100, max_position_embeddings=256)
+    m = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 100, (1, 7))
+    with torch.no_grad():
+        want = m.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+        m.forward = smelt.compile(m.forward)
+        got = m.generate(ids, max_new_tokens=64, min_new_tokens=64, do_sample=False)
+    assert torch.equal(got, want)
+    st = m.forward.__func__.stats()
+    assert st["compiles"] <= 3 and not st["recompile_limit_reached"], st
