@@ -561,6 +561,23 @@ static int infer(tracer *T, int32_t id)
         }
         return set_dim(T, id, o->ndim - 1, cst(T, o->shape[o->ndim - 1]));
     }
+    case SMELT_OP_CALL: {
+        /* a host call over symbolic sizes: a result shaped like its first
+         * source takes its sizes (the run checks every host call's result
+         * against the graph's: a wrong guess runs the frame eagerly, never
+         * a wrong answer); any other result shape is static or refused */
+        const smelt_node *s0 = &T->g->nodes[src[0]];
+        int like = s0->ndim == o->ndim && !memcmp(s0->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim);
+        for (int d = 0; d < o->ndim; d++) {
+            if (like) {
+                if (set_dim(T, id, d, ex(T, src[0], d)) || add_attr(T, id, SA_SHAPE, d, T->r->dyn->dims[id][d]))
+                    return -1;
+            } else if (baked(T, o->shape[d], "a host call's result")) {
+                return -1;
+            }
+        }
+        return 0;
+    }
     case SMELT_OP_CONV: {
         /* a symbolic batch: the output's batch; channels and spatial sizes static */
         const smelt_node *x = &T->g->nodes[src[0]];
@@ -939,6 +956,14 @@ int32_t dyn_arange_len(tracer *T, int32_t end, int64_t start, int64_t step)
 int dyn_scalar(tracer *T, int32_t id, int32_t e)
 {
     return dims_room(T, id + 1) || add_attr(T, id, SA_SCALAR, 0, e);
+}
+
+int dyn_guard(tracer *T, int op, int32_t e, int64_t c)
+{
+    if (!T->r->dyn || e < 0)
+        return 0;
+    int32_t k = cst(T, c);
+    return k < 0 ? -1 : add_rel(T, op, e, k);
 }
 
 int32_t dyn_dim_ex(tracer *T, int32_t node, int d)

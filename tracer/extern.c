@@ -629,8 +629,13 @@ int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a)
     if (tracer_call_key(p->fn, p->args, p->kwargs, &key) == 0) {
         int32_t first = smelt_graph_call(T->g, id, key, p->s.n, p->s.node, p->m.nout, p->m.dtypes, p->m.ndims,
                                          (const int64_t(*)[SMELT_MAX_DIMS])p->m.shapes);
+        int dyn_rc = 0;
+        for (int k = 0; first >= 0 && k < p->m.nout && !dyn_rc; k++)   /* symbolic sizes of the results */
+            dyn_rc = dyn_node(T, first + k);
         if (first < 0)
             r = tr_break(T, "host call of %U: %s", p->name, T->g->err);
+        else if (dyn_rc)
+            r = -1;
         else if (contig_cover(T) == 0 && note_layouts(T, first, p) == 0 &&
                  record_call(T, p->fn, p->args, p->kwargs, (expected = modelled_strides(T, p))) == 0)
             r = result_value(T, first, &p->m, p->rtype);

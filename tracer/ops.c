@@ -5754,10 +5754,16 @@ static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
     if (n > SHORT_NATIVE_MAX || !k || !strides_contiguous(xn, st) ||
         (op == SMELT_OP_EXP && !smelt_dtype_is_float((smelt_dtype)xn->dtype)))
         return as_host_call(T, fn, a);
+    int32_t xnode = T->vals[x].node, ne = nd ? dyn_dim_ex(T, xnode, dim) : -1;
+    if (ne >= 0)   /* a symbolic length: eager's kernel serves every length, the composite 64 at most */
+        return as_host_call(T, fn, a);
     int64_t shape[SMELT_MAX_DIMS], mshape[SMELT_MAX_DIMS];
+    int32_t she[SMELT_MAX_DIMS], mse[SMELT_MAX_DIMS];
     for (int i = 0; i <= nd; i++) {   /* [.., i: n, j: n, ..] */
         shape[i] = i == dim || i == dim + 1 ? n : xn->shape[i < dim ? i : i - 1];
         mshape[i] = i == dim || i == dim + 1 ? n : 1;
+        she[i] = i == dim || i == dim + 1 ? ne : dyn_dim_ex(T, xnode, i < dim ? i : i - 1);
+        mse[i] = i == dim || i == dim + 1 ? ne : -1;
     }
     int odt = xn->dtype, ext = op == SMELT_OP_AMAX || op == SMELT_OP_AMIN;
     if (ext && nd == 0)
@@ -5770,13 +5776,17 @@ static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
         return -1;
     if (nd == 0)   /* a 0-d scan is the value itself, a new tensor */
         return fresh_contiguous(T, -1, copy_of(T, x));
-    int32_t xj = expand_to(T, v_axis(T, SMELT_OP_UNSQUEEZE, x, dim), shape, nd + 1);
+    int32_t xj = expand_to_ex(T, v_axis(T, SMELT_OP_UNSQUEEZE, x, dim), shape, she, nd + 1);
     smelt_node pi = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)(nd + 1) }, pj;
     memcpy(pi.shape, mshape, sizeof mshape);
     pj = pi;
     pi.a.axis.dim = dim;
     pj.a.axis.dim = dim + 1;
-    int32_t mask = op2(T, SMELT_OP_GE, mk(T, &pi), mk(T, &pj));
+    dyn_pend_shape(T, mse, nd + 1);
+    int32_t iv = mk(T, &pi);
+    dyn_pend_shape(T, mse, nd + 1);
+    int32_t jv0 = iv < 0 ? -1 : mk(T, &pj);
+    int32_t mask = jv0 < 0 ? -1 : op2(T, SMELT_OP_GE, iv, jv0);
     uint32_t rd = 1u << (dim + 1);
     int32_t r;
     if (op == SMELT_OP_EXP) {   /* log(sum exp(x - m)) + m, m the running max; inf as eager */
@@ -5788,7 +5798,7 @@ static int32_t scan_call(tracer *T, PyObject *fn, const call_args *a, int op)
     } else if (ext) {   /* cummax / cummin: the running extreme and its last index (a NaN's once seen) */
         int mx = op == SMELT_OP_AMAX, fl = smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype);
         int32_t id = fl ? num(T, mx ? -INFINITY : INFINITY) : int_value(T, mx ? INT64_MIN : INT64_MAX);
-        int32_t m = red(T, op, where3(T, mask, xj, id), rd, 1, 0), jv = mk(T, &pj);
+        int32_t m = red(T, op, where3(T, mask, xj, id), rd, 1, 0), jv = jv0;
         int32_t hit = op2(T, SMELT_OP_LOGICAL_AND, mask, op2(T, SMELT_OP_EQ, xj, m));
         int32_t idx = red(T, SMELT_OP_AMAX, where3(T, hit, jv, int_value(T, -1)), rd, 0, 0);
         if (fl) {

@@ -350,6 +350,9 @@ int dyn_scalar(tracer *T, int32_t id, int32_t ex);
  * written, negative from the end): the one-element slice's bounds handed
  * to the SLICE node when the dim or i is symbolic, i's range guarded. */
 int dyn_pend_index(tracer *T, int32_t node, int d, int32_t ix, int64_t iv);
+/* A C handler's decision relied on `ex op c` (Py_LT..Py_GE; ex -1: a
+ * constant, nothing to guard): guarded. 0 or -1. */
+int dyn_guard(tracer *T, int op, int32_t ex, int64_t c);
 /* The expression of node's size d, -1 when it is constant. */
 int32_t dyn_dim_ex(tracer *T, int32_t node, int d);
 /* A slice along node's dim d with bounds s / e (expressions sx / ex, -1:
