@@ -96,10 +96,54 @@ SIZES_OF = {"reductions": NONEMPTY, "slicing": NONEMPTY}
 MAX_OF = {"softmax_layer_norm": 4, "arange_masks": 4, "size_arithmetic": 4}
 
 
+CONV = torch.nn.Conv2d(3, 8, 3, padding=1).requires_grad_(False)   # (inference: a backward is static)
+CONV2 = torch.nn.Conv2d(8, 4, 3, stride=2).requires_grad_(False)
+
+CASES.update({
+    "pad": (lambda x: (F.pad(x, (1, 2)), F.pad(x, (2, 1), mode="replicate"), F.pad(x, (-1, 1)),
+                       F.pad(x.unsqueeze(0), (1, 1), mode="reflect"), F.pad(x.unsqueeze(0), (2, 2), mode="circular")),
+            lambda T: (rnd(3, T),)),
+    "unfold_diagonal_flip": (lambda x: (x.unfold(1, 3, 2) * 1, torch.diagonal(x @ x.transpose(0, 1), 1) + 0,
+                                        torch.diagonal(x[:, :4].t() @ x[:, :4], -1) * 1, x.flip(1) * 2),
+                             lambda T: (rnd(4, T),)),
+    "conv_spatial": (lambda x: (CONV2(torch.relu(CONV(x))),), lambda T: (rnd(2, 3, T, T + 3),)),
+})
+SIZES_OF.update({"unfold_diagonal_flip": [s for s in NONEMPTY if s >= 3], "pad": [s for s in NONEMPTY if s >= 3],
+                 "conv_spatial": [9, 4, 12, 17, 33]})
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_ops_over_symbolic_sizes(name):
     fn, make = CASES[name]
     check(fn, make, sizes=SIZES_OF.get(name, SIZES), max_compiles=MAX_OF.get(name, 3))
+
+
+def test_pooling_over_varying_sizes_stays_right():
+    """Pooling over a symbolic spatial size is not built: its windows,
+    padding and divisors come from the size. It must trace static (never
+    reuse one size's windows for another)."""
+    def f(x):
+        y = F.max_pool2d(torch.relu(x), 2)
+        return F.adaptive_avg_pool2d(y, 1).flatten(1), F.avg_pool2d(y, 3, stride=2, padding=1)
+
+    cf = smelt.compile(f, dynamic=True)
+    with torch.no_grad():
+        for T in [9, 12, 17, 20]:
+            x = rnd(2, 3, T, T + 3)
+            for g, w in zip(cf(x), f(x)):
+                torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5, msg=f"size {T}")
+
+
+def test_batch_norm_training_statistics_over_batch_sizes():
+    bn = torch.nn.BatchNorm1d(6).train()
+    ref = torch.nn.BatchNorm1d(6).train()
+    cf = smelt.compile(bn, dynamic=True)
+    with torch.no_grad():
+        for B in [5, 9, 3, 17]:
+            x = rnd(B, 6)
+            torch.testing.assert_close(cf(x), ref(x), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(bn.running_var, ref.running_var, atol=1e-6, rtol=1e-6)
+            torch.testing.assert_close(bn.running_mean, ref.running_mean, atol=1e-6, rtol=1e-6)
 
 
 def test_embedding_and_positions():
@@ -222,6 +266,19 @@ def test_what_symbols_do_not_cover_compiles_static():
     st = cf.stats()
     assert st["compiles"] == 8 and st["recompile_limit_reached"] and st["dynamic_entries"] == 0, st
     assert any("recompiled 8 times" in str(x.message) for x in w)
+
+
+def test_size_returned_as_an_int():
+    def f(x):
+        return x.sum(), x.shape[0] * x.shape[1] + 1
+
+    cf = smelt.compile(f)
+    for T in [3, 4, 5, 9]:
+        x = rnd(2, T)
+        got, want = cf(x), f(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and type(got[1]) is int
+    assert cf.stats()["compiles"] == 2 and cf.stats()["dynamic_entries"] == 1
 
 
 def test_dynamic_log_channel():

@@ -546,20 +546,46 @@ static int infer(tracer *T, int32_t id)
         (void)v;
         return set_dim(T, id, nd - 2, ex(T, src[0], nd - 2)) || set_dim(T, id, nd - 1, ex(T, src[2], nd - 1));
     }
-    case SMELT_OP_UNFOLD: case SMELT_OP_DIAGONAL: {
-        /* windows / the diagonal over static dims; the other dims move as they are */
+    case SMELT_OP_UNFOLD: {
+        /* windows of `size` every `step` along dim: count = (L - span) // step + 1 */
         const smelt_node *s = &T->g->nodes[src[0]];
-        int d1 = o->op == SMELT_OP_UNFOLD ? o->a.unfold.dim : o->a.diag.dim1, d2 = o->op == SMELT_OP_UNFOLD ? -1 : o->a.diag.dim2;
-        if (D_sym(T, src[0], d1) || (d2 >= 0 && D_sym(T, src[0], d2)))
-            return dyn_fail(T, "%s along a symbolic size is not built yet", smelt_op_name((smelt_op)o->op));
-        for (int d = 0, k = 0; d < s->ndim; d++) {
-            if (o->op == SMELT_OP_DIAGONAL && (d == d1 || d == d2))
-                continue;
-            if (set_dim(T, id, k, o->op == SMELT_OP_UNFOLD && d == d1 ? cst(T, o->shape[k]) : ex(T, src[0], d)))
+        int dim = o->a.unfold.dim;
+        sym_table *t = &T->r->dyn->t;
+        int64_t span = o->a.unfold.dil * (o->a.unfold.size - 1) + 1;
+        if (D_sym(T, src[0], dim) && (baked(T, o->a.unfold.size, "an unfold's window") ||
+                                      baked(T, o->a.unfold.step, "an unfold's step")))
+            return -1;
+        for (int d = 0; d < s->ndim; d++) {
+            int32_t e = ex(T, src[0], d);
+            if (d == dim && D_sym(T, src[0], d)) {
+                if (add_rel(T, Py_GE, e, cst(T, span)))
+                    return -1;
+                e = chk(T, sym_add(t, chk(T, sym_floordiv(t, chk(T, sym_sub(t, e, cst(T, span))),
+                                                          cst(T, o->a.unfold.step))), cst(T, 1)));
+            } else if (d == dim) {
+                e = cst(T, o->shape[d]);
+            }
+            if (set_dim(T, id, d, e))
                 return -1;
-            k++;
         }
         return set_dim(T, id, o->ndim - 1, cst(T, o->shape[o->ndim - 1]));
+    }
+    case SMELT_OP_DIAGONAL: {
+        const smelt_node *s = &T->g->nodes[src[0]];
+        int d1 = o->a.diag.dim1, d2 = o->a.diag.dim2;
+        int64_t off = o->a.diag.offset;
+        sym_table *t = &T->r->dyn->t;
+        for (int d = 0, k = 0; d < s->ndim; d++)
+            if (d != d1 && d != d2 && set_dim(T, id, k++, ex(T, src[0], d)))
+                return -1;
+        /* length: min(n1, n2 - off) for off >= 0, min(n1 + off, n2) below, at least 0 */
+        if ((D_sym(T, src[0], d1) || D_sym(T, src[0], d2)) && baked(T, off < 0 ? -off : off, "a diagonal's offset"))
+            return -1;
+        int32_t n1 = ex(T, src[0], d1), n2 = ex(T, src[0], d2);
+        int32_t a = off >= 0 ? n1 : chk(T, sym_add(t, n1, cst(T, off)));
+        int32_t b = off >= 0 ? chk(T, sym_sub(t, n2, cst(T, off))) : n2;
+        int32_t len = a < 0 || b < 0 ? -1 : chk(T, sym_max(t, chk(T, sym_min(t, a, b)), cst(T, 0)));
+        return len < 0 ? -1 : set_dim(T, id, o->ndim - 1, len);
     }
     case SMELT_OP_CALL: {
         /* a host call over symbolic sizes: a result shaped like its first
@@ -579,15 +605,34 @@ static int infer(tracer *T, int32_t id)
         return 0;
     }
     case SMELT_OP_CONV: {
-        /* a symbolic batch: the output's batch; channels and spatial sizes static */
+        /* batch and spatial sizes may be symbolic: out = (in + lo + hi - dil*(k-1) - 1) // stride + 1 */
         const smelt_node *x = &T->g->nodes[src[0]];
-        for (int d = 1; d < x->ndim; d++)
-            if (D_sym(T, src[0], d))
-                return dyn_fail(T, "a convolution over symbolic channels or spatial sizes is not built yet");
+        sym_table *t = &T->r->dyn->t;
         for (int k = 1; k < o->nsrc; k++)
             if (has_sym(T, src[k]))
                 return dyn_fail(T, "a convolution with symbolic weights");
-        return set_dim(T, id, 0, ex(T, src[0], 0));
+        const smelt_node *w = &T->g->nodes[src[1]];
+        /* the input's channels are the weights': a symbolic count is pinned there */
+        if (unify(T, ex(T, src[0], 1), cst(T, x->shape[1])) < 0 || set_dim(T, id, 0, ex(T, src[0], 0)) ||
+            set_dim(T, id, 1, cst(T, o->shape[1])))
+            return -1;
+        for (int i = 0; i < o->a.conv.nsp; i++) {
+            int d = i + 2;
+            if (!D_sym(T, src[0], d)) {
+                if (set_dim(T, id, d, cst(T, o->shape[d])))
+                    return -1;
+                continue;
+            }
+            int64_t span = (int64_t)o->a.conv.dil[i] * (w->shape[d] - 1) + 1;
+            int64_t pad = (int64_t)o->a.conv.pad_lo[i] + o->a.conv.pad_hi[i];
+            int32_t in = chk(T, sym_add(t, ex(T, src[0], d), cst(T, pad - span)));
+            if (in < 0 || add_rel(T, Py_GE, in, cst(T, 0)))
+                return -1;
+            int32_t e = chk(T, sym_add(t, chk(T, sym_floordiv(t, in, cst(T, o->a.conv.stride[i]))), cst(T, 1)));
+            if (e < 0 || set_dim(T, id, d, e))
+                return -1;
+        }
+        return 0;
     }
     default:
         return dyn_fail(T, "%s over symbolic sizes is not built yet", smelt_op_name((smelt_op)o->op));

@@ -244,6 +244,9 @@ static int32_t pool(tracer *T, const sh_args *sa, const int32_t *node, int first
     pool_dim pd[3];
     if (!smelt_dtype_is_float((smelt_dtype)dt) || (sa->indices && !first) || nd + k > SMELT_MAX_DIMS)
         return -2;
+    for (int i = 0; i < k; i++)   /* windows, padding and divisors are computed from the spatial sizes */
+        if (dyn_dim_ex(T, x, nd - k + i) >= 0)
+            return dyn_fail(T, "pooling over a symbolic spatial size is not built yet");
     for (int i = 0; i < k; i++)
         if (!pool_geometry(sa, i, xn->shape[nd - k + i], &pd[i]))
             return -2;

@@ -3964,6 +3964,9 @@ static int32_t batch_norm_train(tracer *T, const call_args *a, int32_t x, int32_
     int64_t n = smelt_node_numel(xn) / xn->shape[1];
     if (n <= 1)
         return tr_break(T, "batch_norm in training mode with one value per channel (eager raises)");
+    for (int d = 0; d < nd; d++)   /* the running variance's n / (n - 1) is a number: its sizes pinned */
+        if (d != 1 && dyn_guard(T, Py_EQ, dyn_dim_ex(T, T->vals[x].node, d), xn->shape[d]))
+            return -1;
     if (stats && (T->vals[rm].kind != V_TENSOR || T->vals[rv].kind != V_TENSOR || node(T, rm)->ndim != 1 ||
                   node(T, rv)->ndim != 1 || node(T, rm)->dtype != xn->dtype || node(T, rv)->dtype != xn->dtype))
         return tr_break(T, "batch_norm running statistics of another dtype or shape than the input's channels");
@@ -4200,18 +4203,34 @@ static int32_t h_cosine_similarity(tracer *T, const call_args *a, smelt_op op)
  * forms are a host call of torch._C._nn.pad. */
 
 /* The w-wide block padded before (side 0) or after (side 1) x along dim. */
+/* A slice [s, e) of x along dim whose bounds are written from the dim's
+ * ends (negative: from its end; noend: to the end): their expressions
+ * handed to the SLICE node when the dim is symbolic. */
+static int32_t slice_rel(tracer *T, int32_t x, int dim, int64_t s, int64_t e, int noend)
+{
+    int64_t n = node(T, x)->shape[dim];
+    if (dyn_pend_slice_of(T, T->vals[x].node, dim, -1, s, 1, -1, e, !noend))
+        return -1;
+    int64_t a = s < 0 ? n + s : s, b = noend ? n : e < 0 ? n + e : e;
+    return v_slice(T, x, dim, a, b, 1);
+}
+
 static int32_t pad_block(tracer *T, int32_t x, int dim, int64_t w, int side, int mode, PyObject *value)
 {
     int64_t n = node(T, x)->shape[dim];
     if (mode == 2) {
         if (w > n)
             return tr_break(T, "circular pad wider than the dim");
-        return side ? v_slice(T, x, dim, 0, w, 1) : v_slice(T, x, dim, n - w, n, 1);
+        if (dyn_guard(T, Py_GE, dyn_dim_ex(T, T->vals[x].node, dim), w))
+            return -1;
+        return side ? slice_rel(T, x, dim, 0, w, 0) : slice_rel(T, x, dim, -w, 0, 1);
     }
     if (mode == 3) {   /* reflect: the w elements next to the edge, mirrored */
         if (w >= n)
             return tr_break(T, "reflect pad as wide as the dim");
-        int32_t s = side ? v_slice(T, x, dim, n - 1 - w, n - 1, 1) : v_slice(T, x, dim, 1, w + 1, 1);
+        if (dyn_guard(T, Py_GT, dyn_dim_ex(T, T->vals[x].node, dim), w))
+            return -1;
+        int32_t s = side ? slice_rel(T, x, dim, -1 - w, -1, 0) : slice_rel(T, x, dim, 1, w + 1, 0);
         if (s < 0 || w <= 1)
             return s;
         smelt_node f = { .op = SMELT_OP_FLIP, .nsrc = 1, .src = { T->vals[s].node } };
@@ -4221,12 +4240,18 @@ static int32_t pad_block(tracer *T, int32_t x, int dim, int64_t w, int side, int
     smelt_node p = { .op = mode ? SMELT_OP_EXPAND : SMELT_OP_FULL, .nsrc = (uint8_t)mode, .ndim = node(T, x)->ndim };
     memcpy(p.shape, node(T, x)->shape, sizeof p.shape);
     p.shape[dim] = w;
-    if (mode == 0)
+    int32_t ex[SMELT_MAX_DIMS];   /* x's sizes but the padded one */
+    for (int d = 0; d < p.ndim; d++)
+        ex[d] = d == dim ? -1 : dyn_dim_ex(T, T->vals[x].node, d);
+    if (mode == 0) {
+        dyn_pend_shape(T, ex, p.ndim);
         return full_of(T, value, node(T, x)->dtype, p.shape, p.ndim);
-    int32_t edge = n ? v_slice(T, x, dim, side ? n - 1 : 0, side ? n : 1, 1) : tr_break(T, "replicate pad of an empty dim");
+    }
+    int32_t edge = n ? slice_rel(T, x, dim, side ? -1 : 0, side ? 0 : 1, side) : tr_break(T, "replicate pad of an empty dim");
     if (edge < 0)
         return -1;
     p.src[0] = T->vals[edge].node;
+    dyn_pend_shape(T, ex, p.ndim);
     return mk(T, &p);
 }
 
@@ -4237,7 +4262,8 @@ static int32_t pad_dim(tracer *T, int32_t x, int dim, int64_t lo, int64_t hi, in
         int64_t s = lo < 0 ? -lo : 0, e = hi < 0 ? n + hi : n;
         if (e < s)
             return tr_break(T, "pad crops more than the dim size");
-        if ((x = v_slice(T, x, dim, s, e, 1)) < 0)
+        if (dyn_guard(T, Py_GE, dyn_dim_ex(T, T->vals[x].node, dim), s + (hi < 0 ? -hi : 0)) ||
+            (x = slice_rel(T, x, dim, s, hi < 0 ? hi : 0, hi >= 0)) < 0)
             return -1;
     }
     int32_t parts[3];
