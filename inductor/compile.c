@@ -119,7 +119,7 @@ void smelt_plan_free(smelt_plan *p)
     free(p->packed_inputs);
     free(p->steps);
     for (int32_t k = 0; p->code && k < p->nkernels; k++)
-        free(p->code[k].slots);
+        free(p->code[k].slots), free(p->code[k].params);
     free(p->code);
     kir_pool_free(&p->pool);
     smelt_graph_free(p->graph);

@@ -30,6 +30,13 @@ typedef struct smelt_compile_opts {
      * input's pointer for that output and skips its write-back. */
     const int32_t *update;
     int32_t nupdate;
+    /* Kernels read their loop extents, index strides and bounds from a
+     * table of sizes passed at run time instead of having them as
+     * constants: kernels that differ only in sizes share one compiled
+     * function (plans of a symbolic entry, made per size, then generate
+     * code only for kernels whose structure is new). SMELT_PARAM_SIZES=1
+     * turns it on for every compile (tests). */
+    int param_sizes;
 } smelt_compile_opts;
 
 /* Returns NULL with a message in err on user-caused failure (unsupported

@@ -104,6 +104,16 @@ static int32_t ex_cast(kir_pool *P, int32_t a, smelt_dtype to)
     return ex_op(P, SMELT_OP_CAST, to, from, a, -1, -1);
 }
 
+/* A count of elements (a mean's divisor) as a value of dtype dt: the
+ * integer as an index expression, cast, so that code with parametric
+ * sizes reads it from its table of sizes (a constant otherwise). */
+static int32_t ex_count(kir_pool *P, int64_t n, smelt_dtype dt)
+{
+    kexpr e = kexpr_blank(KE_INDEX, SMELT_I64);
+    e.ix = kix_const(P, n);
+    return ex_cast(P, kexpr_intern(P, e), dt);
+}
+
 static int32_t new_var(kb *b, int64_t size)
 {
     if (size == 1)
@@ -484,14 +494,14 @@ static int32_t reduction_value(kb *b, int32_t node, const int32_t *idx)
     smelt_dtype acc = acc_dtype(op, s->dtype);
     if (op == SMELT_OP_MEAN || op == SMELT_OP_VAR || op == SMELT_OP_STD) {
         int32_t sum = add_phase(b, SMELT_OP_SUM, v, acc, single);
-        int32_t n = ex_const(P, acc, (double)rnumel, 0);
+        int32_t n = ex_count(P, rnumel, acc);
         res = ex_op(P, SMELT_OP_DIV, acc, acc, sum, n, -1);
         if (op != SMELT_OP_MEAN) {
             int32_t xc = ex_op(P, SMELT_OP_SUB, acc, acc, v, res, -1);
             int32_t sq = ex_op(P, SMELT_OP_MUL, acc, acc, xc, xc, -1);
             int32_t m2 = add_phase(b, SMELT_OP_SUM, sq, acc, single);
-            double den = (double)rnumel - (double)r->a.red.correction;
-            res = ex_op(P, SMELT_OP_DIV, acc, acc, m2, ex_const(P, acc, den > 0 ? den : 0, 0), -1);
+            int64_t den = rnumel - r->a.red.correction;
+            res = ex_op(P, SMELT_OP_DIV, acc, acc, m2, ex_count(P, den > 0 ? den : 0, acc), -1);
             if (op == SMELT_OP_STD)
                 res = ex_op(P, SMELT_OP_SQRT, acc, acc, res, -1, -1);
         }

@@ -494,8 +494,8 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
             continue;
         }
         const plan_kernel_code *c = &p->code[st->kernel];
-        void *small[MAX_STACK_SLOTS + 2], **kb = small;
-        if (c->nslots > MAX_STACK_SLOTS && !(kb = malloc(sizeof(void *) * (size_t)(c->nslots + 2)))) {
+        void *small[MAX_STACK_SLOTS + 3], **kb = small;
+        if (c->nslots > MAX_STACK_SLOTS && !(kb = malloc(sizeof(void *) * (size_t)(c->nslots + 3)))) {
             snprintf(err, errlen, "out of memory");
             rc = -1;
             break;
@@ -504,6 +504,7 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
             kb[i] = bufs[c->slots[i]];
         kb[c->nslots] = &flag;
         kb[c->nslots + 1] = NULL;
+        kb[c->nslots + 2] = c->params;
         run_ctx r = { c->fn, kb };
         if (c->finish && !(kb[c->nslots + 1] = malloc((size_t)c->scratch_bytes))) {
             snprintf(err, errlen, "out of memory");

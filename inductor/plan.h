@@ -95,7 +95,8 @@ typedef struct plan_step {
 
 /* Signature of every generated kernel: items [begin, end) of its work.
  * `bufs` is the kernel's own slot table: bufs[i] = plan buffer slots[i],
- * then the error flag, then a split kernel's partials. */
+ * then the error flag, then a split kernel's partials, then the table of
+ * sizes parametric code reads. */
 typedef void (*plan_kernel_fn)(void **bufs, int64_t begin, int64_t end);
 
 typedef struct plan_kernel_code {
@@ -107,6 +108,8 @@ typedef struct plan_kernel_code {
     int64_t nitems, grain;   /* work items for fn and the minimum chunk */
     int64_t nfinish;         /* split kernels: work items of finish */
     int64_t scratch_bytes;   /* split kernels: partials buffer (bufs[nbufs+1]) */
+    int64_t *params;         /* parametric code (opts param_sizes): its sizes, bufs[nslots+2]; else NULL */
+    int32_t nparams;
 } plan_kernel_code;
 
 struct smelt_plan {

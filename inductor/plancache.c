@@ -14,7 +14,8 @@
  *   plan_buf[nbufs]; plan_step[nsteps] (pointers zero), each followed by
  *   its plan_call / plan_sdpa / plan_conv; kir_kernel[nkernels] (items
  *   dropped); per kernel int64 nslots, same_as, nitems, grain, nfinish,
- *   scratch_bytes, then int32 slots[nslots].
+ *   scratch_bytes, nparams, then int32 slots[nslots], int64
+ *   params[nparams] (parametric code's sizes).
  * A record that does not decode or whose indices are out of range is a
  * miss (the entry's checksum already catches damaged files).
  */
@@ -24,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_RECORD_VERSION 4
+#define PLAN_RECORD_VERSION 5
 #define PLAN_MAGIC "SMELTPLN"
 #define PLAN_MAX_COUNT (1 << 24)
 
@@ -81,8 +82,11 @@ static void encode(wbuf *w, const smelt_plan *p)
         const plan_kernel_code *c = &p->code[k];
         put_i64(w, c->nslots), put_i64(w, c->same_as), put_i64(w, c->nitems);
         put_i64(w, c->grain), put_i64(w, c->nfinish), put_i64(w, c->scratch_bytes);
+        put_i64(w, c->nparams);
         for (int32_t i = 0; i < c->nslots; i++)
             put_i32(w, c->slots[i]);
+        for (int32_t i = 0; i < c->nparams; i++)
+            put_i64(w, c->params[i]);
     }
 }
 
@@ -207,11 +211,16 @@ static int get_code(rbuf *r, smelt_plan *p)
         c->same_as = (int32_t)get_i64(r);
         c->nitems = get_i64(r), c->grain = get_i64(r);
         c->nfinish = get_i64(r), c->scratch_bytes = get_i64(r);
+        int64_t nparams = get_i64(r);
         if (r->bad || nslots < 0 || nslots > p->nbufs || c->same_as < -1 || c->same_as >= k ||
-            c->nitems < 0 || c->grain < 1 || c->nfinish < 0 || c->scratch_bytes < 0)
+            c->nitems < 0 || c->grain < 1 || c->nfinish < 0 || c->scratch_bytes < 0 || nparams < 0 ||
+            nparams > PLAN_MAX_COUNT)
             return -1;
         c->nslots = (int32_t)nslots;
         if (!(c->slots = get_copy(r, sizeof(int32_t) * (size_t)nslots)))
+            return -1;
+        c->nparams = (int32_t)nparams;
+        if (nparams && !(c->params = get_copy(r, sizeof(int64_t) * (size_t)nparams)))
             return -1;
         for (int32_t i = 0; i < c->nslots; i++)
             if (!buf_ok(p, c->slots[i]))

@@ -798,7 +798,8 @@ static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *val
     smelt_graph *g = tracer_dyn_graph(&e->r, vals, strides, err, errlen);
     if (!g)
         return NULL;
-    smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) };
+    smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM),
+                             .param_sizes = 1 };
     int32_t *upd;
     if (entry_updates(e, &o, &upd)) {
         smelt_graph_free(g);
@@ -1294,6 +1295,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
         goto fail;
     if (e->r.dyn && dyn_entry(self, e))
         goto fail;
+    o.param_sizes = e->r.dyn != NULL;   /* its plans for other sizes then reuse this one's code */
     t0 = now_ms();
     smelt_plan *plan;
     Py_BEGIN_ALLOW_THREADS   /* pure C (the cache's log hook takes the GIL); e is not shared yet */

@@ -281,6 +281,42 @@ def test_size_returned_as_an_int():
     assert cf.stats()["compiles"] == 2 and cf.stats()["dynamic_entries"] == 1
 
 
+def test_plans_for_new_sizes_reuse_the_code():
+    """A symbolic entry's kernels read their sizes from a table: a new
+    size makes a plan without generating code."""
+    def f(x, w):
+        h = torch.relu(x @ w) * 2
+        return h.sum(-1), (x * 3).softmax(1), x.exp().mean(1), x.var(1), x[:, 1:] - x[:, :-1]
+
+    cf = smelt.compile(f)
+    w = rnd(16, 8)
+    for T in [8, 9]:
+        x = rnd(3, T, 16)
+        for g, e in zip(cf(x, w), f(x, w)):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    generated = cf.stats()["generated"]
+    for T in [10, 33, 64, 100, 3, 7]:
+        x = rnd(3, T, 16)
+        for g, e in zip(cf(x, w), f(x, w)):
+            torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+    st = cf.stats()
+    assert st["dynamic_plans"] == 6 and st["generated"] == generated, st
+
+
+def test_parametric_code_passes_the_op_tests():
+    """SMELT_PARAM_SIZES=1 compiles every plan with parametric sizes: the
+    pointwise, reduction, view, fusion and gather tests pass with it."""
+    files = ["tests/test_ops_pointwise.py", "tests/test_ops_reduction.py", "tests/test_ops_views.py",
+             "tests/test_fusion.py", "tests/test_gather.py"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:randomly", *files], cwd=root,
+                       capture_output=True, text=True, timeout=1500,
+                       env={**os.environ, "SMELT_PARAM_SIZES": "1",
+                            "SMELT_CACHE_DIR": os.path.join(os.environ.get("TMPDIR", "/tmp"), f"smelt-param-{os.getpid()}")})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "failed" not in r.stdout, r.stdout[-2000:]
+
+
 def test_dynamic_log_channel():
     code = ("import torch, smelt\n"
             "f = smelt.compile(lambda x: (x * 2)[:, : x.shape[1] // 2].sum(1))\n"

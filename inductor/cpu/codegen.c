@@ -67,6 +67,15 @@ typedef struct cg {
     LLVMValueRef rc_buf;              /* its stack row */
     int32_t rc_obuf, rc_oix;          /* or, rows too long for the stack: the output store's buffer and index */
     int rc_ready;                     /* filled for the current row */
+    /* parametric sizes (opts param_sizes): loop extents, index constants
+     * and bounds are read from the kernel's parameter table (bufs[nslots +
+     * 2]) instead of being constants, so kernels that differ only in
+     * sizes are one function; params collects this kernel's values in the
+     * order the code reads them */
+    int param;
+    int64_t *params;
+    int32_t nparams, cparams;
+    LLVMValueRef params_ptr;
 } cg;
 
 /* ---------- types and constants ---------- */
@@ -112,6 +121,28 @@ static LLVMValueRef splat(cg *g, LLVMValueRef s, int w)
 static LLVMValueRef cint(cg *g, LLVMTypeRef t, int64_t v, int w)
 {
     return splat(g, LLVMConstInt(t, (unsigned long long)v, 1), w);
+}
+
+/* A size-like i64 constant v: in parametric mode the next entry of the
+ * kernel's parameter table, loaded at function entry; else v. */
+static LLVMValueRef pconst(cg *g, int64_t v)
+{
+    if (!g->param)
+        return LLVMConstInt(g->i64, (unsigned long long)v, 1);
+    if (g->nparams == g->cparams) {
+        g->cparams = g->cparams ? 2 * g->cparams : 16;
+        if (!(g->params = realloc(g->params, sizeof(int64_t) * (size_t)g->cparams)))
+            abort();
+    }
+    int32_t k = g->nparams;
+    g->params[g->nparams++] = v;
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(g->B);
+    LLVMPositionBuilderBefore(g->B, LLVMGetBasicBlockTerminator(g->entry));
+    LLVMValueRef at = LLVMBuildGEP2(g->B, g->i64, g->params_ptr,
+                                    (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)k, 0) }, 1, "");
+    LLVMValueRef r = LLVMBuildLoad2(g->B, g->i64, at, "size");
+    LLVMPositionBuilderAtEnd(g->B, cur);
+    return r;
 }
 
 static LLVMValueRef cfp(cg *g, LLVMTypeRef t, double v, int w)
@@ -222,10 +253,10 @@ static LLVMValueRef ix_scalar(cg *g, int32_t e)
 {
     const kix *k = &g->P->ix[e];
     switch (k->op) {
-    case KIX_CONST: return LLVMConstInt(g->i64, (unsigned long long)k->c, 1);
+    case KIX_CONST: return pconst(g, k->c);
     case KIX_VAR: return g->var[k->c];
     case KIX_ADD: return LLVMBuildAdd(g->B, ix_scalar(g, k->a), ix_scalar(g, k->b), "");
-    case KIX_MUL: return LLVMBuildMul(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 1), "");
+    case KIX_MUL: return LLVMBuildMul(g->B, ix_scalar(g, k->a), pconst(g, k->c), "");
     case KIX_DIV: return LLVMBuildUDiv(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 0), "");
     default: return LLVMBuildURem(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 0), "");
     }
@@ -238,8 +269,11 @@ static void ix_lanes(cg *g, int32_t e, int w, LLVMValueRef *out)
     int64_t c = w > 1 ? kix_coef(g->P, e, v) : 0;
     LLVMValueRef base = ix_scalar(g, e);
     if (c != KIX_NONAFFINE) {
+        LLVMValueRef cv = w > 1 ? pconst(g, c) : NULL;
         for (int i = 0; i < w; i++)
-            out[i] = i ? LLVMBuildAdd(g->B, base, LLVMConstInt(g->i64, (unsigned long long)(c * i), 1), "") : base;
+            out[i] = i ? LLVMBuildAdd(g->B, base, g->param ? LLVMBuildMul(g->B, cv, LLVMConstInt(g->i64, (unsigned long long)i, 0), "")
+                                                           : LLVMConstInt(g->i64, (unsigned long long)(c * i), 1), "")
+                       : base;
         return;
     }
     LLVMValueRef v0 = g->var[v];
@@ -256,7 +290,7 @@ static LLVMValueRef ix_vector(cg *g, int32_t e, int w)
         return ix_scalar(g, e);
     int64_t c = kix_coef(g->P, e, g->k->vvar);
     if (c != KIX_NONAFFINE) {
-        LLVMValueRef l = LLVMBuildMul(g->B, lanes(g, w), cint(g, g->i64, c, w), "");
+        LLVMValueRef l = LLVMBuildMul(g->B, lanes(g, w), g->param ? splat(g, pconst(g, c), w) : cint(g, g->i64, c, w), "");
         return LLVMBuildAdd(g->B, splat(g, ix_scalar(g, e), w), l, "");
     }
     LLVMValueRef s[64], r = LLVMGetUndef(vec(g->i64, w));
@@ -673,7 +707,8 @@ static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
         return clamp(g, &g->p->graph->nodes[x->gnode], cd, a[0], w);
     if (op == SMELT_OP_CHECKIDX) {   /* (cd is int64) */
         const smelt_node *n = &g->p->graph->nodes[x->gnode];
-        LLVMValueRef lim = cint(g, g->i64, n->a.gather.n, w), zero = cint(g, g->i64, 0, w), v = a[0];
+        LLVMValueRef lim = g->param ? splat(g, pconst(g, n->a.gather.n), w) : cint(g, g->i64, n->a.gather.n, w);
+        LLVMValueRef zero = cint(g, g->i64, 0, w), v = a[0];
         if (n->a.gather.wrap)
             v = sel(g, icmp(g, LLVMIntSLT, v, zero), LLVMBuildAdd(g->B, v, lim, ""), v);
         LLVMValueRef bad = icmp(g, LLVMIntUGE, v, lim);
@@ -1018,7 +1053,7 @@ static void loop_rvars(cg *g, int w_outer, int from, body_fn body, const kitem *
         loop l;
         int sp = v == k->split_var && g->split_lo;
         LLVMValueRef lo = sp ? g->split_lo : LLVMConstInt(g->i64, 0, 0);
-        LLVMValueRef hi = sp ? g->split_hi : LLVMConstInt(g->i64, (unsigned long long)k->size[v], 0);
+        LLVMValueRef hi = sp ? g->split_hi : pconst(g, k->size[v]);
         if (!inner && last_rvar(k, v) && blocked_sum(body, it) && k->size[v] > SUM_BLOCK) {
             blocked_loop(g, lo, hi, 1, v, ctx, body, it);
             return;
@@ -1035,7 +1070,7 @@ static void loop_rvars(cg *g, int w_outer, int from, body_fn body, const kitem *
     }
     int sp = k->vvar == k->split_var && g->split_lo;
     LLVMValueRef lo = sp ? g->split_lo : LLVMConstInt(g->i64, 0, 0);
-    LLVMValueRef hi = sp ? g->split_hi : LLVMConstInt(g->i64, (unsigned long long)k->size[k->vvar], 0);
+    LLVMValueRef hi = sp ? g->split_hi : pconst(g, k->size[k->vvar]);
     LLVMValueRef Lc = LLVMConstInt(g->i64, (unsigned long long)g->L, 0);
     LLVMValueRef n = LLVMBuildSub(g->B, hi, lo, "");
     LLVMValueRef main_end = LLVMBuildAdd(g->B, lo, LLVMBuildMul(g->B, LLVMBuildUDiv(g->B, n, Lc, ""), Lc, ""), "");
@@ -1266,14 +1301,14 @@ static LLVMValueRef decode_item(cg *g, LLVMValueRef item, int64_t ntiles)
     int outer_vec = k->vvar >= 0 && !(k->rmask >> k->vvar & 1);
     LLVMValueRef rem = item, tile = NULL;
     if (outer_vec) {
-        LLVMValueRef nt = LLVMConstInt(g->i64, (unsigned long long)ntiles, 0);
+        LLVMValueRef nt = pconst(g, ntiles);
         tile = LLVMBuildURem(g->B, rem, nt, "");
         rem = LLVMBuildUDiv(g->B, rem, nt, "");
     }
     for (int v = k->nvars - 1; v >= 0; v--) {
         if ((k->rmask >> v & 1) || (outer_vec && v == k->vvar))
             continue;
-        LLVMValueRef sz = LLVMConstInt(g->i64, (unsigned long long)k->size[v], 0);
+        LLVMValueRef sz = pconst(g, k->size[v]);
         g->var[v] = LLVMBuildURem(g->B, rem, sz, "");
         rem = LLVMBuildUDiv(g->B, rem, sz, "");
     }
@@ -1313,6 +1348,14 @@ static void begin_fn(cg *g, const char *name)
                                        (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->nslots + 1, 0) }, 1, "");
     g->scratch = g->k->split > 1 ? LLVMBuildLoad2(g->B, g->ptr, sslot, "scratch") : NULL;
     g->split_lo = g->split_hi = NULL;
+    g->params_ptr = NULL;
+    if (g->param) {   /* in the entry block, before every size read from it */
+        LLVMPositionBuilderBefore(g->B, LLVMGetBasicBlockTerminator(g->entry));
+        LLVMValueRef pslot = LLVMBuildGEP2(g->B, g->ptr, g->bufs_arg,
+                                           (LLVMValueRef[]){ LLVMConstInt(g->i64, (unsigned long long)g->nslots + 2, 0) }, 1, "");
+        g->params_ptr = LLVMBuildLoad2(g->B, g->ptr, pslot, "params");
+        LLVMPositionBuilderAtEnd(g->B, start);
+    }
 }
 
 /* Split kernels: item -> (outer point, chunk); sets the chunk bounds. */
@@ -1325,9 +1368,10 @@ static LLVMValueRef decode_split(cg *g, LLVMValueRef item)
         c = (c + 63) / 64 * 64;
     LLVMValueRef S = LLVMConstInt(g->i64, (unsigned long long)k->split, 0);
     LLVMValueRef chunk = LLVMBuildURem(g->B, item, S, "");
-    g->split_lo = LLVMBuildMul(g->B, chunk, LLVMConstInt(g->i64, (unsigned long long)c, 0), "");
-    LLVMValueRef hi = LLVMBuildAdd(g->B, g->split_lo, LLVMConstInt(g->i64, (unsigned long long)c, 0), "");
-    LLVMValueRef nn = LLVMConstInt(g->i64, (unsigned long long)n, 0);
+    LLVMValueRef cc = pconst(g, c);
+    g->split_lo = LLVMBuildMul(g->B, chunk, cc, "");
+    LLVMValueRef hi = LLVMBuildAdd(g->B, g->split_lo, cc, "");
+    LLVMValueRef nn = pconst(g, n);
     g->split_hi = sel(g, icmp(g, LLVMIntSLT, hi, nn), hi, nn);
     g->split_lo = sel(g, icmp(g, LLVMIntSLT, g->split_lo, nn), g->split_lo, nn);
     g->slot = item;
@@ -1393,7 +1437,7 @@ static void emit_kernel_fn(cg *g, const char *name)
     if (!outer_vec) {
         emit_point(g, 1);
     } else {
-        LLVMValueRef size = LLVMConstInt(g->i64, (unsigned long long)k->size[k->vvar], 0);
+        LLVMValueRef size = pconst(g, k->size[k->vvar]);
         LLVMValueRef vs = LLVMBuildMul(g->B, t, LLVMConstInt(g->i64, (unsigned long long)tile, 0), "");
         LLVMValueRef ve = LLVMBuildAdd(g->B, vs, LLVMConstInt(g->i64, (unsigned long long)tile, 0), "");
         ve = sel(g, icmp(g, LLVMIntSLT, ve, size), ve, size);
@@ -1610,7 +1654,7 @@ static double now_ms(void) { return (double)plan_now_ns() / 1e6; }
 typedef struct cg_job {
     smelt_plan *p;
     const cpu_target *tgt;
-    int vbits, opt, keep_ir;
+    int vbits, opt, keep_ir, param;
     int32_t *kernels;          /* plan kernel numbers */
     int nk;
     const char (*names)[40];   /* per plan kernel: its function's name */
@@ -1665,6 +1709,7 @@ static void run_job(cg_job *j)
     cg g;
     cg_init(&g, p, C, j->tgt, j->vbits);
     g.P = &pool;
+    g.param = j->param;
     g.M = LLVMModuleCreateWithNameInContext("smelt", C);
     int32_t *slot_of = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
     if (!slot_of)
@@ -1687,10 +1732,16 @@ static void run_job(cg_job *j)
         g.slot_of = slot_of;
         g.nslots = c->nslots;
         cg_alloc_memo(&g);
+        g.nparams = 0;   /* (parametric: the scan pass took the values) */
         emit_kernel_fn(&g, j->names[i]);
         if (g.k->split > 1) {
             snprintf(fname, sizeof fname, "%s_finish", j->names[i]);
             emit_finish_fn(&g, fname);
+        }
+        if (g.param && (g.nparams != c->nparams ||
+                        (g.nparams && memcmp(g.params, c->params, sizeof(int64_t) * (size_t)g.nparams)))) {
+            snprintf(j->err, sizeof j->err, "internal error: parametric sizes of kernel %d differ between passes", (int)i);
+            goto out;
         }
     }
     char *verr = NULL;
@@ -1715,6 +1766,7 @@ static void run_job(cg_job *j)
     j->rc = 0;
 out:
     free(slot_of);
+    free(g.params);
     LLVMDisposeModule(g.M);
     if (tm)
         LLVMDisposeTargetMachine(tm);
@@ -1866,6 +1918,17 @@ static void code_opts(const smelt_compile_opts *o, const cpu_target *t, int *vbi
     *opt = o ? o->opt_level : 2;
 }
 
+/* Parametric sizes for opts o (or everywhere with SMELT_PARAM_SIZES=1). */
+static int param_sizes_on(const smelt_compile_opts *o)
+{
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("SMELT_PARAM_SIZES");
+        env = e && e[0] == '1';
+    }
+    return env || (o && o->param_sizes);
+}
+
 char *cpu_code_key(const smelt_compile_opts *o, char *err, size_t errlen)
 {
     int vbits, opt;
@@ -1878,8 +1941,8 @@ char *cpu_code_key(const smelt_compile_opts *o, char *err, size_t errlen)
     char *k = malloc(n);
     if (!k)
         abort();
-    snprintf(k, n, "smelt-code v%d %s llvm %s cpu %s vbits %d O%d %s", KERNEL_CODE_VERSION, build,
-             LLVM_VERSION_STRING, t->cpu, vbits, opt, feat);
+    snprintf(k, n, "smelt-code v%d %s llvm %s cpu %s vbits %d O%d%s %s", KERNEL_CODE_VERSION, build,
+             LLVM_VERSION_STRING, t->cpu, vbits, opt, param_sizes_on(o) ? " param" : "", feat);
     return k;
 }
 
@@ -1888,7 +1951,7 @@ char *cpu_code_key(const smelt_compile_opts *o, char *err, size_t errlen)
  * code is loaded (not for a target that only reads code). */
 typedef struct cg_opts {
     const cpu_target *tgt;
-    int vbits, opt, keep_ir, load;
+    int vbits, opt, keep_ir, load, param;
 } cg_opts;
 
 /* Generates the todo kernels with LLVM (jobs in parallel) and, with
@@ -1903,7 +1966,7 @@ static int generate(smelt_plan *p, cg_state *st, const cg_opts *co, const int32_
     memset(jobs, 0, sizeof jobs);
     for (int t = 0; t < nt; t++) {
         jobs[t] = (cg_job){ .p = p, .tgt = co->tgt, .vbits = co->vbits, .opt = co->opt, .keep_ir = keep_ir,
-                            .names = (const char (*)[40])st->names };
+                            .param = co->param, .names = (const char (*)[40])st->names };
         if (!(jobs[t].kernels = calloc((size_t)ntodo + 1, sizeof(int32_t))))
             abort();
     }
@@ -1933,6 +1996,86 @@ static int generate(smelt_plan *p, cg_state *st, const cg_opts *co, const int32_
         free(jobs[t].kernels);
     }
     return rc;
+}
+
+/* Parametric mode: each kernel's code name, the hash of its IR (which
+ * reads every size from the parameter table, so kernels that differ only
+ * in sizes get one name) and the code options, and its table of sizes
+ * (p->code[i].params), from a pass that generates the IR and drops it.
+ * A size the IR still holds as a constant (a decision made from it: a
+ * blocked loop, a stack row's length) is in the text, so code is only
+ * shared where it is right for both. */
+static void param_scan(smelt_plan *p, const cg_opts *co, char (*names)[40])
+{
+    LLVMContextRef C = LLVMContextCreate();
+    kir_pool pool;
+    kir_pool_copy(&pool, &p->pool);
+    cg g;
+    cg_init(&g, p, C, co->tgt, co->vbits);
+    g.P = &pool;
+    g.param = 1;
+    int32_t *slot_of = malloc(sizeof(int32_t) * (size_t)(p->nbufs + 1));
+    if (!slot_of)
+        abort();
+    char opts[256];
+    snprintf(opts, sizeof opts, "parametric v%d vbits %d O%d %s %s", KERNEL_CODE_VERSION, co->vbits, co->opt,
+             co->tgt->cpu, co->tgt->features);
+    for (int32_t i = 0; i < p->nkernels; i++) {
+        plan_kernel_code *c = &p->code[i];
+        if (c->same_as >= 0)
+            continue;
+        g.M = LLVMModuleCreateWithNameInContext("scan", C);
+        for (int32_t b = 0; b < p->nbufs; b++)
+            slot_of[b] = -1;
+        for (int32_t k = 0; k < c->nslots; k++)
+            slot_of[c->slots[k]] = k;
+        g.k = &p->kernels[i];
+        g.slot_of = slot_of;
+        g.nslots = c->nslots;
+        g.nparams = 0;
+        cg_alloc_memo(&g);
+        emit_kernel_fn(&g, "k");
+        if (g.k->split > 1)
+            emit_finish_fn(&g, "k_finish");
+        uint64_t h1 = key_hash((const uint8_t *)opts, strlen(opts)), h2 = key_hash2((const uint8_t *)opts, strlen(opts));
+        for (LLVMValueRef f = LLVMGetFirstFunction(g.M); f; f = LLVMGetNextFunction(f)) {
+            if (LLVMIsDeclaration(f))
+                continue;
+            char *txt = LLVMPrintValueToString(f);
+            size_t n = strlen(txt);
+            h1 = h1 * 31 + key_hash((const uint8_t *)txt, n);
+            h2 = h2 * 37 + key_hash2((const uint8_t *)txt, n);
+            LLVMDisposeMessage(txt);
+        }
+        snprintf(names[i], sizeof names[i], "smelt_%016llx%016llx", (unsigned long long)h1, (unsigned long long)h2);
+        c->params = malloc(sizeof(int64_t) * (size_t)(g.nparams + 1));
+        if (!c->params)
+            abort();
+        memcpy(c->params, g.params, sizeof(int64_t) * (size_t)g.nparams);
+        c->nparams = g.nparams;
+        LLVMDisposeModule(g.M);
+    }
+    for (int32_t i = 0; i < p->nkernels; i++) {   /* identical kernels: identical sizes */
+        plan_kernel_code *c = &p->code[i];
+        if (c->same_as < 0)
+            continue;
+        const plan_kernel_code *d = &p->code[c->same_as];
+        memcpy(names[i], names[c->same_as], sizeof names[i]);
+        if (!(c->params = malloc(sizeof(int64_t) * (size_t)(d->nparams + 1))))
+            abort();
+        memcpy(c->params, d->params, sizeof(int64_t) * (size_t)d->nparams);
+        c->nparams = d->nparams;
+    }
+    free(slot_of);
+    free(g.params);
+    LLVMDisposeBuilder(g.B);
+    for (int i = 0; i < 2; i++) {
+        free(g.memo[i]);
+        free(g.memo_ep[i]);
+    }
+    free(g.bufptr);
+    kir_pool_free(&pool);
+    LLVMContextDispose(C);
 }
 
 /* Kernels identical to an earlier one run its code with their own slots. */
@@ -1969,6 +2112,7 @@ static int cg_opts_of(const smelt_compile_opts *o, cg_opts *co, cpu_target *own,
     code_opts(o, co->tgt, &co->vbits, &co->opt);
     co->keep_ir = (o && o->keep_ir) || code_only;
     co->load = !code_only;
+    co->param = param_sizes_on(o);
     return 0;
 }
 
@@ -1991,16 +2135,34 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
     plan_keys(p, co.tgt, co.vbits, co.opt, keys, klen, khash, st->names);
     for (int32_t i = 0; i < nk; i++)
         kernel_launch(&p->kernels[i], co.vbits / 32, &p->code[i]);
-    /* registry hits (never when the code text is wanted: it is generated) */
     double t0 = now_ms();
+    int32_t *twin = calloc((size_t)nk + 1, sizeof(int32_t));   /* parametric: an earlier kernel with its code */
+    if (!twin)
+        abort();
+    for (int32_t i = 0; i < nk; i++)
+        twin[i] = -1;
+    if (co.param) {
+        param_scan(p, &co, st->names);
+        for (int32_t i = 0; i < nk; i++)
+            for (int32_t j = 0; j < i && p->code[i].same_as < 0 && twin[i] < 0; j++)
+                if (p->code[j].same_as < 0 && twin[j] < 0 && !strcmp(st->names[i], st->names[j]))
+                    twin[i] = j;
+    }
+    /* registry hits (never when the code text is wanted: it is generated) */
     cpu_jit_lock();
     for (int32_t i = 0; i < nk; i++)
-        if (p->code[i].same_as < 0 && (co.keep_ir || !take_code_locked(p, st, i)))
+        if (p->code[i].same_as < 0 && twin[i] < 0 && (co.keep_ir || !take_code_locked(p, st, i)))
             todo[ntodo++] = i;
     cpu_jit_unlock();
     p->times.load_ms = now_ms() - t0;
     p->ngenerated = p->times.generated = ntodo;
     int rc = ntodo ? generate(p, st, &co, todo, ntodo, klen, err, errlen) : 0;
+    for (int32_t i = 0; i < nk; i++)   /* one function, each kernel its own sizes */
+        if (twin[i] >= 0) {
+            p->code[i].fn = p->code[twin[i]].fn;
+            p->code[i].finish = p->code[twin[i]].finish;
+        }
+    free(twin);
     copy_same(p);
     for (int32_t i = 0; i < nk; i++)
         free(keys[i]);
