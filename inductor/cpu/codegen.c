@@ -365,11 +365,12 @@ static LLVMValueRef gather_val(cg *g, const kexpr *x, int w)
     smelt_dtype dt = g->p->bufs[x->buf].dtype;
     LLVMTypeRef st = stype(g, dt);
     LLVMValueRef v = emit(g, x->src[0], w), base[64], r = w > 1 ? LLVMGetUndef(vec(st, w)) : NULL;
+    LLVMValueRef stride = pconst(g, x->i);
     ix_lanes(g, x->ix, w, base);
     for (int i = 0; i < w; i++) {
         LLVMValueRef lane = LLVMConstInt(g->i32, (unsigned long long)i, 0);
         LLVMValueRef vi = w > 1 ? LLVMBuildExtractElement(g->B, v, lane, "") : v;
-        LLVMValueRef at = LLVMBuildAdd(g->B, base[i], LLVMBuildMul(g->B, vi, LLVMConstInt(g->i64, (unsigned long long)x->i, 1), ""), "");
+        LLVMValueRef at = LLVMBuildAdd(g->B, base[i], LLVMBuildMul(g->B, vi, stride, ""), "");
         LLVMValueRef l = LLVMBuildLoad2(g->B, st, elem_ptr(g, st, x->buf, at), "");
         r = w > 1 ? LLVMBuildInsertElement(g->B, r, l, lane, "") : l;
     }
@@ -764,7 +765,10 @@ static LLVMValueRef emit(cg *g, int32_t e, int w)
     switch (x->op) {
     case KE_LOAD: r = load_val(g, x->buf, x->ix, w); break;
     case KE_GATHER: r = gather_val(g, x, w); break;
-    case KE_CONST: r = cval(g, x->dtype, x->f, x->i, w); break;
+    case KE_CONST:   /* parametric: an int64 constant may be a size (a symbolic scalar, a stride) */
+        r = g->param && x->dtype == SMELT_I64 && (x->i >= 2 || x->i <= -2) ? splat(g, pconst(g, x->i), w)
+                                                                           : cval(g, x->dtype, x->f, x->i, w);
+        break;
     case KE_INDEX: r = ix_vector(g, x->ix, w); break;
     case KE_PHASE:
         r = g->phase[x->phase];
