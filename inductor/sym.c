@@ -415,6 +415,21 @@ static int exact_div(const sym_poly *x, const sym_term *y, sym_poly *q)
     return 1;
 }
 
+/* a / b when b is one term dividing every term of a exactly: 1 with *q,
+ * 0 when it is not, -1 on an error. */
+static int exact_quotient(sym_table *t, int32_t a, int32_t b, int32_t *q)
+{
+    sym_poly x, y, z;
+    if (to_poly(t, a, &x) < 0 || to_poly(t, b, &y) < 0)
+        return -1;
+    if (y.n != 1)
+        return 0;
+    int r = exact_div(&x, &y.t[0], &z);
+    if (r <= 0)
+        return r;
+    return (*q = from_poly(t, &z)) < 0 ? -1 : 1;
+}
+
 static int32_t ordered(sym_table *t, uint8_t op, int32_t a, int32_t b)
 {
     return intern(t, op, a < b ? a : b, a < b ? b : a, 0);
@@ -432,17 +447,9 @@ int32_t sym_floordiv(sym_table *t, int32_t a, int32_t b)
         return a;
     if (a == b)
         return sym_const(t, 1);
-    sym_poly x, y, q;
-    if (to_poly(t, a, &x) < 0 || to_poly(t, b, &y) < 0)
-        return -1;
-    if (y.n == 1) {
-        int r = exact_div(&x, &y.t[0], &q);
-        if (r < 0)
-            return -1;
-        if (r)
-            return from_poly(t, &q);
-    }
-    return intern(t, SYM_FLOORDIV, a, b, 0);
+    int32_t q;
+    int r = exact_quotient(t, a, b, &q);
+    return r < 0 ? -1 : r ? q : intern(t, SYM_FLOORDIV, a, b, 0);
 }
 
 int32_t sym_mod(sym_table *t, int32_t a, int32_t b)
@@ -457,17 +464,9 @@ int32_t sym_mod(sym_table *t, int32_t a, int32_t b)
         return sym_const(t, 0);
     if (a == b)
         return sym_const(t, 0);
-    sym_poly x, y, q;
-    if (to_poly(t, a, &x) < 0 || to_poly(t, b, &y) < 0)
-        return -1;
-    if (y.n == 1) {
-        int r = exact_div(&x, &y.t[0], &q);
-        if (r < 0)
-            return -1;
-        if (r)
-            return sym_const(t, 0);
-    }
-    return intern(t, SYM_MOD, a, b, 0);
+    int32_t q;
+    int r = exact_quotient(t, a, b, &q);
+    return r < 0 ? -1 : r ? sym_const(t, 0) : intern(t, SYM_MOD, a, b, 0);
 }
 
 int sym_lower_bound(const sym_table *t, int32_t e, int64_t *lb)

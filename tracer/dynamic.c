@@ -797,28 +797,6 @@ int dyn_input_node(tracer *T, int32_t node, uint32_t mask)
 
 /* ---------- symbolic ints ---------- */
 
-int32_t dyn_dim(tracer *T, int32_t node, int d)
-{
-    tr_dyn *D = T->r->dyn;
-    int32_t e = D && node < D->ndims ? D->dims[node][d] : -1;
-    int64_t v = T->g->nodes[node].shape[d];
-    if (e < 0)
-        return tv_int(T, v);
-    PyObject *o = PyLong_FromLongLong(v);
-    if (!o || tr_keep(T, o)) {
-        Py_XDECREF(o);
-        return -1;
-    }
-    Py_DECREF(o);
-    int32_t x = tv_new(T, V_SYM);
-    if (x >= 0) {
-        T->vals[x].node = e;
-        T->vals[x].obj = o;
-        T->vals[x].src = -1;
-    }
-    return x;
-}
-
 /* A V_SYM for expression e with traced value v (a plain int when e is constant). */
 static int32_t tv_sym(tracer *T, int32_t e, int64_t v)
 {
@@ -840,6 +818,14 @@ static int32_t tv_sym(tracer *T, int32_t e, int64_t v)
         T->vals[x].src = -1;
     }
     return x;
+}
+
+int32_t dyn_dim(tracer *T, int32_t node, int d)
+{
+    tr_dyn *D = T->r->dyn;
+    int32_t e = D && node < D->ndims ? D->dims[node][d] : -1;
+    int64_t v = T->g->nodes[node].shape[d];
+    return e < 0 ? tv_int(T, v) : tv_sym(T, e, v);
 }
 
 int dyn_specialize(tracer *T, int32_t v)

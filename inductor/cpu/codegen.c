@@ -1598,6 +1598,18 @@ static void cg_init(cg *g, smelt_plan *p, LLVMContextRef C, const cpu_target *tg
     g->bufptr = calloc((size_t)p->nbufs + 1, sizeof(LLVMValueRef));
 }
 
+/* What cg_init and code generation allocated (not the module or context). */
+static void cg_free(cg *g)
+{
+    free(g->params);
+    LLVMDisposeBuilder(g->B);
+    for (int i = 0; i < 2; i++) {
+        free(g->memo[i]);
+        free(g->memo_ep[i]);
+    }
+    free(g->bufptr);
+}
+
 static void cg_alloc_memo(cg *g)
 {
     for (int i = 0; i < 2; i++) {
@@ -1770,16 +1782,10 @@ static void run_job(cg_job *j)
     j->rc = 0;
 out:
     free(slot_of);
-    free(g.params);
     LLVMDisposeModule(g.M);
     if (tm)
         LLVMDisposeTargetMachine(tm);
-    LLVMDisposeBuilder(g.B);
-    for (int i = 0; i < 2; i++) {
-        free(g.memo[i]);
-        free(g.memo_ep[i]);
-    }
-    free(g.bufptr);
+    cg_free(&g);
     kir_pool_free(&pool);
     LLVMContextDispose(C);
 }
@@ -2071,13 +2077,7 @@ static void param_scan(smelt_plan *p, const cg_opts *co, char (*names)[40])
         c->nparams = d->nparams;
     }
     free(slot_of);
-    free(g.params);
-    LLVMDisposeBuilder(g.B);
-    for (int i = 0; i < 2; i++) {
-        free(g.memo[i]);
-        free(g.memo_ep[i]);
-    }
-    free(g.bufptr);
+    cg_free(&g);
     kir_pool_free(&pool);
     LLVMContextDispose(C);
 }
