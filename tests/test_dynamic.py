@@ -303,6 +303,28 @@ def test_plans_for_new_sizes_reuse_the_code():
     assert st["dynamic_plans"] == 6 and st["generated"] == generated, st
 
 
+def test_warm_process_generates_no_code(tmp_path):
+    """The plans of a symbolic entry and their code go to the disk cache:
+    a second process, even at sizes the first never saw, generates no
+    kernel."""
+    code = ("import sys, torch, smelt\n"
+            "f = smelt.compile(lambda x, w: (torch.relu(x @ w) * 2).softmax(-1) + x.mean(1, keepdim=True))\n"
+            "w = torch.randn(16, 16)\n"
+            "for T in map(int, sys.argv[1:]):\n"
+            "    x = torch.randn(3, T, 16)\n"
+            "    torch.testing.assert_close(f(x, w), (torch.relu(x @ w) * 2).softmax(-1) + x.mean(1, keepdim=True))\n"
+            "s = f.stats()\n"
+            "print('STATS', s['compiles'], s['dynamic_plans'], s['generated'])\n")
+    env = {**os.environ, "SMELT_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for sizes in (["8", "9", "10"], ["8", "9", "11", "40"]):
+        r = subprocess.run([sys.executable, "-c", code, *sizes], capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 0, r.stderr
+        runs.append([int(v) for v in r.stdout.split("STATS")[1].split()])
+    assert runs[0][0] == 2 and runs[0][2] > 0, runs
+    assert runs[1][0] == 2 and runs[1][1] == 2 and runs[1][2] == 0, runs
+
+
 def test_parametric_code_passes_the_op_tests():
     """SMELT_PARAM_SIZES=1 compiles every plan with parametric sizes: the
     pointwise, reduction, view, fusion and gather tests pass with it."""
