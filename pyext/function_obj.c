@@ -59,6 +59,8 @@ typedef struct entry {
     int ndp, next_dp;
     int32_t *dyn_in;       /* graph inputs with symbolic sizes */
     int ndyn_in;
+    int8_t (*view_order)[SMELT_MAX_DIMS];   /* per output plan slot of a view result: its dims from the
+                                               outermost stride in, a dense layout (NULL: no views) */
 } entry;
 
 #define DYN_PLANS 64
@@ -66,6 +68,8 @@ typedef struct entry {
 typedef struct dyn_plan {
     int64_t vals[SYM_MAX_VARS];
     PyObject *compiled;
+    PyObject *views;       /* per output plan slot, the (size, stride, offset) of a view for these
+                              values (a tuple; NULL: the entry has no view results) */
 } dyn_plan;
 
 /* Where the entries of a function start: its call (pc 0), or a resume
@@ -408,6 +412,7 @@ typedef struct run_vals {
     PyObject *outs;
     PyObject *const *ins;
     PyObject *const *vals;
+    PyObject *views;       /* a symbolic entry's view geometry for this call (see dyn_plan), or NULL */
 } run_vals;
 
 /* The value of output plan slot o of r. */
@@ -418,8 +423,9 @@ static PyObject *build_result(const tr_result *r, int32_t o, const run_vals *rv)
     case TO_TENSOR: return Py_NewRef(PyList_GET_ITEM(rv->outs, x->index));
     case TO_CONST: return Py_NewRef(x->obj);
     case TO_INPUT: return Py_NewRef(rv->ins[x->index]);
-    case TO_VIEW: return input_view(rv->ins[x->index], x->obj);
-    case TO_OUTVIEW: return input_view(PyList_GET_ITEM(rv->outs, x->index), x->obj);
+    case TO_VIEW: return input_view(rv->ins[x->index], rv->views ? PyTuple_GET_ITEM(rv->views, o) : x->obj);
+    case TO_OUTVIEW:
+        return input_view(PyList_GET_ITEM(rv->outs, x->index), rv->views ? PyTuple_GET_ITEM(rv->views, o) : x->obj);
     case TO_SOURCE:
         if (rv->vals[x->node])
             return Py_NewRef(rv->vals[x->node]);
@@ -532,18 +538,19 @@ static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globa
     return 0;
 }
 
-static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject **vals, PyObject *globals,
-                                   PyObject *closure);
+static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject *views, PyObject **vals,
+                                   PyObject *globals, PyObject *closure);
 
 /* Runs compiled entry e with plan `compiled` (e->compiled, or one for
  * other symbol values); an entry that computes nothing with grad on (a
  * no_grad region over inputs that require grad: an optimizer step) runs
  * with grad off throughout, its write-backs and results included, as
  * eager ran it. */
-static PyObject *run_compiled(entry *e, PyObject *compiled, PyObject **vals, PyObject *globals, PyObject *closure)
+static PyObject *run_compiled(entry *e, PyObject *compiled, PyObject *views, PyObject **vals, PyObject *globals,
+                              PyObject *closure)
 {
     if (!e->r.grad_free)
-        return run_compiled_grad(e, compiled, vals, globals, closure);
+        return run_compiled_grad(e, compiled, views, vals, globals, closure);
     pyext_state *st = pyext_state_of(compiled);
     PyObject *t = PyObject_CallOneArg(st->set_grad, Py_False);
     if (!t) {
@@ -552,7 +559,7 @@ static PyObject *run_compiled(entry *e, PyObject *compiled, PyObject **vals, PyO
         return NULL;
     }
     Py_DECREF(t);
-    PyObject *res = run_compiled_grad(e, compiled, vals, globals, closure);
+    PyObject *res = run_compiled_grad(e, compiled, views, vals, globals, closure);
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     t = PyObject_CallOneArg(st->set_grad, Py_True);   /* the guards saw grad mode on */
@@ -568,8 +575,8 @@ static PyObject *run_compiled(entry *e, PyObject *compiled, PyObject **vals, PyO
     return res;
 }
 
-static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject **vals, PyObject *globals,
-                                   PyObject *closure)
+static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject *views, PyObject **vals,
+                                   PyObject *globals, PyObject *closure)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
     int32_t n = e->r.ninputs, k = 0;
@@ -597,7 +604,7 @@ static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject **vals
     if (outs == Py_NotImplemented)
         res = Py_NewRef(outs);
     else if (outs && !write_back(e, ins, outs)) {
-        run_vals rv = { outs, ins, vals };
+        run_vals rv = { outs, ins, vals, views };
         res = apply_effects(&e->r, &rv, globals, closure) ? NULL : build_result(&e->r, 0, &rv);
     }
     Py_XDECREF(outs);
@@ -787,6 +794,82 @@ static int entry_updates(const entry *e, smelt_compile_opts *o, int32_t **upd)
 static const char *fn_name(const FunctionObject *self);
 static double now_ms(void);
 
+/* Whether view spec (size, stride, offset) of a result lays out its
+ * sizes densely from offset 0 (a permutation of a contiguous tensor): 1
+ * with order[] its dims from the outermost stride in, else 0. */
+static int view_dense(PyObject *spec, int8_t *order)
+{
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 3 || PyLong_AsLongLong(PyTuple_GET_ITEM(spec, 2)) != 0)
+        return PyErr_Clear(), 0;
+    PyObject *sz = PyTuple_GET_ITEM(spec, 0), *st = PyTuple_GET_ITEM(spec, 1);
+    Py_ssize_t nd = PyTuple_GET_SIZE(sz);
+    int64_t size[SMELT_MAX_DIMS], stride[SMELT_MAX_DIMS];
+    if (nd > SMELT_MAX_DIMS || PyTuple_GET_SIZE(st) != nd)
+        return 0;
+    for (Py_ssize_t d = 0; d < nd; d++) {
+        size[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, d));
+        stride[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        order[d] = (int8_t)d;
+    }
+    if (PyErr_Occurred())
+        return PyErr_Clear(), 0;
+    for (Py_ssize_t i = 1; i < nd; i++)   /* by stride, outermost first (stable) */
+        for (Py_ssize_t j = i; j > 0 && stride[order[j]] > stride[order[j - 1]]; j--) {
+            int8_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t want = 1;
+    for (Py_ssize_t i = nd - 1; i >= 0; i--) {
+        int d = order[i];
+        if (size[d] != 1 && stride[d] != want)
+            return 0;
+        want *= size[d];
+    }
+    return 1;
+}
+
+/* The views of entry e's results for symbol values vals: a tuple per
+ * output plan slot, (size, stride, 0) of the view's node sizes laid out
+ * in e->view_order, None for the other slots. New reference or NULL. */
+static PyObject *dyn_views(const entry *e, const int64_t *vals)
+{
+    const tr_dyn *D = e->r.dyn;
+    PyObject *t = PyTuple_New(e->r.nouts);
+    for (int32_t o = 0; t && o < e->r.nouts; o++) {
+        const tr_out *x = &e->r.outs[o];
+        if (x->kind != TO_VIEW && x->kind != TO_OUTVIEW) {
+            PyTuple_SET_ITEM(t, o, Py_NewRef(Py_None));
+            continue;
+        }
+        const smelt_node *n = &e->r.graph->nodes[x->node];
+        int64_t size[SMELT_MAX_DIMS], stride[SMELT_MAX_DIMS], want = 1;
+        for (int d = 0; d < n->ndim; d++) {
+            int32_t ex = x->node < D->ndims ? D->dims[x->node][d] : -1;
+            size[d] = n->shape[d];
+            if (ex >= 0 && sym_eval(&D->t, ex, vals, &size[d]))
+                return Py_DECREF(t), PyErr_SetString(PyExc_OverflowError, "smelt: a view's size overflows"), NULL;
+        }
+        for (int i = n->ndim - 1; i >= 0; i--) {
+            int d = e->view_order[o][i];
+            stride[d] = want;
+            want *= size[d];
+        }
+        PyObject *a = PyTuple_New(n->ndim), *b = PyTuple_New(n->ndim);
+        for (int d = 0; a && b && d < n->ndim; d++) {
+            PyTuple_SET_ITEM(a, d, PyLong_FromLongLong(size[d]));
+            PyTuple_SET_ITEM(b, d, PyLong_FromLongLong(stride[d]));
+        }
+        PyObject *spec = a && b && !PyErr_Occurred() ? Py_BuildValue("(OOi)", a, b, 0) : NULL;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        if (!spec)
+            return Py_DECREF(t), NULL;
+        PyTuple_SET_ITEM(t, o, spec);
+    }
+    return t;
+}
+
 /* The plan of symbolic entry e for symbol values vals: its graph rebuilt
  * for them and compiled (the kernels whose code does not depend on the
  * sizes come from the JIT's registry or the disk cache). A new
@@ -842,7 +925,8 @@ static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *val
  * vals): 1 with *plan the Compiled for this call's symbol values (made
  * on the first call with them), 0 when the values fail e's checks (why
  * filled when given: then no plan is made), -1 with an exception. */
-static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject **plan, char *why, size_t whylen)
+static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject **plan, PyObject **views, char *why,
+                      size_t whylen)
 {
     const tr_dyn *D = e->r.dyn;
     int32_t n = e->r.ninputs;
@@ -870,6 +954,7 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     if (rc != 1 || why)
         goto out;
     size_t nb = sizeof(int64_t) * (size_t)D->t.nvars;
+    *views = NULL;
     if (!memcmp(sv, D->hint, nb)) {
         *plan = e->compiled;
         goto out;
@@ -877,6 +962,7 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     for (int i = 0; i < e->ndp; i++)
         if (!memcmp(sv, e->dp[i].vals, nb)) {
             *plan = e->dp[i].compiled;
+            *views = e->dp[i].views;
             goto out;
         }
     /* a first call with these values: strides of the inputs as they come */
@@ -918,9 +1004,17 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     e->next_dp = (e->next_dp + 1) % DYN_PLANS;
     if (e->ndp < DYN_PLANS)
         e->ndp++;
+    PyObject *vw = e->view_order ? dyn_views(e, sv) : NULL;
+    if (e->view_order && !vw) {
+        Py_DECREF(c);
+        rc = -1;
+        goto out;
+    }
     Py_XSETREF(slot->compiled, c);   /* (a running call holds its own reference) */
+    Py_XSETREF(slot->views, vw);
     memcpy(slot->vals, sv, nb);
     *plan = c;
+    *views = vw;
 out:
     PyMem_Free(sizes);
     return rc;
@@ -937,16 +1031,16 @@ static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObje
     if (vals == small)
         memset(small, 0, sizeof *small * (size_t)nn);
     int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
-    PyObject *plan = e->compiled;
+    PyObject *plan = e->compiled, *views = NULL;
     if (m == 1 && e->compiled && e->r.dyn) {   /* symbolic sizes: the plan for this call's values */
-        m = dyn_select(self, e, vals, &plan, NULL, 0);
+        m = dyn_select(self, e, vals, &plan, &views, NULL, 0);
         if (m != 1)
             for (int k = 0; k < e->nwanted; k++)
                 Py_CLEAR(vals[e->wanted[k]]);
     }
     if (m == 1 && e->compiled) {
         Py_INCREF(plan);   /* (another call may replace it in the ring meanwhile) */
-        *res = run_compiled(e, plan, vals, f->globals, f->closure);
+        *res = run_compiled(e, plan, views, vals, f->globals, f->closure);
         Py_DECREF(plan);
     }
     if (m == 1 && (!e->compiled || *res == Py_NotImplemented)) {   /* eager (also: inputs alias an updated input) */
@@ -977,9 +1071,9 @@ static int reason_of(const entry *e, const call_frame *f, char *why, size_t n)
         if (!vals)
             return PyErr_NoMemory(), -1;
         m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->want, vals);
-        PyObject *plan;
+        PyObject *plan, *views;
         if (m == 1)
-            m = dyn_select(NULL, (entry *)e, vals, &plan, why, n);
+            m = dyn_select(NULL, (entry *)e, vals, &plan, &views, why, n);
         for (int k = 0; k < e->nwanted; k++)
             Py_CLEAR(vals[e->wanted[k]]);
         PyMem_Free(vals);
@@ -998,10 +1092,13 @@ static void entry_free(entry *e)
     PyMem_Free(e->wanted);
     Py_XDECREF(e->compiled);
     pyext_ad_clear(&e->ad);
-    for (int i = 0; i < e->ndp; i++)
+    for (int i = 0; i < e->ndp; i++) {
         Py_XDECREF(e->dp[i].compiled);
+        Py_XDECREF(e->dp[i].views);
+    }
     PyMem_Free(e->dp);
     PyMem_Free(e->dyn_in);
+    PyMem_Free(e->view_order);
     PyMem_Free(e);
 }
 
@@ -1155,9 +1252,10 @@ static const char *dyn_unusable(const tr_result *r, int rc)
         if (on)
             return "inputs require grad: a compiled backward has static sizes";
     }
+    int8_t order[SMELT_MAX_DIMS];
     for (int32_t i = 0; i < r->nouts; i++)
-        if (r->outs[i].kind == TO_VIEW || r->outs[i].kind == TO_OUTVIEW)
-            return "the result holds views whose geometry is static";
+        if ((r->outs[i].kind == TO_VIEW || r->outs[i].kind == TO_OUTVIEW) && !view_dense(r->outs[i].obj, order))
+            return "the result holds a view that is not a dense layout of its sizes";
     return NULL;
 }
 
@@ -1191,6 +1289,15 @@ static int dyn_entry(FunctionObject *self, entry *e)
             sym |= D->dims[i][d] >= 0;
         if (sym)
             e->dyn_in[e->ndyn_in++] = n->a.input.index;
+    }
+    for (int32_t o = 0; o < e->r.nouts; o++) {   /* views: their layouts, laid again per size */
+        const tr_out *x = &e->r.outs[o];
+        if (x->kind != TO_VIEW && x->kind != TO_OUTVIEW)
+            continue;
+        if (!e->view_order && !(e->view_order = PyMem_Calloc((size_t)e->r.nouts, sizeof *e->view_order)))
+            return PyErr_NoMemory(), -1;
+        if (!view_dense(x->obj, e->view_order[o]))
+            return PyErr_SetString(PyExc_SystemError, "smelt: a symbolic entry's view is not dense"), -1;
     }
     self->ndynentries++;
     if (pyext_log_on(PYEXT_LOG_DYNAMIC)) {

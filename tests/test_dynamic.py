@@ -163,6 +163,21 @@ def test_integer_dtypes_and_sizes_in_graph():
     check(f, lambda T: (torch.randint(-50, 50, (T, 6)), torch.randint(-50, 50, (T, 6))))
 
 
+def test_results_laid_out_as_eager_over_sizes():
+    """Results that are views, or laid out as eager lays out an op on a
+    transposed input, keep eager's strides for every size."""
+    def f(x):
+        return x.exp() + x.sum(0, keepdim=True), x.transpose(0, 1), (x * 2).t()
+
+    cf = smelt.compile(f)
+    for T in [5, 6, 7, 9, 12]:
+        x = rnd(8, T).t()
+        for g, w in zip(cf(x), f(x)):
+            torch.testing.assert_close(g, w)
+            assert g.shape == w.shape and g.stride() == w.stride(), (T, g.stride(), w.stride())
+    assert cf.stats()["compiles"] == 2 and cf.stats()["dynamic_plans"] == 3, cf.stats()
+
+
 def test_non_contiguous_and_transposed_inputs():
     def f(x):
         return (x.exp() + x.sum(0, keepdim=True)).contiguous()

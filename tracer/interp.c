@@ -4429,6 +4429,7 @@ static int alias_out(tracer *T, int32_t v, tr_out *o)
         o->kind = TO_OUTVIEW;
     }
     o->index = k;
+    o->node = x->node;
     return (o->obj = view_spec(&T->g->nodes[x->node], st, off)) ? 1 : -1;
 }
 

@@ -87,7 +87,8 @@ typedef struct tr_out {
     uint8_t kind;
     int32_t index;         /* TO_TENSOR: graph output number; TO_INPUT/TO_VIEW: graph input number;
                               TO_SOURCE: source number */
-    int32_t node;          /* TO_SOURCE: guard tree node of that source */
+    int32_t node;          /* TO_SOURCE: guard tree node of that source; TO_VIEW / TO_OUTVIEW: the
+                              graph node the view is of (its sizes, for symbolic ones) */
     PyObject *obj;         /* TO_CONST value / TO_DICT keys tuple / TO_TUPLE type
                               to build (NULL: tuple) / TO_OBJ instance spec for
                               tracer_build_instance (strong) */
