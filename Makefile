@@ -37,13 +37,16 @@ ulp: setup
 
 # The model suite (eager vs inductor vs smelt: MLP, CNN, GPT-2, BERT and the
 # micro-kernels; bench_results.json/.png), then the tracer's call overhead and
-# first-call scaling. Fails if either reports a wrong smelt result.
+# first-call scaling, vector math, training steps, dynamic shapes (many
+# lengths, KV-cache decoding) and the OpInfo report. Fails if any reports a
+# wrong smelt result.
 bench:
 	@bash scripts/setup.sh bench
 	@s=0; echo '$(PYTHON) -m smelt.bench'; $(PYTHON) -m smelt.bench || s=1; \
 	echo '$(PYTHON) benchmarks/tracer.py'; $(PYTHON) benchmarks/tracer.py || s=1; \
 	echo '$(PYTHON) benchmarks/vmath_bench.py'; $(PYTHON) benchmarks/vmath_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/train_bench.py'; $(PYTHON) benchmarks/train_bench.py || s=1; \
+	echo '$(PYTHON) benchmarks/dynamic_bench.py'; $(PYTHON) benchmarks/dynamic_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/opinfo_report.py -q'; $(PYTHON) benchmarks/opinfo_report.py -q || s=1; exit $$s
 
 # ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next
