@@ -930,8 +930,8 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
 {
     const tr_dyn *D = e->r.dyn;
     int32_t n = e->r.ninputs;
-    int64_t (*sizes)[SMELT_MAX_DIMS] = PyMem_Calloc((size_t)n + 1, sizeof *sizes);
-    if (!sizes)
+    int64_t small[16][SMELT_MAX_DIMS], (*sizes)[SMELT_MAX_DIMS] = small;   /* (per call: no allocation) */
+    if (n > 16 && !(sizes = PyMem_Calloc((size_t)n + 1, sizeof *sizes)))
         return PyErr_NoMemory(), -1;
     int rc = -1;
     for (int i = 0; i < e->ndyn_in; i++) {
@@ -1016,7 +1016,8 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     *plan = c;
     *views = vw;
 out:
-    PyMem_Free(sizes);
+    if (sizes != small)
+        PyMem_Free(sizes);
     return rc;
 }
 

@@ -212,11 +212,9 @@ static int32_t unify(tracer *T, int32_t a, int32_t b)
 {
     if (a == b)
         return a;
-    int64_t ca = 0, cb = 0;
-    int ka = sym_is_const(&T->r->dyn->t, a, &ca), kb = sym_is_const(&T->r->dyn->t, b, &cb);
+    int64_t c;
+    int ka = sym_is_const(&T->r->dyn->t, a, &c), kb = sym_is_const(&T->r->dyn->t, b, &c);
     int32_t keep = ka && !kb ? b : a, other = keep == a ? b : a;
-    (void)ca;
-    (void)cb;
     return add_rel(T, Py_EQ, keep, other) ? -1 : keep;
 }
 

@@ -214,7 +214,7 @@ static int int_list(tracer *T, const call_args *a, int from, const char *kw, int
 static int int_list_ex(tracer *T, const call_args *a, int from, const char *kw, int64_t *out, int *n, int minus1)
 {
     int32_t ex[SMELT_MAX_DIMS], v = arg(a, from, kw);
-    int any = 0, k = 0;
+    int k = 0;
     for (int i = 0; i < SMELT_MAX_DIMS; i++)
         ex[i] = -1;
     if (v >= 0 && (T->vals[v].kind == V_TUPLE || T->vals[v].kind == V_LIST)) {
@@ -236,12 +236,9 @@ static int int_list_ex(tracer *T, const call_args *a, int from, const char *kw, 
         k = *n;
     }
     *n = k;
-    for (int i = 0; i < k; i++) {
-        any |= ex[i] >= 0;
+    for (int i = 0; i < k; i++)
         if (minus1 && ex[i] < 0 && out[i] == -1)
             ex[i] = -2;
-    }
-    (void)any;
     dyn_pend_shape(T, ex, k);   /* (also when all are numbers: they are the caller's constants) */
     return 0;
 }
