@@ -182,37 +182,67 @@ static void lin_range(const kir_pool *P, const lin *L, int64_t *lo, int64_t *hi)
     }
 }
 
-static int cmp_term(const void *x, const void *y)
+/* An atom's form without its numbers (which variables, under which
+ * operations): terms ordered by it come out in the same order whatever
+ * the sizes, so a kernel reading its sizes from a table (param_sizes) is
+ * the same kernel for every size. */
+static uint64_t form_key(const kir_pool *P, int32_t id)
 {
-    const int64_t *a = x, *b = y;
-    return (a[0] > b[0]) - (a[0] < b[0]);
+    const kix *k = &P->ix[id];
+    switch (k->op) {
+    case KIX_VAR:
+        return mix(1, (uint64_t)k->c);
+    case KIX_ADD:
+        return mix(mix(5, form_key(P, k->a)), form_key(P, k->b));
+    case KIX_CONST:
+        return 0;
+    default:
+        return mix((uint64_t)k->op + 1, form_key(P, k->a));
+    }
 }
 
-/* Canonical tree for a linear form: terms sorted by atom id, constant last. */
+typedef struct term {
+    uint64_t key;
+    int64_t c;            /* the atom's own number (a divisor), then its id: ties */
+    int32_t atom;
+    int64_t coef;
+} term;
+
+static int cmp_term(const void *x, const void *y)
+{
+    const term *a = x, *b = y;
+    if (a->key != b->key)
+        return (a->key > b->key) - (a->key < b->key);
+    if (a->c != b->c)
+        return (a->c > b->c) - (a->c < b->c);
+    return (a->atom > b->atom) - (a->atom < b->atom);
+}
+
+/* Canonical tree for a linear form: terms sorted by their atoms' forms,
+ * constant last. */
 static int32_t lin_build(kir_pool *P, lin *L)
 {
     lin_fold(P, L);
-    int64_t t[LIN_MAX][2];
-    for (int i = 0; i < L->n; i++) {
-        t[i][0] = L->atom[i];
-        t[i][1] = L->coef[i];
-    }
+    term t[LIN_MAX];
+    for (int i = 0; i < L->n; i++)
+        t[i] = (term){ .key = form_key(P, L->atom[i]), .c = P->ix[L->atom[i]].c, .atom = L->atom[i],
+                       .coef = L->coef[i] };
     qsort(t, (size_t)L->n, sizeof t[0], cmp_term);
     int32_t acc = -1;
     for (int i = 0; i < L->n; i++) {
-        int32_t a = (int32_t)t[i][0];
+        int32_t a = t[i].atom;
         const kix *ak = &P->ix[a];
-        int32_t term = a;
-        if (t[i][1] != 1) {
-            int64_t x = t[i][1] * ak->lo, y = t[i][1] * ak->hi;
-            term = ix_intern(P, (kix){ .op = KIX_MUL, .a = a, .b = -1, .c = t[i][1],
+        int32_t tm = a;
+        if (t[i].coef != 1) {
+            int64_t x = t[i].coef * ak->lo, y = t[i].coef * ak->hi;
+            tm = ix_intern(P, (kix){ .op = KIX_MUL, .a = a, .b = -1, .c = t[i].coef,
                                        .lo = x < y ? x : y, .hi = x < y ? y : x });
         }
         if (acc < 0) {
-            acc = term;
+            acc = tm;
         } else {
-            const kix *l = &P->ix[acc], *r = &P->ix[term];
-            acc = ix_intern(P, (kix){ .op = KIX_ADD, .a = acc, .b = term, .c = 0,
+            const kix *l = &P->ix[acc], *r = &P->ix[tm];
+            acc = ix_intern(P, (kix){ .op = KIX_ADD, .a = acc, .b = tm, .c = 0,
                                       .lo = l->lo + r->lo, .hi = l->hi + r->hi });
         }
     }

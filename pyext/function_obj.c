@@ -61,13 +61,16 @@ typedef struct entry {
     int ndyn_in;
     int8_t (*view_order)[SMELT_MAX_DIMS];   /* per output plan slot of a view result: its dims from the
                                                outermost stride in, a dense layout (NULL: no views) */
+    uint8_t *rg;           /* a symbolic entry under autograd: the graph inputs that require grad (each
+                              size's graph is split again for them) */
 } entry;
 
 #define DYN_PLANS 64
 
 typedef struct dyn_plan {
     int64_t vals[SYM_MAX_VARS];
-    PyObject *compiled;
+    PyObject *compiled;    /* under autograd: ad.fwd */
+    pyext_ad ad;           /* under autograd (e->rg): forward and backward for these values */
     PyObject *views;       /* per output plan slot, the (size, stride, offset) of a view for these
                               values (a tuple; NULL: the entry has no view results) */
 } dyn_plan;
@@ -538,19 +541,19 @@ static int apply_effects(const tr_result *r, const run_vals *rv, PyObject *globa
     return 0;
 }
 
-static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject *views, PyObject **vals,
-                                   PyObject *globals, PyObject *closure);
+static PyObject *run_compiled_grad(entry *e, PyObject *compiled, const pyext_ad *ad, PyObject *views,
+                                   PyObject **vals, PyObject *globals, PyObject *closure);
 
 /* Runs compiled entry e with plan `compiled` (e->compiled, or one for
- * other symbol values); an entry that computes nothing with grad on (a
+ * other symbol values; under autograd, ad holds both halves); an entry that computes nothing with grad on (a
  * no_grad region over inputs that require grad: an optimizer step) runs
  * with grad off throughout, its write-backs and results included, as
  * eager ran it. */
-static PyObject *run_compiled(entry *e, PyObject *compiled, PyObject *views, PyObject **vals, PyObject *globals,
-                              PyObject *closure)
+static PyObject *run_compiled(entry *e, PyObject *compiled, const pyext_ad *ad, PyObject *views, PyObject **vals,
+                              PyObject *globals, PyObject *closure)
 {
     if (!e->r.grad_free)
-        return run_compiled_grad(e, compiled, views, vals, globals, closure);
+        return run_compiled_grad(e, compiled, ad, views, vals, globals, closure);
     pyext_state *st = pyext_state_of(compiled);
     PyObject *t = PyObject_CallOneArg(st->set_grad, Py_False);
     if (!t) {
@@ -559,7 +562,7 @@ static PyObject *run_compiled(entry *e, PyObject *compiled, PyObject *views, PyO
         return NULL;
     }
     Py_DECREF(t);
-    PyObject *res = run_compiled_grad(e, compiled, views, vals, globals, closure);
+    PyObject *res = run_compiled_grad(e, compiled, ad, views, vals, globals, closure);
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     t = PyObject_CallOneArg(st->set_grad, Py_True);   /* the guards saw grad mode on */
@@ -575,8 +578,8 @@ static PyObject *run_compiled(entry *e, PyObject *compiled, PyObject *views, PyO
     return res;
 }
 
-static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject *views, PyObject **vals,
-                                   PyObject *globals, PyObject *closure)
+static PyObject *run_compiled_grad(entry *e, PyObject *compiled, const pyext_ad *ad, PyObject *views,
+                                   PyObject **vals, PyObject *globals, PyObject *closure)
 {
     PyObject *ins_small[32], **ins = ins_small, *res = NULL;
     int32_t n = e->r.ninputs, k = 0;
@@ -599,7 +602,7 @@ static PyObject *run_compiled_grad(entry *e, PyObject *compiled, PyObject *views
     }
     if (ins && k < n && !PyErr_Occurred())
         PyErr_SetString(PyExc_SystemError, "smelt: a graph input was not fetched by its guards");
-    PyObject *outs = !ins || k < n ? NULL : e->ad.spec ? pyext_ad_run(&e->ad, ins, n)
+    PyObject *outs = !ins || k < n ? NULL : ad->spec ? pyext_ad_run(ad, ins, n)
                                                       : pyext_compiled_call_trusted(compiled, ins, e->r.mut_in, e->r.nmut);
     if (outs == Py_NotImplemented)
         res = Py_NewRef(outs);
@@ -870,25 +873,61 @@ static PyObject *dyn_views(const entry *e, const int64_t *vals)
     return t;
 }
 
+/* SMELT_LOGS=dynamic: a plan (what: "" or "forward and backward ") made
+ * for symbol values vals in ms, generating `generated` kernels. */
+static void dyn_log_plan(FunctionObject *self, const entry *e, const int64_t *vals, double ms, int generated,
+                         const char *what)
+{
+    char line[600];
+    int n = snprintf(line, sizeof line, "%s: a %splan for sizes (", fn_name(self), what);
+    for (int k = 0; k < e->r.dyn->t.nvars && n < 400; k++)
+        n += snprintf(line + n, sizeof line - (size_t)n, "%ss%d=%lld", k ? ", " : "", k, (long long)vals[k]);
+    snprintf(line + n, sizeof line - (size_t)n, "): %.1f ms, %d kernels generated (the others' code reused)", ms,
+             generated);
+    pyext_log_write(PYEXT_LOG_DYNAMIC, line);
+}
+
 /* The plan of symbolic entry e for symbol values vals: its graph rebuilt
  * for them and compiled (the kernels whose code does not depend on the
- * sizes come from the JIT's registry or the disk cache). A new
- * reference; NULL with err when the graph does not rebuild (no
- * exception), or with an exception. */
+ * sizes come from the JIT's registry or the disk cache); under autograd
+ * (e->rg) the rebuilt graph is split again and both halves compiled into
+ * *ad. A new reference; NULL with err when the graph does not rebuild or
+ * split (no exception), or with an exception. */
 static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *vals,
-                              const int64_t (*strides)[SMELT_MAX_DIMS], char *err, size_t errlen)
+                              const int64_t (*strides)[SMELT_MAX_DIMS], pyext_ad *ad, char *err, size_t errlen)
 {
     smelt_graph *g = tracer_dyn_graph(&e->r, vals, strides, err, errlen);
     if (!g)
         return NULL;
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM),
                              .param_sizes = 1 };
+    double t0 = now_ms();
+    if (e->rg) {   /* forward and backward for these sizes */
+        tr_result r = e->r;   /* (a view of e's result with this graph: what the split reads) */
+        r.graph = g;
+        pyext_ad_about about = { fn_name(self), NULL, 0.0 };
+        int arc = pyext_ad_compile(pyext_state_of((PyObject *)self), &r, e->rg, &o, &about, ad, err, errlen);
+        smelt_graph_free(g);
+        if (arc < 0)
+            return NULL;
+        if (arc > 0) {   /* not differentiable here (or nothing needs a gradient): a new trace decides */
+            pyext_ad_clear(ad);
+            if (arc == 2)
+                snprintf(err, errlen, "no output needs a gradient at these sizes");
+            return NULL;
+        }
+        self->ngenerated += ad->generated;
+        self->nplans_cached += ad->plans_cached;
+        self->ndynplans++;
+        if (pyext_log_on(PYEXT_LOG_DYNAMIC))
+            dyn_log_plan(self, e, vals, now_ms() - t0, ad->generated, "forward and backward ");
+        return Py_NewRef(ad->fwd);
+    }
     int32_t *upd;
     if (entry_updates(e, &o, &upd)) {
         smelt_graph_free(g);
         return NULL;
     }
-    double t0 = now_ms();
     smelt_plan *plan;
     Py_BEGIN_ALLOW_THREADS
     plan = smelt_compile(g, &o, err, errlen);
@@ -901,15 +940,8 @@ static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *val
         self->ngenerated += ct.generated;
         self->nplans_cached += ct.plan_cached;
         self->ndynplans++;
-        if (pyext_log_on(PYEXT_LOG_DYNAMIC)) {
-            char line[600];
-            int n = snprintf(line, sizeof line, "%s: a plan for sizes (", fn_name(self));
-            for (int k = 0; k < e->r.dyn->t.nvars && n < 400; k++)
-                n += snprintf(line + n, sizeof line - (size_t)n, "%ss%d=%lld", k ? ", " : "", k, (long long)vals[k]);
-            snprintf(line + n, sizeof line - (size_t)n, "): %.1f ms, %d kernels generated (the others' code reused)",
-                     now_ms() - t0, ct.generated);
-            pyext_log_write(PYEXT_LOG_DYNAMIC, line);
-        }
+        if (pyext_log_on(PYEXT_LOG_DYNAMIC))
+            dyn_log_plan(self, e, vals, now_ms() - t0, ct.generated, "");
         c = pyext_compiled_new(pyext_state_of((PyObject *)self), g, plan, e->r.calls);
         if (c)
             pyext_compiled_set_packing(c, self->packing);
@@ -923,10 +955,11 @@ static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *val
 
 /* Symbolic entry e for a call whose guards hold (graph inputs fetched in
  * vals): 1 with *plan the Compiled for this call's symbol values (made
- * on the first call with them), 0 when the values fail e's checks (why
- * filled when given: then no plan is made), -1 with an exception. */
-static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject **plan, PyObject **views, char *why,
-                      size_t whylen)
+ * on the first call with them) and *ad its autograd halves (borrowed),
+ * 0 when the values fail e's checks (why filled when given: then no plan
+ * is made), -1 with an exception. */
+static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject **plan, const pyext_ad **ad,
+                      PyObject **views, char *why, size_t whylen)
 {
     const tr_dyn *D = e->r.dyn;
     int32_t n = e->r.ninputs;
@@ -957,11 +990,13 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     *views = NULL;
     if (!memcmp(sv, D->hint, nb)) {
         *plan = e->compiled;
+        *ad = &e->ad;
         goto out;
     }
     for (int i = 0; i < e->ndp; i++)
         if (!memcmp(sv, e->dp[i].vals, nb)) {
             *plan = e->dp[i].compiled;
+            *ad = &e->dp[i].ad;
             *views = e->dp[i].views;
             goto out;
         }
@@ -984,7 +1019,8 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
         Py_DECREF(st);
     }
     char err[512] = "";
-    PyObject *c = dyn_plan_new(self, e, sv, (const int64_t(*)[SMELT_MAX_DIMS])sizes, err, sizeof err);
+    pyext_ad nad = { 0 };
+    PyObject *c = dyn_plan_new(self, e, sv, (const int64_t(*)[SMELT_MAX_DIMS])sizes, &nad, err, sizeof err);
     if (!c) {
         if (PyErr_Occurred()) {
             rc = -1;
@@ -996,6 +1032,7 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     }
     if (!e->dp && !(e->dp = PyMem_Calloc(DYN_PLANS, sizeof *e->dp))) {
         Py_DECREF(c);
+        pyext_ad_clear(&nad);
         rc = -1;
         PyErr_NoMemory();
         goto out;
@@ -1007,13 +1044,17 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     PyObject *vw = e->view_order ? dyn_views(e, sv) : NULL;
     if (e->view_order && !vw) {
         Py_DECREF(c);
+        pyext_ad_clear(&nad);
         rc = -1;
         goto out;
     }
-    Py_XSETREF(slot->compiled, c);   /* (a running call holds its own reference) */
+    Py_XSETREF(slot->compiled, c);   /* (a running call holds its own references) */
+    pyext_ad_clear(&slot->ad);
+    slot->ad = nad;
     Py_XSETREF(slot->views, vw);
     memcpy(slot->vals, sv, nb);
     *plan = c;
+    *ad = &slot->ad;
     *views = vw;
 out:
     if (sizes != small)
@@ -1033,16 +1074,24 @@ static int try_entry(FunctionObject *self, entry *e, const call_frame *f, PyObje
         memset(small, 0, sizeof *small * (size_t)nn);
     int m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->compiled ? e->want : NULL, vals);
     PyObject *plan = e->compiled, *views = NULL;
+    const pyext_ad *ad = &e->ad;
     if (m == 1 && e->compiled && e->r.dyn) {   /* symbolic sizes: the plan for this call's values */
-        m = dyn_select(self, e, vals, &plan, &views, NULL, 0);
+        m = dyn_select(self, e, vals, &plan, &ad, &views, NULL, 0);
         if (m != 1)
             for (int k = 0; k < e->nwanted; k++)
                 Py_CLEAR(vals[e->wanted[k]]);
     }
     if (m == 1 && e->compiled) {
-        Py_INCREF(plan);   /* (another call may replace it in the ring meanwhile) */
-        *res = run_compiled(e, plan, views, vals, f->globals, f->closure);
+        pyext_ad held = *ad;   /* (another call may replace them in the ring meanwhile) */
+        Py_INCREF(plan);
+        Py_XINCREF(views);
+        Py_XINCREF(held.fwd);
+        Py_XINCREF(held.bwd);
+        Py_XINCREF(held.spec);
+        *res = run_compiled(e, plan, &held, views, vals, f->globals, f->closure);
         Py_DECREF(plan);
+        Py_XDECREF(views);
+        pyext_ad_clear(&held);
     }
     if (m == 1 && (!e->compiled || *res == Py_NotImplemented)) {   /* eager (also: inputs alias an updated input) */
         if (e->compiled)
@@ -1073,8 +1122,9 @@ static int reason_of(const entry *e, const call_frame *f, char *why, size_t n)
             return PyErr_NoMemory(), -1;
         m = guard_check_values(e->tree, f->loc, f->nloc, f->globals, f->builtins, e->want, vals);
         PyObject *plan, *views;
+        const pyext_ad *ad;
         if (m == 1)
-            m = dyn_select(NULL, (entry *)e, vals, &plan, &views, why, n);
+            m = dyn_select(NULL, (entry *)e, vals, &plan, &ad, &views, why, n);
         for (int k = 0; k < e->nwanted; k++)
             Py_CLEAR(vals[e->wanted[k]]);
         PyMem_Free(vals);
@@ -1095,9 +1145,11 @@ static void entry_free(entry *e)
     pyext_ad_clear(&e->ad);
     for (int i = 0; i < e->ndp; i++) {
         Py_XDECREF(e->dp[i].compiled);
+        pyext_ad_clear(&e->dp[i].ad);
         Py_XDECREF(e->dp[i].views);
     }
     PyMem_Free(e->dp);
+    PyMem_Free(e->rg);
     PyMem_Free(e->dyn_in);
     PyMem_Free(e->view_order);
     PyMem_Free(e);
@@ -1243,16 +1295,8 @@ static int trace_call(FunctionObject *self, const call_frame *f, tr_result *r, i
  * whose geometry was computed from the traced sizes. */
 static const char *dyn_unusable(const tr_result *r, int rc)
 {
-    if (rc != 0)
+    if ((rc != 0 && rc != 2) || r->dyn->failed)   /* (a partial trace stays symbolic unless sizes stopped it) */
         return r->reason;
-    if (!r->grad_free && inputs_require_grad(r)) {
-        PyObject *g = PyObject_CallNoArgs(grad_enabled_fn);
-        int on = g == Py_True;
-        Py_XDECREF(g);
-        PyErr_Clear();
-        if (on)
-            return "inputs require grad: a compiled backward has static sizes";
-    }
     int8_t order[SMELT_MAX_DIMS];
     for (int32_t i = 0; i < r->nouts; i++)
         if ((r->outs[i].kind == TO_VIEW || r->outs[i].kind == TO_OUTVIEW) && !view_dense(r->outs[i].obj, order))
@@ -1358,14 +1402,23 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) ||
                                                        pyext_log_on(PYEXT_LOG_AOT) ||
                                                        pyext_debug_dir_on() };
+    if (rg && e->r.dyn && dyn_entry(self, e)) {
+        PyMem_Free(rg);
+        goto fail;
+    }
     if (rg) {   /* forward and backward */
+        o.param_sizes = e->r.dyn != NULL;   /* its plans for other sizes then reuse this one's code */
         t0 = now_ms();
         char *guards = pyext_debug_dir_on() && e->tree ? guard_tree_print(e->tree) : NULL;
         pyext_ad_about about = { fn_name(self),
                                  guards, self->trace_ms };
         int arc = pyext_ad_compile(st, &e->r, rg, &o, &about, &e->ad, e->r.reason, sizeof e->r.reason);
         free(guards);
-        PyMem_Free(rg);
+        if (arc == 0 && e->r.dyn)
+            e->rg = rg;   /* each size's graph is split again for the same inputs */
+        else
+            PyMem_Free(rg);
+        rg = NULL;
         self->compile_ms = now_ms() - t0;
         self->ngenerated += e->ad.generated;
         self->nplans_cached += e->ad.plans_cached;
@@ -1401,7 +1454,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     int32_t *upd;
     if (entry_updates(e, &o, &upd))
         goto fail;
-    if (e->r.dyn && dyn_entry(self, e))
+    if (e->r.dyn && !e->dyn_in && dyn_entry(self, e))
         goto fail;
     o.param_sizes = e->r.dyn != NULL;   /* its plans for other sizes then reuse this one's code */
     t0 = now_ms();

@@ -424,3 +424,139 @@ def test_llama_greedy_decoding_with_kv_cache():
     assert torch.equal(got, want)
     st = m.forward.__func__.stats()
     assert st["compiles"] <= 3 and not st["recompile_limit_reached"], st
+
+
+class TinyLM(torch.nn.Module):
+    """Embedding, one causal self-attention block and a head: sizes (B, T)."""
+    def __init__(self, vocab=50, d=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.emb, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(128, d)
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.ln, self.head = torch.nn.LayerNorm(d), torch.nn.Linear(d, vocab)
+
+    def forward(self, ids, labels):
+        B, T = ids.shape
+        h = self.emb(ids) + self.pos(torch.arange(T))
+        q, k, v = self.qkv(self.ln(h)).split(h.shape[-1], -1)
+        q, k, v = (t.view(B, T, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, -1)
+        logits = self.head(torch.tanh(h + self.out(a)))
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+
+
+def _grads_close(m, ref, what):
+    for (n, a), b in zip(m.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=f"{n} at {what}")
+
+
+def test_training_over_lengths_one_symbolic_entry():
+    """Forward and backward over many lengths: the second length makes the
+    sizes symbolic, and every later one splits its own graph for the
+    backward without tracing or generating code again."""
+    import copy
+    torch.manual_seed(0)
+    ref = TinyLM()
+    m = copy.deepcopy(ref)
+    cm = smelt.compile(m)
+    generated = None
+    for i, T in enumerate([6, 9, 3, 17, 31, 64, 4, 8, 13]):   # (2 specialises: T - 1 = 1)
+        ids = torch.randint(0, 50, (3, T))
+        for model in (ref, cm):
+            model.zero_grad() if model is ref else m.zero_grad()
+        want, got = ref(ids, ids), cm(ids, ids)
+        want.backward()
+        got.backward()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        _grads_close(m, ref, f"length {T}")
+        if i == 1:
+            generated = cm._smelt.stats()["generated"]
+    st = cm._smelt.stats()
+    assert st["compiles"] == 2 and st["dynamic_entries"] == 1 and st["dynamic_plans"] >= 6, st
+    assert st["backward_compiles"] == 2 and st["generated"] == generated, st
+
+
+def test_gradients_of_symbolic_inputs():
+    """An input with a symbolic size that requires grad gets eager's gradient."""
+    def f(x, w):
+        return (torch.softmax(x @ w, -1) * x[..., :4]).sum(1).pow(2).mean()
+
+    cf = smelt.compile(f)
+    w = torch.randn(8, 4, requires_grad=True)
+    for T in [4, 7, 2, 16, 33]:
+        x = torch.randn(2, T, 8, requires_grad=True)
+        x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        cf(x, w).backward()
+        f(x2, w2).backward()
+        torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-6, msg=f"length {T}")
+        torch.testing.assert_close(w.grad, w2.grad, rtol=1e-5, atol=1e-6, msg=f"length {T}")
+        w.grad = None
+    st = cf.stats()
+    assert st["compiles"] == 2 and st["dynamic_entries"] == 1 and st["dynamic_plans"] == 3, st
+
+
+def test_hugging_face_training_over_lengths_stops_compiling():
+    """GPT-2 trained with labels over many lengths (its loss warns through
+    logging: graph breaks, the frames resume): the pieces around the
+    breaks stay symbolic, so lengths after the first few compile nothing."""
+    transformers = pytest.importorskip("transformers")
+    import copy
+    from smelt.bench import smelt_functions
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64, n_positions=128,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    ref = transformers.GPT2LMHeadModel(cfg).train()
+    m = copy.deepcopy(ref)
+    cm = smelt.compile(m)
+    compiles = []
+    for T in [7, 9, 13, 31, 64, 5, 40, 22, 100]:
+        ids = torch.randint(0, 64, (2, T))
+        ref.zero_grad()
+        m.zero_grad()
+        want, got = ref(input_ids=ids, labels=ids).loss, cm(input_ids=ids, labels=ids).loss
+        want.backward()
+        got.backward()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        _grads_close(m, ref, f"length {T}")
+        compiles.append(sum(f.stats()["compiles"] for f in smelt_functions()))
+    assert compiles[-1] == compiles[3], compiles
+    assert sum(f.stats()["backward_compiles"] for f in smelt_functions()) >= 1
+
+
+def test_graph_break_pieces_stay_symbolic():
+    """A frame that breaks (reads a tensor's data) and resumes: the piece
+    before the break and the resumed rest each stay one symbolic entry."""
+    def f(x, w):
+        h = torch.relu(x @ w) + x.shape[1]
+        if h.sum() > -1e30:   # a data read: a break, the frame resumes after it
+            h = h * 2
+        T = h.shape[1]
+        return h / T, torch.arange(T) * 2 + T
+
+    cf = smelt.compile(f)
+    w = rnd(8, 8)
+    for T in [3, 5, 2, 16, 17, 40, 9]:
+        x = rnd(2, T, 8)
+        for g, e in zip(cf(x, w), f(x, w)):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=f"length {T}")
+    st = cf.stats()
+    assert st["partial_entries"] >= 1 and st["dynamic_entries"] >= 1 and st["compiles"] <= 4, st
+    assert not st["recompile_limit_reached"], st
+
+
+def test_host_call_result_sizes_are_guessed_and_checked():
+    """A host call (bucketize) whose result is shaped like its second
+    source takes that source's symbolic size; a result whose size only
+    happened to equal a symbol's value (topk's k) is checked per call, and
+    a wrong guess runs eagerly: never a wrong answer."""
+    bounds = torch.linspace(-2, 2, 9)
+
+    def f(b, x):
+        return torch.bucketize(x, b) * 2 + 1, torch.topk(x, 4, dim=-1).values * 2
+
+    cf = smelt.compile(f, dynamic=True)
+    for T in [4, 6, 11, 4, 33]:
+        x = rnd(3, T)
+        for g, e in zip(cf(bounds, x), f(bounds, x)):
+            torch.testing.assert_close(g, e, msg=f"length {T}")
+    assert cf.stats()["dynamic_entries"] >= 1

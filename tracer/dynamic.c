@@ -260,6 +260,23 @@ static int baked(tracer *T, int64_t v, const char *what)
     return 0;
 }
 
+/* The one symbolic size among host call o's sources' (src) whose value
+ * is v, or -2 when none or several distinct ones are. */
+static int32_t call_size_like(tracer *T, const smelt_node *o, const int32_t *src, int64_t v)
+{
+    int32_t found = -2;
+    for (int k = 0; k < o->nsrc; k++)
+        for (int d = 0; d < T->g->nodes[src[k]].ndim; d++) {
+            if (T->g->nodes[src[k]].shape[d] != v || !D_sym(T, src[k], d))
+                continue;
+            int32_t e = ex(T, src[k], d);
+            if (found != -2 && found != e)
+                return -2;
+            found = e;
+        }
+    return found;
+}
+
 static int add_attr(tracer *T, int32_t id, int field, int d, int32_t e)
 {
     tr_dyn *D = T->r->dyn;
@@ -587,18 +604,22 @@ static int infer(tracer *T, int32_t id)
     }
     case SMELT_OP_CALL: {
         /* a host call over symbolic sizes: a result shaped like its first
-         * source takes its sizes (the run checks every host call's result
-         * against the graph's: a wrong guess runs the frame eagerly, never
-         * a wrong answer); any other result shape is static or refused */
+         * source takes its sizes; otherwise each size equal to exactly one
+         * symbolic size of the sources (at the traced values) is taken to
+         * be that one (the run checks every host call's result against the
+         * graph's: a wrong guess runs the frame eagerly, never a wrong
+         * answer); any other size is static, or refused where it may have
+         * been computed from a symbol */
         const smelt_node *s0 = &T->g->nodes[src[0]];
         int like = s0->ndim == o->ndim && !memcmp(s0->shape, o->shape, sizeof(int64_t) * (size_t)o->ndim);
         for (int d = 0; d < o->ndim; d++) {
-            if (like) {
-                if (set_dim(T, id, d, ex(T, src[0], d)) || add_attr(T, id, SA_SHAPE, d, T->r->dyn->dims[id][d]))
-                    return -1;
-            } else if (baked(T, o->shape[d], "a host call's result")) {
+            int32_t e = like ? ex(T, src[0], d) : call_size_like(T, o, src, o->shape[d]);
+            if (e == -2 && baked(T, o->shape[d], "a host call's result"))
                 return -1;
-            }
+            if (e == -2)
+                continue;
+            if (e < 0 || set_dim(T, id, d, e) || add_attr(T, id, SA_SHAPE, d, T->r->dyn->dims[id][d]))
+                return -1;
         }
         return 0;
     }

@@ -4896,6 +4896,8 @@ int tracer_trace_from(PyObject *fn, const tr_start *st, tr_result *out)
     int at2, rc2 = trace_once(fn, st, at, &part, &at2);
     if (rc2 == 2) {
         memcpy(part.reason, out->reason, sizeof part.reason);
+        if (part.dyn && out->dyn && out->dyn->failed)   /* symbols stopped it: the caller traces it static */
+            part.dyn->failed = 1;
         tracer_result_clear(out);
         *out = part;
         return 2;

@@ -249,6 +249,32 @@ static LLVMValueRef conv(cg *g, LLVMValueRef v, smelt_dtype from, smelt_dtype to
 
 /* ---------- indexing, loads, stores ---------- */
 
+/* x / c (rem: x % c) of a division atom k in parametric mode, c read
+ * from the kernel's table so one kernel serves every divisor: a double
+ * product with 1/c (computed once: LLVM hoists it with c's load), then
+ * one correction step each way, exact for indices below 2^51 (the
+ * product is then within one of the quotient). LLVM's division by a
+ * constant would make a kernel per size. */
+static LLVMValueRef ix_pdiv(cg *g, LLVMValueRef x, int64_t c, int rem)
+{
+    LLVMBuilderRef B = g->B;
+    LLVMValueRef d = pconst(g, c);
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(B);   /* 1/c in the entry block, after c's load */
+    LLVMPositionBuilderBefore(B, LLVMGetBasicBlockTerminator(g->entry));
+    LLVMValueRef inv = LLVMBuildFDiv(B, LLVMConstReal(g->f64, 1.0), LLVMBuildUIToFP(B, d, g->f64, ""), "");
+    LLVMPositionBuilderAtEnd(B, cur);
+    LLVMValueRef q = LLVMBuildFPToUI(B, LLVMBuildFMul(B, LLVMBuildUIToFP(B, x, g->f64, ""), inv, ""), g->i64, "");
+    LLVMValueRef r = LLVMBuildSub(B, x, LLVMBuildMul(B, q, d, ""), "");
+    LLVMValueRef one = LLVMConstInt(g->i64, 1, 0);
+    LLVMValueRef lo = LLVMBuildICmp(B, LLVMIntSLT, r, LLVMConstInt(g->i64, 0, 0), "");   /* q one too large */
+    q = LLVMBuildSelect(B, lo, LLVMBuildSub(B, q, one, ""), q, "");
+    r = LLVMBuildSelect(B, lo, LLVMBuildAdd(B, r, d, ""), r, "");
+    LLVMValueRef hi = LLVMBuildICmp(B, LLVMIntSGE, r, d, "");                          /* one too small */
+    q = LLVMBuildSelect(B, hi, LLVMBuildAdd(B, q, one, ""), q, "");
+    r = LLVMBuildSelect(B, hi, LLVMBuildSub(B, r, d, ""), r, "");
+    return rem ? r : q;
+}
+
 static LLVMValueRef ix_scalar(cg *g, int32_t e)
 {
     const kix *k = &g->P->ix[e];
@@ -257,8 +283,12 @@ static LLVMValueRef ix_scalar(cg *g, int32_t e)
     case KIX_VAR: return g->var[k->c];
     case KIX_ADD: return LLVMBuildAdd(g->B, ix_scalar(g, k->a), ix_scalar(g, k->b), "");
     case KIX_MUL: return LLVMBuildMul(g->B, ix_scalar(g, k->a), pconst(g, k->c), "");
-    case KIX_DIV: return LLVMBuildUDiv(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 0), "");
-    default: return LLVMBuildURem(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 0), "");
+    case KIX_DIV:
+        return g->param ? ix_pdiv(g, ix_scalar(g, k->a), k->c, 0)
+                        : LLVMBuildUDiv(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 0), "");
+    default:
+        return g->param ? ix_pdiv(g, ix_scalar(g, k->a), k->c, 1)
+                        : LLVMBuildURem(g->B, ix_scalar(g, k->a), LLVMConstInt(g->i64, (unsigned long long)k->c, 0), "");
     }
 }
 
@@ -1663,7 +1693,7 @@ static int optimise(LLVMModuleRef M, LLVMTargetMachineRef tm, int opt, char *err
 
 static double now_ms(void) { return (double)plan_now_ns() / 1e6; }
 
-#define KERNEL_CODE_VERSION 5   /* bump when the generated code changes */
+#define KERNEL_CODE_VERSION 6   /* bump when the generated code changes */
 
 /* One batch of new kernels compiled to one object in its own LLVM context
  * (batches run in parallel on the thread pool). */
