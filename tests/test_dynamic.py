@@ -118,20 +118,44 @@ def test_ops_over_symbolic_sizes(name):
     check(fn, make, sizes=SIZES_OF.get(name, SIZES), max_compiles=MAX_OF.get(name, 3))
 
 
-def test_pooling_over_varying_sizes_stays_right():
-    """Pooling over a symbolic spatial size is not built: its windows,
-    padding and divisors come from the size. It must trace static (never
-    reuse one size's windows for another)."""
-    def f(x):
-        y = F.max_pool2d(torch.relu(x), 2)
-        return F.adaptive_avg_pool2d(y, 1).flatten(1), F.avg_pool2d(y, 3, stride=2, padding=1)
+POOL_NET = torch.nn.Sequential(
+    torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1), torch.nn.Conv2d(8, 8, 3),
+    torch.nn.AvgPool2d(2), torch.nn.Conv2d(8, 8, 1), torch.nn.AvgPool2d(3, 1, 1), torch.nn.AdaptiveAvgPool2d(1),
+    torch.nn.Flatten(), torch.nn.Linear(8, 4)).eval()
 
-    cf = smelt.compile(f, dynamic=True)
+
+def test_pooling_over_symbolic_spatial_sizes():
+    """Max, avg (padded, count_include_pad) and global adaptive pooling over
+    symbolic image sizes: one symbolic entry for the sizes whose every
+    intermediate is >= 2; each result as eager's."""
+    def f(x):
+        return (POOL_NET(x), F.adaptive_max_pool2d(x, 1), F.max_pool1d(x[:, 0], 2),
+                F.avg_pool2d(x, 2, divisor_override=3), F.adaptive_avg_pool2d(x.half(), 1))
+
+    cf = smelt.compile(f)
     with torch.no_grad():
-        for T in [9, 12, 17, 20]:
-            x = rnd(2, 3, T, T + 3)
+        for H, W in [(16, 16), (20, 24), (33, 17), (64, 40), (31, 31), (23, 50)]:
+            x = rnd(2, 3, H, W)
             for g, w in zip(cf(x), f(x)):
-                torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5, msg=f"size {T}")
+                torch.testing.assert_close(g, w, atol=1e-3 if w.dtype == torch.half else 1e-5, rtol=1e-5,
+                                           msg=f"size {H}x{W}")
+    st = cf.stats()
+    assert st["compiles"] == 2 and st["dynamic_entries"] == 1 and st["dynamic_plans"] == 4, st
+
+
+def test_pooling_symbols_do_not_cover_stays_right():
+    """ceil_mode, count_include_pad=False over padding and adaptive pooling
+    to sizes other than 1 take their windows or divisors from the size:
+    they trace static (never one size's windows for another)."""
+    for g in (lambda x: F.max_pool2d(torch.relu(x), 2, ceil_mode=True) * 2,
+              lambda x: F.adaptive_avg_pool2d(x, 2).flatten(1) + 1,
+              lambda x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False) - 1):
+        cf = smelt.compile(g, dynamic=True)
+        with torch.no_grad():
+            for T in [9, 12, 17, 20]:
+                x = rnd(2, 3, T, T + 3)
+                torch.testing.assert_close(cf(x), g(x), atol=1e-5, rtol=1e-5, msg=f"size {T}")
+        assert cf.stats()["dynamic_entries"] == 0
 
 
 def test_batch_norm_training_statistics_over_batch_sizes():

@@ -232,6 +232,26 @@ static int32_t avg_divisor(tracer *T, const sh_args *sa, const pool_dim *pd, int
     return uniform == 1 ? t : binary(T, SMELT_OP_MUL, t, int_scalar(T, uniform));
 }
 
+/* Adaptive pooling over symbolic spatial sizes: a global pool (every
+ * output size 1) as amax or mean over the spatial dims kept as ones;
+ * other output sizes are refused (their windows are in / out wide). */
+static int32_t global_pool(tracer *T, const sh_args *sa, int32_t x, int k)
+{
+    const smelt_node *xn = &T->g->nodes[x];
+    int nd = xn->ndim, dt = xn->dtype;
+    for (int i = 0; i < k; i++)
+        if (sa->out[i] != 1)
+            return dyn_fail(T, "adaptive pooling to sizes other than 1 over a symbolic spatial size");
+    uint32_t mask = ((1u << k) - 1) << (nd - k);
+    int max = sa->kind == SK_ADAPTIVE_MAX;
+    int cd = !max && (dt == SMELT_F16 || dt == SMELT_BF16) ? SMELT_F32 : dt;
+    smelt_node p = { .op = max ? SMELT_OP_AMAX : SMELT_OP_MEAN, .nsrc = 1, .src = { cast(T, x, cd) } };
+    p.a.red.dims = mask;
+    p.a.red.keepdim = 1;
+    p.a.red.first = (uint8_t)max;
+    return p.src[0] < 0 ? -1 : cast(T, tr_node_add(T, &p), dt);
+}
+
 /* Pooling of a floating tensor (values only: with indices when first is
  * set, else -2): max as amax over the windows padded with -inf; avg as
  * their sum padded with zeros (float32 for half types, as torch
@@ -244,12 +264,27 @@ static int32_t pool(tracer *T, const sh_args *sa, const int32_t *node, int first
     pool_dim pd[3];
     if (!smelt_dtype_is_float((smelt_dtype)dt) || (sa->indices && !first) || nd + k > SMELT_MAX_DIMS)
         return -2;
-    for (int i = 0; i < k; i++)   /* windows, padding and divisors are computed from the spatial sizes */
-        if (dyn_dim_ex(T, x, nd - k + i) >= 0)
-            return dyn_fail(T, "pooling over a symbolic spatial size is not built yet");
+    int sym = 0;
+    for (int i = 0; i < k; i++)
+        sym |= dyn_dim_ex(T, x, nd - k + i) >= 0;
+    if (sym && is_adaptive(sa))
+        return global_pool(T, sa, x, k);
     for (int i = 0; i < k; i++)
         if (!pool_geometry(sa, i, xn->shape[nd - k + i], &pd[i]))
             return -2;
+    /* a symbolic spatial size: the windows, their padding and (below) the
+     * divisors must be the same formulas for every size. Without
+     * ceil_mode the right padding is the given one; the windows' counts
+     * are the kernel's size, except without count_include_pad where a
+     * window reaches into the padding (left padding) */
+    for (int i = 0; sym && i < k; i++) {
+        if (dyn_dim_ex(T, x, nd - k + i) < 0)
+            continue;
+        if (sa->ceil)
+            return dyn_fail(T, "pooling with ceil_mode over a symbolic spatial size");
+        if (sa->kind == SK_AVG_POOL && !sa->count_pad && pd[i].lo > 0 && !sa->has_div)
+            return dyn_fail(T, "avg pooling without count_include_pad over a padded symbolic spatial size");
+    }
     uint32_t mask = ((1u << k) - 1) << nd;   /* the window dims */
     if (sa->kind == SK_MAX_POOL || sa->kind == SK_ADAPTIVE_MAX)   /* gradient to each window's first max, as eager's */
         return reduce(T, SMELT_OP_AMAX, windows(T, x, pd, k, -INFINITY), mask, 1);
