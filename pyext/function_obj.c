@@ -1274,15 +1274,17 @@ static int entry_guards(FunctionObject *self, entry *e, const call_frame *f, int
 }
 
 /* Traces call f (from its parameters, or at a resume point from its frame
- * state). */
-static int trace_call(FunctionObject *self, const call_frame *f, tr_result *r, int static_only)
+ * state); mode 0 as the function's `dynamic` says, 1 static, 2 symbolic
+ * only where sizes changed (dynamic=None's policy). */
+static int trace_call(FunctionObject *self, const call_frame *f, tr_result *r, int mode)
 {
     tr_start st = { .slots = f->loc, .nslots = f->nargs };
     if (f->site->pc)
         st = (tr_start){ .slots = f->state->slots, .nslots = f->state->nslots,
                          .stack = f->state->slots + f->state->nslots, .nstack = f->state->sp,
                          .kwnames = f->state->kwnames, .pc = f->site->pc };
-    st.dyn_mode = static_only || self->dynamic == 0 ? TR_DYN_OFF : self->dynamic == 1 ? TR_DYN_ALL : TR_DYN_AUTO;
+    st.dyn_mode = mode == 1 || self->dynamic == 0        ? TR_DYN_OFF
+                  : mode == 0 && self->dynamic == 1 ? TR_DYN_ALL : TR_DYN_AUTO;
     if (st.dyn_mode == TR_DYN_AUTO && !f->site->seen && !(f->site->seen = PyDict_New()))
         return -1;
     st.seen = f->site->seen;
@@ -1362,6 +1364,12 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     double t0 = now_ms();
     int rc = trace_call(self, f, &e->r, 0);
     const char *why = rc >= 0 && e->r.dyn ? dyn_unusable(&e->r, rc) : NULL;
+    if (why && self->dynamic == 1) {   /* every size symbolic did not trace: only those that change */
+        log_fn(PYEXT_LOG_DYNAMIC, self->fn, "symbolic only where sizes change for", why);
+        tracer_result_clear(&e->r);
+        rc = trace_call(self, f, &e->r, 2);
+        why = rc >= 0 && e->r.dyn ? dyn_unusable(&e->r, rc) : NULL;
+    }
     if (why) {   /* trace it again with static sizes */
         log_fn(PYEXT_LOG_DYNAMIC, self->fn, "static sizes for", why);
         tracer_result_clear(&e->r);

@@ -108,8 +108,21 @@ CASES.update({
                              lambda T: (rnd(4, T),)),
     "conv_spatial": (lambda x: (CONV2(torch.relu(CONV(x))),), lambda T: (rnd(2, 3, T, T + 3),)),
 })
+GN = torch.nn.GroupNorm(2, 4)
+CASES.update({
+    "group_norm_roll_index_fill": (lambda x: (GN(x), torch.roll(x, 2, 2), torch.roll(x, -1, 2) * 2,
+                                              x.index_fill(2, torch.tensor([0, 2]), -1.0)),
+                                   lambda T: (rnd(2, 4, T),)),
+    "norms_and_losses": (lambda x, t: (F.normalize(x, dim=0), F.cross_entropy(x, t), x.norm(dim=1),
+                                       F.mse_loss(x, x.flip(0)), torch.logsumexp(x, 0)),
+                         lambda T: (rnd(T, 6), torch.randint(0, 6, (T,)))),
+    "gather_scatter": (lambda x, i: (x.index_select(0, i) * 2, torch.gather(x, 1, i[:, None].expand(-1, 4) % 4),
+                                     x[i] + 1, torch.zeros(5, 4).index_add(0, i % 5, x), x.cumsum(0), x.sort(0).values),
+                       lambda T: (rnd(T, 4), torch.randint(0, T, (T,)))),
+})
 SIZES_OF.update({"unfold_diagonal_flip": [s for s in NONEMPTY if s >= 3], "pad": [s for s in NONEMPTY if s >= 3],
-                 "conv_spatial": [9, 4, 12, 17, 33]})
+                 "conv_spatial": [9, 4, 12, 17, 33], "group_norm_roll_index_fill": [s for s in NONEMPTY if s >= 3],
+                 "gather_scatter": NONEMPTY, "norms_and_losses": NONEMPTY})
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -221,6 +234,22 @@ def test_policy_default_makes_the_second_size_symbolic():
         torch.testing.assert_close(cf(x), f(x))
     st = cf.stats()
     assert st["compiles"] == 2 and st["dynamic_entries"] == 1 and st["dynamic_plans"] >= 4, st
+
+
+def test_dynamic_true_falls_back_to_the_sizes_that_change():
+    """dynamic=True makes every size a symbol; where that does not trace
+    (chunks of a symbolic feature dim, a constant equal to a symbol's
+    value), the sizes that change are symbolic and the rest static."""
+    def f(x):
+        a, b = x.chunk(2, -1)
+        return a * b.sigmoid() + torch.linspace(0, 1, 4)
+
+    cf = smelt.compile(f, dynamic=True)
+    for T in [5, 3, 8, 17, 31, 64]:
+        x = rnd(T, 8)
+        torch.testing.assert_close(cf(x), f(x))
+    st = cf.stats()
+    assert st["compiles"] == 2 and st["dynamic_entries"] == 1 and st["dynamic_plans"] == 4, st
 
 
 def test_policy_false_never_symbolic_and_true_from_the_start():

@@ -3092,10 +3092,23 @@ static int32_t h_diagonal(tracer *T, const call_args *a, smelt_op op)
     return mk(T, &p);
 }
 
-/* roll by k along dim: cat(x[-k:], x[:-k]). */
+static int32_t slice_rel(tracer *T, int32_t x, int dim, int64_t s, int64_t e, int noend);
+
+/* roll by k along dim: cat(x[-k:], x[:-k]) (a symbolic dim: guarded
+ * longer than |k|, for which these bounds are the shift mod its size). */
 static int32_t roll1(tracer *T, int32_t x, int64_t k, int dim)
 {
     int64_t n = node(T, x)->shape[dim];
+    int32_t len = dyn_dim_ex(T, T->vals[x].node, dim);
+    if (len >= 0 && k && k > -n && k < n) {
+        if (dyn_guard(T, Py_GT, len, k < 0 ? -k : k))
+            return -1;
+        int32_t hi = slice_rel(T, x, dim, -k, 0, 1), lo = hi < 0 ? -1 : slice_rel(T, x, dim, 0, -k, 0);
+        if (lo < 0)
+            return -1;
+        int32_t nodes[2] = { T->vals[hi].node, T->vals[lo].node };
+        return cat_nodes(T, nodes, 2, dim);
+    }
     k = n ? ((k % n) + n) % n : 0;
     if (!k)
         return x;
@@ -3922,13 +3935,17 @@ static int32_t h_group_norm(tracer *T, const call_args *a, smelt_op op)
         return tr_break(T, "group_norm: channels not divisible by groups");
     int64_t shape[SMELT_MAX_DIMS], grouped[3] = { n->shape[0], g, smelt_node_numel(n) / (n->shape[0] ? n->shape[0] * g : 1) };
     memcpy(shape, n->shape, sizeof shape);
-    int32_t x0 = x;
+    int32_t x0 = x, gex[3] = { dyn_dim_ex(T, T->vals[x].node, 0), -1, -2 };
     x = up32(T, x);
+    if (x >= 0)   /* (symbolic sizes: [n, groups, the rest], and back to x's) */
+        dyn_pend_shape(T, gex, 3);
     int32_t xg = x < 0 ? -1 : v_reshape(T, x, grouped, 3);
     int32_t mu = xg < 0 ? -1 : red(T, SMELT_OP_MEAN, xg, 4, 1, 0);
     int32_t xc = mu < 0 ? -1 : op2(T, SMELT_OP_SUB, xg, mu);
     int32_t var = xc < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xc, xc), 4, 1, 0);
     int32_t y = var < 0 ? -1 : op2(T, SMELT_OP_MUL, xc, op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, var, num(T, eps))));
+    if (y >= 0)
+        dyn_pend_dims(T, T->vals[x0].node, 0, nd);
     y = y < 0 ? -1 : v_reshape(T, y, shape, nd);
     y = y < 0 ? -1 : affine(T, y, up32(T, channel_param(T, arg(a, 2, "weight"), nd)),
                             up32(T, channel_param(T, arg(a, 3, "bias"), nd)));
@@ -5704,12 +5721,21 @@ static int32_t c_index_fill(tracer *T, PyObject *fn, const call_args *a, int op)
     int xdt = xn->dtype;   /* (xn moves as nodes are added) */
     for (int i = 0; i <= nd; i++)
         shape[i] = i == dim ? size : 1;
-    int32_t ck = checked_index(T, v_reshape(T, ix, &k, 1), size, 1);
+    int32_t xnode = T->vals[x].node, flat = v_reshape(T, ix, &k, 1), sizev = dyn_dim(T, xnode, dim);
+    if (flat < 0 || sizev < 0)
+        return -1;
+    dyn_pend_bound(T, sizev);   /* (a symbolic dim: the bound and the positions are its size) */
+    int32_t ck = checked_index(T, flat, size, 1);
     smelt_node io = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)(nd + 1) };
     memcpy(io.shape, shape, sizeof shape);
     io.shape[nd] = 1;
     io.a.axis.dim = dim;
-    int32_t pos = mk(T, &io);
+    int32_t ex[SMELT_MAX_DIMS + 1];
+    for (int i = 0; i <= nd && i < SMELT_MAX_DIMS; i++)
+        ex[i] = i == dim ? dyn_dim_ex(T, xnode, dim) : -1;
+    if (ck >= 0)
+        dyn_pend_shape(T, ex, nd + 1);
+    int32_t pos = ck < 0 ? -1 : mk(T, &io);
     int32_t eq = op2(T, SMELT_OP_EQ, pos, ck);   /* [.., n at dim, .., k] */
     int32_t hit = red(T, SMELT_OP_ANY, eq, 1u << nd, 0, 0);
     int32_t r = where3(T, hit, v, x);
