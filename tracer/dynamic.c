@@ -367,10 +367,24 @@ static int shaped(tracer *T, int32_t id)
     for (int d = 0; d < o->ndim; d++) {
         int32_t e = -1;
         if (o->op == SMELT_OP_EXPAND) {
+            /* a source size that is not 1 stays: given as -1 (-2 here) it is
+             * the source's; given as an expression or a number, that must
+             * equal the source's (a number pins a symbolic size to it, as
+             * eager raises for any other) */
             const smelt_node *s = &T->g->nodes[src];
             int sd = d - (o->ndim - s->ndim);
-            if (sd >= 0 && s->shape[sd] != 1)
+            int32_t pe = pend ? T->dyn_pend_ex[d] : -2;
+            if (sd >= 0 && (s->shape[sd] != 1 || pe == -2)) {
                 e = ex(T, src, sd);
+                if (pe >= 0 && e >= 0)
+                    e = unify(T, e, pe);
+                else if (pe == -1 && e >= 0 && D_sym(T, src, sd))
+                    e = unify(T, cst(T, o->shape[d]), e);
+                if (e < 0)
+                    return -1;
+            } else if (pe == -2) {
+                e = cst(T, o->shape[d]);
+            }
         }
         if (e < 0 && pend && T->dyn_pend_ex[d] == -2) {
             infer = d;

@@ -631,6 +631,8 @@ static int norm_shape_dims(tracer *T, const call_args *a, int32_t x, uint32_t *m
     for (int i = 0; i < n; i++) {
         if (n > nd || node(T, x)->shape[nd - n + i] != shp[i])
             return tr_break(T, "normalized_shape does not match the input");
+        if (dyn_guard(T, Py_EQ, dyn_dim_ex(T, T->vals[x].node, nd - n + i), shp[i]))   /* (given as numbers) */
+            return -1;
         *mask |= 1u << (nd - n + i);
     }
     return 0;
@@ -1027,7 +1029,7 @@ static int32_t h_expand(tracer *T, const call_args *a, smelt_op op)
     int n;
     int32_t x = arg(a, 0, "input");
     (void)op;
-    if (int_list_ex(T, a, 1, "size", shape, &n, 0))
+    if (int_list_ex(T, a, 1, "size", shape, &n, 1))   /* (a -1: the source's size) */
         return -1;
     smelt_node p = { .op = SMELT_OP_EXPAND, .nsrc = 1, .src = { T->vals[x].node }, .ndim = (uint8_t)n };
     memcpy(p.shape, shape, sizeof(int64_t) * (size_t)n);
@@ -2957,6 +2959,7 @@ static int32_t h_view_as(tracer *T, const call_args *a, smelt_op op)
     int32_t x = arg(a, 0, "input"), o = arg(a, 1, "other");
     if (o < 0 || T->vals[o].kind != V_TENSOR)
         return tr_break(T, "view_as of a non-tensor");
+    dyn_pend_dims(T, T->vals[o].node, 0, node(T, o)->ndim);   /* (other's sizes: the numels guarded equal) */
     return view_or_copy(T, x, v_reshape(T, x, node(T, o)->shape, node(T, o)->ndim), op == 1);
 }
 
@@ -2970,12 +2973,18 @@ static int32_t h_unflatten(tracer *T, const call_args *a, smelt_op op)
         return -1;
     if (nd - 1 + n > SMELT_MAX_DIMS)
         return tr_break(T, "unflatten to too many dims");
+    int32_t ex[SMELT_MAX_DIMS];   /* (symbolic sizes: x's stay, the numbers given are numbers, a -1 inferred) */
     for (int i = 0; i < nd; i++)
         if (i == dim)
-            for (int j = 0; j < n; j++)
+            for (int j = 0; j < n; j++) {
+                ex[k] = sizes[j] == -1 ? -2 : -1;
                 shape[k++] = sizes[j];
-        else
+            }
+        else {
+            ex[k] = dyn_dim_ex(T, T->vals[x].node, i);
             shape[k++] = node(T, x)->shape[i];
+        }
+    dyn_pend_shape(T, ex, k);
     return v_reshape(T, x, shape, k);
 }
 
@@ -3094,13 +3103,15 @@ static int32_t h_diagonal(tracer *T, const call_args *a, smelt_op op)
 
 static int32_t slice_rel(tracer *T, int32_t x, int dim, int64_t s, int64_t e, int noend);
 
-/* roll by k along dim: cat(x[-k:], x[:-k]) (a symbolic dim: guarded
- * longer than |k|, for which these bounds are the shift mod its size). */
-static int32_t roll1(tracer *T, int32_t x, int64_t k, int dim)
+/* roll by k along dim: cat(x[-k:], x[:-k]) (a symbolic dim and a shift
+ * the caller gave as a number, not one computed from the size (computed):
+ * guarded longer than |k|, for which these bounds are the shift mod its
+ * size). */
+static int32_t roll1(tracer *T, int32_t x, int64_t k, int dim, int computed)
 {
     int64_t n = node(T, x)->shape[dim];
     int32_t len = dyn_dim_ex(T, T->vals[x].node, dim);
-    if (len >= 0 && k && k > -n && k < n) {
+    if (len >= 0 && !computed && k && k > -n && k < n) {
         if (dyn_guard(T, Py_GT, len, k < 0 ? -k : k))
             return -1;
         int32_t hi = slice_rel(T, x, dim, -k, 0, 1), lo = hi < 0 ? -1 : slice_rel(T, x, dim, 0, -k, 0);
@@ -3123,8 +3134,7 @@ static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input"), dv = arg(a, 2, "dims");
     int64_t k[SMELT_MAX_DIMS], d[SMELT_MAX_DIMS];
-    int nk, ndv = 0;
-    (void)op;
+    int nk, ndv = 0;   /* op 1: shifts computed from the sizes (fftshift) */
     call_args ka = { .pos = (int32_t[]){ arg(a, 1, "shifts") }, .npos = 1 };
     call_args da = { .pos = &dv, .npos = 1 };
     if (ka.pos[0] < 0 || int_list(T, &ka, 0, NULL, k, &nk) || (!is_none(T, dv) && int_list(T, &da, 0, NULL, d, &ndv)))
@@ -3137,7 +3147,7 @@ static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
         memcpy(shape, n->shape, sizeof shape);
         int nd = n->ndim;
         int32_t f = nk == 1 ? v_reshape(T, x, &flat, 1) : tr_break(T, "roll without dims takes one shift");
-        f = f < 0 ? -1 : roll1(T, f, k[0], 0);
+        f = f < 0 ? -1 : roll1(T, f, k[0], 0, op == 1);
         return f < 0 ? -1 : fresh_of(T, x, v_reshape(T, f, shape, nd));
     }
     if (nk != ndv)
@@ -3146,7 +3156,7 @@ static int32_t h_roll(tracer *T, const call_args *a, smelt_op op)
         int dim;
         if (norm_dim(T, d[i], node(T, x)->ndim, &dim))
             return -1;
-        x = roll1(T, x, k[i], dim);
+        x = roll1(T, x, k[i], dim, op == 1);
     }
     return fresh_contiguous(T, arg(a, 0, "input"), fresh_of(T, arg(a, 0, "input"), x));   /* eager's roll: a new contiguous tensor */
 }
@@ -3933,6 +3943,8 @@ static int32_t h_group_norm(tracer *T, const call_args *a, smelt_op op)
     int nd = n->ndim;
     if (nd < 2 || g <= 0 || n->shape[1] % g)
         return tr_break(T, "group_norm: channels not divisible by groups");
+    if (dyn_guard(T, Py_EQ, dyn_dim_ex(T, T->vals[x].node, 1), n->shape[1]))   /* (channels: divisible as traced) */
+        return -1;
     int64_t shape[SMELT_MAX_DIMS], grouped[3] = { n->shape[0], g, smelt_node_numel(n) / (n->shape[0] ? n->shape[0] * g : 1) };
     memcpy(shape, n->shape, sizeof shape);
     int32_t x0 = x, gex[3] = { dyn_dim_ex(T, T->vals[x].node, 0), -1, -2 };
@@ -4911,7 +4923,7 @@ static int32_t h_fftshift(tracer *T, const call_args *a, smelt_op op)
         return fresh_contiguous(T, -1, copy_of(T, x));
     int32_t s = wrap_new(T, tracer_int_tuple(sh, n)), dl = wrap_new(T, tracer_int_tuple(dims, n));
     call_args b = { .pos = (int32_t[]){ x, s, dl }, .npos = 3 };
-    return s < 0 || dl < 0 ? -1 : h_roll(T, &b, 0);
+    return s < 0 || dl < 0 ? -1 : h_roll(T, &b, 1);
 }
 
 /* flip(x, dims) / fliplr (op 1) / flipupd (op 2): FLIP nodes wrapped in a
@@ -6419,6 +6431,9 @@ static int32_t c_chunk_cat(tracer *T, PyObject *fn, const call_args *a, int op)
         for (int k = 0; k < dim; k++)
             if (tn->shape[k] != first->shape[k])
                 return as_host_call(T, fn, a);   /* eager raises */
+        for (int k = dim; k < nd; k++)   /* (the chunks' sizes are computed from these: static) */
+            if (dyn_guard(T, Py_EQ, dyn_dim_ex(T, T->vals[t].node, k), tn->shape[k]))
+                return -1;
         int64_t sz = tn->shape[dim], ch = (sz + nc - 1) / nc, rest = 1;
         int32_t p = ch * nc > sz ? pad_dim(T, t, dim, 0, ch * nc - sz, 0, Py_False) : t;
         if (p < 0)
@@ -8462,6 +8477,8 @@ int32_t ops_subscr(tracer *T, int32_t x, int32_t index)
  * slices of x around the region joined by CAT, dim by dim. */
 static int32_t splice(tracer *T, int32_t x, int32_t val, const int64_t *st, const int64_t *en, int d)
 {
+    if (x < 0)   /* (a slice that failed: over a symbolic size, say) */
+        return -1;
     int nd = node(T, x)->ndim;
     while (d < nd && st[d] == 0 && en[d] == node(T, x)->shape[d])
         d++;
@@ -8525,6 +8542,9 @@ static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int s
         PySlice_AdjustIndices(size, &ps, &pe, 1);
         st[dim] = ps;
         en[dim] = pe < ps ? ps : pe;
+        /* bounds given as numbers over a symbolic size: for this size only */
+        if ((s0 != 0 || e0 != INT64_MAX) && dyn_guard(T, Py_EQ, dyn_dim_ex(T, T->vals[x].node, dim), size))
+            return -1;
     }
     xs[dim] = en[dim] - st[dim];
     const smelt_node *sn = node(T, src);
