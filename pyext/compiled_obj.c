@@ -745,7 +745,22 @@ PyObject *pyext_compiled_profile(PyObject *compiled)
     return r;
 }
 
+/* _run_guarded(*ins): a call whose inputs a compiled frame's guards
+ * checked (smelt._autograd's forward): a host call whose result is not
+ * what the graph inferred returns NotImplemented (the frame runs eagerly)
+ * instead of raising. */
+static PyObject *compiled_run_guarded(PyObject *obj, PyObject *const *args, Py_ssize_t nargs)
+{
+    CompiledObject *self = (CompiledObject *)obj;
+    if (nargs != self->nin)
+        return PyErr_Format(PyExc_TypeError, "expected %zd inputs, got %zd", self->nin, nargs);
+    return call(self, args, 1, NULL, 0);
+}
+
 static PyMethodDef compiled_methods[] = {
+    {"_run_guarded", (PyCFunction)(void (*)(void))compiled_run_guarded, METH_FASTCALL,
+     "_run_guarded(*ins) -> list or NotImplemented\n\nA run with inputs a compiled frame's guards "
+     "checked (internal): NotImplemented where the frame must run eagerly."},
     {"profile", (PyCFunction)(void (*)(void))compiled_profile, METH_VARARGS | METH_KEYWORDS,
      "profile(reset=False) -> str\n\nWall time of each step over the runs made while "
      "smelt._C.set_profiling(True) was on, slowest first."},

@@ -613,3 +613,42 @@ def test_host_call_result_sizes_are_guessed_and_checked():
         for g, e in zip(cf(bounds, x), f(bounds, x)):
             torch.testing.assert_close(g, e, msg=f"length {T}")
     assert cf.stats()["dynamic_entries"] >= 1
+
+
+def test_host_call_mismatch_under_autograd_runs_eagerly():
+    """Under autograd a host call whose result is not what the symbolic
+    graph inferred (max pooling with indices and ceil_mode: its sizes are
+    guessed from the sources; mode: its result's strides) runs the frame
+    eagerly, as without grad: never an error eager does not raise."""
+    def pool(x):
+        return F.max_pool2d(x, (3, 2), stride=(2, 1), ceil_mode=True, return_indices=True)[0].sum()
+
+    def mode(x):
+        return torch.mode(x, 1).values.sum()
+
+    for fn, shapes in ((pool, [(1, 2, 5, 7), (1, 5, 8, 10), (1, 10, 13, 15)]), (mode, [(5, 5), (8, 8), (13, 13)])):
+        cf = smelt.compile(fn, dynamic=True)
+        for s in shapes:
+            x = rnd(*s)
+            a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+            got, want = cf(a), fn(b)
+            got.backward()
+            want.backward()
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(a.grad, b.grad)
+
+
+def test_safe_softmax_gradient_of_a_row_of_minus_inf():
+    """aten._safe_softmax over a row that is all -inf: zeros, and a zero
+    gradient (not NaN) through the compiled backward."""
+    def f(x):
+        return torch.ops.aten._safe_softmax.default(x, 1)
+
+    x = rnd(4, 6)
+    x[1] = float("-inf")
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    w = rnd(4, 6)
+    (smelt.compile(f)(a) * w).sum().backward()
+    (f(b) * w).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad)
+    assert not a.grad.isnan().any()

@@ -765,6 +765,8 @@ static PyObject *item_pyobj(tracer *T, int32_t v, void *ctx)
 
 PyObject *tr_pyobj(tracer *T, int32_t v)
 {
+    if (T->vals[v].kind == V_SYM && dyn_specialize(T, v))   /* a symbolic int as an object: its traced value, guarded */
+        return NULL;
     tv *x = &T->vals[v];
     if (x->kind == V_OBJ) {
         PyObject *o = tr_value(T, v);

@@ -5764,11 +5764,15 @@ static int32_t c_safe_softmax(tracer *T, PyObject *fn, const call_args *a, int o
     if (!is_tensor(T, x) || !smelt_dtype_is_float((smelt_dtype)node(T, x)->dtype) || !is_none(T, arg(a, 2, "dtype")) ||
         tr_int(T, dv, &d) || node(T, x)->ndim < 1 || d < -node(T, x)->ndim || d >= node(T, x)->ndim)
         return T->broke ? -1 : as_host_call(T, fn, a);
-    call_args b = { .pos = (int32_t[]){ x, dv }, .npos = 2 };
-    int32_t sm = h_softmax(T, &b, SMELT_OP_EXP);
+    /* rows that are all -inf softmax a row of zeros instead (then 0): no
+     * NaN reaches the values or, through the softmax, their gradient */
     int dim = (int)(d < 0 ? d + node(T, x)->ndim : d);
     int32_t dead = red(T, SMELT_OP_ALL, op2(T, SMELT_OP_EQ, x, num(T, -INFINITY)), 1u << dim, 1, 0);
-    int32_t r = where3(T, dead, num(T, 0.0), sm);
+    int32_t xs = where3(T, dead, num(T, 0.0), x);
+    xs = xs < 0 ? -1 : cast_to(T, xs, node(T, x)->dtype);
+    call_args b = { .pos = (int32_t[]){ xs, dv }, .npos = 2 };
+    int32_t sm = xs < 0 ? -1 : h_softmax(T, &b, SMELT_OP_EXP);
+    int32_t r = sm < 0 ? -1 : where3(T, dead, num(T, 0.0), sm);
     return r < 0 ? -1 : fresh_contiguous(T, -1, cast_to(T, r, node(T, x)->dtype));
 }
 

@@ -39,7 +39,7 @@ class Spec:
 class _Region(torch.autograd.Function):
     @staticmethod
     def forward(ctx, fwd, bwd, spec, *ins):
-        outs = fwd(*ins)
+        outs = fwd._run_guarded(*ins)   # (ins passed the frame's guards)
         if outs is NotImplemented:
             raise _Fallback
         ctx.spec, ctx.bwd = spec, bwd
