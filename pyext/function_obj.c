@@ -841,7 +841,7 @@ static PyObject *dyn_views(const entry *e, const int64_t *vals)
     PyObject *t = PyTuple_New(e->r.nouts);
     for (int32_t o = 0; t && o < e->r.nouts; o++) {
         const tr_out *x = &e->r.outs[o];
-        if (x->kind != TO_VIEW && x->kind != TO_OUTVIEW) {
+        if ((x->kind != TO_VIEW && x->kind != TO_OUTVIEW) || e->view_order[o][0] < 0) {   /* (geometry: dyn_plan_new) */
             PyTuple_SET_ITEM(t, o, Py_NewRef(Py_None));
             continue;
         }
@@ -894,11 +894,25 @@ static void dyn_log_plan(FunctionObject *self, const entry *e, const int64_t *va
  * *ad. A new reference; NULL with err when the graph does not rebuild or
  * split (no exception), or with an exception. */
 static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *vals,
-                              const int64_t (*strides)[SMELT_MAX_DIMS], pyext_ad *ad, char *err, size_t errlen)
+                              const int64_t (*strides)[SMELT_MAX_DIMS], pyext_ad *ad, PyObject *views, char *err,
+                              size_t errlen)
 {
     smelt_graph *g = tracer_dyn_graph(&e->r, vals, strides, err, errlen);
     if (!g)
         return NULL;
+    for (int32_t o = 0; views && o < e->r.nouts; o++) {   /* views walked again over these sizes */
+        if (e->view_order[o][0] >= 0 || (e->r.outs[o].kind != TO_VIEW && e->r.outs[o].kind != TO_OUTVIEW))
+            continue;
+        PyObject *spec = tracer_view_spec(&e->r, g, o, strides);
+        if (!spec) {
+            smelt_graph_free(g);
+            if (!PyErr_Occurred())
+                snprintf(err, errlen, "a view result's geometry does not follow for these sizes");
+            return NULL;
+        }
+        PyTuple_SET_ITEM(views, o, spec);   /* (replaces dyn_views' None) */
+        Py_DECREF(Py_None);
+    }
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM),
                              .param_sizes = 1 };
     double t0 = now_ms();
@@ -1020,8 +1034,14 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     }
     char err[512] = "";
     pyext_ad nad = { 0 };
-    PyObject *c = dyn_plan_new(self, e, sv, (const int64_t(*)[SMELT_MAX_DIMS])sizes, &nad, err, sizeof err);
+    PyObject *vw = e->view_order ? dyn_views(e, sv) : NULL;
+    if (e->view_order && !vw) {
+        rc = -1;
+        goto out;
+    }
+    PyObject *c = dyn_plan_new(self, e, sv, (const int64_t(*)[SMELT_MAX_DIMS])sizes, &nad, vw, err, sizeof err);
     if (!c) {
+        Py_XDECREF(vw);
         if (PyErr_Occurred()) {
             rc = -1;
         } else {   /* these sizes make no valid graph of this trace: a new trace decides */
@@ -1032,6 +1052,7 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     }
     if (!e->dp && !(e->dp = PyMem_Calloc(DYN_PLANS, sizeof *e->dp))) {
         Py_DECREF(c);
+        Py_XDECREF(vw);
         pyext_ad_clear(&nad);
         rc = -1;
         PyErr_NoMemory();
@@ -1041,13 +1062,6 @@ static int dyn_select(FunctionObject *self, entry *e, PyObject **vals, PyObject 
     e->next_dp = (e->next_dp + 1) % DYN_PLANS;
     if (e->ndp < DYN_PLANS)
         e->ndp++;
-    PyObject *vw = e->view_order ? dyn_views(e, sv) : NULL;
-    if (e->view_order && !vw) {
-        Py_DECREF(c);
-        pyext_ad_clear(&nad);
-        rc = -1;
-        goto out;
-    }
     Py_XSETREF(slot->compiled, c);   /* (a running call holds its own references) */
     pyext_ad_clear(&slot->ad);
     slot->ad = nad;
@@ -1291,18 +1305,44 @@ static int trace_call(FunctionObject *self, const call_frame *f, tr_result *r, i
     return tracer_trace_from(self->fn, &st, r);
 }
 
+/* Whether view result o of r follows from r's graph (tracer_view_spec
+ * over it, with the traced inputs' strides, gives the traced geometry):
+ * 1, 0, or -1 with an exception. */
+static int view_from_graph(const tr_result *r, int32_t o)
+{
+    int64_t (*st)[SMELT_MAX_DIMS] = PyMem_Calloc((size_t)r->ninputs + 1, sizeof *st);
+    if (!st)
+        return PyErr_NoMemory(), -1;
+    for (int32_t i = 0; i < r->graph->n; i++) {
+        const smelt_node *n = &r->graph->nodes[i];
+        if (n->op == SMELT_OP_INPUT && n->a.input.index < r->ninputs)
+            memcpy(st[n->a.input.index], n->stride, sizeof st[0]);
+    }
+    PyObject *spec = tracer_view_spec(r, r->graph, o, (const int64_t(*)[SMELT_MAX_DIMS])st);
+    PyMem_Free(st);
+    if (!spec)
+        return PyErr_Occurred() ? -1 : 0;
+    int eq = PyObject_RichCompareBool(spec, r->outs[o].obj, Py_EQ);
+    Py_DECREF(spec);
+    return eq;
+}
+
 /* Why a trace with symbolic sizes cannot make a symbolic entry (NULL: it
- * can): it broke (perhaps on what symbols do not cover yet), its inputs
- * require grad (the compiled backward is static), or it returns views
- * whose geometry was computed from the traced sizes. */
+ * can): it broke (perhaps on what symbols do not cover yet), or it
+ * returns a view whose geometry neither follows from the graph's view
+ * ops nor is a dense layout of its sizes. */
 static const char *dyn_unusable(const tr_result *r, int rc)
 {
     if ((rc != 0 && rc != 2) || r->dyn->failed)   /* (a partial trace stays symbolic unless sizes stopped it) */
         return r->reason;
     int8_t order[SMELT_MAX_DIMS];
     for (int32_t i = 0; i < r->nouts; i++)
-        if ((r->outs[i].kind == TO_VIEW || r->outs[i].kind == TO_OUTVIEW) && !view_dense(r->outs[i].obj, order))
-            return "the result holds a view that is not a dense layout of its sizes";
+        if ((r->outs[i].kind == TO_VIEW || r->outs[i].kind == TO_OUTVIEW) && !view_dense(r->outs[i].obj, order)) {
+            int g = view_from_graph(r, i);
+            PyErr_Clear();
+            if (g != 1)
+                return "the result holds a view whose geometry smelt cannot lay again for other sizes";
+        }
     return NULL;
 }
 
@@ -1343,8 +1383,12 @@ static int dyn_entry(FunctionObject *self, entry *e)
             continue;
         if (!e->view_order && !(e->view_order = PyMem_Calloc((size_t)e->r.nouts, sizeof *e->view_order)))
             return PyErr_NoMemory(), -1;
-        if (!view_dense(x->obj, e->view_order[o]))
-            return PyErr_SetString(PyExc_SystemError, "smelt: a symbolic entry's view is not dense"), -1;
+        if (view_dense(x->obj, e->view_order[o]))
+            continue;
+        int g = view_from_graph(&e->r, o);   /* (-1 in view_order: the geometry walked again per size) */
+        if (g != 1)
+            return g < 0 ? -1 : (PyErr_SetString(PyExc_SystemError, "smelt: a symbolic entry's view has no geometry"), -1);
+        e->view_order[o][0] = -1;
     }
     self->ndynentries++;
     if (pyext_log_on(PYEXT_LOG_DYNAMIC)) {

@@ -652,3 +652,26 @@ def test_safe_softmax_gradient_of_a_row_of_minus_inf():
     (f(b) * w).sum().backward()
     torch.testing.assert_close(a.grad, b.grad)
     assert not a.grad.isnan().any()
+
+
+def test_view_results_at_an_offset_over_sizes():
+    """Results that are views at an offset (the last row of a computed
+    tensor, a slice of an input) keep eager's sizes, strides, offset and
+    aliasing for every size: their view ops are walked again per size."""
+    w = rnd(8, 8)
+
+    def f(x):
+        y = torch.tanh(x @ w)
+        return y[:, -1], y[:, 1:], x[:, 2:], x.transpose(1, 2)[..., 1:-1], y
+
+    cf = smelt.compile(f)
+    for T in [3, 5, 9, 17, 33, 7, 4, 12, 20, 40]:
+        x = rnd(2, T, 8)
+        got, want = cf(x), f(x)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e, msg=f"length {T}")
+            assert g.stride() == e.stride() and g.storage_offset() == e.storage_offset(), T
+        assert got[2].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert got[0].untyped_storage().data_ptr() == got[4].untyped_storage().data_ptr()   # views of one y
+    st = cf.stats()
+    assert st["compiles"] == 2 and st["dynamic_entries"] == 1 and st["dynamic_plans"] == 8, st

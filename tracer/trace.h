@@ -241,6 +241,16 @@ int tracer_result_trim(tr_result *r);
  * tracer_result_trim. */
 uint8_t *tracer_inputs_requiring_grad(const tr_result *r);
 
+/* The (size, stride, offset) of view result o (TO_VIEW / TO_OUTVIEW) of r
+ * over graph g, r's graph rebuilt for other sizes: its chain of view ops
+ * walked again from its base, whose strides are in_strides[input] (a view
+ * of a graph input) or those of the graph output it is laid out in
+ * (contiguous, through the PERMUTE that lays it out, if any). A new
+ * reference; NULL without an exception where the geometry does not follow
+ * from the graph (a view a host call made). */
+PyObject *tracer_view_spec(const tr_result *r, const smelt_graph *g, int32_t o,
+                           const int64_t (*in_strides)[SMELT_MAX_DIMS]);
+
 /* The graph of r (a trace with symbols) for symbol values vals: every
  * node rebuilt with its attribute expressions evaluated, graph input k
  * given sizes from its dims and strides strides[k]; each node's sizes are

@@ -149,3 +149,46 @@ void tr_contiguous_strides(const smelt_node *n, int64_t *stride)
         z *= n->shape[d] > 1 ? n->shape[d] : 1;
     }
 }
+
+PyObject *tracer_view_spec(const tr_result *r, const smelt_graph *g, int32_t o,
+                           const int64_t (*in_strides)[SMELT_MAX_DIMS])
+{
+    const tr_out *x = &r->outs[o];
+    if ((x->kind != TO_VIEW && x->kind != TO_OUTVIEW) || x->node < 0 || x->node >= g->n)
+        return NULL;
+    int32_t b = tr_view_base(g, x->node);
+    int64_t bst[SMELT_MAX_DIMS], st[SMELT_MAX_DIMS], off = 0;
+    const smelt_node *bn = &g->nodes[b];
+    if (x->kind == TO_VIEW) {
+        if (bn->op != SMELT_OP_INPUT || bn->a.input.index != x->index)
+            return NULL;   /* (a host call's view of an input) */
+        memcpy(bst, in_strides[x->index], sizeof bst);
+    } else {
+        if (x->index < 0 || x->index >= g->nout)
+            return NULL;
+        const smelt_node *p = &g->nodes[g->outputs[x->index]];
+        if (g->outputs[x->index] == b) {
+            tr_contiguous_strides(bn, bst);
+        } else if (p->op == SMELT_OP_PERMUTE && p->src[0] == b) {   /* b's dims permuted into a contiguous output */
+            int64_t ps[SMELT_MAX_DIMS];
+            tr_contiguous_strides(p, ps);
+            for (int i = 0; i < p->ndim; i++)
+                bst[p->a.perm.perm[i]] = ps[i];
+        } else {
+            return NULL;
+        }
+    }
+    if (!tr_view_geometry(g, b, bst, x->node, st, &off))
+        return NULL;
+    const smelt_node *n = &g->nodes[x->node];
+    PyObject *size = PyTuple_New(n->ndim), *stride = PyTuple_New(n->ndim), *res = NULL;
+    for (int d = 0; size && stride && d < n->ndim; d++) {
+        PyTuple_SET_ITEM(size, d, PyLong_FromLongLong(n->shape[d]));
+        PyTuple_SET_ITEM(stride, d, PyLong_FromLongLong(st[d]));
+    }
+    if (size && stride && !PyErr_Occurred())
+        res = Py_BuildValue("(OOL)", size, stride, (long long)off);
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    return res;
+}
