@@ -675,3 +675,20 @@ def test_view_results_at_an_offset_over_sizes():
         assert got[0].untyped_storage().data_ptr() == got[4].untyped_storage().data_ptr()   # views of one y
     st = cf.stats()
     assert st["compiles"] == 2 and st["dynamic_entries"] == 1 and st["dynamic_plans"] == 8, st
+
+
+def test_slice_scatter_over_the_whole_input_gives_it_a_zero_gradient():
+    """slice_scatter whose slice is all of the input: the result is src,
+    and the input's gradient is zeros as in eager (not None, which an
+    optimizer would treat as no gradient)."""
+    def f(x, s):
+        return torch.slice_scatter(x, s, 0, 0, 20) * 2
+
+    x, s = rnd(20, 3), rnd(20, 3)
+    a = [x.clone().requires_grad_(), s.clone().requires_grad_()]
+    b = [x.clone().requires_grad_(), s.clone().requires_grad_()]
+    smelt.compile(f)(*a).sum().backward()
+    f(*b).sum().backward()
+    for p, q in zip(a, b):
+        assert p.grad is not None
+        torch.testing.assert_close(p.grad, q.grad)
