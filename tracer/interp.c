@@ -4249,22 +4249,6 @@ static int32_t input_of_node(tracer *T, int32_t node)
     return n->op == SMELT_OP_INPUT ? n->a.input.index : -1;
 }
 
-/* (size, stride, offset) of node n's tensor as a view: what TO_VIEW and
- * TO_OUTVIEW hold. New reference or NULL. */
-static PyObject *view_spec(const smelt_node *n, const int64_t *st, int64_t off)
-{
-    PyObject *size = PyTuple_New(n->ndim), *stride = PyTuple_New(n->ndim), *r = NULL;
-    for (int d = 0; size && stride && d < n->ndim; d++) {
-        PyTuple_SET_ITEM(size, d, PyLong_FromLongLong(n->shape[d]));
-        PyTuple_SET_ITEM(stride, d, PyLong_FromLongLong(st[d]));
-    }
-    if (size && stride && !PyErr_Occurred())
-        r = Py_BuildValue("(OOL)", size, stride, (long long)off);
-    Py_XDECREF(size);
-    Py_XDECREF(stride);
-    return r;
-}
-
 /* Counts, for the output plan of root values roots[0..n), the output
  * tensors based on each graph node (a tensor made by the graph and the
  * views of it, or two values of one node): a node with two or more gets
@@ -4432,7 +4416,7 @@ static int alias_out(tracer *T, int32_t v, tr_out *o)
     }
     o->index = k;
     o->node = x->node;
-    return (o->obj = view_spec(&T->g->nodes[x->node], st, off)) ? 1 : -1;
+    return (o->obj = tr_view_tuple(&T->g->nodes[x->node], st, off)) ? 1 : -1;
 }
 
 /* Output plan for value v; containers get contiguous child slots. */

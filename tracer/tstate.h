@@ -531,6 +531,9 @@ int tr_view_geometry(const smelt_graph *g, int32_t base, const int64_t *base_str
 /* The node a chain of VIEW nodes ending at id starts from (id itself if
  * it is no view). */
 int32_t tr_view_base(const smelt_graph *g, int32_t id);
+/* (size, stride, offset) of node n's tensor as a view with strides st at
+ * offset off: what TO_VIEW and TO_OUTVIEW hold. New reference or NULL. */
+PyObject *tr_view_tuple(const smelt_node *n, const int64_t *st, int64_t off);
 /* Strides of in (strides s) viewed as n's shape, as ATen's computeStride:
  * 1 with out filled, 0 when no view exists (view raises, reshape copies). */
 int tr_reshape_strides(const smelt_node *in, const int64_t *s, const smelt_node *n, int64_t *out);

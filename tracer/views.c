@@ -150,6 +150,20 @@ void tr_contiguous_strides(const smelt_node *n, int64_t *stride)
     }
 }
 
+PyObject *tr_view_tuple(const smelt_node *n, const int64_t *st, int64_t off)
+{
+    PyObject *size = PyTuple_New(n->ndim), *stride = PyTuple_New(n->ndim), *res = NULL;
+    for (int d = 0; size && stride && d < n->ndim; d++) {
+        PyTuple_SET_ITEM(size, d, PyLong_FromLongLong(n->shape[d]));
+        PyTuple_SET_ITEM(stride, d, PyLong_FromLongLong(st[d]));
+    }
+    if (size && stride && !PyErr_Occurred())
+        res = Py_BuildValue("(OOL)", size, stride, (long long)off);
+    Py_XDECREF(size);
+    Py_XDECREF(stride);
+    return res;
+}
+
 PyObject *tracer_view_spec(const tr_result *r, const smelt_graph *g, int32_t o,
                            const int64_t (*in_strides)[SMELT_MAX_DIMS])
 {
@@ -180,15 +194,5 @@ PyObject *tracer_view_spec(const tr_result *r, const smelt_graph *g, int32_t o,
     }
     if (!tr_view_geometry(g, b, bst, x->node, st, &off))
         return NULL;
-    const smelt_node *n = &g->nodes[x->node];
-    PyObject *size = PyTuple_New(n->ndim), *stride = PyTuple_New(n->ndim), *res = NULL;
-    for (int d = 0; size && stride && d < n->ndim; d++) {
-        PyTuple_SET_ITEM(size, d, PyLong_FromLongLong(n->shape[d]));
-        PyTuple_SET_ITEM(stride, d, PyLong_FromLongLong(st[d]));
-    }
-    if (size && stride && !PyErr_Occurred())
-        res = Py_BuildValue("(OOL)", size, stride, (long long)off);
-    Py_XDECREF(size);
-    Py_XDECREF(stride);
-    return res;
+    return tr_view_tuple(&g->nodes[x->node], st, off);
 }
