@@ -8564,8 +8564,11 @@ static int32_t scatter_region(tracer *T, PyObject *fn, const call_args *a, int s
     int32_t v = sel ? v_reshape(T, src, xs, nd) : src, r = v < 0 ? -1 : splice(T, x, v, st, en, 0);
     if (r >= 0 && r == v) {   /* src is the whole of it: eager's result is still a new tensor, and input's
                                  gradient zeros (not None): a where that always takes src */
-        int32_t yes = smelt_graph_scalar(T->g, SMELT_BOOL, 0, 1);
-        r = yes < 0 ? tr_break(T, "%s", T->g->err) : where3(T, tv_tensor(T, yes), v, x);
+        smelt_node t = { .op = SMELT_OP_FULL, .dtype = SMELT_BOOL, .ndim = 0 };   /* a 0-d True */
+        t.a.scalar.f = 1.0;
+        t.a.scalar.i = 1;
+        int32_t yes = mk(T, &t);
+        r = yes < 0 ? -1 : where3(T, yes, v, x);
     }
     return fresh_contiguous(T, x, r);
 }
