@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 import opinfo_lib as L  # noqa: E402
 import smelt  # noqa: E402
-from test_opinfo_dynamic import _grown  # noqa: E402
+from test_opinfo_dynamic import _grown, difference  # noqa: E402
 
 
 def _weighted(out, seed):
@@ -52,16 +52,9 @@ def run(op, cap=2):
             e, e_err = L._call(f, e_in, 1)
             s, s_err = L._call(cf, s_in, 1)
             where = f"{op.name} sample {i} +{k}"
-            if e_err is not None:
-                if s_err is None or not isinstance(s_err, type(e_err)):
-                    bad.append(f"{where}: eager raises {e_err!r}, smelt {s_err!r}")
-                continue
-            if s_err is not None:
-                bad.append(f"{where}: raises {s_err!r}")
-                continue
-            why = L.compare(e, s, [], [], values=not L.RANDOM.search(op.name), strides=False)
-            if why:
-                bad.append(f"{where}: {why}\n{src}")
+            why = difference(where, src, e, e_err, s, s_err, [], [], not L.RANDOM.search(op.name), strides=False)
+            if why or e_err is not None:
+                bad += [why] if why else []
                 continue
             le, ls = _weighted(e, 7), _weighted(s, 7)
             if le is None or ls is None:

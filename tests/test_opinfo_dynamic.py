@@ -30,6 +30,19 @@ def _grown(t, k):
     return torch.randint(lo, max(hi, lo + 1), shape, dtype=t.dtype)
 
 
+def difference(where, src, e, e_err, s, s_err, e_in, s_in, values, strides=True):
+    """What differs between eager's call (result e or exception e_err, on
+    inputs e_in) and smelt's (s, s_err, s_in), or None."""
+    if e_err is not None:
+        if s_err is None or not isinstance(s_err, type(e_err)):
+            return f"{where}: eager raises {e_err!r}, smelt {s_err!r}\n{src}"
+        return None
+    if s_err is not None:
+        return f"{where}: raises {s_err!r}\n{src}"
+    why = L.compare(e, s, e_in, s_in, values=values, strides=strides)
+    return f"{where}: {why}\n{src}" if why else None
+
+
 def _run(op, dtype=torch.float32, cap=2):
     bad = []
     for i, sample in enumerate(itertools.islice(L.samples(op, dtype, False), cap)):
@@ -48,16 +61,9 @@ def _run(op, dtype=torch.float32, cap=2):
             e_in, s_in = L.exact_copies(grown), L.exact_copies(grown)
             e, e_err = L._call(f, e_in, 1)
             s, s_err = L._call(cf, s_in, 1)
-            if e_err is not None:
-                if s_err is None or not isinstance(s_err, type(e_err)):
-                    bad.append(f"sample {i} +{k}: eager raises {e_err!r}, smelt {s_err!r}\n{src}")
-                continue
-            if s_err is not None:
-                bad.append(f"sample {i} +{k}: raises {s_err!r}\n{src}")
-                continue
-            why = L.compare(e, s, e_in, s_in, values=values)
+            why = difference(f"sample {i} +{k}", src, e, e_err, s, s_err, e_in, s_in, values)
             if why:
-                bad.append(f"sample {i} +{k}: {why}\n{src}")
+                bad.append(why)
     return bad
 
 
