@@ -2,6 +2,9 @@
 # Debian 12 checkout: scripts/setup.sh installs and builds what is missing.
 PYTHON ?= python3
 export PYTHON
+# Intel's OpenCL CPU runtime, for the SPIR-V back end (scripts/setup.sh writes the ICD file)
+OCL_ICD_VENDORS ?= $(CURDIR)/build/opencl-vendors
+export OCL_ICD_VENDORS
 ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0
 
 .PHONY: setup build demo test bench opinfo ulp debug clean

@@ -2,6 +2,7 @@
  * eval-BatchNorm-like epilogues into convolutions, lower (fusion into loop-level kernels), generate
  * and load code. Each stage is one call. */
 #include "plan.h"
+#include "backend.h"
 #include "kix.h"
 
 #include <stdlib.h>
@@ -48,8 +49,24 @@ static smelt_plan *finish(smelt_plan *p, char *err, size_t errlen)
     return p;
 }
 
-/* Fold, lower, generate code: a new plan, or NULL with err. */
-static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, char *err, size_t errlen)
+/* be, or the CPU's back end when be cannot compile one of p's kernels
+ * (the reason logged on the backend channel). */
+static const ind_backend *supported(const ind_backend *be, const smelt_plan *p)
+{
+    char why[256], line[400];
+    for (int32_t k = 0; be->supports && k < p->nkernels; k++)
+        if (!be->supports(p, &p->kernels[k], why, sizeof why)) {
+            snprintf(line, sizeof line, "backend %s: kernel %d not supported (%s): this plan runs on the CPU",
+                     be->name, (int)k, why);
+            ind_backend_note(0, line);
+            return &ind_backend_cpu;
+        }
+    return be;
+}
+
+/* Fold, lower, generate code with be: a new plan, or NULL with err. */
+static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, const ind_backend *be,
+                         char *err, size_t errlen)
 {
     smelt_plan *p = calloc(1, sizeof *p);
     if (!p || !(p->graph = smelt_graph_copy(g))) {
@@ -69,7 +86,12 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
     }
     int rc = ind_lower(p, opts, err, errlen);
     p->times.lower_ms = now_ms() - t0;
-    if (rc || cpu_codegen(p, opts, err, errlen)) {
+    if (!rc) {
+        p->be = supported(be, p);
+        for (int32_t s = 0; s < p->nsteps; s++)
+            p->steps[s].backend = p->steps[s].kind == PS_KERNEL ? p->be->id : IND_BACKEND_CPU;
+    }
+    if (rc || p->be->codegen(p, opts, err, errlen)) {
         smelt_plan_free(p);
         return NULL;
     }
@@ -84,13 +106,15 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
     if (smelt_graph_verify(g, err, errlen))
         return NULL;
     size_t klen = 0;
-    int cached = !(opts && (opts->keep_ir || opts->cpu || opts->cpu_features));
-    uint8_t *key = cached ? ind_plan_cache_key(g, opts, &klen) : NULL;
+    int named_cpu = opts && (opts->cpu || opts->cpu_features);
+    const ind_backend *be = named_cpu ? &ind_backend_cpu : ind_backend_select(opts, NULL, 0);
+    int cached = !(opts && opts->keep_ir) && !named_cpu;
+    uint8_t *key = cached ? ind_plan_cache_key(g, opts, be, &klen) : NULL;
     double t0 = now_ms();
-    smelt_plan *p = key ? ind_plan_cache_load(g, key, klen) : NULL;
+    smelt_plan *p = key ? ind_plan_cache_load(g, be, key, klen) : NULL;
     if (p) {
         p->times.load_ms = now_ms() - t0;
-    } else if ((p = build(g, opts, err, errlen)) && key) {
+    } else if ((p = build(g, opts, be, err, errlen)) && key && p->be == be) {
         ind_plan_cache_store(p, key, klen);
     }
     free(key);
@@ -103,7 +127,8 @@ void smelt_plan_free(smelt_plan *p)
 {
     if (!p)
         return;
-    cpu_release(p);
+    if (p->be)
+        p->be->release(p);
     free((void *)p->step_ns);
     for (int32_t k = 0; k < p->nkernels; k++)
         free(p->kernels[k].items);
@@ -138,6 +163,8 @@ int smelt_plan_output_inplace(const smelt_plan *p, int k)
 }
 
 int smelt_plan_num_kernels(const smelt_plan *p) { return p->nkernels; }
+int64_t smelt_plan_code_bytes(const smelt_plan *p) { return p->be && p->be->code_bytes ? p->be->code_bytes(p) : 0; }
+const char *smelt_plan_backend(const smelt_plan *p) { return p->be ? p->be->name : "cpu"; }
 int64_t smelt_plan_arena_bytes(const smelt_plan *p) { return p->arena_bytes; }
 int smelt_plan_num_externs(const smelt_plan *p) { return p->nexterns; }
 int smelt_plan_num_generated(const smelt_plan *p) { return p->ngenerated; }

@@ -37,6 +37,10 @@ typedef struct smelt_compile_opts {
      * code only for kernels whose structure is new). SMELT_PARAM_SIZES=1
      * turns it on for every compile (tests). */
     int param_sizes;
+    /* The back end of the plan's kernels (backend.h): "cpu", "spirv";
+     * NULL: SMELT_BACKEND, else "cpu". An unavailable one falls back to
+     * the CPU (logged once). */
+    const char *backend;
 } smelt_compile_opts;
 
 /* Returns NULL with a message in err on user-caused failure (unsupported
@@ -44,7 +48,7 @@ typedef struct smelt_compile_opts {
  * NULL (defaults: the process target's vector width, -O2, keep_ir off).
  * Unless keep_ir is on or a cpu is named, the plan
  * (launch steps and machine code) is looked up in, and else stored to,
- * the disk cache (cpu/diskcache.h) under the graph's canonical
+ * the disk cache (diskcache.h) under the graph's canonical
  * serialisation and everything that changes the code. */
 smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
                           char *err, size_t errlen);
@@ -129,6 +133,7 @@ char *smelt_plan_profile_text(const smelt_plan *p);
 void smelt_plan_profile_reset(smelt_plan *p);
 
 int smelt_plan_num_kernels(const smelt_plan *p);   /* generated kernels */
+const char *smelt_plan_backend(const smelt_plan *p);  /* the back end of its kernels: "cpu", "spirv" */
 int64_t smelt_plan_arena_bytes(const smelt_plan *p);   /* the temporaries' arena a run needs */
 int64_t smelt_plan_code_bytes(const smelt_plan *p);    /* object code of the kernels it holds (shared ones too) */
 

@@ -2,6 +2,7 @@
  * (generated kernels across the thread pool, matmuls on kernels/matmul,
  * host calls through the caller's callback). */
 #include "plan.h"
+#include "backend.h"
 #include "../kernels/memory.h"
 #include "../kernels/threadpool.h"
 
@@ -203,18 +204,7 @@ void smelt_release_thread_arena(void)
     }
 }
 
-typedef struct run_ctx {
-    plan_kernel_fn fn;
-    void **bufs;
-} run_ctx;
-
 #define MAX_STACK_SLOTS 64
-
-static void run_range(void *ctx, int64_t begin, int64_t end)
-{
-    run_ctx *r = ctx;
-    r->fn(r->bufs, begin, end);
-}
 
 /* A matmul step; B from the step's pack when its input's stamp is known. */
 static int run_matmul(const plan_step *s, void **bufs, const smelt_input_stamp *stamps,
@@ -505,20 +495,11 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
         kb[c->nslots] = &flag;
         kb[c->nslots + 1] = NULL;
         kb[c->nslots + 2] = c->params;
-        run_ctx r = { c->fn, kb };
-        if (c->finish && !(kb[c->nslots + 1] = malloc((size_t)c->scratch_bytes))) {
-            snprintf(err, errlen, "out of memory");
-            rc = -1;
-        }
-        if (!rc && c->nitems > 0)
-            kern_parallel_for(c->nitems, c->grain, run_range, &r);
-        if (!rc && c->finish) {
-            r.fn = c->finish;
-            kern_parallel_for(c->nfinish, 1, run_range, &r);
-        }
-        free(kb[c->nslots + 1]);
+        rc = ind_backend_of(st->backend)->launch(p, st->kernel, kb, err, errlen);
         if (kb != small)
             free(kb);
+        if (rc)
+            break;
         if (flag & PLAN_FLAG_INDEX) {
             snprintf(err, errlen, "index out of range");
             rc = -2;

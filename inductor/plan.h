@@ -78,6 +78,8 @@ typedef struct plan_call {
  * copy (about 1.7x the size of B) lives as long as the plan. */
 typedef struct plan_step {
     uint8_t kind;
+    uint8_t backend;                       /* ind_backend_id it runs on (backend.h): a kernel step,
+                                              the plan's; extern steps, the CPU */
     int32_t kernel;                        /* PS_KERNEL */
     kern_matmul_desc mm;                   /* PS_MATMUL */
     int32_t a_buf, b_buf, c_buf;
@@ -132,7 +134,8 @@ struct smelt_plan {
     _Atomic(int64_t) *step_ns;   /* per step: profiled wall time (see compile.h) */
     _Atomic(int64_t) prof_runs;
     plan_kernel_code *code;  /* one per kernel, filled by the backend */
-    void *backend_state;     /* backend-owned (JIT resource tracker) */
+    const struct ind_backend *be;   /* the back end of its kernels (backend.h) */
+    void *backend_state;     /* backend-owned (CPU: JIT resource tracker) */
     char *text_kernels, *text_ir, *text_asm;
 };
 
@@ -155,19 +158,18 @@ void plan_assign_arena(smelt_plan *p);
 int64_t plan_now_ns(void);
 
 /* plancache.c: compiled plans in the disk cache (format in plancache.c).
- * The key of g's plan compiled with o (malloc'd, length in *len; NULL if
- * the backend is unavailable). */
-uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, size_t *len);
+ * The key of g's plan compiled with o by back end be (malloc'd, length in
+ * *len; NULL if the backend is unavailable). */
+uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, const struct ind_backend *be,
+                            size_t *len);
 /* The plan stored under key, ready but for packs, profile counters and
  * arena (compile.c finishes it); NULL on a miss or an entry that does not
  * load (logged on the cache channel). */
-smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t keylen);
+smelt_plan *ind_plan_cache_load(const smelt_graph *g, const struct ind_backend *be, const uint8_t *key,
+                                size_t keylen);
 /* Stores p (compiled from the graph key names) under key. */
 void ind_plan_cache_store(const smelt_plan *p, const uint8_t *key, size_t keylen);
 
-/* cpu/codegen.c: generates and loads code for every kernel, fills p->code. */
-int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen);
-void cpu_release(smelt_plan *p);
 /* cpu/jit.c: gives back the resident pages of LLVM's library code after a
  * compile or cache load (jit.h). */
 void cpu_jit_trim(void);
@@ -175,21 +177,5 @@ void cpu_jit_trim(void);
  * now when p's runs are large (their peak would stack on them), else once
  * compiles have paused (checked when a plan runs). */
 void plan_after_compile(const smelt_plan *p);
-/* cpu/codegen.c, for the plan cache: the text naming everything that
- * changes the generated code under opts o (code generator version,
- * smelt's build, LLVM, the process target's CPU and features, vector
- * width, optimisation level); malloc'd, NULL with err if the JIT is
- * unavailable. */
-char *cpu_code_key(const smelt_compile_opts *o, char *err, size_t errlen);
-/* The code p runs, as blobs: [0] its kernels' function names (40 bytes
- * each), then the object files of the units it holds. *blobs is malloc'd
- * (the array; the bytes belong to p). Count, or -1 if out of memory. */
-struct cpu_blob;
-int cpu_code_export(const smelt_plan *p, struct cpu_blob **blobs);
-/* Fills p->code's entry points (slots, same_as and launch fields already
- * set) from the names blob and objs: registered kernels are shared, else
- * objs are added as one unit. 0, or -1 with err. */
-int cpu_code_import(smelt_plan *p, const struct cpu_blob *names, const struct cpu_blob *objs, int nobjs,
-                    char *err, size_t errlen);
 
 #endif

@@ -7,8 +7,9 @@
  * vector width, optimisation level), the sizes of the record's structs,
  * then the graph's canonical serialisation. Entry blobs:
  *   0  the plan record (below)
- *   1  the kernels' function names (cpu_code_export)
- *   2… object files defining them
+ *   1… the back end's code (code_export): the CPU's, the kernels' function
+ *      names then the object files defining them; SPIR-V's, see
+ *      spirv/runtime.c
  * Plan record (native byte order: the key pins the build and the CPU):
  *   magic "SMELTPLN"; int32 nbufs, nsteps, nkernels, nexterns, ncalls;
  *   plan_buf[nbufs]; plan_step[nsteps] (pointers zero), each followed by
@@ -20,12 +21,13 @@
  * miss (the entry's checksum already catches damaged files).
  */
 #include "plan.h"
-#include "cpu/diskcache.h"
+#include "backend.h"
+#include "diskcache.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_RECORD_VERSION 5
+#define PLAN_RECORD_VERSION 6
 #define PLAN_MAGIC "SMELTPLN"
 #define PLAN_MAX_COUNT (1 << 24)
 
@@ -183,6 +185,7 @@ static int get_steps(rbuf *r, smelt_plan *p)
         if (st->kind == PS_CONV && !(st->conv = get_copy(r, sizeof *st->conv)))
             return -1;
         if (st->kind > PS_CONV || (st->kind == PS_KERNEL && (st->kernel < 0 || st->kernel >= p->nkernels)) ||
+            st->backend != (st->kind == PS_KERNEL ? p->be->id : IND_BACKEND_CPU) ||
             !extern_ok(p, st))
             return -1;
     }
@@ -264,10 +267,10 @@ static int decode(rbuf *r, smelt_plan *p)
 
 /* ---------- the cache ---------- */
 
-uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, size_t *len)
+uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, const ind_backend *be, size_t *len)
 {
     char err[256];
-    char *code = cpu_code_key(o, err, sizeof err);
+    char *code = be->code_key(o, err, sizeof err);
     if (!code)
         return NULL;
     size_t glen;
@@ -297,26 +300,27 @@ uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, s
     return w.b;
 }
 
-smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t keylen)
+smelt_plan *ind_plan_cache_load(const smelt_graph *g, const ind_backend *be, const uint8_t *key, size_t keylen)
 {
     char err[256], line[320];
-    cpu_blob *blobs;
+    ind_blob *blobs;
     int nblobs;
-    if (cpu_dcache_get(key, keylen, &blobs, &nblobs))
+    if (ind_dcache_get(key, keylen, &blobs, &nblobs))
         return NULL;
     smelt_plan *p = calloc(1, sizeof *p);
     if (!p || !(p->graph = smelt_graph_copy(g)))
         abort();
+    p->be = be;
     rbuf r = { blobs[0].data, blobs[0].len, 0, 0 };
     int rc = nblobs < 2 ? -1 : decode(&r, p);
     if (rc)
         snprintf(err, sizeof err, "its plan record does not decode");
     else
-        rc = cpu_code_import(p, &blobs[1], blobs + 2, nblobs - 2, err, sizeof err);
-    cpu_dcache_free(blobs, nblobs);
+        rc = be->code_import(p, blobs + 1, nblobs - 1, err, sizeof err);
+    ind_dcache_free(blobs, nblobs);
     if (rc) {
         snprintf(line, sizeof line, "disk cache entry not used (%s): compiling anew", err);
-        cpu_dcache_note(line);
+        ind_dcache_note(line);
         smelt_plan_free(p);
         return NULL;
     }
@@ -326,18 +330,18 @@ smelt_plan *ind_plan_cache_load(const smelt_graph *g, const uint8_t *key, size_t
 
 void ind_plan_cache_store(const smelt_plan *p, const uint8_t *key, size_t keylen)
 {
-    cpu_blob *code;
-    int ncode = cpu_code_export(p, &code);
+    ind_blob *code;
+    int ncode = p->be->code_export(p, &code);
     if (ncode < 1)
         return;
     wbuf w = { 0 };
     encode(&w, p);
-    cpu_blob *blobs = malloc(sizeof *blobs * ((size_t)ncode + 1));
+    ind_blob *blobs = malloc(sizeof *blobs * ((size_t)ncode + 1));
     if (!blobs)
         abort();
-    blobs[0] = (cpu_blob){ w.b, w.n };
+    blobs[0] = (ind_blob){ w.b, w.n };
     memcpy(blobs + 1, code, sizeof *code * (size_t)ncode);
-    cpu_dcache_put(key, keylen, blobs, ncode + 1);
+    ind_dcache_put(key, keylen, blobs, ncode + 1);
     free(blobs);
     free(code);
     free(w.b);

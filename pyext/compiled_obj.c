@@ -545,6 +545,12 @@ static PyObject *compiled_code(CompiledObject *self, PyObject *which)
     return PyUnicode_FromString(text);
 }
 
+static PyObject *get_backend(CompiledObject *self, void *unused)
+{
+    (void)unused;
+    return PyUnicode_FromString(smelt_plan_backend(self->plan));
+}
+
 static PyObject *get_num_kernels(CompiledObject *self, void *unused)
 {
     (void)unused;
@@ -772,6 +778,7 @@ static PyMethodDef compiled_methods[] = {
 
 static PyGetSetDef compiled_getset[] = {
     {"num_kernels", (getter)get_num_kernels, NULL, "generated fused kernels", NULL},
+    {"backend", (getter)get_backend, NULL, "the back end its kernels run on: 'cpu' or 'spirv'", NULL},
     {"num_externs", (getter)get_num_externs, NULL, "extern calls (matmul, host calls)", NULL},
     {"num_generated", (getter)get_num_generated, NULL,
      "kernel functions this compile generated with LLVM (the rest were already loaded)", NULL},

@@ -27,6 +27,7 @@
 #include "../tracer/trace.h"
 #include "../tracer/eval_frame.h"
 #include "../inductor/cpu/jit.h"
+#include "../inductor/backend.h"
 
 #define MAX_ENTRIES 8
 #define MAX_LOCALS 64
@@ -98,6 +99,7 @@ typedef struct FunctionObject {
     int dynamic;           /* -1 None (sizes that change become symbols), 0 False, 1 True */
     long ndynentries, ndynplans;   /* entries with symbolic sizes; plans made for their new sizes */
     int packing;           /* weight_packing (PYEXT_PACK_*) of the Compiled objects it makes */
+    char backend[16];      /* options["backend"] ("cpu", "spirv"), "" for the default (SMELT_BACKEND) */
     PyThread_type_lock compiling;    /* held by the thread tracing and compiling a new entry */
     unsigned long compiler;          /* that thread's id (0: none) */
     long ncompiles, nbreaks, nhits;
@@ -914,7 +916,7 @@ static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *val
         Py_DECREF(Py_None);
     }
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM),
-                             .param_sizes = 1 };
+                             .param_sizes = 1, .backend = self->backend[0] ? self->backend : NULL };
     double t0 = now_ms();
     if (e->rg) {   /* forward and backward for these sizes */
         tr_result r = e->r;   /* (a view of e's result with this graph: what the split reads) */
@@ -1453,7 +1455,8 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     char err[512];
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM) ||
                                                        pyext_log_on(PYEXT_LOG_AOT) ||
-                                                       pyext_debug_dir_on() };
+                                                       pyext_debug_dir_on(),
+                             .backend = self->backend[0] ? self->backend : NULL };
     if (rg && e->r.dyn && dyn_entry(self, e)) {
         PyMem_Free(rg);
         goto fail;
@@ -1899,12 +1902,14 @@ static const tracer_callback hook_cb = { on_frame, NULL };
 
 static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "fn", "fullgraph", "weight_packing", "dynamic", NULL };
+    static char *kwlist[] = { "fn", "fullgraph", "weight_packing", "dynamic", "backend", NULL };
     PyObject *fn, *dynamic = Py_None;
     int fullgraph = 0;
-    const char *wp = "auto";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|psO", kwlist, &fn, &fullgraph, &wp, &dynamic))
+    const char *wp = "auto", *backend = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|psOz", kwlist, &fn, &fullgraph, &wp, &dynamic, &backend))
         return NULL;
+    if (backend && !ind_backend_named(backend))
+        return PyErr_Format(PyExc_ValueError, "smelt: backend must be 'cpu' or 'spirv', not '%s'", backend);
     if (dynamic != Py_None && !PyBool_Check(dynamic))
         return PyErr_Format(PyExc_TypeError, "smelt: dynamic must be None, True or False, not %R", dynamic);
     int packing = pyext_packing_mode(wp);
@@ -1950,6 +1955,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     self->fullgraph = fullgraph;
     self->dynamic = dynamic == Py_None ? -1 : dynamic == Py_True;
     self->packing = packing;
+    snprintf(self->backend, sizeof self->backend, "%s", backend ? backend : "");
     if (!fullgraph && !making_for_hook && remember_for_code((PyObject *)self, 0)) {   /* its frames under the hook find it */
         Py_DECREF(self);
         return NULL;

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "../tracer/hostcall.h"
 #include "module.h"
+#include "../inductor/backend.h"
 
 typedef struct GraphObject {
     PyObject_HEAD
@@ -923,13 +924,15 @@ static void log_graph(GraphObject *self, uint64_t hash)
 
 static PyObject *graph_compile(GraphObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"vector_bits", "opt_level", "keep_code", "cpu", "cpu_features", NULL};
+    static char *names[] = {"vector_bits", "opt_level", "keep_code", "cpu", "cpu_features", "backend", NULL};
     int vector_bits = 0, opt_level = 2, keep = 0;
-    const char *cpu = NULL, *cpu_features = NULL;
+    const char *cpu = NULL, *cpu_features = NULL, *backend = NULL;
     char err[512];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iip$zz:compile", names, &vector_bits, &opt_level,
-                                     &keep, &cpu, &cpu_features))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iip$zzz:compile", names, &vector_bits, &opt_level,
+                                     &keep, &cpu, &cpu_features, &backend))
         return NULL;
+    if (backend && !ind_backend_named(backend))
+        return PyErr_Format(PyExc_ValueError, "compile: backend must be 'cpu' or 'spirv', not '%s'", backend);
     bool any_log = pyext_log_on(PYEXT_LOG_GRAPH) || pyext_log_on(PYEXT_LOG_OUTPUT_CODE) ||
                    pyext_log_on(PYEXT_LOG_ASM);
     uint64_t hash = any_log ? smelt_graph_hash(self->g) : 0;
@@ -943,6 +946,7 @@ static PyObject *graph_compile(GraphObject *self, PyObject *args, PyObject *kw)
         .keep_ir = keep || pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM),
         .cpu = cpu,
         .cpu_features = cpu_features,
+        .backend = backend,
     };
     smelt_plan *plan = smelt_compile(self->g, &opts, err, sizeof err);
     if (!plan)

@@ -9,7 +9,7 @@
 
 static const char *const channel_names[PYEXT_LOG_NCHANNELS] = {
     "graph", "guards", "recompiles", "graph_breaks",
-    "output_code", "asm", "cache", "perf", "aot", "dynamic",
+    "output_code", "asm", "cache", "perf", "aot", "dynamic", "backend",
 };
 
 /* Process-wide: the environment is read once per initialisation. */
@@ -43,7 +43,7 @@ static int name_bits(const char *name, size_t n, unsigned *bits)
     snprintf(bad, sizeof bad, "%.*s", (int)n, name);
     return PyErr_WarnFormat(PyExc_UserWarning, 1,
                             "SMELT_LOGS: unknown channel '%s' (known: all, graph, guards, "
-                            "recompiles, graph_breaks, output_code, asm, cache, perf)", bad);
+                            "recompiles, graph_breaks, output_code, asm, cache, perf, aot, dynamic, backend)", bad);
 }
 
 int pyext_log_init(void)

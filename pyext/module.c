@@ -9,7 +9,8 @@
 #include "../kernels/threadpool.h"
 #include "../kernels/conv.h"
 #include "../kernels/matmul.h"
-#include "../inductor/cpu/diskcache.h"
+#include "../inductor/diskcache.h"
+#include "../inductor/backend.h"
 #include "../inductor/cpu/jit.h"
 #include "hostcall.h"
 #include "../tracer/hostcall.h"
@@ -127,9 +128,9 @@ static PyObject *cache_info(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    cpu_dcache_stats s;
+    ind_dcache_stats s;
     Py_BEGIN_ALLOW_THREADS   /* scans the directory */
-    cpu_dcache_info(&s);
+    ind_dcache_info(&s);
     Py_END_ALLOW_THREADS
     return Py_BuildValue("{sLsLsLsLsLsLsLsNss}", "hits", (long long)s.hits, "misses", (long long)s.misses,
                          "writes", (long long)s.writes, "evictions", (long long)s.evictions,
@@ -142,7 +143,7 @@ static PyObject *cache_clear(PyObject *m, PyObject *unused)
     (void)m;
     (void)unused;
     Py_BEGIN_ALLOW_THREADS
-    cpu_dcache_clear();
+    ind_dcache_clear();
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
 }
@@ -182,6 +183,24 @@ static void cache_log(int warning, const char *line)
     } else {
         pyext_log_write(PYEXT_LOG_CACHE, line);
     }
+    PyGILState_Release(gs);
+}
+
+/* The back ends' log hook: warnings as RuntimeWarning, else the
+ * "backend" channel. */
+static void backend_log(int warning, const char *line)
+{
+    if ((!warning && !pyext_log_on(PYEXT_LOG_BACKEND)) || !Py_IsInitialized())
+        return;
+    PyGILState_STATE gs = PyGILState_Ensure();
+    if (warning) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (PyErr_WarnEx(PyExc_RuntimeWarning, line, 1) < 0)
+            PyErr_WriteUnraisable(NULL);
+        PyErr_Restore(type, value, tb);
+    }
+    pyext_log_write(PYEXT_LOG_BACKEND, line);
     PyGILState_Release(gs);
 }
 
@@ -267,7 +286,8 @@ static int module_clear(PyObject *m)
 static void module_free(void *m)
 {
     module_clear((PyObject *)m);
-    cpu_dcache_set_log(NULL);
+    ind_dcache_set_log(NULL);
+    ind_backend_set_log(NULL);
     cpu_jit_set_log(NULL);
     cpu_jit_join();
     pyext_hostcall_fini();
@@ -361,7 +381,8 @@ static int module_exec(PyObject *m)
     int rc = -1;
     if (pyext_log_init() < 0)
         return -1;
-    cpu_dcache_set_log(cache_log);
+    ind_dcache_set_log(cache_log);
+    ind_backend_set_log(backend_log);
     cpu_jit_set_log(cache_log);
     PyObject *torch = PyImport_ImportModule("torch");
     if (!torch)

@@ -20,7 +20,9 @@ PY=${PYTHON:-python3}
 TORCH_PIN=2.13.0
 TRANSFORMERS_PIN=5.23.0   # needs no torch of its own: keeps 2.13.0
 MATPLOTLIB_PIN=3.11.2
-DEBS=(llvm-19-dev libsleef-dev libdnnl-dev libze-dev spirv-tools)
+DEBS=(llvm-19-dev libsleef-dev libdnnl-dev libze-dev spirv-tools ocl-icd-libopencl1)
+OPENCL_PIPS=(intel-opencl-rt intel-cmplr-lib-rt)   # Intel's OpenCL CPU runtime: runs SPIR-V kernels
+ICD_DIR=build/opencl-vendors                       # OCL_ICD_VENDORS for it (Makefile, tests/conftest.py)
 SRC_DIRS=(pyext tracer guards inductor autograd kernels)
 LOG=build/setup.log
 STAMP=build/setup.stamp
@@ -113,6 +115,22 @@ install_pips() {
     fi
 }
 
+# Intel's OpenCL CPU runtime (the SPIR-V back end's launcher on machines
+# without an Intel GPU) and an ICD file naming its library: the wheel's own
+# ICD file points at a path that does not exist.
+install_opencl() {
+    local lib
+    if ! "$PY" -c 'import importlib.metadata as m; m.version("intel-opencl-rt"); m.version("intel-cmplr-lib-rt")' 2>/dev/null; then
+        say "installing ${OPENCL_PIPS[*]} (OpenCL CPU runtime for SPIR-V kernels)"
+        echo "torch==$TORCH_PIN" >build/pip-constraints.txt
+        quietly "$PY" -m pip install -q -c build/pip-constraints.txt "${OPENCL_PIPS[@]}"
+    fi
+    lib=$("$PY" -c 'import os, sys; print(os.path.join(sys.prefix, "lib", "libintelocl.so"))')
+    [ -f "$lib" ] || { say "warning: $lib not found: the SPIR-V back end will have no OpenCL device"; return 0; }
+    mkdir -p "$ICD_DIR"
+    [ "$(cat "$ICD_DIR/intel-cpu.icd" 2>/dev/null)" = "$lib" ] || echo "$lib" >"$ICD_DIR/intel-cpu.icd"
+}
+
 # Resolves $PY to the interpreter's real path (pyenv shims cost ~50 ms per
 # call) and lets pip install into a Debian-managed system Python.
 resolve_python() {
@@ -178,4 +196,5 @@ for n in python3-dev python3-pip; do [[ " $needs " == *" $n "* ]] && debs+=("$n"
 install_debs "${debs[@]}"
 [[ " $needs " == *" python3-pip "* ]] && needs=$(python_needs "${1:-}")
 install_pips $needs
+install_opencl
 build

@@ -29,6 +29,10 @@ from numbers import Number
 # set before smelt._C is imported, as the cache reads it once per process.
 os.environ["SMELT_CACHE_DIR"] = tempfile.mkdtemp(prefix="smelt-test-cache-")
 atexit.register(shutil.rmtree, os.environ["SMELT_CACHE_DIR"], True)
+# Intel's OpenCL CPU runtime for the SPIR-V back end: the ICD file
+# scripts/setup.sh writes (the Makefile sets the same).
+os.environ.setdefault("OCL_ICD_VENDORS", os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                      "build", "opencl-vendors"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -365,11 +369,25 @@ def _call_checked(g, f, outs, tensors):
     return res
 
 
+# SMELT_TEST_BACKEND=<name> (tests/test_spirv.py runs the op tables so,
+# with SMELT_BACKEND set): every graph a table compiles must have run on
+# that back end, not fallen back to the CPU.
+TEST_BACKEND = os.environ.get("SMELT_TEST_BACKEND")
+
+
+def compile_graph(g, **compile_kw):
+    """g.compile(**compile_kw), checked to run on TEST_BACKEND when set."""
+    f = g.compile(**compile_kw)
+    if TEST_BACKEND and not compile_kw.get("cpu") and not compile_kw.get("cpu_features"):
+        assert f.backend == TEST_BACKEND, f"compiled for {f.backend}, not {TEST_BACKEND}"
+    return f
+
+
 def run_compiled(build_fn, *tensors, **compile_kw):
     """Build, compile and run: (outputs, compiled). outputs is a tensor when
     build_fn returned one node id, else a list."""
     g, outs, single = build(build_fn, *tensors)
-    f = g.compile(**compile_kw)
+    f = compile_graph(g, **compile_kw)
     res = _call_checked(g, f, outs, tensors)
     return (res[0] if single else res), f
 
@@ -389,7 +407,7 @@ def check(build_fn, *tensors, names=None, rtol=None, atol=None, compile_kw=None)
     for n, o, r in zip(names, outs, refs):  # builder inference vs torch first
         assert (g.dtype(o), tuple(g.shape(o))) == (r.dtype, tuple(r.shape)), \
             f"output {n}: graph infers {g.dtype(o)}{list(g.shape(o))}, torch gives {r.dtype}{list(r.shape)}"
-    f = g.compile(**(compile_kw or {}))
+    f = compile_graph(g, **(compile_kw or {}))
     res = _call_checked(g, f, outs, tensors)
     per = lambda v, i: v[i] if isinstance(v, list) else v  # noqa: E731
     for i, (n, got, r) in enumerate(zip(names, res, refs)):

@@ -120,7 +120,7 @@ def test_options():
     assert all(repr(v) in str(e.value) for v in ("auto", "always", "never", "sometimes"))
     with pytest.raises(TypeError):
         smelt.compile(scaled_sum, options=[("weight_packing", "auto")])
-    assert set(smelt.OPTIONS) == {"weight_packing"}
+    assert set(smelt.OPTIONS) == {"weight_packing", "backend"}
 
 
 @pytest.mark.parametrize("backend", ["inductor", "eager", "aot_eager", lambda gm, inputs: gm])

@@ -1,4 +1,4 @@
-"""The disk cache of compiled code (inductor/cpu/diskcache.c): hits across
+"""The disk cache of compiled code (inductor/diskcache.c): hits across
 processes, damaged entries discarded and rebuilt, unsafe directories refused,
 concurrent writers, LRU eviction at the size bound, bad size bounds,
 stale temporary files, clearing.

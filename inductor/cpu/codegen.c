@@ -15,7 +15,7 @@
  * Values are computed in f32 for f16/bf16, i1 for bool; loads and stores
  * convert from/to the storage type. Transcendentals come from vmath.c.
  */
-#include "../plan.h"
+#include "cpu.h"
 #include "../kix.h"
 #include "jit.h"
 #include "vmath.h"
@@ -1914,7 +1914,7 @@ static int make_jobs(cg_job *jobs, int nt, const int32_t *todo, int n, const siz
 static int load_jobs_locked(smelt_plan *p, cg_state *st, cg_job *jobs, int nj, char *err, size_t errlen)
 {
     for (int t = 0; t < nj; t++) {
-        cpu_blob b = { (uint8_t *)LLVMGetBufferStart(jobs[t].obj), LLVMGetBufferSize(jobs[t].obj) };
+        ind_blob b = { (uint8_t *)LLVMGetBufferStart(jobs[t].obj), LLVMGetBufferSize(jobs[t].obj) };
         cpu_obj *o = cpu_jit_add_objects_locked(&b, 1, err, errlen);
         if (!o)
             return -1;
@@ -2208,15 +2208,15 @@ int cpu_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t er
     return rc;
 }
 
-int cpu_code_export(const smelt_plan *p, cpu_blob **out)
+int cpu_code_export(const smelt_plan *p, ind_blob **out)
 {
     const cg_state *st = p->backend_state;
     int n = 1;
     for (int i = 0; i < st->n; i++) {
-        const cpu_blob *b;
+        const ind_blob *b;
         n += cpu_obj_blobs(st->objs[i], &b);
     }
-    cpu_blob *v = calloc((size_t)n, sizeof *v);
+    ind_blob *v = calloc((size_t)n, sizeof *v);
     if (!v)
         return -1;
     v[0].data = (uint8_t *)st->names;
@@ -2226,7 +2226,7 @@ int cpu_code_export(const smelt_plan *p, cpu_blob **out)
         int dup = 0;
         for (int j = 0; j < i; j++)
             dup |= st->objs[j] == st->objs[i];
-        const cpu_blob *b;
+        const ind_blob *b;
         int m = dup ? 0 : cpu_obj_blobs(st->objs[i], &b);
         for (int k = 0; k < m; k++)
             v[n++] = b[k];
@@ -2236,7 +2236,7 @@ int cpu_code_export(const smelt_plan *p, cpu_blob **out)
 }
 
 /* Reads the kernel names of blob `names` into st; -1 if malformed. */
-static int read_names(cg_state *st, const cpu_blob *names)
+static int read_names(cg_state *st, const ind_blob *names)
 {
     if (names->len != sizeof *st->names * (size_t)st->nnames)
         return -1;
@@ -2247,12 +2247,14 @@ static int read_names(cg_state *st, const cpu_blob *names)
     return 0;
 }
 
-int cpu_code_import(smelt_plan *p, const cpu_blob *names, const cpu_blob *objs, int nobjs, char *err, size_t errlen)
+int cpu_code_import(smelt_plan *p, const ind_blob *blobs, int nblobs, char *err, size_t errlen)
 {
     if (cpu_jit_ready(err, errlen))
         return -1;
     cg_state *st = state_new(p);
-    if (read_names(st, names))
+    const ind_blob *objs = blobs + 1;
+    int nobjs = nblobs - 1;
+    if (nblobs < 1 || read_names(st, &blobs[0]))
         return snprintf(err, errlen, "malformed kernel names"), -1;
     int rc = 0, added = 0;
     cpu_jit_lock();
@@ -2278,12 +2280,12 @@ int cpu_code_import(smelt_plan *p, const cpu_blob *names, const cpu_blob *objs, 
     return rc;
 }
 
-int64_t smelt_plan_code_bytes(const smelt_plan *p)
+int64_t cpu_code_bytes(const smelt_plan *p)
 {
     const cg_state *st = p->backend_state;
     int64_t n = 0;
     for (int i = 0; st && i < st->n; i++) {
-        const cpu_blob *b;
+        const ind_blob *b;
         int nb = cpu_obj_blobs(st->objs[i], &b);
         for (int k = 0; k < nb; k++)
             n += (int64_t)b[k].len;

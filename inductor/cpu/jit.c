@@ -232,7 +232,7 @@ int cpu_jit_trim_bytes(size_t *total)
 
 struct cpu_obj {
     LLVMOrcResourceTrackerRef rt;
-    cpu_blob *blobs;
+    ind_blob *blobs;
     int nblobs;
     int refs;
 };
@@ -339,7 +339,7 @@ static int register_kernel(cpu_obj *o, LLVMBinaryRef bin, const char *name, char
 }
 
 /* Registers the kernels of object b that no live unit provides to o. */
-static int register_kernels(cpu_obj *o, const cpu_blob *b, char *err, size_t errlen)
+static int register_kernels(cpu_obj *o, const ind_blob *b, char *err, size_t errlen)
 {
     char *msg = NULL;
     LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRange((const char *)b->data, b->len, "smelt", 0);
@@ -366,7 +366,7 @@ static int register_kernels(cpu_obj *o, const cpu_blob *b, char *err, size_t err
 static void obj_free_locked(cpu_obj *o);
 
 /* Keeps copies of objs in o. -1 if out of memory. */
-static int keep_blobs(cpu_obj *o, const cpu_blob *objs, int n)
+static int keep_blobs(cpu_obj *o, const ind_blob *objs, int n)
 {
     if (!(o->blobs = calloc((size_t)n + 1, sizeof *o->blobs)))
         return -1;
@@ -378,7 +378,7 @@ static int keep_blobs(cpu_obj *o, const cpu_blob *objs, int n)
     return 0;
 }
 
-cpu_obj *cpu_jit_add_objects_locked(const cpu_blob *objs, int n, char *err, size_t errlen)
+cpu_obj *cpu_jit_add_objects_locked(const ind_blob *objs, int n, char *err, size_t errlen)
 {
     cpu_obj *o = calloc(1, sizeof *o);
     if (!o || keep_blobs(o, objs, n)) {
@@ -418,7 +418,7 @@ int cpu_kcache_find_locked(const char *name, void **fn, void **finish, cpu_obj *
     return 1;
 }
 
-int cpu_obj_blobs(const cpu_obj *o, const cpu_blob **blobs)
+int cpu_obj_blobs(const cpu_obj *o, const ind_blob **blobs)
 {
     *blobs = o->blobs;
     return o->nblobs;

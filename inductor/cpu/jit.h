@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "diskcache.h"   /* cpu_blob: an object file's bytes */
+#include "../diskcache.h"   /* ind_blob: an object file's bytes */
 #include "target.h"      /* the target code is generated for */
 
 /* 0 when the JIT is up (created on first call, after the process target:
@@ -42,12 +42,12 @@ void cpu_jit_lock(void);
 void cpu_jit_unlock(void);
 /* Adds objs[0..n) as one unit (copies kept: cpu_obj_blobs); one reference
  * for the caller, NULL with err on failure (nothing added). */
-cpu_obj *cpu_jit_add_objects_locked(const cpu_blob *objs, int n, char *err, size_t errlen);
+cpu_obj *cpu_jit_add_objects_locked(const ind_blob *objs, int n, char *err, size_t errlen);
 /* 1 with the kernel's entry points and a reference to its unit in *obj if
  * `name` is registered, else 0. */
 int cpu_kcache_find_locked(const char *name, void **fn, void **finish, cpu_obj **obj);
 /* The unit's object files (valid while a reference is held). */
-int cpu_obj_blobs(const cpu_obj *o, const cpu_blob **blobs);
+int cpu_obj_blobs(const cpu_obj *o, const ind_blob **blobs);
 /* Drops one reference (takes the lock); the last frees the code. */
 void cpu_obj_release(cpu_obj *o);
 

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 # SMELT_LOGS channels; each logs to the `smelt.<channel>` logger.
 LOG_CHANNELS = ("graph", "guards", "recompiles", "graph_breaks",
-                "output_code", "asm", "cache", "perf", "aot", "dynamic")
+                "output_code", "asm", "cache", "perf", "aot", "dynamic", "backend")
 
 
 def _configure_logging(spec):

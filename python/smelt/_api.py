@@ -30,7 +30,7 @@ from . import _C
 MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 # Known `options` keys and the values each accepts.
-OPTIONS = {"weight_packing": ("auto", "always", "never")}
+OPTIONS = {"weight_packing": ("auto", "always", "never"), "backend": ("cpu", "spirv")}
 
 
 class CompileArgumentError(ValueError, RuntimeError):
@@ -172,7 +172,7 @@ def _function(fn, settings):
     """fn's CompiledFunction, kept for reset()."""
     cf = _C.CompiledFunction(fn, fullgraph=settings.fullgraph,
                              weight_packing=(settings.options or {}).get("weight_packing", "auto"),
-                             dynamic=settings.dynamic)
+                             dynamic=settings.dynamic, backend=(settings.options or {}).get("backend"))
     _live[cf] = settings
     return cf
 

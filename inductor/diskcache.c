@@ -64,7 +64,7 @@ static struct {
     char init_warn[200];          /* a warning from dc_init, or "" */
     atomic_uint tmp_counter;
     _Atomic int64_t hits, misses, writes, evictions, corrupt;
-    _Atomic(cpu_dcache_log_fn) log;
+    _Atomic(ind_dcache_log_fn) log;
     int64_t max_bytes;
     /* The directory's size as this process last scanned it plus what it
      * wrote since (-1: not scanned yet): a write scans the directory (and
@@ -80,12 +80,12 @@ static pthread_once_t dc_once = PTHREAD_ONCE_INIT;
 /* ------------------------------------------------------------------ */
 /* logging                                                            */
 
-void cpu_dcache_set_log(cpu_dcache_log_fn fn) { atomic_store(&dc.log, fn); }
+void ind_dcache_set_log(ind_dcache_log_fn fn) { atomic_store(&dc.log, fn); }
 
 /* Formats a line for the log hook (warning: 1 for the "unsafe" warning). */
 static void dc_log(int warning, const char *fmt, ...)
 {
-    cpu_dcache_log_fn fn = atomic_load(&dc.log);
+    ind_dcache_log_fn fn = atomic_load(&dc.log);
     if (!fn)
         return;
     char line[1536];
@@ -96,7 +96,7 @@ static void dc_log(int warning, const char *fmt, ...)
     fn(warning, line);
 }
 
-void cpu_dcache_note(const char *line) { dc_log(0, "%s", line); }
+void ind_dcache_note(const char *line) { dc_log(0, "%s", line); }
 
 /* Turns the cache off for the process, warning (once) why. */
 static void dc_off(const char *what)
@@ -319,7 +319,7 @@ static int dc_dir(void)
 
 /* The entry file for blobs under key (DC_HEADER layout); malloc'd, its
  * length in *len; NULL if out of memory or too large. */
-static uint8_t *dc_encode(const uint8_t *key, size_t keylen, const cpu_blob *blobs, int nblobs, size_t *len)
+static uint8_t *dc_encode(const uint8_t *key, size_t keylen, const ind_blob *blobs, int nblobs, size_t *len)
 {
     size_t n = DC_HEADER + keylen + 8 * (size_t)nblobs;
     for (int b = 0; b < nblobs; b++)
@@ -363,7 +363,7 @@ static const char *dc_check(const uint8_t *buf, size_t n, const uint8_t *key, si
 
 /* The blobs of a checked entry (buf, n): 0 and malloc'd blobs, or what is
  * wrong with the blob table. */
-static const char *dc_decode(const uint8_t *buf, size_t n, size_t keylen, cpu_blob **blobs, int *nblobs)
+static const char *dc_decode(const uint8_t *buf, size_t n, size_t keylen, ind_blob **blobs, int *nblobs)
 {
     uint32_t nb = get32(buf + 12);
     size_t tab = DC_HEADER + keylen, off = tab + 8 * (size_t)nb;
@@ -377,14 +377,14 @@ static const char *dc_decode(const uint8_t *buf, size_t n, size_t keylen, cpu_bl
     }
     if (off != n)
         return "bad blob table";
-    cpu_blob *out = calloc(nb + 1, sizeof *out);
+    ind_blob *out = calloc(nb + 1, sizeof *out);
     if (!out)
         return "out of memory";
     off = tab + 8 * (size_t)nb;
     for (uint32_t b = 0; b < nb; b++) {
         out[b].len = get64(buf + tab + 8 * b);
         if (!(out[b].data = malloc(out[b].len + 1))) {
-            cpu_dcache_free(out, (int)b);
+            ind_dcache_free(out, (int)b);
             return "out of memory";
         }
         memcpy(out[b].data, buf + off, out[b].len);
@@ -439,7 +439,7 @@ static void dc_discard(int dfd, const char *name, const struct stat *st, const c
  * (*n: the file's length), or what is wrong with it (then it is discarded
  * unless it could not be examined). */
 static const char *dc_load(int dfd, int fd, const char *name, const uint8_t *key, size_t keylen,
-                           cpu_blob **blobs, int *nblobs, size_t *n)
+                           ind_blob **blobs, int *nblobs, size_t *n)
 {
     struct stat st;
     uint8_t *buf = NULL;
@@ -456,7 +456,7 @@ static const char *dc_load(int dfd, int fd, const char *name, const uint8_t *key
     return why;
 }
 
-int cpu_dcache_get(const uint8_t *key, size_t keylen, cpu_blob **blobs, int *nblobs)
+int ind_dcache_get(const uint8_t *key, size_t keylen, ind_blob **blobs, int *nblobs)
 {
     char name[DC_NAME_LEN + 1];
     const char *why = "absent";
@@ -486,7 +486,7 @@ int cpu_dcache_get(const uint8_t *key, size_t keylen, cpu_blob **blobs, int *nbl
     return why != NULL;
 }
 
-void cpu_dcache_free(cpu_blob *blobs, int nblobs)
+void ind_dcache_free(ind_blob *blobs, int nblobs)
 {
     for (int i = 0; blobs && i < nblobs; i++)
         free(blobs[i].data);
@@ -526,7 +526,7 @@ static int dc_write_all(int fd, const uint8_t *buf, size_t n)
 
 static void dc_evict(int dfd);
 
-void cpu_dcache_put(const uint8_t *key, size_t keylen, const cpu_blob *blobs, int nblobs)
+void ind_dcache_put(const uint8_t *key, size_t keylen, const ind_blob *blobs, int nblobs)
 {
     char name[DC_NAME_LEN + 1], tmp[64];
     size_t n = 0;
@@ -683,7 +683,7 @@ static void dc_evict(int dfd)
            (long long)keep);
 }
 
-void cpu_dcache_clear(void)
+void ind_dcache_clear(void)
 {
     dc_file *f = NULL;
     int n = 0, stale = 0, dfd = dc_dir();
@@ -698,7 +698,7 @@ void cpu_dcache_clear(void)
     dc_log(0, "disk cache: cleared %d entries (%lld bytes)", n, (long long)total);
 }
 
-void cpu_dcache_info(cpu_dcache_stats *out)
+void ind_dcache_info(ind_dcache_stats *out)
 {
     dc_file *f = NULL;
     int n = 0, stale = 0, dfd = dc_dir();

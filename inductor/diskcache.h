@@ -29,44 +29,44 @@
  * All functions are thread-safe and never raise: failures are misses (and,
  * for the unexpected ones, a log line).
  */
-#ifndef SMELT_CPU_DISKCACHE_H
-#define SMELT_CPU_DISKCACHE_H
+#ifndef SMELT_DISKCACHE_H
+#define SMELT_DISKCACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct cpu_blob {
+typedef struct ind_blob {
     uint8_t *data;
     size_t len;
-} cpu_blob;
+} ind_blob;
 
-/* 0 and *blobs (malloc'd; free with cpu_dcache_free) on a hit; 1 on a miss
+/* 0 and *blobs (malloc'd; free with ind_dcache_free) on a hit; 1 on a miss
  * or when the cache is off. */
-int cpu_dcache_get(const uint8_t *key, size_t keylen, cpu_blob **blobs, int *nblobs);
-void cpu_dcache_free(cpu_blob *blobs, int nblobs);
+int ind_dcache_get(const uint8_t *key, size_t keylen, ind_blob **blobs, int *nblobs);
+void ind_dcache_free(ind_blob *blobs, int nblobs);
 
 /* Stores blobs under key (replacing an entry with that key). */
-void cpu_dcache_put(const uint8_t *key, size_t keylen, const cpu_blob *blobs, int nblobs);
+void ind_dcache_put(const uint8_t *key, size_t keylen, const ind_blob *blobs, int nblobs);
 
 /* Statistics since the process started, and the directory's contents. */
-typedef struct cpu_dcache_stats {
+typedef struct ind_dcache_stats {
     int64_t hits, misses, writes, evictions, corrupt;
     int64_t entries, bytes;   /* on disk now */
     int enabled;              /* 0 when off (unsafe directory, disabled) */
     char dir[1024];
-} cpu_dcache_stats;
-void cpu_dcache_info(cpu_dcache_stats *out);
+} ind_dcache_stats;
+void ind_dcache_info(ind_dcache_stats *out);
 
 /* Deletes every entry and stale temporary file (never a write in
  * progress), resets nothing else. */
-void cpu_dcache_clear(void);
+void ind_dcache_clear(void);
 
 /* Where log lines go (category "cache": hits and misses with their key
  * hash; "warning": the directory is unsafe, SMELT_CACHE_MAX_MB is not a
  * positive number). NULL: nowhere. Set by the Python extension at import. */
-typedef void (*cpu_dcache_log_fn)(int warning, const char *line);
-void cpu_dcache_set_log(cpu_dcache_log_fn fn);
+typedef void (*ind_dcache_log_fn)(int warning, const char *line);
+void ind_dcache_set_log(ind_dcache_log_fn fn);
 /* Hands a "cache" line (not a warning) to the log hook. */
-void cpu_dcache_note(const char *line);
+void ind_dcache_note(const char *line);
 
 #endif
