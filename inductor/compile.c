@@ -50,7 +50,7 @@ static smelt_plan *finish(smelt_plan *p, char *err, size_t errlen)
 }
 
 /* be, or the CPU's back end when be cannot compile one of p's kernels
- * (the reason logged on the backend channel). */
+ * (the reason warned: a RuntimeWarning). */
 static const ind_backend *supported(const ind_backend *be, const smelt_plan *p)
 {
     char why[256], line[400];
@@ -58,7 +58,7 @@ static const ind_backend *supported(const ind_backend *be, const smelt_plan *p)
         if (!be->supports(p, &p->kernels[k], why, sizeof why)) {
             snprintf(line, sizeof line, "backend %s: kernel %d not supported (%s): this plan runs on the CPU",
                      be->name, (int)k, why);
-            ind_backend_note(0, line);
+            ind_backend_note(1, line);
             return &ind_backend_cpu;
         }
     return be;

@@ -204,6 +204,24 @@ static void backend_log(int warning, const char *line)
     PyGILState_Release(gs);
 }
 
+/* backend_available(name): (True, "") or (False, why). */
+static PyObject *backend_available(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    const char *name = PyUnicode_Check(arg) ? PyUnicode_AsUTF8(arg) : NULL;
+    if (!name)
+        return PyErr_Format(PyExc_TypeError, "backend_available: expected a back end name");
+    const ind_backend *be = ind_backend_named(name);
+    if (!be)
+        return PyErr_Format(PyExc_ValueError, "backend_available: no back end is named '%s' (known: cpu, spirv)", name);
+    char why[512] = "";
+    int ok;
+    Py_BEGIN_ALLOW_THREADS
+    ok = be->available(why, sizeof why);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(Os)", ok ? Py_True : Py_False, ok ? "" : why);
+}
+
 static PyObject *meta_runs(PyObject *m, PyObject *unused)
 {
     (void)m;
@@ -212,6 +230,9 @@ static PyObject *meta_runs(PyObject *m, PyObject *unused)
 }
 
 static PyMethodDef module_methods[] = {
+    {"backend_available", backend_available, METH_O,
+     "backend_available(name)\n--\n\n(True, '') if back end `name` ('cpu', 'spirv') can run code in this "
+     "process, else (False, the reason)."},
     {"_meta_runs", meta_runs, METH_NOARGS,
      "_meta_runs()\n--\n\nHost calls whose results were inferred by running them on meta tensors (not by "
      "smelt's shape rules) in this process."},

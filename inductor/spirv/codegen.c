@@ -52,6 +52,8 @@ typedef struct sg {
     uint32_t lane;            /* this lane (i64), L > 1 */
     uint32_t tv, tb, t8, t16, t32, t64, th, tf, td;
     uint32_t half_tmp;        /* a Function half variable (round_to), 0 until needed */
+    uint32_t scratch;         /* split kernels: the partials parameter */
+    uint32_t split_lo, split_len;   /* split kernels' partials: this chunk of split_var (else 0) */
     uint32_t builtins[3];     /* WorkgroupId, LocalInvocationId, GlobalInvocationId variables */
     uint32_t *iface;          /* entry point interface (Input builtins) */
     int niface;
@@ -766,6 +768,7 @@ static void arg_combine(sg *g, smelt_op op, smelt_dtype dt, uint32_t *a, uint32_
 
 typedef struct acc {
     uint32_t val, idx;   /* Function variables (idx: argmax/argmin) */
+    uint32_t comp;       /* floating-point sums: Kahan's compensation (a lane may add millions of terms) */
     smelt_dtype dt;
 } acc;
 
@@ -789,14 +792,21 @@ static void loop_row(sg *g, body_fn body, const kitem *it, void *ctx)
     const kir_kernel *k = g->k;
     int64_t n;
     red_count(k, &n);
+    int sv = g->split_len ? k->split_var : -1;   /* a split kernel's chunk: [split_lo, + split_len) */
+    uint32_t end = c64(g, n);
+    if (sv >= 0)
+        end = ar(g, SpvOpIMul, c64(g, n / k->size[sv]), g->split_len);
     loop l;
-    uint32_t r = loop_begin(g, &l, g->L > 1 ? g->lane : c64(g, 0), c64(g, n), c64(g, g->L));
+    uint32_t r = loop_begin(g, &l, g->L > 1 ? g->lane : c64(g, 0), end, c64(g, g->L));
     uint32_t rem = r;
     for (int v = k->nvars - 1; v >= 0; v--) {
         if (!(k->rmask >> v & 1))
             continue;
-        g->var[v] = ar(g, SpvOpUMod, rem, c64(g, k->size[v]));
-        rem = ar(g, SpvOpUDiv, rem, c64(g, k->size[v]));
+        uint32_t size = v == sv ? g->split_len : c64(g, k->size[v]);
+        g->var[v] = ar(g, SpvOpUMod, rem, size);
+        if (v == sv)
+            g->var[v] = ar(g, SpvOpIAdd, g->var[v], g->split_lo);
+        rem = ar(g, SpvOpUDiv, rem, size);
     }
     body(g, it, ctx, r);
     loop_end(g, &l);
@@ -820,6 +830,12 @@ static void body_reduce(sg *g, const kitem *it, void *ctx, uint32_t flat)
         uint32_t ci = load(g, g->t64, a->idx);
         arg_combine(g, op, a->dt, &cur, &ci, v, flat);
         store(g, a->idx, ci);
+    } else if (a->comp) {   /* t = cur + (v - c); c = (t - cur) - (v - c), 0 once infinite or NaN */
+        uint32_t y = ar(g, SpvOpFSub, v, load(g, t, a->comp));
+        uint32_t sum = ar(g, SpvOpFAdd, cur, y);
+        uint32_t c = ar(g, SpvOpFSub, ar(g, SpvOpFSub, sum, cur), y);
+        store(g, a->comp, sel(g, op1(g, SpvOpIsNan, g->tb, c), cfp(g, t, 0), c));
+        cur = sum;
     } else {
         cur = red_combine(g, op, a->dt, cur, v);
     }
@@ -896,12 +912,18 @@ static uint32_t emit_reduce(sg *g, const kitem *it)
     uint32_t t = ctype(g, a.dt);
     a.val = fvar(g, t);
     store(g, a.val, red_init(g, op, a.dt));
-    a.idx = 0;
+    a.idx = a.comp = 0;
+    if (op == SMELT_OP_SUM && is_fp(a.dt)) {
+        a.comp = fvar(g, t);
+        store(g, a.comp, cfp(g, t, 0));
+    }
     if (is_arg(op)) {
         a.idx = fvar(g, g->t64);
         store(g, a.idx, c64(g, INT64_MAX));
     }
     loop_row(g, body_reduce, it, &a);
+    if (a.comp)   /* the compensation folded in */
+        store(g, a.val, ar(g, SpvOpFSub, load(g, t, a.val), load(g, t, a.comp)));
     if (g->L > 1)
         group_combine(g, it, &a);
     g->epoch++;
@@ -1008,29 +1030,124 @@ static void emit_kernel_body(sg *g)
     if_end(g, join);
 }
 
+/* ---------- split kernels ---------- */
+
+/* The kernel's single REDUCE item. */
+static const kitem *the_reduce(const kir_kernel *k)
+{
+    for (int i = 0; i < k->nitems; i++)
+        if (k->items[i].kind == KI_REDUCE)
+            return &k->items[i];
+    abort();   /* (lower.c splits only kernels with one) */
+}
+
+/* The type of a split kernel's partials: its accumulator's (bools as bytes). */
+static uint32_t scratch_type(sg *g)
+{
+    smelt_dtype dt = (smelt_dtype)the_reduce(g->k)->acc_dtype;
+    return dt == SMELT_BOOL ? T8(g) : ctype(g, dt);
+}
+
+static uint32_t scratch_ptr(sg *g, uint32_t i)
+{
+    return op2(g, SpvOpPtrAccessChain, spv_t_ptr(g->m, SpvScCrossWorkgroup, scratch_type(g)), g->scratch, i);
+}
+
+/* Partials: work-group w reduces chunk w % split of outer point
+ * w / split (split_var's range cut in split equal chunks); lane 0 writes
+ * the partial to scratch[w]. */
+static void emit_split_body(sg *g)
+{
+    const kir_kernel *k = g->k;
+    g->L = spv_kernel_lanes(k) > 1 ? spv_kernel_lanes(k) : SPV_LOCAL;
+    for (int v = 0; v < k->nvars; v++)
+        g->var[v] = c64(g, 0);
+    int64_t S = k->split, n = k->size[k->split_var], c = (n + S - 1) / S;
+    g->lane = builtin(g, SpvBuiltInLocalInvocationId);
+    uint32_t w = builtin(g, SpvBuiltInWorkgroupId);
+    decode_outer(g, ar(g, SpvOpUDiv, w, c64(g, S)));
+    uint32_t lo = ar(g, SpvOpIMul, ar(g, SpvOpUMod, w, c64(g, S)), c64(g, c));
+    uint32_t hi = ar(g, SpvOpIAdd, lo, c64(g, c));
+    hi = sel(g, cmp(g, SpvOpSLessThan, hi, c64(g, n)), hi, c64(g, n));
+    lo = sel(g, cmp(g, SpvOpSLessThan, lo, c64(g, n)), lo, c64(g, n));
+    g->split_lo = lo;
+    g->split_len = ar(g, SpvOpISub, hi, lo);
+    const kitem *it = the_reduce(k);
+    uint32_t v = emit_reduce(g, it);
+    uint32_t join = if_begin(g, cmp(g, SpvOpIEqual, g->lane, c64(g, 0)));
+    if (it->acc_dtype == SMELT_BOOL)
+        v = sel(g, v, spv_c_int(g->m, T8(g), 8, 1), spv_c_int(g->m, T8(g), 8, 0));
+    store(g, scratch_ptr(g, w), v);
+    if_end(g, join);
+}
+
+/* Finish: a work-item per outer point combines its partials in chunk
+ * order (float32 sums in float64, as the CPU's), then runs the ROWSTOREs. */
+static void emit_finish_body(sg *g)
+{
+    const kir_kernel *k = g->k;
+    const kitem *it = the_reduce(k);
+    smelt_op op = (smelt_op)it->rop;
+    smelt_dtype adt = (smelt_dtype)it->acc_dtype;
+    smelt_dtype cdt = op == SMELT_OP_SUM && adt == SMELT_F32 ? SMELT_F64 : adt;
+    g->L = 1;
+    for (int v = 0; v < k->nvars; v++)
+        g->var[v] = c64(g, 0);
+    uint32_t gid = builtin(g, SpvBuiltInGlobalInvocationId);
+    uint32_t join = if_begin(g, cmp(g, SpvOpSLessThan, gid, c64(g, spv_outer_points(k))));
+    decode_outer(g, gid);
+    uint32_t acc = fvar(g, ctype(g, cdt));
+    store(g, acc, red_init(g, op, cdt));
+    loop l;
+    uint32_t c = loop_begin(g, &l, c64(g, 0), c64(g, k->split), c64(g, 1));
+    uint32_t pv = load(g, scratch_type(g), scratch_ptr(g, ar(g, SpvOpIAdd, ar(g, SpvOpIMul, gid, c64(g, k->split)), c)));
+    if (adt == SMELT_BOOL)
+        pv = cmp(g, SpvOpINotEqual, pv, spv_c_int(g->m, T8(g), 8, 0));
+    store(g, acc, red_combine(g, op, cdt, load(g, ctype(g, cdt), acc), conv(g, pv, adt, cdt)));
+    loop_end(g, &l);
+    decode_outer(g, gid);
+    g->phase[0] = conv(g, load(g, ctype(g, cdt), acc), cdt, adt);
+    g->epoch++;
+    for (int i = 0; i < k->nitems; i++)
+        if (k->items[i].kind == KI_ROWSTORE)
+            body_store(g, &k->items[i], NULL, 0);
+    if_end(g, join);
+}
+
+/* 1 the first time flag f[i] is tested, then 0. */
+static int first(uint8_t *f, int32_t i)
+{
+    if (f[i])
+        return 0;
+    f[i] = 1;
+    return 1;
+}
+
 /* The plan buffers kernel k touches, in first-use order: its slots. */
 static int32_t collect_slots(const smelt_plan *p, const kir_kernel *k, int32_t *slots)
 {
-    int32_t n = 0;
-    uint8_t *seen = calloc((size_t)p->nbufs + 1, 1);
-    int32_t *stack = malloc(sizeof(int32_t) * ((size_t)p->pool.nex + 1));
-    if (!seen || !stack)
+    int32_t n = 0, nex = p->pool.nex;
+    uint8_t *seen = calloc((size_t)p->nbufs + 1, 1), *visited = calloc((size_t)nex + 1, 1);
+    int32_t *stack = malloc(sizeof(int32_t) * ((size_t)nex + 1));
+    if (!seen || !visited || !stack)
         abort();
     for (int i = 0; i < k->nitems; i++) {
         int32_t sp = 0;
-        stack[sp++] = k->items[i].value;
-        while (sp) {
+        if (first(visited, k->items[i].value))
+            stack[sp++] = k->items[i].value;
+        while (sp) {   /* each expression pushed once: sp <= nex */
             const kexpr *x = &p->pool.ex[stack[--sp]];
-            if ((x->op == KE_LOAD || x->op == KE_GATHER) && !seen[x->buf]++)
+            if ((x->op == KE_LOAD || x->op == KE_GATHER) && first(seen, x->buf))
                 slots[n++] = x->buf;
             for (int s = 0; s < 3; s++)
-                if ((x->op == KE_OP || x->op == KE_GATHER) && x->src[s] >= 0 && sp < p->pool.nex)
+                if ((x->op == KE_OP || x->op == KE_GATHER) && x->src[s] >= 0 && first(visited, x->src[s]))
                     stack[sp++] = x->src[s];
         }
-        if (k->items[i].kind != KI_REDUCE && !seen[k->items[i].buf]++)
+        if (k->items[i].kind != KI_REDUCE && first(seen, k->items[i].buf))
             slots[n++] = k->items[i].buf;
     }
     free(seen);
+    free(visited);
     free(stack);
     return n;
 }
@@ -1044,24 +1161,36 @@ static void init_types(sg *g)
 }
 
 /* Emits kernel kn of p as entry point "k<kn>"; its slots in code. */
-static void emit_kernel(sg *g, int32_t kn, plan_kernel_code *code)
+/* Declares entry point `name` for function fn with the built-ins it read. */
+static void entry_point(sg *g, uint32_t fn, const char *name)
+{
+    size_t sw = strlen(name) / 4 + 1;
+    uint32_t *words = calloc(2 + sw + (size_t)g->niface, sizeof *words);
+    if (!words)
+        abort();
+    words[0] = SpvExecModelKernel, words[1] = fn;
+    memcpy(words + 2, name, strlen(name));
+    memcpy(words + 2 + sw, g->iface, sizeof(uint32_t) * (size_t)g->niface);
+    spv_ins(&g->m->entries, SpvOpEntryPoint, words, 2 + sw + (size_t)g->niface);
+    free(words);
+    spv_name(g->m, fn, name);
+}
+
+/* Kernel function `name` over the current kernel's slots (then the flag,
+ * then for split kernels the partials): body(g) fills it. */
+static void emit_function(sg *g, const plan_kernel_code *code, const char *name, void (*body)(sg *g))
 {
     const smelt_plan *p = g->p;
-    g->k = &p->kernels[kn];
-    code->slots = malloc(sizeof(int32_t) * ((size_t)p->nbufs + 1));
-    if (!code->slots)
-        abort();
-    code->nslots = collect_slots(p, g->k, code->slots);
-    uint32_t *pv = malloc(sizeof(uint32_t) * ((size_t)code->nslots + 1));
-    int np = code->nslots + 1;
-    uint32_t *ptys = malloc(sizeof(uint32_t) * (size_t)np);
+    int split = g->k->split > 1, np = code->nslots + 1 + split;
+    uint32_t *pv = malloc(sizeof(uint32_t) * (size_t)np), *ptys = malloc(sizeof(uint32_t) * (size_t)np);
     if (!pv || !ptys)
         abort();
     for (int32_t i = 0; i < code->nslots; i++)
         ptys[i] = spv_t_ptr(g->m, SpvScCrossWorkgroup, stype(g, p->bufs[code->slots[i]].dtype));
     ptys[code->nslots] = spv_t_ptr(g->m, SpvScCrossWorkgroup, g->t32);
-    uint32_t fty = spv_t_fn(g->m, g->tv, ptys, np);
-    uint32_t fn = spv_id(g->m);
+    if (split)
+        ptys[code->nslots + 1] = spv_t_ptr(g->m, SpvScCrossWorkgroup, scratch_type(g));
+    uint32_t fty = spv_t_fn(g->m, g->tv, ptys, np), fn = spv_id(g->m);
     spv_buf head = { 0 };
     spv_ins(&head, SpvOpFunction, (uint32_t[]){ g->tv, fn, 0, fty }, 4);
     memset(g->arg, 0, sizeof(uint32_t) * (size_t)p->nbufs);
@@ -1073,37 +1202,52 @@ static void emit_kernel(sg *g, int32_t kn, plan_kernel_code *code)
             g->arg[code->slots[i]] = pv[i];
     }
     g->flag = pv[code->nslots];
+    g->scratch = split ? pv[code->nslots + 1] : 0;
     uint32_t first = spv_id(g->m);
     spv_ins(&head, SpvOpLabel, &first, 1);
     g->body.n = g->vars.n = 0;
     g->niface = 0;
     g->half_tmp = 0;
+    g->split_lo = g->split_len = 0;
     g->epoch++;
-    emit_kernel_body(g);
+    body(g);
     spv_ins(&g->body, SpvOpReturn, NULL, 0);
     spv_ins(&g->body, SpvOpFunctionEnd, NULL, 0);
     spv_append(&g->m->funcs, &head);
     spv_append(&g->m->funcs, &g->vars);
     spv_append(&g->m->funcs, &g->body);
     free(head.w);
-    char name[24];
-    snprintf(name, sizeof name, "k%d", (int)kn);
-    spv_buf *eb = &g->m->entries;
-    size_t sw = strlen(name) / 4 + 1;
-    uint32_t *words = calloc(2 + sw + (size_t)g->niface, sizeof *words);
-    if (!words)
-        abort();
-    words[0] = SpvExecModelKernel, words[1] = fn;
-    memcpy(words + 2, name, strlen(name));
-    memcpy(words + 2 + sw, g->iface, sizeof(uint32_t) * (size_t)g->niface);
-    spv_ins(eb, SpvOpEntryPoint, words, 2 + sw + (size_t)g->niface);
-    free(words);
-    spv_name(g->m, fn, name);
-    code->grain = g->L > 1 ? g->L : SPV_LOCAL;
-    int64_t n = spv_outer_points(g->k);
-    code->nitems = g->L > 1 ? n : (n + SPV_LOCAL - 1) / SPV_LOCAL;
+    entry_point(g, fn, name);
     free(pv);
     free(ptys);
+}
+
+/* Emits kernel kn of p: entry point "k<kn>" (split kernels: its partials,
+ * and "f<kn>" combining them); its slots and launch shape in code. */
+static void emit_kernel(sg *g, int32_t kn, plan_kernel_code *code)
+{
+    const smelt_plan *p = g->p;
+    g->k = &p->kernels[kn];
+    code->slots = malloc(sizeof(int32_t) * ((size_t)p->nbufs + 1));
+    if (!code->slots)
+        abort();
+    code->nslots = collect_slots(p, g->k, code->slots);
+    char name[24];
+    snprintf(name, sizeof name, "k%d", (int)kn);
+    int64_t n = spv_outer_points(g->k);
+    if (g->k->split > 1) {
+        emit_function(g, code, name, emit_split_body);
+        name[0] = 'f';
+        emit_function(g, code, name, emit_finish_body);
+        code->nitems = n * g->k->split;
+        code->grain = spv_kernel_lanes(g->k) > 1 ? spv_kernel_lanes(g->k) : SPV_LOCAL;
+        code->nfinish = (n + SPV_LOCAL - 1) / SPV_LOCAL;
+        code->scratch_bytes = code->nitems * 8;
+        return;
+    }
+    emit_function(g, code, name, emit_kernel_body);
+    code->grain = g->L > 1 ? g->L : SPV_LOCAL;
+    code->nitems = g->L > 1 ? n : (n + SPV_LOCAL - 1) / SPV_LOCAL;
 }
 
 uint32_t *spv_codegen_module(smelt_plan *p, size_t *nwords)

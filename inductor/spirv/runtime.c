@@ -37,6 +37,7 @@ typedef struct spv_state {
     kern_cl_program *clp;
     kern_ze_module *zem;
     void **kern;             /* per kernel: kern_cl_kernel * or kern_ze_kernel * */
+    void **fin;              /* per split kernel: its finish ("f<i>"), else NULL */
     size_t *extent;          /* per plan buffer: bytes a kernel may touch (SIZE_MAX: unknown) */
 } spv_state;
 
@@ -200,6 +201,21 @@ static void extents(const smelt_plan *p, size_t *ext)
     }
 }
 
+/* Entry point "<c><k>" of st's module, or NULL with err. */
+static void *entry(spv_state *st, char c, int32_t k, char *err, size_t errlen)
+{
+    char name[24];
+    snprintf(name, sizeof name, "%c%d", c, (int)k);
+    return st->ze ? (void *)kern_ze_kernel_new(st->zem, name, err, errlen)
+                  : (void *)kern_cl_kernel_new(st->clp, name, err, errlen);
+}
+
+static void entry_free(const spv_state *st, void *k)
+{
+    if (k)
+        st->ze ? kern_ze_kernel_free(k) : kern_cl_kernel_free(k);
+}
+
 /* Builds st's module for its launcher and takes every kernel's entry point. */
 static int load(smelt_plan *p, spv_state *st, char *err, size_t errlen)
 {
@@ -217,18 +233,16 @@ static int load(smelt_plan *p, spv_state *st, char *err, size_t errlen)
                : !(st->clp = kern_cl_program_new(st->words, nb, err, errlen)))
         return -1;
     st->kern = calloc((size_t)p->nkernels + 1, sizeof *st->kern);
+    st->fin = calloc((size_t)p->nkernels + 1, sizeof *st->fin);
     st->extent = malloc(sizeof(size_t) * ((size_t)p->nbufs + 1));
-    if (!st->kern || !st->extent)
+    if (!st->kern || !st->fin || !st->extent)
         return snprintf(err, errlen, "out of memory"), -1;
     extents(p, st->extent);
     for (int32_t k = 0; k < p->nkernels; k++) {
-        char name[24];
-        snprintf(name, sizeof name, "k%d", (int)k);
-        st->kern[k] = st->ze ? (void *)kern_ze_kernel_new(st->zem, name, err, errlen)
-                             : (void *)kern_cl_kernel_new(st->clp, name, err, errlen);
-        if (!st->kern[k])
-            return -1;
         p->code[k].same_as = -1;
+        if (!(st->kern[k] = entry(st, 'k', k, err, errlen)) ||
+            (p->code[k].nfinish && !(st->fin[k] = entry(st, 'f', k, err, errlen))))
+            return -1;
     }
     return 0;
 }
@@ -310,23 +324,44 @@ static int spv_import(smelt_plan *p, const ind_blob *blobs, int nblobs, char *er
     return load(p, st, err, errlen);
 }
 
+/* Runs one entry point over n work-groups of `local` items: args kb[0..nargs). */
+static int run(const spv_state *st, void *k, const plan_kernel_code *c, void **kb, int nargs, int64_t n, int64_t local,
+               char *err, size_t errlen)
+{
+    if (st->ze)
+        return kern_ze_launch(k, nargs, kb, n, local, err, errlen);
+    size_t small[66], *nbytes = c->nslots < 64 ? small : malloc(sizeof(size_t) * ((size_t)c->nslots + 2));
+    if (!nbytes)
+        return snprintf(err, errlen, "out of memory"), -1;
+    for (int32_t i = 0; i < c->nslots; i++)
+        nbytes[i] = st->extent[c->slots[i]];
+    nbytes[c->nslots] = sizeof(int32_t);
+    nbytes[c->nslots + 1] = (size_t)c->scratch_bytes;
+    int rc = kern_cl_launch(k, nargs, kb, nbytes, n, local, err, errlen);
+    if (nbytes != small)
+        free(nbytes);
+    return rc;
+}
+
+/* A kernel; a split one's partials into a scratch block (kb[nslots + 1]),
+ * then its finish. */
 static int spv_launch(const smelt_plan *p, int32_t kernel, void **kb, char *err, size_t errlen)
 {
     const spv_state *st = p->backend_state;
     const plan_kernel_code *c = &p->code[kernel];
     if (c->nitems <= 0)
         return 0;
-    if (st->ze)
-        return kern_ze_launch(st->kern[kernel], c->nslots + 1, kb, c->nitems, c->grain, err, errlen);
-    size_t small[65], *nbytes = c->nslots < 64 ? small : malloc(sizeof(size_t) * ((size_t)c->nslots + 1));
-    if (!nbytes)
-        return snprintf(err, errlen, "out of memory"), -1;
-    for (int32_t i = 0; i < c->nslots; i++)
-        nbytes[i] = st->extent[c->slots[i]];
-    nbytes[c->nslots] = sizeof(int32_t);
-    int rc = kern_cl_launch(st->kern[kernel], c->nslots + 1, kb, nbytes, c->nitems, c->grain, err, errlen);
-    if (nbytes != small)
-        free(nbytes);
+    if (!c->nfinish)
+        return run(st, st->kern[kernel], c, kb, c->nslots + 1, c->nitems, c->grain, err, errlen);
+    void *scratch = st->ze ? kern_ze_alloc_shared((size_t)c->scratch_bytes, err, errlen) : malloc((size_t)c->scratch_bytes);
+    if (!scratch)
+        return st->ze ? -1 : (snprintf(err, errlen, "out of memory"), -1);
+    kb[c->nslots + 1] = scratch;
+    int rc = run(st, st->kern[kernel], c, kb, c->nslots + 2, c->nitems, c->grain, err, errlen);
+    if (!rc)
+        rc = run(st, st->fin[kernel], c, kb, c->nslots + 2, c->nfinish, SPV_LOCAL, err, errlen);
+    st->ze ? kern_ze_free(scratch) : free(scratch);
+    kb[c->nslots + 1] = NULL;
     return rc;
 }
 
@@ -335,9 +370,11 @@ static void spv_release(smelt_plan *p)
     spv_state *st = p->backend_state;
     if (!st)
         return;
-    for (int32_t k = 0; st->kern && k < p->nkernels; k++)
-        if (st->kern[k])
-            st->ze ? kern_ze_kernel_free(st->kern[k]) : kern_cl_kernel_free(st->kern[k]);
+    for (int32_t k = 0; st->kern && k < p->nkernels; k++) {
+        entry_free(st, st->kern[k]);
+        entry_free(st, st->fin ? st->fin[k] : NULL);
+    }
+    free(st->fin);
     if (st->clp)
         kern_cl_program_free(st->clp);
     if (st->zem)
