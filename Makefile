@@ -50,6 +50,7 @@ bench:
 	echo '$(PYTHON) benchmarks/vmath_bench.py'; $(PYTHON) benchmarks/vmath_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/train_bench.py'; $(PYTHON) benchmarks/train_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/dynamic_bench.py'; $(PYTHON) benchmarks/dynamic_bench.py || s=1; \
+	echo '$(PYTHON) benchmarks/spirv_bench.py'; $(PYTHON) benchmarks/spirv_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/opinfo_report.py -q'; $(PYTHON) benchmarks/opinfo_report.py -q || s=1; exit $$s
 
 # ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next

@@ -91,7 +91,19 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
         for (int32_t s = 0; s < p->nsteps; s++)
             p->steps[s].backend = p->steps[s].kind == PS_KERNEL ? p->be->id : IND_BACKEND_CPU;
     }
-    if (rc || p->be->codegen(p, opts, err, errlen)) {
+    if (!rc && p->be->codegen(p, opts, err, errlen)) {   /* a device's build failed: the CPU's then */
+        if (p->be == &ind_backend_cpu) {
+            smelt_plan_free(p);
+            return NULL;
+        }
+        char line[700];
+        snprintf(line, sizeof line, "backend %s: code generation failed (%.500s): this plan runs on the CPU",
+                 p->be->name, err);
+        ind_backend_note(1, line);
+        smelt_plan_free(p);
+        return build(g, opts, &ind_backend_cpu, err, errlen);
+    }
+    if (rc) {
         smelt_plan_free(p);
         return NULL;
     }

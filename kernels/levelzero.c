@@ -36,6 +36,8 @@ enum { /* ze_result_t */
 };
 enum { /* ze_structure_type_t */
     ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES = 0x3,
+    ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES = 0x5,
+    ZE_STRUCTURE_TYPE_DEVICE_MEMORY_ACCESS_PROPERTIES = 0x8,
     ZE_STRUCTURE_TYPE_COMMAND_QUEUE_GROUP_PROPERTIES = 0x6,
     ZE_STRUCTURE_TYPE_CONTEXT_DESC = 0xd,
     ZE_STRUCTURE_TYPE_COMMAND_QUEUE_DESC = 0xe,
@@ -149,6 +151,22 @@ typedef struct ze_device_mem_alloc_desc_t {
     uint32_t ordinal;
 } ze_device_mem_alloc_desc_t;
 
+/* ze_device_memory_access_properties_t: five ze_memory_access_cap_flags_t. */
+typedef struct ze_device_memory_access_properties_t {
+    ze_structure_type_t stype;
+    void *pNext;
+    uint32_t hostAllocCapabilities, deviceAllocCapabilities, sharedSingleDeviceAllocCapabilities,
+        sharedCrossDeviceAllocCapabilities, sharedSystemAllocCapabilities;
+} ze_device_memory_access_properties_t;
+
+/* ze_device_module_properties_t (nativeKernelSupported: ze_native_kernel_uuid_t, 16 bytes). */
+typedef struct ze_device_module_properties_t {
+    ze_structure_type_t stype;
+    void *pNext;
+    uint32_t spirvVersionSupported, flags, fp16flags, fp32flags, fp64flags, maxArgumentsSize, printfBufferSize;
+    uint8_t nativeKernelSupported[16];
+} ze_device_module_properties_t;
+
 typedef struct ze_host_mem_alloc_desc_t {
     ze_structure_type_t stype;
     const void *pNext;
@@ -162,6 +180,8 @@ typedef struct ze_host_mem_alloc_desc_t {
     X(ze_result_t, zeDriverGetApiVersion, (ze_driver_handle_t, ze_api_version_t *))                   \
     X(ze_result_t, zeDeviceGet, (ze_driver_handle_t, uint32_t *, ze_device_handle_t *))               \
     X(ze_result_t, zeDeviceGetProperties, (ze_device_handle_t, ze_device_properties_t *))             \
+    X(ze_result_t, zeDeviceGetMemoryAccessProperties, (ze_device_handle_t, ze_device_memory_access_properties_t *)) \
+    X(ze_result_t, zeDeviceGetModuleProperties, (ze_device_handle_t, ze_device_module_properties_t *)) \
     X(ze_result_t, zeDeviceGetCommandQueueGroupProperties,                                            \
       (ze_device_handle_t, uint32_t *, ze_command_queue_group_properties_t *))                        \
     X(ze_result_t, zeContextCreate, (ze_driver_handle_t, const ze_context_desc_t *, ze_context_handle_t *)) \
@@ -219,6 +239,7 @@ static struct {
     ze_context_handle_t ctx;
     ze_command_list_handle_t list;
     pthread_mutex_t launch_mu;
+    int fp64;   /* the device computes float64 (fp64flags non-zero) */
 } ZE;
 static pthread_once_t ze_once = PTHREAD_ONCE_INIT;
 
@@ -374,9 +395,26 @@ static void ze_describe(void)
     say(ZE.text, sizeof ZE.text, "%s (Level Zero %u.%u)", props.name, (unsigned)(v >> 16), (unsigned)(v & 0xffff));
 }
 
+/* smelt's plans hand kernels host memory (torch's CPU tensors, the
+ * arena, the error flag): the device must reach system allocations
+ * (sharedSystemAllocCapabilities). Also reads fp64 support. 0 or -1 with ZE.why. */
+static int ze_check_device(void)
+{
+    ze_device_memory_access_properties_t ma = {.stype = ZE_STRUCTURE_TYPE_DEVICE_MEMORY_ACCESS_PROPERTIES};
+    ze_result_t r = ZE.zeDeviceGetMemoryAccessProperties(ZE.dev, &ma);
+    if (r != ZE_RESULT_SUCCESS)
+        return ze_fail(ZE.why, sizeof ZE.why, "", "zeDeviceGetMemoryAccessProperties", r), -1;
+    if (!ma.sharedSystemAllocCapabilities)
+        return say(ZE.why, sizeof ZE.why, "the Level Zero GPU cannot reach host memory (no shared system "
+                                          "allocations) and smelt's plans pass CPU tensors"), -1;
+    ze_device_module_properties_t mp = {.stype = ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES};
+    ZE.fp64 = ZE.zeDeviceGetModuleProperties(ZE.dev, &mp) == ZE_RESULT_SUCCESS && mp.fp64flags != 0;
+    return 0;
+}
+
 static void ze_init(void)
 {
-    if (ze_open() || ze_pick_device() || ze_make_context())
+    if (ze_open() || ze_pick_device() || ze_check_device() || ze_make_context())
         return;
     ze_describe();
     ZE.ok = 1;
@@ -388,6 +426,11 @@ int kern_ze_available(char *why, size_t n)
     if (!ZE.ok)
         say(why, n, "%s", ZE.why);
     return ZE.ok;
+}
+
+int kern_ze_fp64(void)
+{
+    return kern_ze_available(NULL, 0) && ZE.fp64;
 }
 
 const char *kern_ze_device_text(void)
@@ -432,7 +475,7 @@ kern_ze_module *kern_ze_module_new(const void *spirv, size_t nbytes, char *err, 
         .format = ZE_MODULE_FORMAT_IL_SPIRV,
         .inputSize = nbytes,
         .pInputModule = spirv,
-        .pBuildFlags = "",
+        .pBuildFlags = "-ze-opt-greater-than-4GB-buffer-required",   /* tensors may exceed 4 GB */
     };
     ze_module_handle_t mod = NULL;
     ze_module_build_log_handle_t log = NULL;

@@ -12,9 +12,12 @@
  * and kept until exit. Launches share that list and are serialised by
  * one lock; each returns when its kernel has finished.
  *
- * Kernel arguments are USM pointers (device or shared allocations, as
- * torch xpu tensors are, or kern_ze_alloc_shared's), never plain host
- * memory. Errors are a status (NULL / -1 / 0) plus a message written to
+ * Kernel arguments are pointers the device reaches: smelt's plans pass
+ * host memory (torch's CPU tensors, their arena, the error flag), so the
+ * device is taken only when it reaches system allocations
+ * (sharedSystemAllocCapabilities non-zero); else Level Zero is
+ * unavailable, with that reason. (torch's xpu tensors live in SYCL's own
+ * context: not usable here.) Errors are a status (NULL / -1 / 0) plus a message written to
  * the caller's buffer, never an abort.
  */
 #ifndef SMELT_KERN_LEVELZERO_H
@@ -36,6 +39,9 @@ int kern_ze_available(char *why, size_t n);
 /* "<device name> (Level Zero <major>.<minor>)" for logs; NULL if
  * unavailable. Static storage, valid until exit. */
 const char *kern_ze_device_text(void);
+
+/* 1 if the device computes float64 (module properties' fp64flags). */
+int kern_ze_fp64(void);
 
 /* A module built from the SPIR-V binary spirv[0..nbytes) for the device;
  * NULL with err (the error code and the build log, truncated to errlen)

@@ -40,6 +40,7 @@ typedef struct _cl_event *cl_event;
 #define CL_DEVICE_NAME 0x102B              /* cl_device_info */
 #define CL_DEVICE_SVM_CAPABILITIES 0x1053  /* cl_device_info */
 #define CL_DEVICE_IL_VERSION 0x105B        /* cl_device_info */
+#define CL_DEVICE_DOUBLE_FP_CONFIG 0x1032  /* cl_device_info: 0 without float64 */
 #define CL_DEVICE_SVM_FINE_GRAIN_SYSTEM (1 << 2)
 #define CL_CONTEXT_PLATFORM 0x1084         /* cl_context_properties */
 #define CL_MEM_READ_WRITE (1 << 0)         /* cl_mem_flags */
@@ -115,6 +116,7 @@ static struct {
     cl_command_queue queue;
     cl_mem dummy;
     int svm;
+    int fp64;   /* the device computes float64 */
 } CL;
 static pthread_once_t cl_once = PTHREAD_ONCE_INIT;
 
@@ -251,6 +253,10 @@ static void cl_describe(void)
     const char *off = getenv("SMELT_OPENCL_NO_SVM");
     int no_svm = off && *off && strcmp(off, "0") != 0;
     CL.svm = (caps & CL_DEVICE_SVM_FINE_GRAIN_SYSTEM) && !no_svm;
+    cl_bitfield fp64 = 0;
+    if (CL.clGetDeviceInfo(CL.dev, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL) != CL_SUCCESS)
+        fp64 = 0;
+    CL.fp64 = fp64 != 0;
     const char *how = CL.svm ? "fine-grained system SVM"
                       : no_svm ? "host buffers: SMELT_OPENCL_NO_SVM"
                                : "host buffers: no system SVM";
@@ -271,6 +277,11 @@ int kern_cl_available(char *why, size_t n)
     if (!CL.ok)
         say(why, n, "%s", CL.why);
     return CL.ok;
+}
+
+int kern_cl_fp64(void)
+{
+    return kern_cl_available(NULL, 0) && CL.fp64;
 }
 
 const char *kern_cl_device_text(void)
@@ -317,7 +328,8 @@ kern_cl_program *kern_cl_program_new(const void *spirv, size_t nbytes, char *err
     cl_program prog = CL.clCreateProgramWithIL(CL.ctx, spirv, nbytes, &e);
     if (!prog || e != CL_SUCCESS)
         return cl_fail(err, errlen, "", "clCreateProgramWithIL", e), NULL;
-    e = CL.clBuildProgram(prog, 1, &CL.dev, NULL, NULL, NULL);
+    /* float32 division and sqrt correctly rounded, as the CPU computes them (GPUs default to 2.5 ULP) */
+    e = CL.clBuildProgram(prog, 1, &CL.dev, "-cl-fp32-correctly-rounded-divide-sqrt", NULL, NULL);
     kern_cl_program *p = e == CL_SUCCESS ? malloc(sizeof *p) : NULL;
     if (!p) {
         if (e == CL_SUCCESS)

@@ -42,6 +42,9 @@ int kern_cl_available(char *why, size_t n);
  * unavailable. Static storage, valid until exit. */
 const char *kern_cl_device_text(void);
 
+/* 1 if the device computes float64 (CL_DEVICE_DOUBLE_FP_CONFIG non-zero). */
+int kern_cl_fp64(void);
+
 /* A program built from the SPIR-V binary spirv[0..nbytes) for the device;
  * NULL with err (the failing call, its error code and the build log,
  * truncated to errlen) on failure. spirv is not kept. Thread-safe. */

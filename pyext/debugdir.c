@@ -78,15 +78,17 @@ void pyext_debug_dump(const char *name, const smelt_graph *g, const char *guards
         smelt_plan_compile_times(plan, &t);
         snprintf(timings, sizeof timings,
                  "trace_ms %.3f\nlower_ms %.3f\ncodegen_ms %.3f\nload_ms %.3f\ncompile_ms %.3f\n"
-                 "kernels %d\nexterns %d\nfunctions_generated %d\narena_bytes %lld\n",
+                 "kernels %d\nexterns %d\nfunctions_generated %d\narena_bytes %lld\nbackend %s\n",
                  trace_ms, t.lower_ms, t.codegen_ms, t.load_ms, compile_ms, smelt_plan_num_kernels(plan),
-                 smelt_plan_num_externs(plan), t.generated, (long long)smelt_plan_arena_bytes(plan));
+                 smelt_plan_num_externs(plan), t.generated, (long long)smelt_plan_arena_bytes(plan),
+                 smelt_plan_backend(plan));
     }
     int rc = write_file(dir, "graph.txt", graph) | write_file(dir, "guards.txt", guards) |
              write_file(dir, "timings.txt", timings);
-    if (plan)
+    int spirv = plan && !strcmp(smelt_plan_backend(plan), "spirv");
+    if (plan)   /* the SPIR-V back end's "ir" is spirv-dis's text */
         rc |= write_file(dir, "kernels.txt", smelt_plan_code(plan, "kernels")) |
-              write_file(dir, "code.ll", smelt_plan_code(plan, "ir")) |
+              write_file(dir, spirv ? "code.spvasm" : "code.ll", smelt_plan_code(plan, "ir")) |
               write_file(dir, "code.s", smelt_plan_code(plan, "asm"));
     free(graph);
     if (rc) {

@@ -63,7 +63,8 @@ def test_op_tables_on_spirv():
 
 
 def test_reductions_as_work_groups():
-    out = run_tables(["tests/test_ops_reduction.py"], SMELT_SPIRV_GROUP_MIN="1")
+    """(conftest's target subset of dtypes: float32, float16, int64, bool)"""
+    out = run_tables(["tests/test_ops_reduction.py"], SMELT_SPIRV_GROUP_MIN="1", SMELT_TEST_TARGET_SUBSET="1")
     assert " passed" in out
 
 
@@ -157,6 +158,18 @@ def test_output_code_is_the_disassembly():
     assert "define" in g.compile(keep_code=True).code("ir")
 
 
+def test_debug_dir_has_the_disassembly(tmp_path, monkeypatch):
+    monkeypatch.setenv("SMELT_DEBUG_DIR", str(tmp_path))
+    f = smelt.compile(lambda x: torch.tanh(x) * 2, options={"backend": "spirv"})
+    x = torch.randn(9)
+    torch.testing.assert_close(f(x), torch.tanh(x) * 2)
+    (folder,) = list(tmp_path.iterdir())
+    text = (folder / "code.spvasm").read_text()
+    assert "OpEntryPoint Kernel" in text and "tanh" in text
+    assert "backend spirv" in (folder / "timings.txt").read_text()
+    assert not (folder / "code.ll").exists()
+
+
 def test_bad_backend_names():
     with pytest.raises(ValueError, match="'cpu' or 'spirv'"):
         C.Graph().compile(backend="vulkan")
@@ -205,6 +218,23 @@ def test_level_zero_without_a_driver():
     assert "Level Zero: " in out and "available (False" in out
     assert "zeInit" in out or "libze_loader" in out
     assert "backend cpu" in out
+
+
+NO_SVM = '''
+    import torch, smelt, smelt._C as C
+    f = smelt.compile(lambda x, y: torch.softmax(x @ y, -1).sum(0) + y.mean(), options={"backend": "spirv"})
+    for n in (5, 700):
+        x, y = torch.randn(n, 300), torch.randn(300, 33)
+        torch.testing.assert_close(f(x, y), torch.softmax(x @ y, -1).sum(0) + y.mean(), rtol=1e-4, atol=1e-4)
+    print("breaks", f.stats()["breaks"])
+'''
+
+
+def test_opencl_without_shared_virtual_memory():
+    """Where the device lacks fine-grained system SVM, tensors go through
+    OpenCL buffers over their memory (forced here)."""
+    out = run_py(NO_SVM, SMELT_OPENCL_NO_SVM="1", SMELT_LOGS="backend")
+    assert "breaks 0" in out
 
 
 CACHED = '''

@@ -53,6 +53,8 @@ typedef struct sg {
     uint32_t tv, tb, t8, t16, t32, t64, th, tf, td;
     uint32_t half_tmp;        /* a Function half variable (round_to), 0 until needed */
     uint32_t scratch;         /* split kernels: the partials parameter */
+    uint32_t local_t[16], local_id[16];   /* this kernel's Workgroup arrays (local_array) */
+    int local_w[16], nlocal;
     uint32_t split_lo, split_len;   /* split kernels' partials: this chunk of split_var (else 0) */
     uint32_t builtins[3];     /* WorkgroupId, LocalInvocationId, GlobalInvocationId variables */
     uint32_t *iface;          /* entry point interface (Input builtins) */
@@ -818,13 +820,10 @@ static void body_store(sg *g, const kitem *it, void *ctx, uint32_t flat)
     store_at(g, it->buf, ix_val(g, it->ix), emit(g, it->value));
 }
 
-static void body_reduce(sg *g, const kitem *it, void *ctx, uint32_t flat)
+/* a <- a op v (v of a's dtype, flat its point for argmax/argmin). */
+static void accumulate(sg *g, smelt_op op, acc *a, uint32_t v, uint32_t flat)
 {
-    acc *a = ctx;
-    smelt_op op = (smelt_op)it->rop;
-    const kexpr *x = &g->P->ex[it->value];
     uint32_t t = ctype(g, a->dt);
-    uint32_t v = conv(g, emit(g, it->value), x->dtype, a->dt);
     uint32_t cur = load(g, t, a->val);
     if (is_arg(op)) {
         uint32_t ci = load(g, g->t64, a->idx);
@@ -842,12 +841,26 @@ static void body_reduce(sg *g, const kitem *it, void *ctx, uint32_t flat)
     store(g, a->val, cur);
 }
 
-/* A Workgroup array of L values of type t (bools as bytes). */
-static uint32_t local_array(sg *g, uint32_t t)
+static void body_reduce(sg *g, const kitem *it, void *ctx, uint32_t flat)
+{
+    acc *a = ctx;
+    const kexpr *x = &g->P->ex[it->value];
+    accumulate(g, (smelt_op)it->rop, a, conv(g, emit(g, it->value), x->dtype, a->dt), flat);
+}
+
+/* The kernel's Workgroup array of L values of type t (bools as bytes),
+ * part w (0: values, 1: argmax indices): one per (type, part) per
+ * kernel, reused by each REDUCE item (group_combine ends with a barrier). */
+static uint32_t local_array(sg *g, uint32_t t, int w)
 {
     uint32_t et = t == g->tb ? T8(g) : t;
+    for (int i = 0; i < g->nlocal; i++)
+        if (g->local_t[i] == et && g->local_w[i] == w)
+            return g->local_id[i];
     uint32_t arr = spv_t_array(g->m, et, (uint32_t)g->L);
-    return spv_global(g->m, spv_t_ptr(g->m, SpvScWorkgroup, arr), SpvScWorkgroup);
+    uint32_t id = spv_global(g->m, spv_t_ptr(g->m, SpvScWorkgroup, arr), SpvScWorkgroup);
+    g->local_t[g->nlocal] = et, g->local_w[g->nlocal] = w, g->local_id[g->nlocal++] = id;
+    return id;
 }
 
 static uint32_t local_ptr(sg *g, uint32_t arr, uint32_t t, uint32_t i)
@@ -875,7 +888,7 @@ static void group_combine(sg *g, const kitem *it, acc *a)
 {
     smelt_op op = (smelt_op)it->rop;
     uint32_t t = ctype(g, a->dt);
-    uint32_t lv = local_array(g, t), li = a->idx ? local_array(g, g->t64) : 0;
+    uint32_t lv = local_array(g, t, 0), li = a->idx ? local_array(g, g->t64, 1) : 0;
     local_put(g, lv, t, g->lane, load(g, t, a->val));
     if (li)
         local_put(g, li, g->t64, g->lane, load(g, g->t64, a->idx));
@@ -1082,31 +1095,38 @@ static void emit_split_body(sg *g)
 }
 
 /* Finish: a work-item per outer point combines its partials in chunk
- * order (float32 sums in float64, as the CPU's), then runs the ROWSTOREs. */
+ * order (floating-point sums with Kahan compensation: no float64, which
+ * some GPUs lack), then runs the ROWSTOREs. */
 static void emit_finish_body(sg *g)
 {
     const kir_kernel *k = g->k;
     const kitem *it = the_reduce(k);
     smelt_op op = (smelt_op)it->rop;
     smelt_dtype adt = (smelt_dtype)it->acc_dtype;
-    smelt_dtype cdt = op == SMELT_OP_SUM && adt == SMELT_F32 ? SMELT_F64 : adt;
+    uint32_t t = ctype(g, adt);
     g->L = 1;
     for (int v = 0; v < k->nvars; v++)
         g->var[v] = c64(g, 0);
     uint32_t gid = builtin(g, SpvBuiltInGlobalInvocationId);
     uint32_t join = if_begin(g, cmp(g, SpvOpSLessThan, gid, c64(g, spv_outer_points(k))));
     decode_outer(g, gid);
-    uint32_t acc = fvar(g, ctype(g, cdt));
-    store(g, acc, red_init(g, op, cdt));
+    acc a = { .val = fvar(g, t), .idx = 0, .comp = 0, .dt = adt };
+    store(g, a.val, red_init(g, op, adt));
+    if (op == SMELT_OP_SUM && is_fp(adt)) {
+        a.comp = fvar(g, t);
+        store(g, a.comp, cfp(g, t, 0));
+    }
     loop l;
     uint32_t c = loop_begin(g, &l, c64(g, 0), c64(g, k->split), c64(g, 1));
     uint32_t pv = load(g, scratch_type(g), scratch_ptr(g, ar(g, SpvOpIAdd, ar(g, SpvOpIMul, gid, c64(g, k->split)), c)));
     if (adt == SMELT_BOOL)
         pv = cmp(g, SpvOpINotEqual, pv, spv_c_int(g->m, T8(g), 8, 0));
-    store(g, acc, red_combine(g, op, cdt, load(g, ctype(g, cdt), acc), conv(g, pv, adt, cdt)));
+    accumulate(g, op, &a, pv, c);
     loop_end(g, &l);
+    if (a.comp)
+        store(g, a.val, ar(g, SpvOpFSub, load(g, t, a.val), load(g, t, a.comp)));
     decode_outer(g, gid);
-    g->phase[0] = conv(g, load(g, ctype(g, cdt), acc), cdt, adt);
+    g->phase[0] = load(g, t, a.val);
     g->epoch++;
     for (int i = 0; i < k->nitems; i++)
         if (k->items[i].kind == KI_ROWSTORE)
@@ -1209,6 +1229,7 @@ static void emit_function(sg *g, const plan_kernel_code *code, const char *name,
     g->niface = 0;
     g->half_tmp = 0;
     g->split_lo = g->split_len = 0;
+    g->nlocal = 0;
     g->epoch++;
     body(g);
     spv_ins(&g->body, SpvOpReturn, NULL, 0);

@@ -39,6 +39,7 @@ typedef struct spv_state {
     void **kern;             /* per kernel: kern_cl_kernel * or kern_ze_kernel * */
     void **fin;              /* per split kernel: its finish ("f<i>"), else NULL */
     size_t *extent;          /* per plan buffer: bytes a kernel may touch (SIZE_MAX: unknown) */
+    pid_t pid;               /* the process that built it (device contexts do not survive fork) */
 } spv_state;
 
 /* ---------- launcher ---------- */
@@ -252,6 +253,7 @@ static spv_state *state_new(smelt_plan *p)
     spv_state *st = calloc(1, sizeof *st);
     if (!st)
         abort();
+    st->pid = getpid();
     p->backend_state = st;
     return st;
 }
@@ -351,6 +353,9 @@ static int spv_launch(const smelt_plan *p, int32_t kernel, void **kb, char *err,
     const plan_kernel_code *c = &p->code[kernel];
     if (c->nitems <= 0)
         return 0;
+    if (getpid() != st->pid)
+        return snprintf(err, errlen, "SPIR-V kernels compiled before fork() cannot run in the child process "
+                                     "(its OpenCL/Level Zero context does not survive fork)"), -1;
     if (!c->nfinish)
         return run(st, st->kern[kernel], c, kb, c->nslots + 1, c->nitems, c->grain, err, errlen);
     void *scratch = st->ze ? kern_ze_alloc_shared((size_t)c->scratch_bytes, err, errlen) : malloc((size_t)c->scratch_bytes);
@@ -392,16 +397,31 @@ static int64_t spv_code_bytes(const smelt_plan *p)
     return st ? (int64_t)st->nwords * 4 : 0;
 }
 
-/* Kernel kinds the emitter handles: all the lowering makes (reductions
- * whose work-group arrays fit in local memory included). */
+/* 1 if kernel k touches float64 (a buffer, a value, an accumulator). */
+static int uses_f64(const smelt_plan *p, const kir_kernel *k)
+{
+    for (int i = 0; i < k->nitems; i++) {
+        const kitem *it = &k->items[i];
+        if ((it->kind == KI_REDUCE && it->acc_dtype == SMELT_F64) ||
+            (it->kind != KI_REDUCE && p->bufs[it->buf].dtype == SMELT_F64))
+            return 1;
+    }
+    for (int32_t e = 0; e < p->pool.nex; e++) {   /* (any expression of the plan: a superset) */
+        const kexpr *x = &p->pool.ex[e];
+        if (x->dtype == SMELT_F64 || (x->op == KE_OP && x->cdtype == SMELT_F64))
+            return 1;
+    }
+    return 0;
+}
+
+/* Every kernel kind the lowering makes, but float64 on a device without
+ * it (some Intel GPUs). */
 static int spv_supports(const smelt_plan *p, const kir_kernel *k, char *why, size_t n)
 {
-    (void)p;
-    int nred = 0;
-    for (int i = 0; i < k->nitems; i++)
-        nred += k->items[i].kind == KI_REDUCE;
-    if (nred > 60)
-        return snprintf(why, n, "%d reductions in one kernel", nred), 0;
+    pthread_once(&pick_once, pick);
+    int fp64 = use_ze ? kern_ze_fp64() : kern_cl_fp64();
+    if (!fp64 && uses_f64(p, k))
+        return snprintf(why, n, "float64 on a device without float64"), 0;
     return 1;
 }
 
