@@ -1,5 +1,6 @@
 /* smelt's Level Zero launcher for SPIR-V kernels (see levelzero.h for the contract). */
 #include "levelzero.h"
+#include "dl.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -256,17 +257,6 @@ struct kern_ze_kernel {
     char name[64];
 };
 
-/* printf into buf[0..n) when there is one. */
-static void say(char *buf, size_t n, const char *fmt, ...)
-{
-    if (!buf || !n)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-}
-
 static const char *ze_err_name(ze_result_t r)
 {
     switch (r) {
@@ -281,22 +271,20 @@ static const char *ze_err_name(ze_result_t r)
 /* "<prefix><call> failed: 0x<code> (<name>)" into buf. */
 static void ze_fail(char *buf, size_t n, const char *prefix, const char *call, ze_result_t r)
 {
-    say(buf, n, "%s%s failed: 0x%08x (%s)", prefix, call, (unsigned)r, ze_err_name(r));
+    kern_say(buf, n, "%s%s failed: 0x%08x (%s)", prefix, call, (unsigned)r, ze_err_name(r));
 }
 
 /* Opens libze_loader and resolves ZE_FUNCS; 0, or -1 with ZE.why. */
 static int ze_open(void)
 {
-    void *h = dlopen("libze_loader.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        h = dlopen("libze_loader.so", RTLD_NOW | RTLD_LOCAL);
+    void *h = kern_dlopen_first((const char *const[]){ "libze_loader.so.1", "libze_loader.so", NULL });
     if (!h) {
-        say(ZE.why, sizeof ZE.why, "libze_loader not found");
+        kern_say(ZE.why, sizeof ZE.why, "libze_loader not found");
         return -1;
     }
 #define X(ret, name, params)                                                  \
     if (!(ZE.name = (ret(*) params)dlsym(h, #name))) {                        \
-        say(ZE.why, sizeof ZE.why, "libze_loader has no " #name);             \
+        kern_say(ZE.why, sizeof ZE.why, "libze_loader has no " #name);             \
         return -1;                                                            \
     }
     ZE_FUNCS(X)
@@ -327,7 +315,7 @@ static int ze_pick_device(void)
 {
     ze_result_t r = ZE.zeInit(ZE_INIT_FLAG_GPU_ONLY);
     if (r != ZE_RESULT_SUCCESS) {
-        say(ZE.why, sizeof ZE.why, "zeInit failed: 0x%08x (%s)", (unsigned)r,
+        kern_say(ZE.why, sizeof ZE.why, "zeInit failed: 0x%08x (%s)", (unsigned)r,
             r == ZE_RESULT_ERROR_UNINITIALIZED ? "no Level Zero driver" : ze_err_name(r));
         return -1;
     }
@@ -338,7 +326,7 @@ static int ze_pick_device(void)
     for (uint32_t i = 0; i < n && i < 16; i++)
         if (ze_pick_in(drivers[i]) == 0)
             return 0;
-    say(ZE.why, sizeof ZE.why, "no Level Zero GPU device");
+    kern_say(ZE.why, sizeof ZE.why, "no Level Zero GPU device");
     return -1;
 }
 
@@ -355,7 +343,7 @@ static int64_t ze_compute_ordinal(void)
     for (uint32_t i = 0; i < n && i < 16; i++)
         if (g[i].flags & ZE_COMMAND_QUEUE_GROUP_PROPERTY_FLAG_COMPUTE)
             return i;
-    say(ZE.why, sizeof ZE.why, "the Level Zero GPU has no compute queue group");
+    kern_say(ZE.why, sizeof ZE.why, "the Level Zero GPU has no compute queue group");
     return -1;
 }
 
@@ -379,7 +367,7 @@ static int ze_make_context(void)
     if (r != ZE_RESULT_SUCCESS)
         return ze_fail(ZE.why, sizeof ZE.why, "", "zeCommandListCreateImmediate", r), -1;
     if (pthread_mutex_init(&ZE.launch_mu, NULL) != 0)
-        return say(ZE.why, sizeof ZE.why, "pthread_mutex_init failed"), -1;
+        return kern_say(ZE.why, sizeof ZE.why, "pthread_mutex_init failed"), -1;
     return 0;
 }
 
@@ -392,7 +380,7 @@ static void ze_describe(void)
         snprintf(props.name, sizeof props.name, "?");
     props.name[sizeof props.name - 1] = 0;
     ZE.zeDriverGetApiVersion(ZE.driver, &v);
-    say(ZE.text, sizeof ZE.text, "%s (Level Zero %u.%u)", props.name, (unsigned)(v >> 16), (unsigned)(v & 0xffff));
+    kern_say(ZE.text, sizeof ZE.text, "%s (Level Zero %u.%u)", props.name, (unsigned)(v >> 16), (unsigned)(v & 0xffff));
 }
 
 /* smelt's plans hand kernels host memory (torch's CPU tensors, the
@@ -405,7 +393,7 @@ static int ze_check_device(void)
     if (r != ZE_RESULT_SUCCESS)
         return ze_fail(ZE.why, sizeof ZE.why, "", "zeDeviceGetMemoryAccessProperties", r), -1;
     if (!ma.sharedSystemAllocCapabilities)
-        return say(ZE.why, sizeof ZE.why, "the Level Zero GPU cannot reach host memory (no shared system "
+        return kern_say(ZE.why, sizeof ZE.why, "the Level Zero GPU cannot reach host memory (no shared system "
                                           "allocations) and smelt's plans pass CPU tensors"), -1;
     ze_device_module_properties_t mp = {.stype = ZE_STRUCTURE_TYPE_DEVICE_MODULE_PROPERTIES};
     ZE.fp64 = ZE.zeDeviceGetModuleProperties(ZE.dev, &mp) == ZE_RESULT_SUCCESS && mp.fp64flags != 0;
@@ -424,7 +412,7 @@ int kern_ze_available(char *why, size_t n)
 {
     pthread_once(&ze_once, ze_init);
     if (!ZE.ok)
-        say(why, n, "%s", ZE.why);
+        kern_say(why, n, "%s", ZE.why);
     return ZE.ok;
 }
 
@@ -443,7 +431,7 @@ static int ze_ready(char *err, size_t errlen)
 {
     if (kern_ze_available(NULL, 0))
         return 1;
-    say(err, errlen, "Level Zero unavailable: %s", ZE.why);
+    kern_say(err, errlen, "Level Zero unavailable: %s", ZE.why);
     return 0;
 }
 
@@ -458,7 +446,7 @@ static void ze_append_log(ze_module_build_log_handle_t log, char *err, size_t er
         text[len] = 0;
         while (len && (text[len - 1] == '\n' || text[len - 1] == ' ' || text[len - 1] == '\0'))
             text[--len] = 0;
-        say(err + used, errlen - used, "; build log:\n%s", text);
+        kern_say(err + used, errlen - used, "; build log:\n%s", text);
     }
     free(text);
     ZE.zeModuleBuildLogDestroy(log);
@@ -469,7 +457,7 @@ kern_ze_module *kern_ze_module_new(const void *spirv, size_t nbytes, char *err, 
     if (!ze_ready(err, errlen))
         return NULL;
     if (!spirv || !nbytes)
-        return say(err, errlen, "kern_ze_module_new: empty module"), NULL;
+        return kern_say(err, errlen, "kern_ze_module_new: empty module"), NULL;
     ze_module_desc_t md = {
         .stype = ZE_STRUCTURE_TYPE_MODULE_DESC,
         .format = ZE_MODULE_FORMAT_IL_SPIRV,
@@ -491,7 +479,7 @@ kern_ze_module *kern_ze_module_new(const void *spirv, size_t nbytes, char *err, 
     kern_ze_module *m = malloc(sizeof *m);
     if (!m) {
         ZE.zeModuleDestroy(mod);
-        return say(err, errlen, "out of memory"), NULL;
+        return kern_say(err, errlen, "out of memory"), NULL;
     }
     m->mod = mod;
     return m;
@@ -510,10 +498,10 @@ kern_ze_kernel *kern_ze_kernel_new(kern_ze_module *m, const char *name, char *er
     if (!ze_ready(err, errlen))
         return NULL;
     if (!m || !name)
-        return say(err, errlen, "kern_ze_kernel_new: no module or no name"), NULL;
+        return kern_say(err, errlen, "kern_ze_kernel_new: no module or no name"), NULL;
     kern_ze_kernel *k = calloc(1, sizeof *k);
     if (!k)
-        return say(err, errlen, "out of memory"), NULL;
+        return kern_say(err, errlen, "out of memory"), NULL;
     snprintf(k->name, sizeof k->name, "%s", name);
     ze_kernel_desc_t kd = {.stype = ZE_STRUCTURE_TYPE_KERNEL_DESC, .pKernelName = name};
     ze_kernel_properties_t props = {.stype = ZE_STRUCTURE_TYPE_KERNEL_PROPERTIES};
@@ -524,7 +512,7 @@ kern_ze_kernel *kern_ze_kernel_new(kern_ze_module *m, const char *name, char *er
         ZE.zeKernelDestroy(k->kern);
     }
     if (r != ZE_RESULT_SUCCESS) {
-        say(err, errlen, "kernel %s: %s failed: 0x%08x (%s)", name, call, (unsigned)r, ze_err_name(r));
+        kern_say(err, errlen, "kernel %s: %s failed: 0x%08x (%s)", name, call, (unsigned)r, ze_err_name(r));
         free(k);
         return NULL;
     }
@@ -569,10 +557,10 @@ int kern_ze_launch(kern_ze_kernel *k, int nargs, void *const *args, int64_t grou
     if (groups == 0)
         return 0;
     if (!k || groups < 0 || groups > UINT32_MAX || local < 1 || local > UINT32_MAX)
-        return say(err, errlen, "kern_ze_launch: bad range (%lld groups of %lld)", (long long)groups,
+        return kern_say(err, errlen, "kern_ze_launch: bad range (%lld groups of %lld)", (long long)groups,
                    (long long)local), -1;
     if (nargs != (int)k->nargs || (nargs > 0 && !args))
-        return say(err, errlen, "kernel %s: %d arguments given, it takes %u", k->name, nargs,
+        return kern_say(err, errlen, "kernel %s: %d arguments given, it takes %u", k->name, nargs,
                    (unsigned)k->nargs), -1;
     const char *call = "?";
     pthread_mutex_lock(&ZE.launch_mu);
@@ -580,7 +568,7 @@ int kern_ze_launch(kern_ze_kernel *k, int nargs, void *const *args, int64_t grou
     pthread_mutex_unlock(&ZE.launch_mu);
     if (r == ZE_RESULT_SUCCESS)
         return 0;
-    say(err, errlen, "kernel %s: %s failed: 0x%08x (%s)", k->name, call, (unsigned)r, ze_err_name(r));
+    kern_say(err, errlen, "kernel %s: %s failed: 0x%08x (%s)", k->name, call, (unsigned)r, ze_err_name(r));
     return -1;
 }
 
@@ -589,7 +577,7 @@ void *kern_ze_alloc_shared(size_t nbytes, char *err, size_t errlen)
     if (!ze_ready(err, errlen))
         return NULL;
     if (!nbytes)
-        return say(err, errlen, "kern_ze_alloc_shared: 0 bytes"), NULL;
+        return kern_say(err, errlen, "kern_ze_alloc_shared: 0 bytes"), NULL;
     ze_device_mem_alloc_desc_t dd = {.stype = ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC};
     ze_host_mem_alloc_desc_t hd = {.stype = ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC};
     void *p = NULL;

@@ -1,5 +1,6 @@
 /* smelt's OpenCL launcher for SPIR-V kernels (see opencl.h for the contract). */
 #include "opencl.h"
+#include "dl.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -134,17 +135,6 @@ struct kern_cl_kernel {
     char name[64];
 };
 
-/* printf into buf[0..n) when there is one. */
-static void say(char *buf, size_t n, const char *fmt, ...)
-{
-    if (!buf || !n)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, n, fmt, ap);
-    va_end(ap);
-}
-
 static const char *cl_err_name(cl_int e)
 {
     switch (e) {
@@ -159,22 +149,20 @@ static const char *cl_err_name(cl_int e)
 /* "<call> failed: <code> (<name>)" into err, after prefix. */
 static void cl_fail(char *err, size_t errlen, const char *prefix, const char *call, cl_int e)
 {
-    say(err, errlen, "%s%s failed: %d (%s)", prefix, call, (int)e, cl_err_name(e));
+    kern_say(err, errlen, "%s%s failed: %d (%s)", prefix, call, (int)e, cl_err_name(e));
 }
 
 /* Opens libOpenCL and resolves CL_FUNCS; 0, or -1 with CL.why. */
 static int cl_open(void)
 {
-    void *h = dlopen("libOpenCL.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        h = dlopen("libOpenCL.so", RTLD_NOW | RTLD_LOCAL);
+    void *h = kern_dlopen_first((const char *const[]){ "libOpenCL.so.1", "libOpenCL.so", NULL });
     if (!h) {
-        say(CL.why, sizeof CL.why, "libOpenCL.so.1 not found");
+        kern_say(CL.why, sizeof CL.why, "libOpenCL.so.1 not found");
         return -1;
     }
 #define X(ret, name, params)                                                                   \
     if (!(CL.name = (ret(*) params)dlsym(h, #name))) {                                         \
-        say(CL.why, sizeof CL.why, "libOpenCL has no " #name " (an OpenCL 2.1 loader is needed)"); \
+        kern_say(CL.why, sizeof CL.why, "libOpenCL has no " #name " (an OpenCL 2.1 loader is needed)"); \
         return -1;                                                                             \
     }
     CL_FUNCS(X)
@@ -214,13 +202,13 @@ static int cl_pick_device(void)
     cl_uint np = 0;
     cl_int e = CL.clGetPlatformIDs(16, plats, &np);
     if (e != CL_SUCCESS || np == 0) {
-        say(CL.why, sizeof CL.why, "no OpenCL platform (clGetPlatformIDs: %d)", (int)e);
+        kern_say(CL.why, sizeof CL.why, "no OpenCL platform (clGetPlatformIDs: %d)", (int)e);
         return -1;
     }
     for (cl_uint i = 0; i < np && i < 16; i++)
         if (cl_pick_in(plats[i]) == 0)
             return 0;
-    say(CL.why, sizeof CL.why, "no device takes SPIR-V (%u OpenCL platform%s)", np, np == 1 ? "" : "s");
+    kern_say(CL.why, sizeof CL.why, "no device takes SPIR-V (%u OpenCL platform%s)", np, np == 1 ? "" : "s");
     return -1;
 }
 
@@ -260,7 +248,7 @@ static void cl_describe(void)
     const char *how = CL.svm ? "fine-grained system SVM"
                       : no_svm ? "host buffers: SMELT_OPENCL_NO_SVM"
                                : "host buffers: no system SVM";
-    say(CL.text, sizeof CL.text, "%s: %s (%s)", plat, dev, how);
+    kern_say(CL.text, sizeof CL.text, "%s: %s (%s)", plat, dev, how);
 }
 
 static void cl_init(void)
@@ -275,7 +263,7 @@ int kern_cl_available(char *why, size_t n)
 {
     pthread_once(&cl_once, cl_init);
     if (!CL.ok)
-        say(why, n, "%s", CL.why);
+        kern_say(why, n, "%s", CL.why);
     return CL.ok;
 }
 
@@ -294,7 +282,7 @@ static int cl_ready(char *err, size_t errlen)
 {
     if (kern_cl_available(NULL, 0))
         return 1;
-    say(err, errlen, "OpenCL unavailable: %s", CL.why);
+    kern_say(err, errlen, "OpenCL unavailable: %s", CL.why);
     return 0;
 }
 
@@ -313,7 +301,7 @@ static void cl_append_log(cl_program prog, char *err, size_t errlen)
         log[len] = 0;
         while (len && (log[len - 1] == '\n' || log[len - 1] == ' ' || log[len - 1] == '\0'))
             log[--len] = 0;
-        say(err + used, errlen - used, "; build log:\n%s", log);
+        kern_say(err + used, errlen - used, "; build log:\n%s", log);
     }
     free(log);
 }
@@ -323,7 +311,7 @@ kern_cl_program *kern_cl_program_new(const void *spirv, size_t nbytes, char *err
     if (!cl_ready(err, errlen))
         return NULL;
     if (!spirv || !nbytes)
-        return say(err, errlen, "kern_cl_program_new: empty module"), NULL;
+        return kern_say(err, errlen, "kern_cl_program_new: empty module"), NULL;
     cl_int e = CL_SUCCESS;
     cl_program prog = CL.clCreateProgramWithIL(CL.ctx, spirv, nbytes, &e);
     if (!prog || e != CL_SUCCESS)
@@ -333,7 +321,7 @@ kern_cl_program *kern_cl_program_new(const void *spirv, size_t nbytes, char *err
     kern_cl_program *p = e == CL_SUCCESS ? malloc(sizeof *p) : NULL;
     if (!p) {
         if (e == CL_SUCCESS)
-            say(err, errlen, "out of memory");
+            kern_say(err, errlen, "out of memory");
         else
             cl_fail(err, errlen, "", "clBuildProgram", e), cl_append_log(prog, err, errlen);
         CL.clReleaseProgram(prog);
@@ -356,21 +344,21 @@ kern_cl_kernel *kern_cl_kernel_new(kern_cl_program *p, const char *name, char *e
     if (!cl_ready(err, errlen))
         return NULL;
     if (!p || !name)
-        return say(err, errlen, "kern_cl_kernel_new: no program or no name"), NULL;
+        return kern_say(err, errlen, "kern_cl_kernel_new: no program or no name"), NULL;
     kern_cl_kernel *k = calloc(1, sizeof *k);
     if (!k)
-        return say(err, errlen, "out of memory"), NULL;
+        return kern_say(err, errlen, "out of memory"), NULL;
     snprintf(k->name, sizeof k->name, "%s", name);
     cl_int e = CL_SUCCESS;
     k->kern = CL.clCreateKernel(p->prog, name, &e);
     if (!k->kern || e != CL_SUCCESS) {
-        say(err, errlen, "kernel %s: clCreateKernel failed: %d (%s)", name, (int)e, cl_err_name(e));
+        kern_say(err, errlen, "kernel %s: clCreateKernel failed: %d (%s)", name, (int)e, cl_err_name(e));
         free(k);
         return NULL;
     }
     e = CL.clGetKernelInfo(k->kern, CL_KERNEL_NUM_ARGS, sizeof k->nargs, &k->nargs, NULL);
     if (e != CL_SUCCESS || pthread_mutex_init(&k->mu, NULL) != 0) {
-        say(err, errlen, "kernel %s: clGetKernelInfo or pthread_mutex_init failed: %d", name, (int)e);
+        kern_say(err, errlen, "kernel %s: clGetKernelInfo or pthread_mutex_init failed: %d", name, (int)e);
         CL.clReleaseKernel(k->kern);
         free(k);
         return NULL;
@@ -447,7 +435,7 @@ static int cl_check_overlap(int nargs, void *const *args, const size_t *nbytes, 
             if (!a || !b || !nbytes[i] || !nbytes[j] || a == b)
                 continue;
             if (a < b + nbytes[j] && b < a + nbytes[i])
-                return say(err, errlen, "arguments %d and %d partly overlap (not supported without system SVM)",
+                return kern_say(err, errlen, "arguments %d and %d partly overlap (not supported without system SVM)",
                            i, j), -1;
         }
     return 0;
@@ -552,13 +540,13 @@ int kern_cl_launch(kern_cl_kernel *k, int nargs, void *const *args, const size_t
     if (groups == 0)
         return 0;
     if (!k || groups < 0 || local < 1 || (uint64_t)groups > SIZE_MAX / (uint64_t)local)
-        return say(err, errlen, "kern_cl_launch: bad range (%lld groups of %lld)", (long long)groups,
+        return kern_say(err, errlen, "kern_cl_launch: bad range (%lld groups of %lld)", (long long)groups,
                    (long long)local), -1;
     if (nargs != (int)k->nargs)
-        return say(err, errlen, "kernel %s: %d arguments given, it takes %u", k->name, nargs,
+        return kern_say(err, errlen, "kernel %s: %d arguments given, it takes %u", k->name, nargs,
                    (unsigned)k->nargs), -1;
     if (nargs > 0 && (!args || (!CL.svm && !nbytes)))
-        return say(err, errlen, "kernel %s: args or nbytes is NULL", k->name), -1;
+        return kern_say(err, errlen, "kernel %s: args or nbytes is NULL", k->name), -1;
     if (!CL.svm && cl_check_overlap(nargs, args, nbytes, err, errlen))
         return -1;
     const char *call = "?";
@@ -567,6 +555,6 @@ int kern_cl_launch(kern_cl_kernel *k, int nargs, void *const *args, const size_t
                       : cl_launch_buffers(k, nargs, args, nbytes, global, lsz, &call);
     if (e == CL_SUCCESS)
         return 0;
-    say(err, errlen, "kernel %s: %s failed: %d (%s)", k->name, call, (int)e, cl_err_name(e));
+    kern_say(err, errlen, "kernel %s: %s failed: %d (%s)", k->name, call, (int)e, cl_err_name(e));
     return -1;
 }

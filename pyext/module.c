@@ -165,13 +165,12 @@ static PyObject *jit_target(PyObject *m, PyObject *unused)
                          "fma", t->fma ? Py_True : Py_False, "refused", cpu_target_refusal());
 }
 
-/* The log hook of the disk cache and the JIT (any thread, GIL held or
- * not): lines on the SMELT_LOGS "cache" channel; warnings (an unsafe cache
- * directory, a refused SMELT_CPU) as a Python RuntimeWarning (never
- * raised: an error-filtered warning is reported as unraisable). */
-static void cache_log(int warning, const char *line)
+/* A line from a C component (any thread, GIL held or not): a warning
+ * as a Python RuntimeWarning (never raised: an error-filtered warning is
+ * reported as unraisable), else on channel ch. */
+static void log_line(pyext_log_channel ch, int warning, const char *line)
 {
-    if ((!warning && !pyext_log_on(PYEXT_LOG_CACHE)) || !Py_IsInitialized())
+    if ((!warning && !pyext_log_on(ch)) || !Py_IsInitialized())
         return;
     PyGILState_STATE gs = PyGILState_Ensure();
     if (warning) {
@@ -181,27 +180,24 @@ static void cache_log(int warning, const char *line)
             PyErr_WriteUnraisable(NULL);
         PyErr_Restore(type, value, tb);
     } else {
-        pyext_log_write(PYEXT_LOG_CACHE, line);
+        pyext_log_write(ch, line);
     }
     PyGILState_Release(gs);
 }
 
-/* The back ends' log hook: warnings as RuntimeWarning, else the
- * "backend" channel. */
+/* The log hook of the disk cache and the JIT: the "cache" channel;
+ * warnings (an unsafe cache directory, a refused SMELT_CPU) as a Python
+ * RuntimeWarning. */
+static void cache_log(int warning, const char *line) { log_line(PYEXT_LOG_CACHE, warning, line); }
+
+/* The back ends' log hook: the "backend" channel; warnings (a requested
+ * back end that cannot run, a plan it could not take) also as a
+ * RuntimeWarning. */
 static void backend_log(int warning, const char *line)
 {
-    if ((!warning && !pyext_log_on(PYEXT_LOG_BACKEND)) || !Py_IsInitialized())
-        return;
-    PyGILState_STATE gs = PyGILState_Ensure();
-    if (warning) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        if (PyErr_WarnEx(PyExc_RuntimeWarning, line, 1) < 0)
-            PyErr_WriteUnraisable(NULL);
-        PyErr_Restore(type, value, tb);
-    }
-    pyext_log_write(PYEXT_LOG_BACKEND, line);
-    PyGILState_Release(gs);
+    log_line(PYEXT_LOG_BACKEND, warning, line);
+    if (warning)
+        log_line(PYEXT_LOG_BACKEND, 0, line);
 }
 
 /* backend_available(name): (True, "") or (False, why). */

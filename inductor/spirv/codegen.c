@@ -1011,14 +1011,23 @@ int spv_kernel_lanes(const kir_kernel *k)
     return n < 4096 ? 64 : 256;
 }
 
-/* Sets the outer vars from the outer point number `pt` (last var fastest). */
+/* Sets the outer vars from the outer point number `pt` < the number of
+ * outer points (last var fastest; the outermost takes what is left). */
 static void decode_outer(sg *g, uint32_t pt)
 {
     const kir_kernel *k = g->k;
+    int outermost = -1;
+    for (int v = 0; v < k->nvars && outermost < 0; v++)
+        if (!(k->rmask >> v & 1))
+            outermost = v;
     uint32_t rem = pt;
     for (int v = k->nvars - 1; v >= 0; v--) {
         if (k->rmask >> v & 1)
             continue;
+        if (v == outermost) {
+            g->var[v] = rem;
+            break;
+        }
         g->var[v] = ar(g, SpvOpUMod, rem, c64(g, k->size[v]));
         rem = ar(g, SpvOpUDiv, rem, c64(g, k->size[v]));
     }
