@@ -331,7 +331,7 @@ static void step_text(const smelt_plan *p, int32_t s, char *buf, size_t n)
             o += snprintf(buf + o, n - (size_t)o, "%s%lld%s", v ? "," : "", (long long)k->size[v],
                           k->rmask >> v & 1 ? "r" : "");
         if (o > 0 && (size_t)o < n)
-            snprintf(buf + o, n - (size_t)o, "]");
+            snprintf(buf + o, n - (size_t)o, "] %s", ind_backend_of(st->backend)->name);
     }
 }
 

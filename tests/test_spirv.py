@@ -170,6 +170,26 @@ def test_debug_dir_has_the_disassembly(tmp_path, monkeypatch):
     assert not (folder / "code.ll").exists()
 
 
+def test_each_step_records_its_back_end():
+    """Kernel steps run on the plan's back end, a matmul on the CPU's
+    kernels/ (the profile names each step's)."""
+    g = C.Graph()
+    x, w = g.input(torch.float32, (8, 16)), g.input(torch.float32, (16, 4))
+    g.output(g.op("exp", g.op("matmul", g.op("tanh", x), w)))
+    for backend in ("spirv", "cpu"):
+        f = g.compile(backend=backend)
+        a, b = torch.randn(8, 16), torch.randn(16, 4)
+        C.set_profiling(True)
+        try:
+            torch.testing.assert_close(f(a, b)[0], (a.tanh() @ b).exp())
+        finally:
+            C.set_profiling(False)
+        lines = f.profile().splitlines()[1:]
+        kernels = [ln for ln in lines if " kernel " in ln]
+        assert len(kernels) == 2 and all(ln.endswith("] " + backend) for ln in kernels), lines
+        assert sum("matmul" in ln for ln in lines) == 1
+
+
 def test_bad_backend_names():
     with pytest.raises(ValueError, match="'cpu' or 'spirv'"):
         C.Graph().compile(backend="vulkan")
