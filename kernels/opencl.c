@@ -48,6 +48,9 @@ typedef struct _cl_event *cl_event;
 #define CL_MEM_USE_HOST_PTR (1 << 3)
 #define CL_MAP_READ (1 << 0)               /* cl_map_flags */
 #define CL_PROGRAM_BUILD_LOG 0x1183        /* cl_program_build_info */
+#define CL_PROGRAM_BINARY_SIZES 0x1165     /* cl_program_info */
+#define CL_PROGRAM_BINARIES 0x1166
+#define CL_DRIVER_VERSION 0x102D           /* cl_device_info */
 #define CL_KERNEL_NUM_ARGS 0x1191          /* cl_kernel_info */
 
 /* Return type, name, parameters of each entry point smelt resolves. */
@@ -65,6 +68,9 @@ typedef struct _cl_event *cl_event;
     X(cl_int, clBuildProgram,                                                                      \
       (cl_program, cl_uint, const cl_device_id *, const char *, void (*)(cl_program, void *),      \
        void *))                                                                                    \
+    X(cl_program, clCreateProgramWithBinary,                                                       \
+      (cl_context, cl_uint, const cl_device_id *, const size_t *, const unsigned char **, cl_int *, cl_int *)) \
+    X(cl_int, clGetProgramInfo, (cl_program, cl_uint, size_t, void *, size_t *))                   \
     X(cl_int, clGetProgramBuildInfo, (cl_program, cl_device_id, cl_uint, size_t, void *, size_t *)) \
     X(cl_int, clReleaseProgram, (cl_program))                                                      \
     X(cl_kernel, clCreateKernel, (cl_program, const char *, cl_int *))                             \
@@ -232,10 +238,11 @@ static int cl_make_context(void)
 /* Chooses how host memory is passed and writes CL.text. */
 static void cl_describe(void)
 {
-    char plat[256] = "?", dev[256] = "?";
+    char plat[256] = "?", dev[256] = "?", drv[128] = "?";
     cl_bitfield caps = 0;
     CL.clGetPlatformInfo(CL.plat, CL_PLATFORM_NAME, sizeof plat - 1, plat, NULL);
     CL.clGetDeviceInfo(CL.dev, CL_DEVICE_NAME, sizeof dev - 1, dev, NULL);
+    CL.clGetDeviceInfo(CL.dev, CL_DRIVER_VERSION, sizeof drv - 1, drv, NULL);
     if (CL.clGetDeviceInfo(CL.dev, CL_DEVICE_SVM_CAPABILITIES, sizeof caps, &caps, NULL) != CL_SUCCESS)
         caps = 0;
     const char *off = getenv("SMELT_OPENCL_NO_SVM");
@@ -248,7 +255,7 @@ static void cl_describe(void)
     const char *how = CL.svm ? "fine-grained system SVM"
                       : no_svm ? "host buffers: SMELT_OPENCL_NO_SVM"
                                : "host buffers: no system SVM";
-    kern_say(CL.text, sizeof CL.text, "%s: %s (%s)", plat, dev, how);
+    kern_say(CL.text, sizeof CL.text, "%s: %s, driver %s (%s)", plat, dev, drv, how);
 }
 
 static void cl_init(void)
@@ -306,18 +313,12 @@ static void cl_append_log(cl_program prog, char *err, size_t errlen)
     free(log);
 }
 
-kern_cl_program *kern_cl_program_new(const void *spirv, size_t nbytes, char *err, size_t errlen)
+/* Builds prog (made from IL or a binary) for the device: a program, or
+ * NULL with err (the build log) and prog released. */
+static kern_cl_program *cl_build(cl_program prog, char *err, size_t errlen)
 {
-    if (!cl_ready(err, errlen))
-        return NULL;
-    if (!spirv || !nbytes)
-        return kern_say(err, errlen, "kern_cl_program_new: empty module"), NULL;
-    cl_int e = CL_SUCCESS;
-    cl_program prog = CL.clCreateProgramWithIL(CL.ctx, spirv, nbytes, &e);
-    if (!prog || e != CL_SUCCESS)
-        return cl_fail(err, errlen, "", "clCreateProgramWithIL", e), NULL;
     /* float32 division and sqrt correctly rounded, as the CPU computes them (GPUs default to 2.5 ULP) */
-    e = CL.clBuildProgram(prog, 1, &CL.dev, "-cl-fp32-correctly-rounded-divide-sqrt", NULL, NULL);
+    cl_int e = CL.clBuildProgram(prog, 1, &CL.dev, "-cl-fp32-correctly-rounded-divide-sqrt", NULL, NULL);
     kern_cl_program *p = e == CL_SUCCESS ? malloc(sizeof *p) : NULL;
     if (!p) {
         if (e == CL_SUCCESS)
@@ -329,6 +330,50 @@ kern_cl_program *kern_cl_program_new(const void *spirv, size_t nbytes, char *err
     }
     p->prog = prog;
     return p;
+}
+
+kern_cl_program *kern_cl_program_new(const void *spirv, size_t nbytes, char *err, size_t errlen)
+{
+    if (!cl_ready(err, errlen))
+        return NULL;
+    if (!spirv || !nbytes)
+        return kern_say(err, errlen, "kern_cl_program_new: empty module"), NULL;
+    cl_int e = CL_SUCCESS;
+    cl_program prog = CL.clCreateProgramWithIL(CL.ctx, spirv, nbytes, &e);
+    if (!prog || e != CL_SUCCESS)
+        return cl_fail(err, errlen, "", "clCreateProgramWithIL", e), NULL;
+    return cl_build(prog, err, errlen);
+}
+
+kern_cl_program *kern_cl_program_from_binary(const void *bin, size_t nbytes, char *err, size_t errlen)
+{
+    if (!cl_ready(err, errlen))
+        return NULL;
+    if (!bin || !nbytes)
+        return kern_say(err, errlen, "kern_cl_program_from_binary: empty binary"), NULL;
+    cl_int e = CL_SUCCESS, status = CL_SUCCESS;
+    const unsigned char *b = bin;
+    cl_program prog = CL.clCreateProgramWithBinary(CL.ctx, 1, &CL.dev, &nbytes, &b, &status, &e);
+    if (!prog || e != CL_SUCCESS || status != CL_SUCCESS) {
+        if (prog)
+            CL.clReleaseProgram(prog);
+        return cl_fail(err, errlen, "", "clCreateProgramWithBinary", e != CL_SUCCESS ? e : status), NULL;
+    }
+    return cl_build(prog, err, errlen);
+}
+
+void *kern_cl_program_binary(const kern_cl_program *p, size_t *nbytes)
+{
+    size_t n = 0;
+    if (!p || CL.clGetProgramInfo(p->prog, CL_PROGRAM_BINARY_SIZES, sizeof n, &n, NULL) != CL_SUCCESS || !n)
+        return NULL;
+    unsigned char *b = malloc(n);
+    if (b && CL.clGetProgramInfo(p->prog, CL_PROGRAM_BINARIES, sizeof b, &b, NULL) != CL_SUCCESS) {
+        free(b);
+        return NULL;
+    }
+    *nbytes = n;
+    return b;
 }
 
 void kern_cl_program_free(kern_cl_program *p)

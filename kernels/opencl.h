@@ -50,6 +50,12 @@ int kern_cl_fp64(void);
  * truncated to errlen) on failure. spirv is not kept. Thread-safe. */
 kern_cl_program *kern_cl_program_new(const void *spirv, size_t nbytes, char *err, size_t errlen);
 void kern_cl_program_free(kern_cl_program *p);
+/* The device's binary of a built program (malloc'd, size in *nbytes;
+ * NULL if the driver gives none), and a program built from such a binary
+ * (the same driver and device only: callers key it by
+ * kern_cl_device_text, which names both). NULL with err. */
+void *kern_cl_program_binary(const kern_cl_program *p, size_t *nbytes);
+kern_cl_program *kern_cl_program_from_binary(const void *bin, size_t nbytes, char *err, size_t errlen);
 
 /* The kernel named name in p; NULL with err. Free kernels before their
  * program (the same rule as Level Zero's modules). */

@@ -267,12 +267,24 @@ CACHED = '''
 '''
 
 
+def run_logged(code, **env):
+    e = dict(os.environ, SMELT_LOGS="backend")
+    e.pop("SMELT_BACKEND", None)
+    e.update(env)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e,
+                       timeout=300, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout + r.stderr
+
+
 def test_disk_cache_keeps_spirv_modules(tmp_path):
+    """The module and OpenCL's binary of it: a warm process builds nothing."""
     env = dict(SMELT_CACHE_DIR=str(tmp_path / "cache"))
-    first = run_py(CACHED, **env)
-    second = run_py(CACHED, **env)
-    assert "cached 0 compiles 1 breaks 0" in first
+    first = run_logged(CACHED, **env)
+    second = run_logged(CACHED, **env)
+    assert "cached 0 compiles 1 breaks 0" in first and "built by opencl" in first
     assert "cached 1 compiles 1 breaks 0" in second
+    assert "from the disk cache, the driver's binary loaded" in second and "built by" not in second
     # a CPU compile of the same graph is another entry (the back end is in the key)
     third = run_py(CACHED.replace('options={"backend": "spirv"}', ""), **env)
     assert "cached 0 compiles 1 breaks 0" in third

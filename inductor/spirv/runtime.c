@@ -14,8 +14,11 @@
  *   SMELT_SPIRV_GROUP_MIN=n                  reduction rows of n points or
  *                                            more use a work-group per row
  *                                            (codegen.c; default 256)
- * Disk cache blobs: [0] the module's words. The plan record (slots, launch
- * shape) is the plan cache's.
+ * Disk cache blobs: [0] the module's words, [1] OpenCL's binary of the
+ * built program (empty with Level Zero), so a warm process skips the
+ * driver's compile (the code key names the device and driver version; a
+ * binary the driver refuses is rebuilt from the words). The plan record
+ * (slots, launch shape) is the plan cache's.
  */
 #include "spv.h"
 #include "../backend.h"
@@ -40,6 +43,8 @@ typedef struct spv_state {
     void **fin;              /* per split kernel: its finish ("f<i>"), else NULL */
     size_t *extent;          /* per plan buffer: bytes a kernel may touch (SIZE_MAX: unknown) */
     pid_t pid;               /* the process that built it (device contexts do not survive fork) */
+    void *bin;               /* OpenCL: the driver's binary of the program (disk cache blob 1), or NULL */
+    size_t nbin;
 } spv_state;
 
 /* ---------- launcher ---------- */
@@ -226,13 +231,21 @@ static int load(smelt_plan *p, spv_state *st, char *err, size_t errlen)
     st->ze = use_ze;
     if (!any_launcher)
         return snprintf(err, errlen, "%s", no_launcher), -1;
-    dump(st->words, st->nwords);
-    if (validate(st->words, st->nwords, err, errlen))
-        return -1;
-    size_t nb = st->nwords * 4;
-    if (st->ze ? !(st->zem = kern_ze_module_new(st->words, nb, err, errlen))
-               : !(st->clp = kern_cl_program_new(st->words, nb, err, errlen)))
-        return -1;
+    if (!st->ze && st->bin && !(st->clp = kern_cl_program_from_binary(st->bin, st->nbin, err, errlen))) {
+        free(st->bin);   /* (a binary the driver no longer takes: built from the module again) */
+        st->bin = NULL;
+    }
+    if (!st->clp && !st->zem) {
+        dump(st->words, st->nwords);
+        if (validate(st->words, st->nwords, err, errlen))
+            return -1;
+        size_t nb = st->nwords * 4;
+        if (st->ze ? !(st->zem = kern_ze_module_new(st->words, nb, err, errlen))
+                   : !(st->clp = kern_cl_program_new(st->words, nb, err, errlen)))
+            return -1;
+        if (!st->ze)
+            st->bin = kern_cl_program_binary(st->clp, &st->nbin);
+    }
     st->kern = calloc((size_t)p->nkernels + 1, sizeof *st->kern);
     st->fin = calloc((size_t)p->nkernels + 1, sizeof *st->fin);
     st->extent = malloc(sizeof(size_t) * ((size_t)p->nbufs + 1));
@@ -301,29 +314,44 @@ static char *spv_code_key(const smelt_compile_opts *o, char *err, size_t errlen)
 static int spv_export(const smelt_plan *p, ind_blob **blobs)
 {
     const spv_state *st = p->backend_state;
-    ind_blob *v = calloc(1, sizeof *v);
+    ind_blob *v = calloc(2, sizeof *v);
     if (!v)
         return -1;
     v[0].data = (uint8_t *)st->words;
     v[0].len = st->nwords * 4;
+    v[1].data = st->bin;
+    v[1].len = st->bin ? st->nbin : 0;
     *blobs = v;
-    return 1;
+    return 2;
 }
 
 static int spv_import(smelt_plan *p, const ind_blob *blobs, int nblobs, char *err, size_t errlen)
 {
     spv_state *st = state_new(p);
-    if (nblobs == 1 && !blobs[0].len && !p->nkernels)
+    if (nblobs == 2 && !blobs[0].len && !p->nkernels)
         return 0;
-    if (nblobs != 1 || blobs[0].len < 20 || blobs[0].len % 4)
+    if (nblobs != 2 || blobs[0].len < 20 || blobs[0].len % 4)
         return snprintf(err, errlen, "malformed SPIR-V blob"), -1;
     if (!(st->words = malloc(blobs[0].len)))
         return snprintf(err, errlen, "out of memory"), -1;
     memcpy(st->words, blobs[0].data, blobs[0].len);
+    if (blobs[1].len && (st->bin = malloc(blobs[1].len))) {
+        memcpy(st->bin, blobs[1].data, blobs[1].len);
+        st->nbin = blobs[1].len;
+    }
     st->nwords = blobs[0].len / 4;
     if (st->words[0] != 0x07230203u)
         return snprintf(err, errlen, "not a SPIR-V module"), -1;
-    return load(p, st, err, errlen);
+    int64_t t0 = plan_now_ns();
+    int had_bin = st->bin != NULL, rc = load(p, st, err, errlen);
+    if (!rc) {
+        char line[200];
+        snprintf(line, sizeof line, "spirv: %d kernels from the disk cache, %s in %.1f ms", (int)p->nkernels,
+                 had_bin && st->bin ? "the driver's binary loaded" : "the module built again",
+                 (double)(plan_now_ns() - t0) / 1e6);
+        ind_backend_note(0, line);
+    }
+    return rc;
 }
 
 /* Runs one entry point over n work-groups of `local` items: args kb[0..nargs). */
@@ -387,6 +415,7 @@ static void spv_release(smelt_plan *p)
     free(st->kern);
     free(st->extent);
     free(st->words);
+    free(st->bin);
     free(st);
     p->backend_state = NULL;
 }
