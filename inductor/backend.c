@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const ind_backend *const table[IND_NBACKENDS] = { &ind_backend_cpu, &ind_backend_spirv };
+static const ind_backend *const table[IND_NBACKENDS] = { &ind_backend_cpu, &ind_backend_spirv, &ind_backend_cuda };
 
 static _Atomic(ind_backend_log_fn) log_fn;
 
@@ -65,7 +65,7 @@ const ind_backend *ind_backend_select(const smelt_compile_opts *o, char *why, si
         return be;
     char line[512];
     if (!be)
-        snprintf(reason, sizeof reason, "no back end is named %.40s (known: cpu, spirv)", name);
+        snprintf(reason, sizeof reason, "no back end is named %.40s (known: cpu, spirv, cuda)", name);
     snprintf(line, sizeof line, "backend %.40s not available (%s): compiling for the CPU", name, reason);
     log_once(name, line);
     if (why && n)

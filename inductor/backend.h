@@ -10,6 +10,7 @@
  *   inductor/spirv/  SPIR-V (OpenCL Kernel execution model), launched through
  *                    Level Zero (Intel GPUs) or OpenCL (any device that takes
  *                    SPIR-V: Intel's OpenCL CPU runtime here)
+ *   inductor/cuda/   CUDA C compiled by NVRTC (launching: not built yet)
  * Extern steps (matmul, convolution, attention, host calls) run on the
  * CPU's kernels/ whatever the plan's back end; each step records its back
  * end (plan_step.backend).
@@ -27,7 +28,7 @@
 
 /* Back end numbers as recorded in plan steps (part of the plan cache's
  * record: append only). */
-typedef enum ind_backend_id { IND_BACKEND_CPU, IND_BACKEND_SPIRV, IND_NBACKENDS } ind_backend_id;
+typedef enum ind_backend_id { IND_BACKEND_CPU, IND_BACKEND_SPIRV, IND_BACKEND_CUDA, IND_NBACKENDS } ind_backend_id;
 
 typedef struct ind_backend {
     const char *name;                                           /* "cpu", "spirv" */
@@ -68,6 +69,7 @@ typedef struct ind_backend {
 
 extern const ind_backend ind_backend_cpu;     /* cpu/runtime.c */
 extern const ind_backend ind_backend_spirv;   /* spirv/runtime.c */
+extern const ind_backend ind_backend_cuda;    /* cuda/runtime.c (code generation only so far) */
 
 /* The back end with that name or number; NULL if none. */
 const ind_backend *ind_backend_named(const char *name);

@@ -92,7 +92,7 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
             p->steps[s].backend = p->steps[s].kind == PS_KERNEL ? p->be->id : IND_BACKEND_CPU;
     }
     if (!rc && p->be->codegen(p, opts, err, errlen)) {   /* a device's build failed: the CPU's then */
-        if (p->be == &ind_backend_cpu) {
+        if (p->be == &ind_backend_cpu || (opts && opts->cuda_arch)) {
             smelt_plan_free(p);
             return NULL;
         }
@@ -118,9 +118,9 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
     if (smelt_graph_verify(g, err, errlen))
         return NULL;
     size_t klen = 0;
-    int named_cpu = opts && (opts->cpu || opts->cpu_features);
-    const ind_backend *be = named_cpu ? &ind_backend_cpu : ind_backend_select(opts, NULL, 0);
-    int cached = !(opts && opts->keep_ir) && !named_cpu;
+    int named_cpu = opts && (opts->cpu || opts->cpu_features), cuda_code = opts && opts->cuda_arch;
+    const ind_backend *be = cuda_code ? &ind_backend_cuda : named_cpu ? &ind_backend_cpu : ind_backend_select(opts, NULL, 0);
+    int cached = !(opts && opts->keep_ir) && !named_cpu && !cuda_code;
     uint8_t *key = cached ? ind_plan_cache_key(g, opts, be, &klen) : NULL;
     double t0 = now_ms();
     smelt_plan *p = key ? ind_plan_cache_load(g, be, key, klen) : NULL;

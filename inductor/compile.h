@@ -41,6 +41,10 @@ typedef struct smelt_compile_opts {
      * NULL: SMELT_BACKEND, else "cpu". An unavailable one falls back to
      * the CPU (logged once). */
     const char *backend;
+    /* Set ("sm_90"): CUDA C for that architecture, compiled by NVRTC, to
+     * read (code "ir": the CUDA C, "asm": the PTX): never run, no cache
+     * (as cpu). */
+    const char *cuda_arch;
 } smelt_compile_opts;
 
 /* Returns NULL with a message in err on user-caused failure (unsupported

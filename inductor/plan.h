@@ -151,6 +151,11 @@ int ind_lower(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errl
 /* lower.c: human-readable listing of the kernels (malloc'd). */
 char *ind_kernels_print(const smelt_plan *p);
 
+/* kslots.c: the plan buffers kernel k reads or writes, in first-use
+ * order (loads and gathers in each item's expression DAG, then its
+ * store), into slots (room for p->nbufs); their count. */
+int32_t ind_kernel_slots(const smelt_plan *p, const kir_kernel *k, int32_t *slots);
+
 /* plan.c: packs the temporaries into the arena (after codegen: uses the
  * kernels' slot tables). */
 void plan_assign_arena(smelt_plan *p);

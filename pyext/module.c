@@ -11,6 +11,7 @@
 #include "../kernels/matmul.h"
 #include "../inductor/diskcache.h"
 #include "../inductor/backend.h"
+#include "../kernels/nvrtc.h"
 #include "../inductor/cpu/jit.h"
 #include "hostcall.h"
 #include "../tracer/hostcall.h"
@@ -218,6 +219,14 @@ static PyObject *backend_available(PyObject *m, PyObject *arg)
     return Py_BuildValue("(Os)", ok ? Py_True : Py_False, ok ? "" : why);
 }
 
+/* nvrtc_version(): "NVRTC 13.5", or None when NVRTC is not found. */
+static PyObject *nvrtc_version(PyObject *m, PyObject *unused)
+{
+    (void)m, (void)unused;
+    const char *v = kern_nvrtc_version_text();
+    return v ? PyUnicode_FromString(v) : Py_NewRef(Py_None);
+}
+
 static PyObject *meta_runs(PyObject *m, PyObject *unused)
 {
     (void)m;
@@ -229,6 +238,9 @@ static PyMethodDef module_methods[] = {
     {"backend_available", backend_available, METH_O,
      "backend_available(name)\n--\n\n(True, '') if back end `name` ('cpu', 'spirv') can run code in this "
      "process, else (False, the reason)."},
+    {"nvrtc_version", nvrtc_version, METH_NOARGS,
+     "nvrtc_version()\n--\n\nThe NVRTC the CUDA back end compiles with ('NVRTC 13.5'), or None when none is found "
+     "(the system's libnvrtc, SMELT_NVRTC, or the nvidia-cuda-nvrtc wheel)."},
     {"_meta_runs", meta_runs, METH_NOARGS,
      "_meta_runs()\n--\n\nHost calls whose results were inferred by running them on meta tensors (not by "
      "smelt's shape rules) in this process."},

@@ -22,6 +22,7 @@ TRANSFORMERS_PIN=5.23.0   # needs no torch of its own: keeps 2.13.0
 MATPLOTLIB_PIN=3.11.2
 DEBS=(llvm-19-dev libsleef-dev libdnnl-dev libze-dev spirv-tools ocl-icd-libopencl1)
 OPENCL_PIPS=(intel-opencl-rt intel-cmplr-lib-rt)   # Intel's OpenCL CPU runtime: runs SPIR-V kernels
+NVRTC_PIP=nvidia-cuda-nvrtc                        # NVRTC (CUDA 13): the CUDA back end's compiler, runs on the CPU
 ICD_DIR=build/opencl-vendors                       # OCL_ICD_VENDORS for it (Makefile, tests/conftest.py)
 SRC_DIRS=(pyext tracer guards inductor autograd kernels)
 LOG=build/setup.log
@@ -117,13 +118,18 @@ install_pips() {
 
 # Intel's OpenCL CPU runtime (the SPIR-V back end's launcher on machines
 # without an Intel GPU) and an ICD file naming its library: the wheel's own
-# ICD file points at a path that does not exist.
+# ICD file points at a path that does not exist. Also NVRTC from PyPI.
 install_opencl() {
     local lib
     if ! "$PY" -c 'import importlib.metadata as m; m.version("intel-opencl-rt"); m.version("intel-cmplr-lib-rt")' 2>/dev/null; then
         say "installing ${OPENCL_PIPS[*]} (OpenCL CPU runtime for SPIR-V kernels)"
         echo "torch==$TORCH_PIN" >build/pip-constraints.txt
         quietly "$PY" -m pip install -q -c build/pip-constraints.txt "${OPENCL_PIPS[@]}"
+    fi
+    if ! "$PY" -c 'import importlib.metadata as m; m.version("'"$NVRTC_PIP"'")' 2>/dev/null; then
+        say "installing $NVRTC_PIP (NVRTC: CUDA C to cubins, no GPU needed)"
+        echo "torch==$TORCH_PIN" >build/pip-constraints.txt
+        quietly "$PY" -m pip install -q -c build/pip-constraints.txt "$NVRTC_PIP"
     fi
     lib=$("$PY" -c 'import os, sys; print(os.path.join(sys.prefix, "lib", "libintelocl.so"))')
     [ -f "$lib" ] || { say "warning: $lib not found: the SPIR-V back end will have no OpenCL device"; return 0; }

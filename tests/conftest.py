@@ -375,11 +375,36 @@ def _call_checked(g, f, outs, tensors):
 TEST_BACKEND = os.environ.get("SMELT_TEST_BACKEND")
 
 
+# The CUDA back end's code generation, checked without a GPU: every graph
+# the op tables compile is also turned into CUDA C and compiled by NVRTC,
+# for sm_90 and sm_80 in turn (one NVRTC run per graph: the CUDA C is the
+# same for both; each kernel kind occurs many times in the tables), which
+# must succeed. On in the main test process where NVRTC is installed (not
+# in the op-table subprocesses of other targets and back ends);
+# SMELT_TEST_CUDA_ARCHS="a,b" (or "") overrides.
+def _cuda_archs():
+    if "SMELT_TEST_CUDA_ARCHS" in os.environ:
+        return [a for a in os.environ["SMELT_TEST_CUDA_ARCHS"].split(",") if a]
+    if os.environ.get("SMELT_TEST_TARGET_SUBSET") or os.environ.get("SMELT_TEST_BACKEND") or not C.nvrtc_version():
+        return []
+    return ["sm_90", "sm_80"]
+
+
+TEST_CUDA_ARCHS = _cuda_archs()
+_cuda_turn = [0]
+
+
 def compile_graph(g, **compile_kw):
-    """g.compile(**compile_kw), checked to run on TEST_BACKEND when set."""
+    """g.compile(**compile_kw), checked to run on TEST_BACKEND when set, and
+    compiled to CUDA C by NVRTC for the next of TEST_CUDA_ARCHS."""
     f = g.compile(**compile_kw)
     if TEST_BACKEND and not compile_kw.get("cpu") and not compile_kw.get("cpu_features"):
         assert f.backend == TEST_BACKEND, f"compiled for {f.backend}, not {TEST_BACKEND}"
+    if TEST_CUDA_ARCHS:
+        arch = TEST_CUDA_ARCHS[_cuda_turn[0] % len(TEST_CUDA_ARCHS)]
+        _cuda_turn[0] += 1
+        cu = g.compile(cuda_arch=arch)
+        assert cu.backend == "cuda" and (cu.num_kernels == 0 or ".target " + arch in cu.code("asm"))
     return f
 
 

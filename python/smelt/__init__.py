@@ -13,6 +13,25 @@ from . import _C
 
 __version__ = "0.1.0"
 
+
+def _find_nvrtc():
+    """NVRTC from PyPI (nvidia-cuda-nvrtc: CUDA 13; -cu12: CUDA 12) for the
+    CUDA back end's compiler: its library's path in SMELT_NVRTC, unless
+    set (the C side tries the system's libnvrtc first)."""
+    if os.environ.get("SMELT_NVRTC"):
+        return
+    import importlib.util
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        for rel in ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.12"):
+            path = os.path.join(base, rel)
+            if os.path.exists(path):
+                os.environ["SMELT_NVRTC"] = path
+                return
+
+
+_find_nvrtc()
+
 # SMELT_LOGS channels; each logs to the `smelt.<channel>` logger.
 LOG_CHANNELS = ("graph", "guards", "recompiles", "graph_breaks",
                 "output_code", "asm", "cache", "perf", "aot", "dynamic", "backend")

@@ -1,0 +1,14 @@
+/* cuda.h — the CUDA back end's pieces behind ind_backend_cuda (runtime.c). */
+#ifndef SMELT_CUDA_CUDA_H
+#define SMELT_CUDA_CUDA_H
+
+#include "../plan.h"
+
+/* codegen.c: the CUDA C of every kernel of p (kernel i: k<i>, a split
+ * kernel also f<i>); fills each kernel's slots. malloc'd text. */
+char *cuda_codegen_source(smelt_plan *p);
+/* Threads per row of a reduction kernel (1: a thread per row). */
+int cuda_kernel_lanes(const kir_kernel *k);
+int64_t cuda_outer_points(const kir_kernel *k);
+
+#endif
