@@ -621,7 +621,7 @@ static uint32_t emit_kop(sg *g, const kexpr *x)
     else if (!r)
         r = is_fp(cd) ? unary_fp(g, op, a[0]) : unary_int(g, op, cd, a[0]);
     if (!r)
-        abort();   /* spv_supports rejected the kernels with op/dtype pairs not handled here */
+        abort();   /* an op/dtype pair the lowering never makes (the CPU back end aborts on the same) */
     if ((cd == SMELT_F16 || cd == SMELT_BF16) && x->dtype == cd)
         r = round_to(g, r, cd);
     return r;
