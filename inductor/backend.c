@@ -61,7 +61,10 @@ const ind_backend *ind_backend_select(const smelt_compile_opts *o, char *why, si
     if (!name || !*name || !strcmp(name, "cpu"))
         return &ind_backend_cpu;
     const ind_backend *be = ind_backend_named(name);
-    if (be && be->available(reason, sizeof reason))
+    if (be && be->device_memory && !(o && o->backend))
+        snprintf(reason, sizeof reason, "its graphs are the ones whose tensors are on its device, not chosen by "
+                 "SMELT_BACKEND");
+    else if (be && be->available(reason, sizeof reason))
         return be;
     char line[512];
     if (!be)

@@ -10,10 +10,15 @@
  *   inductor/spirv/  SPIR-V (OpenCL Kernel execution model), launched through
  *                    Level Zero (Intel GPUs) or OpenCL (any device that takes
  *                    SPIR-V: Intel's OpenCL CPU runtime here)
- *   inductor/cuda/   CUDA C compiled by NVRTC (launching: not built yet)
- * Extern steps (matmul, convolution, attention, host calls) run on the
- * CPU's kernels/ whatever the plan's back end; each step records its back
- * end (plan_step.backend).
+ *   inductor/cuda/   CUDA C compiled by NVRTC to a cubin, launched through
+ *                    the driver API on torch's stream (device memory)
+ * Host-memory back ends (cpu, spirv) run kernel steps for the host
+ * executor (plan.c); their extern steps (matmul, convolution, attention,
+ * host calls) run on the CPU's kernels/. A device-memory back end (cuda)
+ * runs whole plans itself (run), extern steps included, and refuses at
+ * compile time the steps it has no device code for (supports_step): such
+ * a graph does not compile for it. Each step records its back end
+ * (plan_step.backend).
  *
  * Which back end compiles a plan: smelt_compile_opts.backend, else the
  * environment's SMELT_BACKEND, else "cpu". One that is not available
@@ -65,11 +70,21 @@ typedef struct ind_backend {
     void (*release)(smelt_plan *p);
     /* Optional: bytes of compiled code p holds (NULL: 0). */
     int64_t (*code_bytes)(const smelt_plan *p);
+    /* 1: buffers live in the device's memory (see the file comment); the
+     * fields below are then set. */
+    int device_memory;
+    /* 1 if extern step s of p can run on the device, else 0 with why. */
+    int (*supports_step)(const smelt_plan *p, int32_t s, char *why, size_t n);
+    /* Device arena bytes a run of p needs (smelt_plan_device_arena_bytes). */
+    int64_t (*arena_bytes)(const smelt_plan *p);
+    /* Runs p (smelt_plan_run_device). */
+    int (*run)(const smelt_plan *p, void *const *inputs, void *const *outputs, void *arena, void *stream,
+               char *err, size_t errlen);
 } ind_backend;
 
 extern const ind_backend ind_backend_cpu;     /* cpu/runtime.c */
 extern const ind_backend ind_backend_spirv;   /* spirv/runtime.c */
-extern const ind_backend ind_backend_cuda;    /* cuda/runtime.c (code generation only so far) */
+extern const ind_backend ind_backend_cuda;    /* cuda/runtime.c */
 
 /* The back end with that name or number; NULL if none. */
 const ind_backend *ind_backend_named(const char *name);

@@ -36,11 +36,11 @@ static int make_packs(smelt_plan *p)
     return 0;
 }
 
-/* Packs, profile counters and the arena of a lowered or loaded plan;
- * frees p and returns NULL (err) if out of memory. */
+/* Packs (host plans), profile counters and the arena of a lowered or
+ * loaded plan; frees p and returns NULL (err) if out of memory. */
 static smelt_plan *finish(smelt_plan *p, char *err, size_t errlen)
 {
-    if (make_packs(p) || !(p->step_ns = calloc((size_t)p->nsteps + 1, sizeof *p->step_ns))) {
+    if ((!p->be->device_memory && make_packs(p)) || !(p->step_ns = calloc((size_t)p->nsteps + 1, sizeof *p->step_ns))) {
         smelt_plan_free(p);
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -62,6 +62,31 @@ static const ind_backend *supported(const ind_backend *be, const smelt_plan *p)
             return &ind_backend_cpu;
         }
     return be;
+}
+
+/* A device-memory back end runs every step on the device: each kernel
+ * and extern step must be one it takes (there is no falling back to the
+ * CPU: the buffers are in device memory). 0, or -1 with err. */
+static int device_steps(const ind_backend *be, const smelt_plan *p, char *err, size_t errlen)
+{
+    char why[256];
+    for (int32_t k = 0; be->supports && k < p->nkernels; k++)
+        if (!be->supports(p, &p->kernels[k], why, sizeof why))
+            return snprintf(err, errlen, "backend %s: kernel %d: %s", be->name, (int)k, why), -1;
+    for (int32_t s = 0; s < p->nsteps; s++)
+        if (p->steps[s].kind != PS_KERNEL && !be->supports_step(p, s, why, sizeof why))
+            return snprintf(err, errlen, "backend %s: step %d: %s", be->name, (int)s, why), -1;
+    return 0;
+}
+
+/* Host plans: the CPU's attention kernel is float32 only. 0, or -1. */
+static int host_steps(const smelt_plan *p, char *err, size_t errlen)
+{
+    for (int32_t s = 0; s < p->nsteps; s++)
+        if (p->steps[s].kind == PS_SDPA && p->bufs[p->steps[s].attn->buf[0]].dtype != SMELT_F32)
+            return snprintf(err, errlen, "attention in %s runs on CUDA only (the CPU's kernel is float32)",
+                            smelt_dtype_name((smelt_dtype)p->bufs[p->steps[s].attn->buf[0]].dtype)), -1;
+    return 0;
 }
 
 /* Fold, lower, generate code with be: a new plan, or NULL with err. */
@@ -86,13 +111,19 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
     }
     int rc = ind_lower(p, opts, err, errlen);
     p->times.lower_ms = now_ms() - t0;
+    p->device = opts ? opts->device : 0;
+    p->code_only = opts && opts->cuda_arch;   /* (what supports_step may ask: code to read, no device needed) */
+    if (!rc && be->device_memory)
+        rc = device_steps(be, p, err, errlen);
+    else if (!rc)
+        rc = host_steps(p, err, errlen);
     if (!rc) {
-        p->be = supported(be, p);
+        p->be = be->device_memory ? be : supported(be, p);
         for (int32_t s = 0; s < p->nsteps; s++)
-            p->steps[s].backend = p->steps[s].kind == PS_KERNEL ? p->be->id : IND_BACKEND_CPU;
+            p->steps[s].backend = p->steps[s].kind == PS_KERNEL || be->device_memory ? p->be->id : IND_BACKEND_CPU;
     }
     if (!rc && p->be->codegen(p, opts, err, errlen)) {   /* a device's build failed: the CPU's then */
-        if (p->be == &ind_backend_cpu || (opts && opts->cuda_arch)) {
+        if (p->be == &ind_backend_cpu || p->be->device_memory || (opts && opts->cuda_arch)) {
             smelt_plan_free(p);
             return NULL;
         }
@@ -120,10 +151,16 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
     size_t klen = 0;
     int named_cpu = opts && (opts->cpu || opts->cpu_features), cuda_code = opts && opts->cuda_arch;
     const ind_backend *be = cuda_code ? &ind_backend_cuda : named_cpu ? &ind_backend_cpu : ind_backend_select(opts, NULL, 0);
+    smelt_compile_opts fixed;
+    if (be->device_memory && opts && opts->param_sizes) {   /* CUDA kernels have their sizes as constants */
+        fixed = *opts;
+        fixed.param_sizes = 0;
+        opts = &fixed;
+    }
     int cached = !(opts && opts->keep_ir) && !named_cpu && !cuda_code;
     uint8_t *key = cached ? ind_plan_cache_key(g, opts, be, &klen) : NULL;
     double t0 = now_ms();
-    smelt_plan *p = key ? ind_plan_cache_load(g, be, key, klen) : NULL;
+    smelt_plan *p = key ? ind_plan_cache_load(g, be, opts ? opts->device : 0, key, klen) : NULL;
     if (p) {
         p->times.load_ms = now_ms() - t0;
     } else if ((p = build(g, opts, be, err, errlen)) && key && p->be == be) {
@@ -163,6 +200,7 @@ void smelt_plan_free(smelt_plan *p)
     free(p->text_kernels);
     free(p->text_ir);
     free(p->text_asm);
+    free(p->text_launch);
     free(p);
 }
 
@@ -178,6 +216,19 @@ int smelt_plan_num_kernels(const smelt_plan *p) { return p->nkernels; }
 int64_t smelt_plan_code_bytes(const smelt_plan *p) { return p->be && p->be->code_bytes ? p->be->code_bytes(p) : 0; }
 const char *smelt_plan_backend(const smelt_plan *p) { return p->be ? p->be->name : "cpu"; }
 int64_t smelt_plan_arena_bytes(const smelt_plan *p) { return p->arena_bytes; }
+int smelt_plan_device(const smelt_plan *p) { return p->be && p->be->device_memory && !p->code_only ? p->device : -1; }
+int64_t smelt_plan_device_arena_bytes(const smelt_plan *p)
+{
+    return p->be && p->be->device_memory ? p->be->arena_bytes(p) : 0;
+}
+
+int smelt_plan_run_device(const smelt_plan *p, void *const *inputs, void *const *outputs, void *arena, void *stream,
+                          char *err, size_t errlen)
+{
+    if (!p->be || !p->be->device_memory || p->code_only)
+        return snprintf(err, errlen, "this plan does not run on a device"), -1;
+    return p->be->run(p, inputs, outputs, arena, stream, err, errlen);
+}
 int smelt_plan_num_externs(const smelt_plan *p) { return p->nexterns; }
 int smelt_plan_num_generated(const smelt_plan *p) { return p->ngenerated; }
 void smelt_plan_compile_times(const smelt_plan *p, smelt_compile_times *out) { *out = p->times; }
@@ -191,5 +242,7 @@ const char *smelt_plan_code(const smelt_plan *p, const char *which)
         return p->text_asm;
     if (!strcmp(which, "kernels"))
         return p->text_kernels;
+    if (!strcmp(which, "launch"))
+        return p->text_launch;
     return NULL;
 }

@@ -45,6 +45,10 @@ typedef struct smelt_compile_opts {
      * read (code "ir": the CUDA C, "asm": the PTX): never run, no cache
      * (as cpu). */
     const char *cuda_arch;
+    /* The CUDA device (its number) whose memory a "cuda" plan's buffers are
+     * in: its code is built for that device's architecture and loaded in
+     * its primary context. */
+    int device;
 } smelt_compile_opts;
 
 /* Returns NULL with a message in err on user-caused failure (unsupported
@@ -139,6 +143,23 @@ void smelt_plan_profile_reset(smelt_plan *p);
 int smelt_plan_num_kernels(const smelt_plan *p);   /* generated kernels */
 const char *smelt_plan_backend(const smelt_plan *p);  /* the back end of its kernels: "cpu", "spirv" */
 int64_t smelt_plan_arena_bytes(const smelt_plan *p);   /* the temporaries' arena a run needs */
+
+/* Plans of a device-memory back end (CUDA): every buffer is in the
+ * device's memory, which the host never touches. smelt_plan_device: the
+ * device number (-1: a host-memory plan, run by smelt_plan_run_*). */
+int smelt_plan_device(const smelt_plan *p);
+/* Bytes of device memory a run needs as its arena (temporaries, the error
+ * flag, scratch): the caller allocates them on the device (torch's
+ * allocator, so the memory is ordered on its stream). */
+int64_t smelt_plan_device_arena_bytes(const smelt_plan *p);
+/* Runs a device plan: inputs/outputs as smelt_plan_run's, device
+ * pointers; arena: smelt_plan_device_arena_bytes of device memory (256-
+ * byte aligned); stream: the CUstream to enqueue on (torch's current).
+ * Asynchronous unless a kernel can report an error (index checks,
+ * integer division), in which case it waits for the stream to read the
+ * flag. Returns as smelt_plan_run. Safe without the GIL. */
+int smelt_plan_run_device(const smelt_plan *p, void *const *inputs, void *const *outputs, void *arena,
+                          void *stream, char *err, size_t errlen);
 int64_t smelt_plan_code_bytes(const smelt_plan *p);    /* object code of the kernels it holds (shared ones too) */
 
 /* Frees the calling thread's arena of temporaries (every plan run on a

@@ -1018,8 +1018,8 @@ static int infer_call(infer_ctx *c, int32_t self)
     return 0;
 }
 
-/* SDPA: q, k, v (and a mask) of one rank >= 2, float32 (mask bool or
- * float32); k/v/mask batch dims are q's or 1, k and v agree on S, q and k
+/* SDPA: q, k, v (and a mask) of one rank >= 2, float32, float16 or
+ * bfloat16 (the CPU's kernel: float32 only; mask bool or q's dtype); k/v/mask batch dims are q's or 1, k and v agree on S, q and k
  * on E, the mask's last two dims are L or 1 and S or 1. */
 static int infer_sdpa(infer_ctx *c)
 {
@@ -1030,9 +1030,9 @@ static int infer_sdpa(infer_ctx *c)
     if (nd < 2 || nd - 2 > 6 || k->ndim != nd || v->ndim != nd || (m && m->ndim != nd))
         return fail(c, "q, k, v%s must have one rank in [2, 8], got %s, %s, %s", m ? " and mask" : "",
                     SHP(q), SHP(k), SHP(v));
-    if (q->dtype != SMELT_F32 || k->dtype != SMELT_F32 || v->dtype != SMELT_F32 ||
-        (m && m->dtype != SMELT_F32 && m->dtype != SMELT_BOOL))
-        return fail(c, "float32 q, k, v (and a bool or float32 mask) only");
+    if ((q->dtype != SMELT_F32 && q->dtype != SMELT_F16 && q->dtype != SMELT_BF16) || k->dtype != q->dtype ||
+        v->dtype != q->dtype || (m && m->dtype != q->dtype && m->dtype != SMELT_BOOL))
+        return fail(c, "float32, float16 or bfloat16 q, k, v of one dtype (and a bool mask or one of theirs) only");
     for (int d = 0; d < nd - 2; d++)
         if ((k->shape[d] != q->shape[d] && k->shape[d] != 1) || (v->shape[d] != q->shape[d] && v->shape[d] != 1) ||
             (m && m->shape[d] != q->shape[d] && m->shape[d] != 1))
@@ -1045,7 +1045,7 @@ static int infer_sdpa(infer_ctx *c)
         return fail(c, "mask %s does not broadcast to [.., %lld, %lld]", SHP(m), (long long)L, (long long)S);
     if (!isfinite(c->in->a.sdpa.scale) || (c->in->a.sdpa.causal && m))
         return fail(c, "scale must be finite, and causal excludes a mask");
-    c->out->dtype = SMELT_F32;
+    c->out->dtype = q->dtype;
     copy_shape(c->out, q);
     c->out->shape[nd - 1] = v->shape[nd - 1];
     c->out->a.sdpa.scale = c->in->a.sdpa.scale;
@@ -1071,10 +1071,11 @@ static int infer_sdpa_backward(infer_ctx *c)
     if (infer_sdpa(&f))
         return -1;
     for (int k = 3; k < 5; k++)
-        if (c->s[k]->dtype != SMELT_F32 || c->s[k]->ndim != fwd.ndim ||
+        if (c->s[k]->dtype != fwd.dtype || c->s[k]->ndim != fwd.ndim ||
             memcmp(c->s[k]->shape, fwd.shape, sizeof(int64_t) * fwd.ndim) != 0)
-            return fail(c, "%s %s %s does not match the attention's result %s float32", k == 3 ? "out" : "g",
-                        SHP(c->s[k]), smelt_dtype_name((smelt_dtype)c->s[k]->dtype), SHP(&fwd));
+            return fail(c, "%s %s %s does not match the attention's result %s %s", k == 3 ? "out" : "g",
+                        SHP(c->s[k]), smelt_dtype_name((smelt_dtype)c->s[k]->dtype), SHP(&fwd),
+                        smelt_dtype_name((smelt_dtype)fwd.dtype));
     int nd = fwd.ndim;
     int64_t batch = 1, L = fwd.shape[nd - 2], Ev = fwd.shape[nd - 1];
     int64_t S = c->s[1]->shape[nd - 2], E = c->s[0]->shape[nd - 1], per, pq, pk, pv;
@@ -1088,7 +1089,7 @@ static int infer_sdpa_backward(infer_ctx *c)
     if (over)
         return fail(c, "too many elements for dq, dk and dv of q %s, k %s, v %s", SHP(c->s[0]), SHP(c->s[1]),
                     SHP(c->s[2]));
-    c->out->dtype = SMELT_F32;
+    c->out->dtype = fwd.dtype;
     c->out->ndim = 1;
     c->out->shape[0] = per;
     c->out->a.sdpa = fwd.a.sdpa;

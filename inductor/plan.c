@@ -433,6 +433,8 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
 {
     if (p->code_only)
         return snprintf(err, errlen, "this plan was compiled for a named cpu to read its code, not to run"), -1;
+    if (p->be && p->be->device_memory)
+        return snprintf(err, errlen, "this plan runs on device memory (smelt_plan_run_device)"), -1;
     trim_if_quiet();
     void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
     int32_t flag = 0;

@@ -137,6 +137,8 @@ struct smelt_plan {
     const struct ind_backend *be;   /* the back end of its kernels (backend.h) */
     void *backend_state;     /* backend-owned (CPU: JIT resource tracker) */
     char *text_kernels, *text_ir, *text_asm;
+    char *text_launch;       /* device back ends: each step's launches, one line each (code "launch") */
+    int device;              /* device-memory back ends: the device it runs on (opts device) */
 };
 
 /* fold.c: g with each convolution's per-channel affine epilogue (eval
@@ -170,8 +172,8 @@ uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, c
 /* The plan stored under key, ready but for packs, profile counters and
  * arena (compile.c finishes it); NULL on a miss or an entry that does not
  * load (logged on the cache channel). */
-smelt_plan *ind_plan_cache_load(const smelt_graph *g, const struct ind_backend *be, const uint8_t *key,
-                                size_t keylen);
+smelt_plan *ind_plan_cache_load(const smelt_graph *g, const struct ind_backend *be, int device,
+                                const uint8_t *key, size_t keylen);
 /* Stores p (compiled from the graph key names) under key. */
 void ind_plan_cache_store(const smelt_plan *p, const uint8_t *key, size_t keylen);
 

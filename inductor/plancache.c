@@ -300,7 +300,8 @@ uint8_t *ind_plan_cache_key(const smelt_graph *g, const smelt_compile_opts *o, c
     return w.b;
 }
 
-smelt_plan *ind_plan_cache_load(const smelt_graph *g, const ind_backend *be, const uint8_t *key, size_t keylen)
+smelt_plan *ind_plan_cache_load(const smelt_graph *g, const ind_backend *be, int device, const uint8_t *key,
+                                size_t keylen)
 {
     char err[256], line[320];
     ind_blob *blobs;
@@ -311,6 +312,7 @@ smelt_plan *ind_plan_cache_load(const smelt_graph *g, const ind_backend *be, con
     if (!p || !(p->graph = smelt_graph_copy(g)))
         abort();
     p->be = be;
+    p->device = device;
     rbuf r = { blobs[0].data, blobs[0].len, 0, 0 };
     int rc = nblobs < 2 ? -1 : decode(&r, p);
     if (rc)

@@ -80,7 +80,9 @@ static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_
         pyext_debug_dump(name, g, about->guards, plan, half ? 0.0 : about->trace_ms, ms_since(&t0));
     }
     if (!plan) {
-        snprintf(reason, len, "compiling the %s graph failed (internal error, please report): %.400s", what, err);
+        snprintf(reason, len, strncmp(err, "backend cuda:", 13)
+                 ? "compiling the %s graph failed (internal error, please report): %.400s"
+                 : "the %s graph is not compiled for CUDA: %.400s", what, err);
         return Py_NewRef(Py_None);
     }
     smelt_compile_times ct = { 0 };

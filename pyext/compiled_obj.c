@@ -52,6 +52,9 @@ typedef struct CompiledObject {
                                 tensor), -1 its own; NULL when none is */
     PyObject **spare;        /* per output: the large tensor it last returned, reused by the next
                                 call when nothing else refers to it (see new_output) */
+    int device;              /* a plan on CUDA device `device` (smelt_plan_device), else -1 */
+    PyObject *device_obj;    /* then: that torch.device */
+    PyObject *kw_device;     /* ("dtype", "device") */
 } CompiledObject;
 
 /* Outputs of at least this many bytes are kept for reuse: a fresh one
@@ -130,15 +133,30 @@ static int check_layout(pyext_state *st, const input_spec *sp, Py_ssize_t k, PyO
     return ok == 1 ? 0 : -1;
 }
 
-/* Type, device, layout and dtype of argument k. */
-static int check_kind(pyext_state *st, const input_spec *sp, Py_ssize_t k, PyObject *t)
+/* Argument k on the CUDA device of the plan (dev): 0, or -1 with an
+ * exception. */
+static int check_device(pyext_state *st, PyObject *dev, Py_ssize_t k, PyObject *t)
+{
+    PyObject *d = PyObject_GetAttr(t, st->s_device);
+    int same = d ? PyObject_RichCompareBool(d, dev, Py_EQ) : -1;
+    if (same == 0)
+        PyErr_Format(PyExc_ValueError, "input %zd: expected a tensor on %R, got device %R", k, dev, d);
+    Py_XDECREF(d);
+    return same == 1 ? 0 : -1;
+}
+
+/* Type, device, layout and dtype of argument k (dev: the plan's CUDA
+ * device, NULL: the CPU). */
+static int check_kind(pyext_state *st, const input_spec *sp, Py_ssize_t k, PyObject *t, PyObject *dev)
 {
     if (!PyObject_TypeCheck(t, (PyTypeObject *)st->tensor_type))
         return PyErr_Format(PyExc_TypeError, "input %zd: expected a torch.Tensor, got %s", k,
                             Py_TYPE(t)->tp_name), -1;
-    PyObject *v = PyObject_GetAttr(t, st->s_is_cpu);
-    int cpu = v ? PyObject_IsTrue(v) : -1;
+    PyObject *v = dev ? NULL : PyObject_GetAttr(t, st->s_is_cpu);
+    int cpu = dev ? 1 : v ? PyObject_IsTrue(v) : -1;
     Py_XDECREF(v);
+    if (dev && check_device(st, dev, k, t))
+        return -1;
     if (cpu <= 0) {
         PyObject *dev = cpu == 0 ? PyObject_GetAttr(t, st->s_device) : NULL;
         if (dev)
@@ -223,6 +241,15 @@ static PyObject *new_output(pyext_state *st, CompiledObject *self, Py_ssize_t k,
 {
     PyObject *t = NULL;
     int err = 0;
+    if (self->device >= 0) {   /* torch's CUDA allocator: no pages to fault in, nothing kept */
+        PyObject *args[3] = {self->out_shapes[k], st->dtypes[self->out_dtypes[k]], self->device_obj};
+        if (!(t = PyObject_Vectorcall(st->empty, args, 1, self->kw_device)))
+            return NULL;
+        *ptr = data_ptr(st, t, &err);
+        if (err)
+            Py_CLEAR(t);
+        return t;
+    }
     if (self->spare && self->spare[k] && reusable(st, self, k, self->spare[k])) {
         PyObject *r = PyObject_CallMethod(self->spare[k], "detach_", NULL);
         Py_XDECREF(r);
@@ -400,6 +427,53 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
     return s;
 }
 
+/* The raw CUstream torch is using on CUDA device dev (0: the legacy
+ * default stream), or -1 with an exception. */
+static int current_stream(int dev, void **stream)
+{
+    static PyObject *raw;   /* torch._C._cuda_getCurrentRawStream */
+    if (!raw) {
+        PyObject *m = PyImport_ImportModule("torch._C");
+        raw = m ? PyObject_GetAttrString(m, "_cuda_getCurrentRawStream") : NULL;
+        Py_XDECREF(m);
+        if (!raw)
+            return -1;
+    }
+    PyObject *r = PyObject_CallFunction(raw, "i", dev);
+    *stream = r ? PyLong_AsVoidPtr(r) : NULL;
+    Py_XDECREF(r);
+    return !r || (!*stream && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* A run of a CUDA plan: its arena from torch's allocator on the device
+ * (ordered on torch's current stream, where the plan's work goes), the
+ * plan enqueued with the GIL released. 0, 1 (run eagerly), or -1 with an
+ * exception. */
+static int run_device(CompiledObject *self, void **ptrs, int trusted)
+{
+    pyext_state *st = pyext_state_of((PyObject *)self);
+    void *stream = NULL;
+    if (current_stream(self->device, &stream))
+        return -1;
+    PyObject *n = PyLong_FromLongLong(smelt_plan_device_arena_bytes(self->plan));
+    PyObject *args[3] = {n, st->dtypes[SMELT_U8], self->device_obj};
+    PyObject *arena = n ? PyObject_Vectorcall(st->empty, args, 1, self->kw_device) : NULL;
+    Py_XDECREF(n);
+    int bad = 0;
+    void *base = arena ? data_ptr(st, arena, &bad) : NULL;
+    if (!arena || bad) {
+        Py_XDECREF(arena);
+        return -1;
+    }
+    char err[512];
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = smelt_plan_run_device(self->plan, ptrs, ptrs + self->nin, base, stream, err, sizeof err);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(arena);   /* (torch's allocator reuses it in stream order) */
+    return rc ? run_failed(rc, err, trusted) : 0;
+}
+
 /* Runs the plan on ptrs (inputs, then outputs) with the GIL released,
  * stamping the packed inputs of args from the second call on (packing a
  * weight costs more than one unpacked matmul); with host calls (`host`), grad mode
@@ -407,6 +481,8 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
  * as it was (run_host). 0, 1 (run eagerly), or -1 with an exception. */
 static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, int host, int trusted)
 {
+    if (self->device >= 0)
+        return run_device(self, ptrs, trusted);
     smelt_input_stamp small[16], *stamps = NULL;
     /* a first call does not pay for packing (unless "always") */
     if (self->npacked && self->packing != PYEXT_PACK_NEVER && (self->ncalls > 1 || self->packing == PYEXT_PACK_ALWAYS)) {
@@ -468,7 +544,7 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
     pyext_state *st = pyext_state_of((PyObject *)self);
     int bad = 0;
     for (Py_ssize_t k = 0; k < self->nin; k++) {
-        if (!trusted && (check_kind(st, &self->ins[k], k, args[k]) ||
+        if (!trusted && (check_kind(st, &self->ins[k], k, args[k], self->device_obj) ||
                          check_layout(st, &self->ins[k], k, args[k])))
             return -1;
         ptrs[k] = data_ptr(st, args[k], &bad);
@@ -534,9 +610,9 @@ PyObject *pyext_compiled_call_trusted(PyObject *compiled, PyObject *const *args,
 static PyObject *compiled_code(CompiledObject *self, PyObject *which)
 {
     const char *w = PyUnicode_Check(which) ? PyUnicode_AsUTF8(which) : NULL;
-    if (!w || (strcmp(w, "ir") && strcmp(w, "asm") && strcmp(w, "kernels"))) {
+    if (!w || (strcmp(w, "ir") && strcmp(w, "asm") && strcmp(w, "kernels") && strcmp(w, "launch"))) {
         PyErr_Clear();
-        return PyErr_Format(PyExc_ValueError, "code: expected 'ir', 'asm' or 'kernels', got %R",
+        return PyErr_Format(PyExc_ValueError, "code: expected 'ir', 'asm', 'kernels' or 'launch', got %R",
                             which);
     }
     const char *text = smelt_plan_code(self->plan, w);
@@ -592,6 +668,7 @@ static int compiled_traverse(CompiledObject *self, visitproc visit, void *arg)
     for (Py_ssize_t k = 0; self->out_shapes && k < self->nout; k++)
         Py_VISIT(self->out_shapes[k]);
     Py_VISIT(self->calls);
+    Py_VISIT(self->device_obj);
     for (int j = 0; self->held && j < self->npacked; j++)
         Py_VISIT(self->held[j]);
     for (Py_ssize_t k = 0; self->spare && k < self->nout; k++)
@@ -604,6 +681,8 @@ static int compiled_clear(CompiledObject *self)
     for (Py_ssize_t k = 0; self->out_shapes && k < self->nout; k++)
         Py_CLEAR(self->out_shapes[k]);
     Py_CLEAR(self->calls);
+    Py_CLEAR(self->device_obj);
+    Py_CLEAR(self->kw_device);
     for (int j = 0; self->held && j < self->npacked; j++)
         Py_CLEAR(self->held[j]);
     for (Py_ssize_t k = 0; self->spare && k < self->nout; k++)
@@ -710,6 +789,17 @@ PyObject *pyext_compiled_new(pyext_state *st, const smelt_graph *g, smelt_plan *
     }
     self->vectorcall = compiled_vectorcall;
     self->plan = plan;
+    self->device = smelt_plan_device(plan);
+    if (self->device >= 0) {
+        PyObject *torch = PyImport_ImportModule("torch");
+        self->device_obj = torch ? PyObject_CallMethod(torch, "device", "si", "cuda", self->device) : NULL;
+        self->kw_device = Py_BuildValue("(ss)", "dtype", "device");
+        Py_XDECREF(torch);
+        if (!self->device_obj || !self->kw_device) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
     for (Py_ssize_t k = 0; k < g->nout && !self->inplace; k++)   /* outputs written into inputs */
         if (smelt_plan_output_inplace(plan, (int)k) >= 0) {
             if (!(self->inplace = PyMem_Malloc(sizeof(int32_t) * (size_t)g->nout))) {

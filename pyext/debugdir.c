@@ -85,11 +85,13 @@ void pyext_debug_dump(const char *name, const smelt_graph *g, const char *guards
     }
     int rc = write_file(dir, "graph.txt", graph) | write_file(dir, "guards.txt", guards) |
              write_file(dir, "timings.txt", timings);
-    int spirv = plan && !strcmp(smelt_plan_backend(plan), "spirv");
-    if (plan)   /* the SPIR-V back end's "ir" is spirv-dis's text */
+    const char *be = plan ? smelt_plan_backend(plan) : "";
+    int spirv = !strcmp(be, "spirv"), cuda = !strcmp(be, "cuda");
+    if (plan)   /* the SPIR-V back end's "ir" is spirv-dis's text; CUDA's: CUDA C, its "asm" PTX */
         rc |= write_file(dir, "kernels.txt", smelt_plan_code(plan, "kernels")) |
-              write_file(dir, spirv ? "code.spvasm" : "code.ll", smelt_plan_code(plan, "ir")) |
-              write_file(dir, "code.s", smelt_plan_code(plan, "asm"));
+              write_file(dir, spirv ? "code.spvasm" : cuda ? "code.cu" : "code.ll", smelt_plan_code(plan, "ir")) |
+              write_file(dir, cuda ? "code.ptx" : "code.s", smelt_plan_code(plan, "asm")) |
+              write_file(dir, "launch.txt", smelt_plan_code(plan, "launch"));
     free(graph);
     if (rc) {
         char line[4200];

@@ -777,6 +777,19 @@ static PyObject *continue_after(FunctionObject *self, entry *e, PyObject *state,
  * (pairs graph input, graph output in o->update): those whose new value
  * is not also a result (that would be a new tensor in eager, not the
  * input). The array to free (NULL when none, or out of memory: -1). */
+/* The back end of trace r's graph: CUDA when its tensors are on a CUDA
+ * device (whatever the options name); a device-memory back end named for
+ * a graph on the CPU is not used. */
+static void opts_device(smelt_compile_opts *o, const tr_result *r)
+{
+    if (r->device >= 0) {
+        o->backend = "cuda";
+        o->device = r->device;
+    } else if (o->backend && !strcmp(o->backend, "cuda")) {
+        o->backend = NULL;
+    }
+}
+
 static int entry_updates(const entry *e, smelt_compile_opts *o, int32_t **upd)
 {
     *upd = e->r.nmut ? PyMem_Malloc(sizeof(int32_t) * 2 * (size_t)e->r.nmut) : NULL;
@@ -917,6 +930,7 @@ static PyObject *dyn_plan_new(FunctionObject *self, entry *e, const int64_t *val
     }
     smelt_compile_opts o = { .opt_level = 2, .keep_ir = pyext_log_on(PYEXT_LOG_OUTPUT_CODE) || pyext_log_on(PYEXT_LOG_ASM),
                              .param_sizes = 1, .backend = self->backend[0] ? self->backend : NULL };
+    opts_device(&o, &e->r);
     double t0 = now_ms();
     if (e->rg) {   /* forward and backward for these sizes */
         tr_result r = e->r;   /* (a view of e's result with this graph: what the split reads) */
@@ -1457,6 +1471,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
                                                        pyext_log_on(PYEXT_LOG_AOT) ||
                                                        pyext_debug_dir_on(),
                              .backend = self->backend[0] ? self->backend : NULL };
+    opts_device(&o, &e->r);
     if (rg && e->r.dyn && dyn_entry(self, e)) {
         PyMem_Free(rg);
         goto fail;
@@ -1534,7 +1549,8 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
         pyext_log_write(PYEXT_LOG_PERF, line);
     }
     if (!plan) {
-        snprintf(e->r.reason, sizeof e->r.reason, "compile failed (internal error, please report): %.400s", err);
+        snprintf(e->r.reason, sizeof e->r.reason, strncmp(err, "backend cuda:", 13)
+                 ? "compile failed (internal error, please report): %.400s" : "not compiled for CUDA: %.400s", err);
         self->nbreaks++;
         Py_XSETREF(self->last_reason, PyUnicode_FromString(e->r.reason));
         return e;
@@ -2127,6 +2143,7 @@ static int explain_compiles(tr_result *r, long long *arena)
 {
     char err[512];
     smelt_compile_opts o = { .opt_level = 2 };
+    opts_device(&o, r);
     smelt_plan *plan;
     Py_BEGIN_ALLOW_THREADS
     plan = smelt_compile(r->graph, &o, err, sizeof err);

@@ -924,15 +924,18 @@ static void log_graph(GraphObject *self, uint64_t hash)
 
 static PyObject *graph_compile(GraphObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"vector_bits", "opt_level", "keep_code", "cpu", "cpu_features", "backend", "cuda_arch", NULL};
-    int vector_bits = 0, opt_level = 2, keep = 0;
+    static char *names[] = {"vector_bits", "opt_level", "keep_code", "cpu", "cpu_features", "backend", "cuda_arch",
+                            "device", NULL};
+    int vector_bits = 0, opt_level = 2, keep = 0, device = 0;
     const char *cpu = NULL, *cpu_features = NULL, *backend = NULL, *cuda_arch = NULL;
     char err[4096];
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iip$zzzz:compile", names, &vector_bits, &opt_level,
-                                     &keep, &cpu, &cpu_features, &backend, &cuda_arch))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|iip$zzzzi:compile", names, &vector_bits, &opt_level,
+                                     &keep, &cpu, &cpu_features, &backend, &cuda_arch, &device))
         return NULL;
     if (backend && !ind_backend_named(backend))
-        return PyErr_Format(PyExc_ValueError, "compile: backend must be 'cpu' or 'spirv', not '%s'", backend);
+        return PyErr_Format(PyExc_ValueError, "compile: backend must be 'cpu', 'spirv' or 'cuda', not '%s'", backend);
+    if (device < 0)
+        return PyErr_Format(PyExc_ValueError, "compile: device must be a CUDA device number, not %d", device);
     if (cuda_arch && (strncmp(cuda_arch, "sm_", 3) || strlen(cuda_arch) > 8))
         return PyErr_Format(PyExc_ValueError, "compile: cuda_arch must name an architecture such as 'sm_90', not '%s'",
                             cuda_arch);
@@ -951,6 +954,7 @@ static PyObject *graph_compile(GraphObject *self, PyObject *args, PyObject *kw)
         .cpu_features = cpu_features,
         .backend = backend,
         .cuda_arch = cuda_arch,
+        .device = device,
     };
     smelt_plan *plan = smelt_compile(self->g, &opts, err, sizeof err);
     if (!plan)

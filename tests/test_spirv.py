@@ -191,7 +191,7 @@ def test_each_step_records_its_back_end():
 
 
 def test_bad_backend_names():
-    with pytest.raises(ValueError, match="'cpu' or 'spirv'"):
+    with pytest.raises(ValueError, match="'cpu', 'spirv' or 'cuda'"):
         C.Graph().compile(backend="vulkan")
     with pytest.raises(ValueError):
         smelt.compile(lambda x: x + 1, options={"backend": "vulkan"})

@@ -12,6 +12,7 @@
  * same opcode means something different are the macros in tstate.h.
  */
 #include "tstate.h"
+#include "../inductor/backend.h"
 
 #include <stdarg.h>
 #include <string.h>
@@ -452,7 +453,11 @@ static int32_t tensor_input(tracer *T, PyObject *t, int32_t src)
     if (!dt || !shape || !stride || !dev)
         goto out;
     if (dev != Py_True) {
-        tr_break(T, "tensor input on a non-CPU device");
+        Py_SETREF(dev, PyObject_GetAttrString(t, "device"));
+        int d = dev ? tr_device_of(dev) : -4;
+        if (d == -4 || (d >= 0 ? tr_device(T, d, dev) : tr_break(T, "tensor input on device %R", dev)))
+            goto out;
+    } else if (tr_device(T, -1, NULL)) {
         goto out;
     }
     int sd = ops_dtype_of(dt);
@@ -513,10 +518,73 @@ out:
  * the caller makes from the float at each run (its type guarded, not its
  * value), so a new value is not a new entry (an optimizer's learning rate
  * under a scheduler). One input per source. */
+int tr_device_of(PyObject *o)
+{
+    PyObject *torch = PyImport_ImportModule("torch");
+    PyObject *d = torch ? PyObject_CallMethod(torch, "device", "O", o) : NULL;
+    PyObject *type = d ? PyObject_GetAttrString(d, "type") : NULL;
+    PyObject *index = type ? PyObject_GetAttrString(d, "index") : NULL;
+    int r = -4;
+    if (index) {
+        if (!PyUnicode_CompareWithASCIIString(type, "cpu")) {
+            r = -1;
+        } else if (PyUnicode_CompareWithASCIIString(type, "cuda")) {
+            r = -3;
+        } else if (index != Py_None) {
+            r = (int)PyLong_AsLong(index);
+        } else {   /* "cuda": the current device */
+            PyObject *cu = PyObject_GetAttrString(torch, "cuda");
+            PyObject *cur = cu ? PyObject_CallMethod(cu, "current_device", NULL) : NULL;
+            Py_XDECREF(cu);
+            r = cur ? (int)PyLong_AsLong(cur) : -4;
+            Py_XDECREF(cur);
+        }
+        if (r == -1 && PyErr_Occurred())
+            r = -4;
+    }
+    Py_XDECREF(index);
+    Py_XDECREF(type);
+    Py_XDECREF(d);
+    Py_XDECREF(torch);
+    return r;
+}
+
+int tr_device(tracer *T, int dev, PyObject *obj)
+{
+    if (T->device == dev)
+        return 0;
+    if (T->device != -2) {
+        if (T->device >= 0 && dev >= 0)
+            return tr_break(T, "tensors on two CUDA devices (%d and %d) in one graph", T->device, dev);
+        return tr_break(T, "tensors on the CPU and on CUDA device %d in one graph", dev >= 0 ? dev : T->device);
+    }
+    if (dev >= 0) {
+        char why[256];
+        const ind_backend *be = ind_backend_named("cuda");
+        if (!be || !be->available(why, sizeof why))
+            return tr_break(T, "tensors on CUDA device %d, and the CUDA back end cannot run here (%s)", dev, why);
+        PyObject *o = obj ? Py_NewRef(obj) : PyUnicode_FromFormat("cuda:%d", dev);
+        PyObject *torch = o && !obj ? PyImport_ImportModule("torch") : NULL;
+        if (torch)
+            Py_SETREF(o, PyObject_CallMethod(torch, "device", "O", o));
+        Py_XDECREF(torch);
+        if (!o || tr_keep(T, o)) {
+            Py_XDECREF(o);
+            return -1;
+        }
+        T->device_obj = o;
+        Py_DECREF(o);   /* (r->keep holds it) */
+    }
+    T->device = dev;
+    return 0;
+}
+
 int32_t tr_float_input(tracer *T, int32_t src)
 {
     if (src < 0)
         return tr_break(T, "a float input without a source");
+    if (T->device >= 0)
+        return tr_break(T, "a Python float read as an input of a graph on CUDA (made on the CPU each run)");
     for (int32_t k = 0; k < T->r->ninputs; k++)
         if (T->r->input_src[k] == src)
             for (int32_t i = 0; i < T->g->n; i++)
@@ -4813,7 +4881,7 @@ static int trace_once(PyObject *fn, const tr_start *st, int stop_at, tr_result *
     memset(out, 0, sizeof *out);
     out->stop_pc = -1;
     tracer T = { .r = out, .handled = -1, .stop_at = stop_at, .break_at = -1, .dyn_mode = st->dyn_mode,
-                 .dyn_seen = st->seen };
+                 .dyn_seen = st->seen, .device = -2 };
     *break_at = -1;
     out->keep = PyList_New(0);
     out->graph = smelt_graph_new();
@@ -4867,6 +4935,7 @@ done:
     if (rc < 0 && !PyErr_Occurred())
         rc = 1;
     *break_at = T.break_at;
+    out->device = T.device >= 0 ? T.device : -1;
     tracer_free(&T);
     return rc;
 }

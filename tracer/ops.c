@@ -1358,10 +1358,10 @@ static int32_t h_to(tracer *T, const call_args *a, smelt_op op)
             x = cast_to(T, x, dt);
             continue;
         }
-        PyObject *s = PyObject_Str(o);
-        int cpu = s && PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
-        Py_XDECREF(s);
-        if (!cpu)
+        int dev = tr_device_of(o);   /* the graph's own device: nothing to do; another: a copy */
+        if (dev == -4)
+            PyErr_Clear();
+        if (dev < -1 || dev != (T->device >= 0 ? T->device : -1))
             return tr_break(T, ".to(%R) is not supported", o);
     }
     int copy = 0;
@@ -1565,7 +1565,9 @@ static int32_t sdpa_fused(tracer *T, int32_t q, int32_t k, int32_t v, int32_t ma
         return -2;
     const smelt_node *qn = node(T, q), *kn = node(T, k), *vn = node(T, v);
     int nd = qn->ndim;
-    if (qn->dtype != SMELT_F32 || kn->dtype != SMELT_F32 || vn->dtype != SMELT_F32 || kn->ndim != nd ||
+    /* float16/bfloat16: on CUDA (its attention kernels take them; the CPU's are float32) */
+    int dt_ok = qn->dtype == SMELT_F32 || (T->device >= 0 && (qn->dtype == SMELT_F16 || qn->dtype == SMELT_BF16));
+    if (!dt_ok || kn->dtype != qn->dtype || vn->dtype != qn->dtype || kn->ndim != nd ||
         vn->ndim != nd || nd < 2 || nd > 8 || (mask >= 0 && causal))
         return -2;
     for (int d = 0; d < nd - 2; d++)
@@ -1574,7 +1576,7 @@ static int32_t sdpa_fused(tracer *T, int32_t q, int32_t k, int32_t v, int32_t ma
     int32_t m = -1;
     if (mask >= 0) {
         const smelt_node *mn = node(T, mask);
-        if ((mn->dtype != SMELT_BOOL && mn->dtype != SMELT_F32) || mn->ndim > nd)
+        if ((mn->dtype != SMELT_BOOL && mn->dtype != qn->dtype) || mn->ndim > nd)
             return -2;
         int64_t shape[SMELT_MAX_DIMS], want[2] = { qn->shape[nd - 2], kn->shape[nd - 2] };
         int pad = nd - mn->ndim;
@@ -3226,19 +3228,25 @@ static int factory_kwargs(tracer *T, const call_args *a)
     return 0;
 }
 
+/* The device= argument of a tensor factory: none (the CPU) or the CPU in
+ * a graph on the CPU, the graph's CUDA device in one on CUDA (tr_device);
+ * anything else breaks. */
 static int device_cpu(tracer *T, const call_args *a)
 {
     int32_t d = arg(a, -1, "device");
     if (factory_kwargs(T, a))
         return -1;
     if (is_none(T, d))
-        return 0;
-    PyObject *o = tr_const(T, d), *s = o ? PyObject_Str(o) : NULL;
-    int cpu = s && (PyUnicode_CompareWithASCIIString(s, "cpu") == 0);
-    Py_XDECREF(s);
-    if (!o || PyErr_Occurred())
+        return tr_device(T, -1, NULL);
+    PyObject *o = tr_const(T, d);
+    if (!o)
         return -1;
-    return cpu ? 0 : tr_break(T, "tensor created on device %R", o);
+    int dev = tr_device_of(o);
+    if (dev == -4) {
+        PyErr_Clear();
+        return tr_break(T, "tensor created on device %R", o);
+    }
+    return dev == -3 ? tr_break(T, "tensor created on device %R", o) : tr_device(T, dev, NULL);
 }
 
 static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
@@ -8028,7 +8036,7 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
     if (!strcmp(s, "dtype"))
         return tv_obj(T, torch_dtypes[n->dtype], -1);
     /* every graph tensor is a dense, strided, non-quantized CPU tensor */
-    static const char *const false_flags[] = { "is_cuda", "is_nested", "is_sparse", "is_sparse_csr", "is_meta",
+    static const char *const false_flags[] = { "is_nested", "is_sparse", "is_sparse_csr", "is_meta",
                                                "is_quantized", "is_mkldnn", "is_mps", "is_xpu", "is_xla", "is_ipu",
                                                "is_hpu", "is_mtia", "is_maia", "is_vulkan" };
     for (size_t i = 0; i < sizeof false_flags / sizeof false_flags[0]; i++)
@@ -8048,10 +8056,12 @@ int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name)
         }
         return v_permute(T, self, perm);
     }
-    if (!strcmp(s, "device"))   /* every graph tensor is on the CPU */
-        return tv_obj(T, cpu_device, -1);
+    if (!strcmp(s, "device"))   /* every graph tensor is on the graph's device */
+        return tv_obj(T, T->device >= 0 ? T->device_obj : cpu_device, -1);
     if (!strcmp(s, "is_cpu"))
-        return tv_obj(T, Py_True, -1);
+        return tv_obj(T, T->device >= 0 ? Py_False : Py_True, -1);
+    if (!strcmp(s, "is_cuda"))
+        return tv_obj(T, T->device >= 0 ? Py_True : Py_False, -1);
     if (!strcmp(s, "itemsize"))
         return int_value(T, (int64_t)smelt_dtype_size((smelt_dtype)n->dtype));
     if (!strcmp(s, "nbytes"))

@@ -189,6 +189,8 @@ typedef struct tr_result {
     int32_t nslots, nstack;   /* partial trace: the frame state's variables and stack depth */
     PyObject *kwnames;     /* partial trace: KW_NAMES pending at stop_pc (strong), or NULL */
     tr_dyn *dyn;           /* sizes that are symbols (PyMem), or NULL: every size static */
+    int device;            /* the graph's tensors: -1 on the CPU, n on CUDA device n (compiled by the
+                              cuda back end) */
 } tr_result;
 
 /* Where a trace starts: the bound parameters of a call (pc 0), or a frame

@@ -232,7 +232,18 @@ typedef struct tracer {
                               bounds, 3 a CHECKIDX's bound (dyn_pend_start) */
     int32_t dyn_pend_ex[SMELT_MAX_DIMS];   /* 1: per size an expression, -1 a constant, -2 a reshape's -1 */
     int32_t dyn_pend_start, dyn_pend_end;  /* 2: expressions of the bounds (-1: the attribute's constant) */
+    int device;            /* where the graph's tensors are: -2 none met yet, -1 the CPU, n CUDA device n
+                              (tr_device: one device per graph) */
+    PyObject *device_obj;  /* CUDA: that torch.device (held by r->keep) */
 } tracer;
+
+/* interp.c: a tensor on `dev` (-1 the CPU, n CUDA device n; obj its
+ * torch.device, may be NULL) joins the graph: 0, or -1 with a break when
+ * the graph's tensors are elsewhere or CUDA cannot run here. */
+int tr_device(tracer *T, int dev, PyObject *obj);
+/* interp.c: the device torch.device(o) names: -1 the CPU, n CUDA device n,
+ * -3 another device; -4 on error (exception set). */
+int tr_device_of(PyObject *o);
 
 /* BINARY_OP arguments (CPython's NB_* numbering, the same in 3.11 and
  * 3.12; in-place forms are the plain ones + NB_INPLACE). */

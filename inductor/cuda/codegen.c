@@ -384,8 +384,10 @@ static int int_pow(cg *g, smelt_dtype dt, int a, int b)
     const char *t = ctype(dt);
     int bits = smelt_dtype_size(dt) * 8;
     int res = val(g, t, "(%s)1", t), base = val(g, t, "v%d", a), e = val(g, t, "v%d", b);
-    line(g, "for (int i = 0; i < %d; i++) { if (v%d & 1) v%d = (%s)(v%d * v%d); v%d = (%s)(v%d * v%d); "
-            "v%d = (%s)((unsigned long long)v%d >> 1); }",
+    /* (products in unsigned arithmetic: they wrap as torch's do, where a
+     * signed overflow would be undefined) */
+    line(g, "for (int i = 0; i < %d; i++) { if (v%d & 1) v%d = (%s)((unsigned long long)v%d * (unsigned long long)v%d); "
+            "v%d = (%s)((unsigned long long)v%d * (unsigned long long)v%d); v%d = (%s)((unsigned long long)v%d >> 1); }",
          bits - (is_unsigned(dt) ? 0 : 1), e, res, t, res, base, base, t, base, base, e, t, e);
     if (is_unsigned(dt))
         return res;
@@ -564,13 +566,16 @@ static void combine(cg *g, smelt_op op, smelt_dtype dt, const char *acc, const c
     }
     switch (op) {
     case SMELT_OP_SUM:
-        line(g, dt == SMELT_BOOL ? "%s = %s || %s;" : "%s = (%s)(%s + %s);", acc, dt == SMELT_BOOL ? acc : t,
-             dt == SMELT_BOOL ? v : acc, v);
+    case SMELT_OP_PROD: {
+        const char *o = op == SMELT_OP_SUM ? "+" : "*";
+        if (dt == SMELT_BOOL)
+            line(g, "%s = %s %s %s;", acc, acc, op == SMELT_OP_SUM ? "||" : "&&", v);
+        else if (is_fp(dt))
+            line(g, "%s = (%s)(%s %s %s);", acc, t, acc, o, v);
+        else   /* integers wrap (unsigned arithmetic: a signed overflow is undefined) */
+            line(g, "%s = (%s)((unsigned long long)%s %s (unsigned long long)%s);", acc, t, acc, o, v);
         break;
-    case SMELT_OP_PROD:
-        line(g, dt == SMELT_BOOL ? "%s = %s && %s;" : "%s = (%s)(%s * %s);", acc, dt == SMELT_BOOL ? acc : t,
-             dt == SMELT_BOOL ? v : acc, v);
-        break;
+    }
     case SMELT_OP_AMAX:
     case SMELT_OP_AMIN: {
         const char *c = op == SMELT_OP_AMAX ? ">" : "<";
@@ -616,6 +621,15 @@ static void row_begin(cg *g, const char *flat)
     }
 }
 
+/* The index partner bi_ of a shuffle step (arg reductions; else 0). */
+static void shfl_index(cg *g, int arg, const char *acci)
+{
+    if (arg)
+        line(g, "long long bi_ = __shfl_xor_sync(0xffffffffu, %s, o_);", acci);
+    else
+        line(g, "long long bi_ = 0;");
+}
+
 /* A REDUCE item: its phase value's number. */
 static int emit_reduce(cg *g, const kitem *it, int item)
 {
@@ -644,20 +658,28 @@ static int emit_reduce(cg *g, const kitem *it, int item)
     close_block(g);
     if (kahan)
         line(g, "%s -= %s;", acc, comp);
-    if (g->L > 1) {   /* the block's partials through shared memory */
-        line(g, "__shared__ %s sv%d[%d]; __shared__ long long si%d[%d];", dt == SMELT_BOOL ? "bool" : t, item, g->L, item,
-             g->L);
-        line(g, "sv%d[lane] = %s; si%d[lane] = %s; __syncthreads();", item, acc, item, acci);
-        for (int s = g->L / 2; s >= 1; s /= 2) {
-            open_block(g, "if (lane < %d)", s);
-            line(g, "%s a_ = sv%d[lane]; long long ai_ = si%d[lane];", t, item, item);
-            char ov[48], oi[48];
-            snprintf(ov, sizeof ov, "sv%d[lane + %d]", item, s), snprintf(oi, sizeof oi, "si%d[lane + %d]", item, s);
-            combine(g, op, dt, "a_", "ai_", ov, oi);
-            line(g, "sv%d[lane] = a_; si%d[lane] = ai_;", item, item);
-            close_block(g);
-            line(g, "__syncthreads();");
-        }
+    if (g->L > 1) {   /* the block's partials: warp shuffles, then the warps' results through shared memory */
+        int nw = g->L / 32, arg = is_arg(op);
+        const char *st = dt == SMELT_BOOL ? "bool" : t;
+        open_block(g, "for (int o_ = 16; o_ > 0; o_ >>= 1)");
+        line(g, "%s b_ = (%s)__shfl_xor_sync(0xffffffffu, %s, o_);", t, t, acc);
+        shfl_index(g, arg, acci);
+        combine(g, op, dt, acc, acci, "b_", "bi_");
+        close_block(g);
+        line(g, "__shared__ %s sv%d[%d]; __shared__ long long si%d[%d];", st, item, nw, item, nw);
+        line(g, "if ((lane & 31) == 0) { sv%d[lane >> 5] = %s; si%d[lane >> 5] = %s; }", item, acc, item, acci);
+        line(g, "__syncthreads();");
+        open_block(g, "if (lane < 32)");
+        line(g, "%s = lane < %d ? (%s)sv%d[lane] : %s; %s = lane < %d ? si%d[lane] : 9223372036854775807LL;", acc, nw, t,
+             item, red_init(init, sizeof init, op, dt), acci, nw, item);
+        open_block(g, "for (int o_ = %d; o_ > 0; o_ >>= 1)", nw / 2);
+        line(g, "%s b_ = (%s)__shfl_xor_sync(0xffffffffu, %s, o_);", t, t, acc);
+        shfl_index(g, arg, acci);
+        combine(g, op, dt, acc, acci, "b_", "bi_");
+        close_block(g);
+        line(g, "if (lane == 0) { sv%d[0] = %s; si%d[0] = %s; }", item, acc, item, acci);
+        close_block(g);
+        line(g, "__syncthreads();");
         line(g, "%s = sv%d[0]; %s = si%d[0]; __syncthreads();", acc, item, acci, item);
     }
     g->epoch++;
@@ -822,17 +844,19 @@ static void emit_split(cg *g, int32_t kn, const plan_kernel_code *code)
 
 static const char PRELUDE[] =
     "/* smelt: CUDA C generated from the kernel IR (inductor/cuda/codegen.c) */\n"
+    "#ifndef SMELT_CUDA_EMU /* (a CPU emulation of the kernels defines these itself: tests/cuda_sim) */\n"
     "static __device__ __forceinline__ float f16_to_f32(unsigned short h)\n"
     "{ float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
     "static __device__ __forceinline__ unsigned short f32_to_f16(float f)\n"
     "{ unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+    "#endif\n"
     "static __device__ __forceinline__ float bf16_to_f32(unsigned short h) { return __int_as_float((int)h << 16); }\n"
     "static __device__ __forceinline__ unsigned short f32_to_bf16(float f)\n"
     "{ unsigned int b = (unsigned int)__float_as_int(f);\n"
     "  if (isnan(f)) return (unsigned short)((b >> 16) | 0x40);\n"
     "  return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16); }\n\n";
 
-char *cuda_codegen_source(smelt_plan *p)
+char *cuda_codegen_source(smelt_plan *p, size_t *starts)
 {
     cg g = { 0 };
     g.p = p, g.P = &p->pool;
@@ -850,6 +874,8 @@ char *cuda_codegen_source(smelt_plan *p)
                 abort();
             code->nslots = ind_kernel_slots(p, g.k, code->slots);
         }
+        if (starts)
+            starts[kn] = g.out.n;
         for (int v = 0; v < g.k->nvars; v++)
             snprintf(g.var[v], sizeof g.var[v], "0LL");
         if (g.k->split > 1)
@@ -857,6 +883,8 @@ char *cuda_codegen_source(smelt_plan *p)
         else
             emit_main(&g, kn, code);
     }
+    if (starts)
+        starts[p->nkernels] = g.out.n;
     free(g.arg), free(g.memo), free(g.memo_ep);
     return g.out.s;
 }

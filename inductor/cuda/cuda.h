@@ -5,8 +5,10 @@
 #include "../plan.h"
 
 /* codegen.c: the CUDA C of every kernel of p (kernel i: k<i>, a split
- * kernel also f<i>); fills each kernel's slots. malloc'd text. */
-char *cuda_codegen_source(smelt_plan *p);
+ * kernel also f<i>); fills each kernel's slots. malloc'd text. starts
+ * (room for nkernels + 1, or NULL): where each kernel's text begins, then
+ * the text's length (before them: the prelude every kernel needs). */
+char *cuda_codegen_source(smelt_plan *p, size_t *starts);
 /* Threads per row of a reduction kernel (1: a thread per row). */
 int cuda_kernel_lanes(const kir_kernel *k);
 int64_t cuda_outer_points(const kir_kernel *k);
