@@ -19,6 +19,7 @@
 #include "../kix.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -608,7 +609,8 @@ static void row_begin(cg *g, const char *flat)
     else
         open_block(g, "for (long long %s = %s; %s < %lldLL; %s += %d)", flat, g->L > 1 ? "lane" : "0LL", flat,
                    (long long)n, flat, g->L);
-    line(g, "long long rem_ = %s;", flat);
+    int narrow = !g->split_chunk && n <= (int64_t)UINT32_MAX;   /* as decode_outer */
+    line(g, narrow ? "unsigned rem_ = (unsigned)%s;" : "long long rem_ = %s;", flat);
     for (int v = k->nvars - 1; v >= 0; v--) {
         if (!(k->rmask >> v & 1))
             continue;
@@ -616,8 +618,13 @@ static void row_begin(cg *g, const char *flat)
         snprintf(g->var[v], sizeof g->var[v], "x%d", v);
         if (sp)
             line(g, "long long x%d = lo + rem_ %% len; rem_ /= len;", v);
-        else
+        else if (narrow && k->size[v] > 0)
+            line(g, "long long x%d = (long long)(rem_ %% %lluu); rem_ /= %lluu;", v, (unsigned long long)k->size[v],
+                 (unsigned long long)k->size[v]);
+        else if (k->size[v] > 0)
             line(g, "long long x%d = rem_ %% %lldLL; rem_ /= %lldLL;", v, (long long)k->size[v], (long long)k->size[v]);
+        else   /* an empty row: the loop never runs */
+            line(g, "long long x%d = 0;", v);
     }
 }
 
@@ -742,12 +749,19 @@ int cuda_kernel_lanes(const kir_kernel *k)
 static void decode_outer(cg *g, const char *pt)
 {
     const kir_kernel *k = g->k;
-    line(g, "long long o_ = %s;", pt);
+    /* 32-bit division where the points fit (64-bit division by a constant
+     * costs several times more on the GPU) */
+    int narrow = cuda_outer_points(k) <= (int64_t)UINT32_MAX;
+    line(g, narrow ? "unsigned o_ = (unsigned)(%s);" : "long long o_ = %s;", pt);
     for (int v = k->nvars - 1; v >= 0; v--) {
         if (k->rmask >> v & 1)
             continue;
         snprintf(g->var[v], sizeof g->var[v], "y%d", v);
-        line(g, "long long y%d = o_ %% %lldLL; o_ /= %lldLL;", v, (long long)k->size[v], (long long)k->size[v]);
+        if (narrow)
+            line(g, "long long y%d = (long long)(o_ %% %lluu); o_ /= %lluu;", v, (unsigned long long)k->size[v],
+                 (unsigned long long)k->size[v]);
+        else
+            line(g, "long long y%d = o_ %% %lldLL; o_ /= %lldLL;", v, (long long)k->size[v], (long long)k->size[v]);
     }
 }
 
