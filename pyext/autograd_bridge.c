@@ -100,6 +100,7 @@ static PyObject *compile_one(pyext_state *st, const smelt_graph *g, const smelt_
         pyext_log_write(ch, head);
         pyext_log_write(ch, k);
     }
+    pyext_log_device_code(plan);
     return pyext_compiled_new(st, g, plan, calls);
 }
 

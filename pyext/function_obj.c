@@ -1557,6 +1557,7 @@ static entry *new_entry(FunctionObject *self, const call_frame *f)
     }
     if (pyext_log_on(PYEXT_LOG_OUTPUT_CODE) && smelt_plan_code(plan, "kernels"))
         pyext_log_write(PYEXT_LOG_OUTPUT_CODE, smelt_plan_code(plan, "kernels"));
+    pyext_log_device_code(plan);
     if (pyext_debug_dir_on()) {
         char *guards = e->tree ? guard_tree_print(e->tree) : NULL;
         pyext_debug_dump(fn_name(self),

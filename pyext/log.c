@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "../inductor/compile.h"
 
 static const char *const channel_names[PYEXT_LOG_NCHANNELS] = {
     "graph", "guards", "recompiles", "graph_breaks",
@@ -100,4 +101,15 @@ void pyext_log_write(pyext_log_channel ch, const char *text)
         PyErr_WriteUnraisable(log);
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);
+}
+
+void pyext_log_device_code(const smelt_plan *plan)
+{
+    if (!plan || !strcmp(smelt_plan_backend(plan), "cpu"))
+        return;
+    const char *ir = smelt_plan_code(plan, "ir"), *as = smelt_plan_code(plan, "asm");
+    if (ir && pyext_log_on(PYEXT_LOG_OUTPUT_CODE))
+        pyext_log_write(PYEXT_LOG_OUTPUT_CODE, ir);
+    if (as && pyext_log_on(PYEXT_LOG_ASM))
+        pyext_log_write(PYEXT_LOG_ASM, as);
 }

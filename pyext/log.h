@@ -42,4 +42,10 @@ const char *pyext_log_channel_name(pyext_log_channel ch);
  * exception already set. */
 void pyext_log_write(pyext_log_channel ch, const char *text);
 
+/* A compiled function's device code (a back end other than the CPU's): its
+ * source on output_code (CUDA C, SPIR-V disassembly), its assembly on asm
+ * (PTX). The plan keeps them when either channel is on. GIL held. */
+struct smelt_plan;
+void pyext_log_device_code(const struct smelt_plan *plan);
+
 #endif
