@@ -79,7 +79,7 @@ typedef struct ind_backend {
     int64_t (*arena_bytes)(const smelt_plan *p);
     /* Runs p (smelt_plan_run_device). */
     int (*run)(const smelt_plan *p, void *const *inputs, void *const *outputs, void *arena, void *stream,
-               char *err, size_t errlen);
+               smelt_host_call_fn host, void *ctx, char *err, size_t errlen);
 } ind_backend;
 
 extern const ind_backend ind_backend_cpu;     /* cpu/runtime.c */

@@ -223,11 +223,11 @@ int64_t smelt_plan_device_arena_bytes(const smelt_plan *p)
 }
 
 int smelt_plan_run_device(const smelt_plan *p, void *const *inputs, void *const *outputs, void *arena, void *stream,
-                          char *err, size_t errlen)
+                          smelt_host_call_fn host, void *ctx, char *err, size_t errlen)
 {
     if (!p->be || !p->be->device_memory || p->code_only)
         return snprintf(err, errlen, "this plan does not run on a device"), -1;
-    return p->be->run(p, inputs, outputs, arena, stream, err, errlen);
+    return p->be->run(p, inputs, outputs, arena, stream, host, ctx, err, errlen);
 }
 int smelt_plan_num_externs(const smelt_plan *p) { return p->nexterns; }
 int smelt_plan_num_generated(const smelt_plan *p) { return p->ngenerated; }

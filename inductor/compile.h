@@ -154,12 +154,14 @@ int smelt_plan_device(const smelt_plan *p);
 int64_t smelt_plan_device_arena_bytes(const smelt_plan *p);
 /* Runs a device plan: inputs/outputs as smelt_plan_run's, device
  * pointers; arena: smelt_plan_device_arena_bytes of device memory (256-
- * byte aligned); stream: the CUstream to enqueue on (torch's current).
- * Asynchronous unless a kernel can report an error (index checks,
- * integer division), in which case it waits for the stream to read the
- * flag. Returns as smelt_plan_run. Safe without the GIL. */
+ * byte aligned); stream: the CUstream to enqueue on (torch's current);
+ * host, ctx: as smelt_plan_run_host's (refs of device memory: the host
+ * enqueues its work on the same stream). Asynchronous unless a kernel can
+ * report an error (index checks, integer division), in which case it
+ * waits for the stream to read the flag. Returns as smelt_plan_run. Safe
+ * without the GIL. */
 int smelt_plan_run_device(const smelt_plan *p, void *const *inputs, void *const *outputs, void *arena,
-                          void *stream, char *err, size_t errlen);
+                          void *stream, smelt_host_call_fn host, void *ctx, char *err, size_t errlen);
 int64_t smelt_plan_code_bytes(const smelt_plan *p);    /* object code of the kernels it holds (shared ones too) */
 
 /* Frees the calling thread's arena of temporaries (every plan run on a

@@ -252,10 +252,8 @@ static int run_conv(const plan_step *s, void **bufs, char *err, size_t errlen)
     return kern_conv(&c->d, src[0], src[1], src[2], bufs[c->buf[3]], err, errlen);
 }
 
-/* Host call step: fills the refs' data pointers and hands them to the
- * host. Without a host callback the plan cannot run. */
-static int run_call(const smelt_plan *p, const plan_step *s, void **bufs, smelt_host_call_fn host,
-                    void *ctx, char *err, size_t errlen)
+int plan_run_call(const smelt_plan *p, const plan_step *s, void **bufs, smelt_host_call_fn host, void *ctx,
+                  char *err, size_t errlen)
 {
     const plan_call *c = s->call;
     smelt_tensor_ref in[SMELT_MAX_SRC], out[SMELT_MAX_SRC];
@@ -474,7 +472,7 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
             continue;
         }
         if (st->kind == PS_CALL) {
-            rc = run_call(p, st, bufs, host, ctx, err, errlen);
+            rc = plan_run_call(p, st, bufs, host, ctx, err, errlen);
             continue;
         }
         if (st->kind == PS_SDPA) {

@@ -158,6 +158,13 @@ char *ind_kernels_print(const smelt_plan *p);
  * store), into slots (room for p->nbufs); their count. */
 int32_t ind_kernel_slots(const smelt_plan *p, const kir_kernel *k, int32_t *slots);
 
+/* plan.c: host call step s on bufs (the plan's buffer pointers; a result
+ * the host hands memory for is stored back into bufs): fills the refs'
+ * data pointers and calls host; without one the plan cannot run. 0, or -1
+ * with err. */
+int plan_run_call(const smelt_plan *p, const plan_step *s, void **bufs, smelt_host_call_fn host, void *ctx,
+                  char *err, size_t errlen);
+
 /* plan.c: packs the temporaries into the arena (after codegen: uses the
  * kernels' slot tables). */
 void plan_assign_arena(smelt_plan *p);

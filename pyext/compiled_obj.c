@@ -304,12 +304,19 @@ static int run_failed(int rc, const char *err, int trusted)
     return -1;
 }
 
+/* A CUDA plan's run: its device arena and torch's stream. */
+typedef struct device_run {
+    void *arena, *stream;
+} device_run;
+
 /* Runs a plan with host calls on ptrs (inputs, then outputs) with the GIL
  * released and grad mode off (once for all its calls); a call's exception
  * is raised again as it was, except that for a `trusted` call (a compiled
  * frame's) a result the graph inferred wrongly returns 1: the caller runs
- * the frame eagerly. 0, 1, or -1 with an exception. */
-static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *stamps, int trusted)
+ * the frame eagerly. dr: a CUDA plan's arena and stream, else NULL. 0, 1,
+ * or -1 with an exception. */
+static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *stamps, int trusted,
+                    const device_run *dr)
 {
     pyext_state *st = pyext_state_of((PyObject *)self);
     char err[512];
@@ -317,10 +324,14 @@ static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *
     if (grad < 0)
         return -1;
     PyObject *calls = Py_NewRef(self->calls);   /* kept alive whatever the calls do */
-    pyext_hostcall_ctx ctx = {calls, NULL, NULL, 0};
+    pyext_hostcall_ctx ctx = {calls, NULL, NULL, 0, self->device + 1};
     Py_BEGIN_ALLOW_THREADS
-    rc = smelt_plan_run_stamped(self->plan, ptrs, ptrs + self->nin, stamps, pyext_hostcall_run,
-                                &ctx, err, sizeof err);
+    if (dr)
+        rc = smelt_plan_run_device(self->plan, ptrs, ptrs + self->nin, dr->arena, dr->stream, pyext_hostcall_run,
+                                   &ctx, err, sizeof err);
+    else
+        rc = smelt_plan_run_stamped(self->plan, ptrs, ptrs + self->nin, stamps, pyext_hostcall_run,
+                                    &ctx, err, sizeof err);
     Py_END_ALLOW_THREADS
     Py_DECREF(calls);
     Py_XDECREF(ctx.keep);   /* results whose memory the plan used */
@@ -467,11 +478,17 @@ static int run_device(CompiledObject *self, void **ptrs, int trusted)
     }
     char err[512];
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = smelt_plan_run_device(self->plan, ptrs, ptrs + self->nin, base, stream, err, sizeof err);
-    Py_END_ALLOW_THREADS
+    if (self->nhost) {   /* host calls: torch ops on the plan's device memory, on the same stream */
+        device_run dr = { base, stream };
+        rc = run_host(self, ptrs, NULL, trusted, &dr);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = smelt_plan_run_device(self->plan, ptrs, ptrs + self->nin, base, stream, NULL, NULL, err, sizeof err);
+        Py_END_ALLOW_THREADS
+        rc = rc ? run_failed(rc, err, trusted) : 0;
+    }
     Py_DECREF(arena);   /* (torch's allocator reuses it in stream order) */
-    return rc ? run_failed(rc, err, trusted) : 0;
+    return rc;
 }
 
 /* Runs the plan on ptrs (inputs, then outputs) with the GIL released,
@@ -494,7 +511,7 @@ static int run_plan(CompiledObject *self, PyObject *const *args, void **ptrs, in
     }
     int rc;
     if (host) {
-        rc = run_host(self, ptrs, stamps, trusted);
+        rc = run_host(self, ptrs, stamps, trusted, NULL);
     } else {
         char err[512];
         Py_BEGIN_ALLOW_THREADS

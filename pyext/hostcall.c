@@ -38,7 +38,7 @@ typedef struct DLManagedTensor {
     void (*deleter)(struct DLManagedTensor *);
 } DLManagedTensor;
 
-enum { DL_CPU = 1, DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
+enum { DL_CPU = 1, DL_CUDA = 2, DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
 
 /* One allocation per wrapped tensor: torch keeps the pointer and calls the
  * deleter when the tensor's storage dies (with or without the GIL). */
@@ -116,6 +116,9 @@ int pyext_hostcall_init(PyObject *module)
 /* DLPack wrapping                                                    */
 
 static int64_t dl_dummy;   /* data of 0-element tensors, whose pointer may be NULL */
+/* The run's memory (pyext_hostcall_ctx.cuda): 1 + the CUDA device, 0 the
+ * host's. Set for each call, on the plan's thread. */
+static _Thread_local int hc_cuda;
 
 static void dl_delete(DLManagedTensor *m)
 {
@@ -146,7 +149,7 @@ static PyObject *wrap_ref(const smelt_tensor_ref *r)
     memcpy(b->strides, r->strides, sizeof b->strides);
     b->m.dl_tensor = (DLTensor){
         .data = r->data ? r->data : &dl_dummy,
-        .device = {DL_CPU, 0},
+        .device = hc_cuda ? (DLDevice){DL_CUDA, hc_cuda - 1} : (DLDevice){DL_CPU, 0},
         .ndim = r->ndim,
         .dtype = dl_types[r->dtype],
         .shape = b->shape,
@@ -192,11 +195,12 @@ static int result_mismatch(PyObject *fn, int k, PyObject *r, const smelt_tensor_
     return -1;
 }
 
-/* Whether DLPack tensor t is a CPU tensor with o's dtype and shape. */
+/* Whether DLPack tensor t is on the run's device with o's dtype and shape. */
 static int dl_matches(const DLTensor *t, const smelt_tensor_ref *o)
 {
     const DLDataType want = dl_types[o->dtype];
-    if (t->device.device_type != DL_CPU || t->dtype.code != want.code ||
+    if (t->device.device_type != (hc_cuda ? DL_CUDA : DL_CPU) || (hc_cuda && t->device.device_id != hc_cuda - 1) ||
+        t->dtype.code != want.code ||
         t->dtype.bits != want.bits || t->dtype.lanes != 1 || t->ndim != o->ndim)
         return 0;
     for (int d = 0; d < o->ndim; d++)
@@ -245,7 +249,8 @@ static int store_result(PyObject *r, const smelt_tensor_ref *o)
         return -1;
     }
     const DLTensor *t = &m->dl_tensor;
-    int match = dl_matches(t, o), bytes = match && !neg && dl_contiguous(t);
+    /* (device memory: always Tensor.copy_, on torch's stream) */
+    int match = dl_matches(t, o), bytes = match && !neg && dl_contiguous(t) && !hc_cuda;
     size_t nbytes = smelt_dtype_size((smelt_dtype)o->dtype);
     for (int d = 0; d < o->ndim; d++)
         nbytes *= (size_t)o->shape[d];
@@ -492,6 +497,7 @@ int pyext_hostcall_run(void *vctx, int32_t id, int nin, const smelt_tensor_ref *
 {
     pyext_hostcall_ctx *ctx = vctx;
     PyGILState_STATE gs = PyGILState_Ensure();
+    hc_cuda = ctx ? ctx->cuda : 0;
     PyObject *e = call_entry(ctx ? ctx->calls : NULL, id);
     hc_mismatch = 0;
     int rc = e && !keep_list(ctx) ? run_entry(e, nin, in, nout, out, ctx->keep) : -1;

@@ -35,6 +35,8 @@ typedef struct pyext_hostcall_ctx {
     int mismatch;          /* a result's dtype, shape or count was not the
                               graph's: exc says how; the caller runs the
                               frame eagerly instead */
+    int cuda;              /* 1 + the CUDA device whose memory the refs
+                              are in (a cuda plan's), 0: host memory */
 } pyext_hostcall_ctx;
 
 /* smelt_host_call_fn for the plan executor: takes the GIL, wraps in[] as

@@ -645,12 +645,48 @@ static const char SDPA_COMMON[] =
     "    }\n"
     "}\n"
     "\n"
-    "/* ------------------------------------------------------------------ SIMT: forward\n"
-    " * Block: 128 threads over BM = SBM query rows, key tiles of SBN in shared\n"
-    " * memory (float): scores (a thread per (row, key) pair, strided), online\n"
-    " * softmax (NT / BM lanes per row, shuffles), P V into register\n"
-    " * accumulators (a thread per (row, column) pair, strided). STATS as in\n"
-    " * sdpa_tc_fwd. */\n"
+    "/* ------------------------------------------------------------------ SIMT\n"
+    " * Rows r0 .. r0+ROWS-1 (of n) of x as float into s (ROWS x LD), columns\n"
+    " * E .. CP and rows past n zero. */\n"
+    "template <class C, int ROWS, int E, int CP, int LD>\n"
+    "static __device__ __forceinline__ void sdpa_ftile(float *s, const typename sdpa_ty<C::DT>::T *x, long long R,\n"
+    "                                                  long long CS, long long r0, long long n)\n"
+    "{\n"
+    "    for (int t = threadIdx.x; t < ROWS * CP; t += 128) {\n"
+    "        const int r = t / CP, c = t % CP;\n"
+    "        s[r * LD + c] = r0 + r < n && c < E ? sdpa_ty<C::DT>::ld(x, (r0 + r) * R + c * CS) : 0.f;\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* s[i][j] += sum over e < K of a[(r(i)) * LA + e] b[(c(j)) * LB + e]:\n"
+    " * rows r(i) = rg + 16 i, columns c(j) = kg + 8 j (a thread's micro-tile). */\n"
+    "template <int RM, int RN, int K, int LA, int LB>\n"
+    "static __device__ __forceinline__ void sdpa_fdot(float (*s)[RN], const float *a, const float *b, int rg, int kg)\n"
+    "{\n"
+    "#pragma unroll 4\n"
+    "    for (int e = 0; e < K; e++) {\n"
+    "        float x[RM], y[RN];\n"
+    "#pragma unroll\n"
+    "        for (int i = 0; i < RM; i++)\n"
+    "            x[i] = a[(rg + 16 * i) * LA + e];\n"
+    "#pragma unroll\n"
+    "        for (int j = 0; j < RN; j++)\n"
+    "            y[j] = b[(kg + 8 * j) * LB + e];\n"
+    "#pragma unroll\n"
+    "        for (int i = 0; i < RM; i++)\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < RN; j++)\n"
+    "                s[i][j] += x[i] * y[j];\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "/* SIMT forward. Block: 128 threads over BM = SBM query rows (of block\n"
+    " * NQB - 1 - blockIdx / NB), key tiles of BN = SBN in shared memory as\n"
+    " * float. Thread (rg, kg) = (tid / 8, tid % 8) holds the scores of rows rg\n"
+    " * + 16 i and keys kg + 8 j, so a row's 8 threads are adjacent lanes: the\n"
+    " * online softmax is in registers with shuffles; P goes through shared\n"
+    " * memory to P V, whose accumulators the thread holds for the same rows and\n"
+    " * columns kg + 8 u. STATS as in sdpa_tc_fwd. */\n"
     "template <class C, int STATS>\n"
     "static __device__ __forceinline__ void sdpa_simt_fwd(const typename sdpa_ty<C::DT>::T *q,\n"
     "                                                     const typename sdpa_ty<C::DT>::T *k,\n"
@@ -660,100 +696,110 @@ static const char SDPA_COMMON[] =
     "                                                     typename sdpa_ty<C::DT>::T *out, float *scratch)\n"
     "{\n"
     "    typedef sdpa_ty<C::DT> Y;\n"
-    "    constexpr int NT = 128, BM = C::SBM, BN = C::SBN, E = C::E, EV = C::EV, KLD = E + 1, PLD = BN + 1;\n"
-    "    constexpr int TPR = NT / BM, NSC = (BM * BN + NT - 1) / NT, NAC = (BM * EV + NT - 1) / NT;\n"
+    "    constexpr int BM = C::SBM, BN = C::SBN, E = C::E, EV = C::EV, RM = BM / 16, RN = BN / 8, NC = (EV + 7) / 8;\n"
+    "    constexpr int KLD = E + 1, VLD = 8 * NC, PLD = BN + 1;\n"
     "    SDPA_SMEM(sm);\n"
-    "    float *qs = (float *)sm, *ks = qs + BM * E, *vs = ks + BN * KLD, *ps = vs + BN * EV, *rm = ps + BM * PLD;\n"
-    "    float *rl = rm + BM, *rc = rl + BM;\n"
-    "    const int tid = threadIdx.x;\n"
+    "    float *qs = (float *)sm, *ks = qs + BM * KLD, *vs = ks + BN * KLD, *ps = vs + BN * VLD;\n"
+    "    const int rg = threadIdx.x >> 3, kg = threadIdx.x & 7;\n"
     "    const long long b = blockIdx.x % C::NB, i0 = (C::NQB - 1 - blockIdx.x / C::NB) * BM;\n"
     "    q += C::qoff(b), k += C::koff(b), v += C::voff(b);\n"
     "    const unsigned char *mb = sdpa_mask<C>(mask, b);\n"
-    "    for (int x = tid; x < BM * E; x += NT)\n"
-    "        qs[x] = i0 + x / E < C::L ? Y::ld(q, (i0 + x / E) * C::QR + x % E * C::QC) : 0.f;\n"
-    "    if (tid < BM)\n"
-    "        rm[tid] = SDPA_NEG_INF, rl[tid] = 0.f;\n"
-    "    float acc[NAC];\n"
+    "    sdpa_ftile<C, BM, E, E, KLD>(qs, q, C::QR, C::QC, i0, C::L);\n"
+    "    float acc[RM][NC], mr[RM], lr[RM];\n"
     "#pragma unroll\n"
-    "    for (int u = 0; u < NAC; u++)\n"
-    "        acc[u] = 0.f;\n"
+    "    for (int i = 0; i < RM; i++) {\n"
+    "        mr[i] = SDPA_NEG_INF, lr[i] = 0.f;\n"
+    "#pragma unroll\n"
+    "        for (int u = 0; u < NC; u++)\n"
+    "            acc[i][u] = 0.f;\n"
+    "    }\n"
     "    const long long jend = C::CAUSAL && i0 + BM < C::S ? i0 + BM : C::S;\n"
     "    for (long long j0 = 0; j0 < jend; j0 += BN) {\n"
     "        __syncthreads();\n"
-    "        for (int x = tid; x < BN * E; x += NT)\n"
-    "            ks[x / E * KLD + x % E] = j0 + x / E < C::S ? Y::ld(k, (j0 + x / E) * C::KR + x % E * C::KC) : 0.f;\n"
+    "        sdpa_ftile<C, BN, E, E, KLD>(ks, k, C::KR, C::KC, j0, C::S);\n"
     "        if (!STATS)\n"
-    "            for (int x = tid; x < BN * EV; x += NT)\n"
-    "                vs[x] = j0 + x / EV < C::S ? Y::ld(v, (j0 + x / EV) * C::VR + x % EV * C::VC) : 0.f;\n"
+    "            sdpa_ftile<C, BN, EV, VLD, VLD>(vs, v, C::VR, C::VC, j0, C::S);\n"
     "        __syncthreads();\n"
+    "        float s[RM][RN];\n"
     "#pragma unroll\n"
-    "        for (int u = 0; u < NSC; u++) {\n"
-    "            const int x = tid + u * NT, r = x / BN, c = x % BN;\n"
-    "            if (x < BM * BN) {\n"
-    "                float s = 0.f;\n"
-    "                for (int e = 0; e < E; e++)\n"
-    "                    s += qs[r * E + e] * ks[c * KLD + e];\n"
-    "                ps[r * PLD + c] = sdpa_score<C>(s, mb, i0 + r, j0 + c);\n"
-    "            }\n"
-    "        }\n"
-    "        __syncthreads();\n"
-    "        {\n"
-    "            const int r = tid / TPR, sub = tid % TPR;\n"
+    "        for (int i = 0; i < RM; i++)\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < RN; j++)\n"
+    "                s[i][j] = 0.f;\n"
+    "        sdpa_fdot<RM, RN, E, KLD, KLD>(s, qs, ks, rg, kg);\n"
+    "#pragma unroll\n"
+    "        for (int i = 0; i < RM; i++) {\n"
     "            float mx = SDPA_NEG_INF, sum = 0.f;\n"
-    "            for (int c = sub; c < BN; c += TPR)\n"
-    "                mx = fmaxf(mx, ps[r * PLD + c]);\n"
-    "            for (int m = TPR / 2; m; m >>= 1)\n"
-    "                mx = fmaxf(mx, sdpa_xor(mx, m));\n"
-    "            const float mo = rm[r], mn = fmaxf(mo, mx), mu = mn == SDPA_NEG_INF ? 0.f : mn;\n"
-    "            for (int c = sub; c < BN; c += TPR) {\n"
-    "                const float p = sdpa_exp2(ps[r * PLD + c] - mu);\n"
-    "                ps[r * PLD + c] = p;\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < RN; j++) {\n"
+    "                s[i][j] = sdpa_score<C>(s[i][j], mb, i0 + rg + 16 * i, j0 + kg + 8 * j);\n"
+    "                mx = fmaxf(mx, s[i][j]);\n"
+    "            }\n"
+    "            mx = fmaxf(mx, sdpa_xor(mx, 1));\n"
+    "            mx = fmaxf(mx, sdpa_xor(mx, 2));\n"
+    "            mx = fmaxf(mx, sdpa_xor(mx, 4));\n"
+    "            const float mn = fmaxf(mr[i], mx), mu = mn == SDPA_NEG_INF ? 0.f : mn, corr = sdpa_exp2(mr[i] - mu);\n"
+    "            mr[i] = mn;\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < RN; j++) {\n"
+    "                const float p = sdpa_exp2(s[i][j] - mu);\n"
     "                sum += p;\n"
+    "                if (!STATS)\n"
+    "                    ps[(rg + 16 * i) * PLD + kg + 8 * j] = p;\n"
     "            }\n"
-    "            for (int m = TPR / 2; m; m >>= 1)\n"
-    "                sum += sdpa_xor(sum, m);\n"
-    "            if (sub == 0) {\n"
-    "                const float corr = sdpa_exp2(mo - mu);\n"
-    "                rl[r] = rl[r] * corr + sum, rm[r] = mn, rc[r] = corr;\n"
-    "            }\n"
+    "            lr[i] = lr[i] * corr + sum;\n"
+    "#pragma unroll\n"
+    "            for (int u = 0; u < NC; u++)\n"
+    "                acc[i][u] *= corr;\n"
     "        }\n"
+    "        if (STATS)\n"
+    "            continue;\n"
     "        __syncthreads();\n"
-    "        if (!STATS)\n"
+    "#pragma unroll 2\n"
+    "        for (int j = 0; j < BN; j++) {\n"
+    "            float p[RM], x[NC];\n"
     "#pragma unroll\n"
-    "            for (int u = 0; u < NAC; u++) {\n"
-    "                const int x = tid + u * NT, r = x / EV, c = x % EV;\n"
-    "                if (x < BM * EV) {\n"
-    "                    float a = acc[u] * rc[r];\n"
-    "                    for (int j = 0; j < BN; j++)\n"
-    "                        a += ps[r * PLD + j] * vs[j * EV + c];\n"
-    "                    acc[u] = a;\n"
-    "                }\n"
-    "            }\n"
-    "    }\n"
-    "    __syncthreads();\n"
-    "    if (STATS) {\n"
-    "        if (tid < BM && i0 + tid < C::L) {\n"
-    "            const float l = rl[tid];\n"
-    "            sdpa_st<C>(scratch, 0)[b * C::L + i0 + tid] = l > 0.f ? rm[tid] : 0.f;\n"
-    "            sdpa_st<C>(scratch, 1)[b * C::L + i0 + tid] = l > 0.f ? 1.f / l : 0.f;\n"
+    "            for (int i = 0; i < RM; i++)\n"
+    "                p[i] = ps[(rg + 16 * i) * PLD + j];\n"
+    "#pragma unroll\n"
+    "            for (int u = 0; u < NC; u++)\n"
+    "                x[u] = vs[j * VLD + kg + 8 * u];\n"
+    "#pragma unroll\n"
+    "            for (int i = 0; i < RM; i++)\n"
+    "#pragma unroll\n"
+    "                for (int u = 0; u < NC; u++)\n"
+    "                    acc[i][u] += p[i] * x[u];\n"
     "        }\n"
-    "        sdpa_stats_tail<C, NT, BM>(o, g, scratch, b, i0);\n"
-    "        return;\n"
     "    }\n"
     "#pragma unroll\n"
-    "    for (int u = 0; u < NAC; u++) {\n"
-    "        const int x = tid + u * NT, r = x / EV, c = x % EV;\n"
-    "        if (x < BM * EV && i0 + r < C::L)\n"
-    "            Y::st(out, (b * C::L + i0 + r) * EV + c, rl[r] > 0.f ? acc[u] / rl[r] : 0.f);\n"
+    "    for (int i = 0; i < RM; i++) {\n"
+    "        float l = lr[i] + sdpa_xor(lr[i], 1);\n"
+    "        l += sdpa_xor(l, 2);\n"
+    "        l += sdpa_xor(l, 4);\n"
+    "        const long long r = i0 + rg + 16 * i;\n"
+    "        const float inv = l > 0.f ? 1.f / l : 0.f;\n"
+    "        if (r >= C::L)\n"
+    "            continue;\n"
+    "        if (STATS) {\n"
+    "            if (kg == 0)\n"
+    "                sdpa_st<C>(scratch, 0)[b * C::L + r] = l > 0.f ? mr[i] : 0.f, sdpa_st<C>(scratch, 1)[b * C::L + r] = inv;\n"
+    "            continue;\n"
+    "        }\n"
+    "#pragma unroll\n"
+    "        for (int u = 0; u < NC; u++)\n"
+    "            if (kg + 8 * u < EV)\n"
+    "                Y::st(out, (b * C::L + r) * EV + kg + 8 * u, acc[i][u] * inv);\n"
     "    }\n"
+    "    if (STATS)\n"
+    "        sdpa_stats_tail<C, 128, BM>(o, g, scratch, b, i0);\n"
     "}\n"
     "\n"
-    "/* ------------------------------------------------------------------ SIMT: backward\n"
-    " * Block: 128 threads over a tile of BN = SBB keys, visiting the query\n"
-    " * tiles (BM = SBB rows) that can see them: P and dS of the tile pair in\n"
-    " * shared memory (a thread per (row, key) pair), dV += P^T dO and dK +=\n"
-    " * dS^T Q in register accumulators (a thread per (key, column) pair), dQ\n"
-    " * += dS K by atomicAdd into the float accumulator. */\n"
+    "/* SIMT backward. Block: 128 threads over a tile of BN = SBB keys, visiting\n"
+    " * the query tiles (BM = SBB rows) that can see them. Thread (rg, kg): S\n"
+    " * and dP for rows rg + 16 i, keys kg + 8 j (P and dS then to shared\n"
+    " * memory); dK and dV accumulators for keys rg + 16 i, columns kg + 8 u;\n"
+    " * dQ = dS K for rows rg + 16 i, columns kg + 8 u, added to the float\n"
+    " * accumulator by atomicAdd. */\n"
     "template <class C>\n"
     "static __device__ __forceinline__ void sdpa_simt_bwd(const typename sdpa_ty<C::DT>::T *q,\n"
     "                                                     const typename sdpa_ty<C::DT>::T *k,\n"
@@ -763,86 +809,116 @@ static const char SDPA_COMMON[] =
     "                                                     float *scratch)\n"
     "{\n"
     "    typedef sdpa_ty<C::DT> Y;\n"
-    "    constexpr int NT = 128, BN = C::SBB, BM = C::SBB, E = C::E, EV = C::EV, KLD = E + 1, VLD = EV + 1, PLD = BN + 1;\n"
-    "    constexpr int NSC = (BM * BN + NT - 1) / NT, NK = (BN * E + NT - 1) / NT, NV = (BN * EV + NT - 1) / NT;\n"
+    "    constexpr int BN = C::SBB, BM = C::SBB, E = C::E, EV = C::EV, RM = BM / 16, RN = BN / 8, RK = BN / 16;\n"
+    "    constexpr int NE = (E + 7) / 8, NV = (EV + 7) / 8, KLD = 8 * NE + 1, VLD = 8 * NV + 1, PLD = BN + 1;\n"
     "    SDPA_SMEM(sm);\n"
     "    float *ks = (float *)sm, *vs = ks + BN * KLD, *qs = vs + BN * VLD, *gs = qs + BM * KLD, *ps = gs + BM * VLD;\n"
     "    float *ds = ps + BM * PLD, *st = ds + BM * PLD;\n"
-    "    const int tid = threadIdx.x;\n"
+    "    const int tid = threadIdx.x, rg = tid >> 3, kg = tid & 7;\n"
     "    const long long b = blockIdx.x % C::NB, j0 = blockIdx.x / C::NB * BN;\n"
     "    q += C::qoff(b), k += C::koff(b), v += C::voff(b), g += C::goff(b);\n"
     "    const unsigned char *mb = sdpa_mask<C>(mask, b);\n"
     "    float *dqa = sdpa_st<C>(scratch, 3) + b * C::L * E;\n"
-    "    for (int x = tid; x < BN * E; x += NT)\n"
-    "        ks[x / E * KLD + x % E] = j0 + x / E < C::S ? Y::ld(k, (j0 + x / E) * C::KR + x % E * C::KC) : 0.f;\n"
-    "    for (int x = tid; x < BN * EV; x += NT)\n"
-    "        vs[x / EV * VLD + x % EV] = j0 + x / EV < C::S ? Y::ld(v, (j0 + x / EV) * C::VR + x % EV * C::VC) : 0.f;\n"
-    "    float dka[NK], dva[NV];\n"
+    "    sdpa_ftile<C, BN, E, 8 * NE, KLD>(ks, k, C::KR, C::KC, j0, C::S);\n"
+    "    sdpa_ftile<C, BN, EV, 8 * NV, VLD>(vs, v, C::VR, C::VC, j0, C::S);\n"
+    "    float dka[RK][NE], dva[RK][NV];\n"
     "#pragma unroll\n"
-    "    for (int u = 0; u < NK; u++)\n"
-    "        dka[u] = 0.f;\n"
+    "    for (int i = 0; i < RK; i++) {\n"
     "#pragma unroll\n"
-    "    for (int u = 0; u < NV; u++)\n"
-    "        dva[u] = 0.f;\n"
+    "        for (int u = 0; u < NE; u++)\n"
+    "            dka[i][u] = 0.f;\n"
+    "#pragma unroll\n"
+    "        for (int u = 0; u < NV; u++)\n"
+    "            dva[i][u] = 0.f;\n"
+    "    }\n"
     "    for (long long i0 = C::CAUSAL ? j0 / BM * BM : 0; i0 < C::L; i0 += BM) {\n"
     "        __syncthreads();\n"
-    "        for (int x = tid; x < BM * E; x += NT)\n"
-    "            qs[x / E * KLD + x % E] = i0 + x / E < C::L ? Y::ld(q, (i0 + x / E) * C::QR + x % E * C::QC) : 0.f;\n"
-    "        for (int x = tid; x < BM * EV; x += NT)\n"
-    "            gs[x / EV * VLD + x % EV] = i0 + x / EV < C::L ? Y::ld(g, (i0 + x / EV) * C::GR + x % EV * C::GC) : 0.f;\n"
-    "        for (int x = tid; x < 3 * BM; x += NT)\n"
+    "        sdpa_ftile<C, BM, E, 8 * NE, KLD>(qs, q, C::QR, C::QC, i0, C::L);\n"
+    "        sdpa_ftile<C, BM, EV, 8 * NV, VLD>(gs, g, C::GR, C::GC, i0, C::L);\n"
+    "        for (int x = tid; x < 3 * BM; x += 128)\n"
     "            st[x] = i0 + x % BM < C::L ? sdpa_st<C>(scratch, x / BM)[b * C::L + i0 + x % BM] : 0.f;\n"
     "        __syncthreads();\n"
+    "        float s[RM][RN], dp[RM][RN];\n"
     "#pragma unroll\n"
-    "        for (int u = 0; u < NSC; u++) {\n"
-    "            const int x = tid + u * NT, r = x / BN, c = x % BN;\n"
-    "            if (x < BM * BN) {\n"
-    "                float s = 0.f, d = 0.f;\n"
-    "                for (int e = 0; e < E; e++)\n"
-    "                    s += qs[r * KLD + e] * ks[c * KLD + e];\n"
-    "                for (int e = 0; e < EV; e++)\n"
-    "                    d += gs[r * VLD + e] * vs[c * VLD + e];\n"
-    "                const float p = sdpa_exp2(sdpa_score<C>(s, mb, i0 + r, j0 + c) - st[r]) * st[BM + r];\n"
+    "        for (int i = 0; i < RM; i++)\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < RN; j++)\n"
+    "                s[i][j] = dp[i][j] = 0.f;\n"
+    "        sdpa_fdot<RM, RN, E, KLD, KLD>(s, qs, ks, rg, kg);\n"
+    "        sdpa_fdot<RM, RN, EV, VLD, VLD>(dp, gs, vs, rg, kg);\n"
+    "#pragma unroll\n"
+    "        for (int i = 0; i < RM; i++)\n"
+    "#pragma unroll\n"
+    "            for (int j = 0; j < RN; j++) {\n"
+    "                const int r = rg + 16 * i, c = kg + 8 * j;\n"
+    "                const float p = sdpa_exp2(sdpa_score<C>(s[i][j], mb, i0 + r, j0 + c) - st[r]) * st[BM + r];\n"
     "                ps[r * PLD + c] = p;\n"
-    "                ds[r * PLD + c] = p * (d - st[2 * BM + r]);\n"
+    "                ds[r * PLD + c] = p * (dp[i][j] - st[2 * BM + r]);\n"
+    "            }\n"
+    "        __syncthreads();\n"
+    "#pragma unroll 2\n"
+    "        for (int r = 0; r < BM; r++) {\n"
+    "            float pa[RK], da[RK], x[NV], y[NE];\n"
+    "#pragma unroll\n"
+    "            for (int i = 0; i < RK; i++)\n"
+    "                pa[i] = ps[r * PLD + rg + 16 * i], da[i] = ds[r * PLD + rg + 16 * i];\n"
+    "#pragma unroll\n"
+    "            for (int u = 0; u < NV; u++)\n"
+    "                x[u] = gs[r * VLD + kg + 8 * u];\n"
+    "#pragma unroll\n"
+    "            for (int u = 0; u < NE; u++)\n"
+    "                y[u] = qs[r * KLD + kg + 8 * u];\n"
+    "#pragma unroll\n"
+    "            for (int i = 0; i < RK; i++) {\n"
+    "#pragma unroll\n"
+    "                for (int u = 0; u < NV; u++)\n"
+    "                    dva[i][u] += pa[i] * x[u];\n"
+    "#pragma unroll\n"
+    "                for (int u = 0; u < NE; u++)\n"
+    "                    dka[i][u] += da[i] * y[u];\n"
     "            }\n"
     "        }\n"
-    "        __syncthreads();\n"
+    "        float dq[RM][NE];\n"
     "#pragma unroll\n"
-    "        for (int u = 0; u < NV; u++) {\n"
-    "            const int x = tid + u * NT, j = x / EV, c = x % EV;\n"
-    "            if (x < BN * EV)\n"
-    "                for (int r = 0; r < BM; r++)\n"
-    "                    dva[u] += ps[r * PLD + j] * gs[r * VLD + c];\n"
+    "        for (int i = 0; i < RM; i++)\n"
+    "#pragma unroll\n"
+    "            for (int u = 0; u < NE; u++)\n"
+    "                dq[i][u] = 0.f;\n"
+    "#pragma unroll 2\n"
+    "        for (int j = 0; j < BN; j++) {\n"
+    "            float a[RM], y[NE];\n"
+    "#pragma unroll\n"
+    "            for (int i = 0; i < RM; i++)\n"
+    "                a[i] = ds[(rg + 16 * i) * PLD + j];\n"
+    "#pragma unroll\n"
+    "            for (int u = 0; u < NE; u++)\n"
+    "                y[u] = ks[j * KLD + kg + 8 * u];\n"
+    "#pragma unroll\n"
+    "            for (int i = 0; i < RM; i++)\n"
+    "#pragma unroll\n"
+    "                for (int u = 0; u < NE; u++)\n"
+    "                    dq[i][u] += a[i] * y[u];\n"
     "        }\n"
     "#pragma unroll\n"
-    "        for (int u = 0; u < NK; u++) {\n"
-    "            const int x = tid + u * NT, j = x / E, c = x % E;\n"
-    "            if (x < BN * E)\n"
-    "                for (int r = 0; r < BM; r++)\n"
-    "                    dka[u] += ds[r * PLD + j] * qs[r * KLD + c];\n"
-    "        }\n"
-    "        for (int x = tid; x < BM * E; x += NT) {\n"
-    "            const int r = x / E, c = x % E;\n"
-    "            if (i0 + r >= C::L)\n"
-    "                break;\n"
-    "            float a = 0.f;\n"
-    "            for (int j = 0; j < BN; j++)\n"
-    "                a += ds[r * PLD + j] * ks[j * KLD + c];\n"
-    "            atomicAdd(dqa + (i0 + r) * E + c, a);\n"
-    "        }\n"
+    "        for (int i = 0; i < RM; i++)\n"
+    "#pragma unroll\n"
+    "            for (int u = 0; u < NE; u++)\n"
+    "                if (i0 + rg + 16 * i < C::L && kg + 8 * u < E)\n"
+    "                    atomicAdd(dqa + (i0 + rg + 16 * i) * E + kg + 8 * u, dq[i][u]);\n"
     "    }\n"
     "#pragma unroll\n"
-    "    for (int u = 0; u < NK; u++) {\n"
-    "        const int x = tid + u * NT, j = x / E, c = x % E;\n"
-    "        if (x < BN * E && j0 + j < C::S)\n"
-    "            Y::st(dk, (b * C::S + j0 + j) * E + c, dka[u] * C::SC);\n"
-    "    }\n"
+    "    for (int i = 0; i < RK; i++) {\n"
+    "        const long long j = j0 + rg + 16 * i;\n"
+    "        if (j >= C::S)\n"
+    "            continue;\n"
     "#pragma unroll\n"
-    "    for (int u = 0; u < NV; u++) {\n"
-    "        const int x = tid + u * NT, j = x / EV, c = x % EV;\n"
-    "        if (x < BN * EV && j0 + j < C::S)\n"
-    "            Y::st(dv, (b * C::S + j0 + j) * EV + c, dva[u]);\n"
+    "        for (int u = 0; u < NE; u++)\n"
+    "            if (kg + 8 * u < E)\n"
+    "                Y::st(dk, (b * C::S + j) * E + kg + 8 * u, dka[i][u] * C::SC);\n"
+    "#pragma unroll\n"
+    "        for (int u = 0; u < NV; u++)\n"
+    "            if (kg + 8 * u < EV)\n"
+    "                Y::st(dv, (b * C::S + j) * EV + kg + 8 * u, dva[i][u]);\n"
     "    }\n"
     "}\n"
     "\n"
@@ -936,12 +1012,14 @@ static unsigned tc_bwd_smem(const sdpa_tiles *t)
 
 static unsigned simt_fwd_smem(const kern_sdpa_desc *d, int bm, int bn)
 {
-    return 4u * (unsigned)(bm * d->E + bn * (d->E + 1) + bn * d->Ev + bm * (bn + 1) + 3 * bm);
+    int kld = (int)d->E + 1, vld = (int)cdiv(d->Ev, 8) * 8;
+    return 4u * (unsigned)(bm * kld + bn * kld + bn * vld + bm * (bn + 1));
 }
 
 static unsigned simt_bwd_smem(const kern_sdpa_desc *d, int bb)
 {
-    return 4u * (unsigned)(2 * bb * (d->E + 1) + 2 * bb * (d->Ev + 1) + 2 * bb * (bb + 1) + 3 * bb);
+    int kld = (int)cdiv(d->E, 8) * 8 + 1, vld = (int)cdiv(d->Ev, 8) * 8 + 1;
+    return 4u * (unsigned)(2 * bb * kld + 2 * bb * vld + 2 * bb * (bb + 1) + 3 * bb);
 }
 
 /* Tile sizes: shared memory within 48 KiB for the forward kernels (no
@@ -1064,42 +1142,39 @@ static void emit_config(sb *b, const kern_sdpa_desc *d, smelt_dtype dt, int step
     put(b, "};\n");
 }
 
-/* One entry point: s<step>_<name>, its parameter list for the mode
- * (element type ty), threads per block nt, body a call. */
-static void emit_entry(sb *b, int step, int mode, const char *ty, const char *name, int nt, const char *call)
+/* The launches of a step (see cuda_sdpa_launches) into l[0..3]: their count. */
+static int launch_list(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int step, cuda_launch_dim *l);
+
+/* The call an entry point makes (name: the entry's suffix). */
+static void entry_call(char *c, size_t n, const char *name, int step, const sdpa_tiles *t)
 {
-    put(b, "extern \"C\" __global__ void __launch_bounds__(%d) s%d_%s(const %s *q, const %s *k, const %s *v, ", nt,
-        step, name, ty, ty, ty);
-    if (mode)
+    const char *fwd = t->tc ? "sdpa_tc_fwd" : "sdpa_simt_fwd";
+    if (!strcmp(name, "fwd"))
+        snprintf(c, n, "%s<s%d_cfg, 0>(q, k, v, 0, 0, mask, out, scratch)", fwd, step);
+    else if (!strcmp(name, "bstats"))
+        snprintf(c, n, "%s<s%d_cfg, 1>(q, k, v, o, g, mask, 0, scratch)", fwd, step);
+    else if (!strcmp(name, "bwd"))
+        snprintf(c, n, "%s<s%d_cfg>(q, k, v, g, mask, dk, dv, scratch)", t->tcb ? "sdpa_tc_bwd" : "sdpa_simt_bwd",
+                 step);
+    else if (!strcmp(name, "bdq"))
+        snprintf(c, n, "sdpa_dq_out<s%d_cfg>(dq, scratch)", step);
+    else
+        snprintf(c, n, "sdpa_bzero<s%d_cfg>(dq, dk, dv)", step);
+}
+
+/* The entry point of launch l: its parameter list for the mode (element
+ * type ty), a one-line body. */
+static void emit_entry(sb *b, const cuda_launch_dim *l, const char *ty, int step, const sdpa_tiles *t)
+{
+    char call[160];
+    entry_call(call, sizeof call, strchr(l->entry, '_') + 1, step, t);
+    put(b, "extern \"C\" __global__ void __launch_bounds__(%u) %s(const %s *q, const %s *k, const %s *v, ", l->block[0],
+        l->entry, ty, ty, ty);
+    if (l->args)
         put(b, "const %s *o, const %s *g, const void *mask, %s *dq, %s *dk, %s *dv, ", ty, ty, ty, ty, ty);
     else
         put(b, "const void *mask, %s *out, ", ty);
     put(b, "float *scratch)\n{ %s; }\n", call);
-}
-
-static void emit_entries(sb *b, const kern_sdpa_desc *d, smelt_dtype dt, int mode, int step, const sdpa_tiles *t)
-{
-    const char *ty = dt == SMELT_F32 ? "float" : "unsigned short";
-    char c[160];
-    const char *fwd = t->tc ? "sdpa_tc_fwd" : "sdpa_simt_fwd";
-    int nt = t->tc ? 32 * t->nw : 128;
-    if (mode == 0) {
-        snprintf(c, sizeof c, "%s<s%d_cfg, 0>(q, k, v, 0, 0, mask, out, scratch)", fwd, step);
-        emit_entry(b, step, 0, ty, "fwd", nt, c);
-        return;
-    }
-    if (d->L == 0 || d->Ev == 0) {
-        snprintf(c, sizeof c, "sdpa_bzero<s%d_cfg>(dq, dk, dv)", step);
-        emit_entry(b, step, 1, ty, "bzero", 256, c);
-        return;
-    }
-    snprintf(c, sizeof c, "%s<s%d_cfg, 1>(q, k, v, o, g, mask, 0, scratch)", fwd, step);
-    emit_entry(b, step, 1, ty, "bstats", nt, c);
-    snprintf(c, sizeof c, "%s<s%d_cfg>(q, k, v, g, mask, dk, dv, scratch)", t->tcb ? "sdpa_tc_bwd" : "sdpa_simt_bwd",
-             step);
-    emit_entry(b, step, 1, ty, "bwd", 128, c);
-    snprintf(c, sizeof c, "sdpa_dq_out<s%d_cfg>(dq, scratch)", step);
-    emit_entry(b, step, 1, ty, "bdq", 256, c);
 }
 
 void cuda_sdpa_source(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int step, char **text, size_t *len)
@@ -1112,7 +1187,10 @@ void cuda_sdpa_source(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int ste
     put(&b, "\n/* attention step %d: %s, L %lld, S %lld, E %lld, Ev %lld */\n", step, mode ? "backward" : "forward",
         (long long)d->L, (long long)d->S, (long long)d->E, (long long)d->Ev);
     emit_config(&b, d, dt, step, &t);
-    emit_entries(&b, d, dt, mode, step, &t);
+    cuda_launch_dim l[4];
+    int n = launch_list(d, dt, mode, step, l);
+    for (int i = 0; i < n; i++)
+        emit_entry(&b, &l[i], dt == SMELT_F32 ? "float" : "unsigned short", step, &t);
     if (!(*text = realloc(*text, *len + b.n + 1)))
         abort();
     memcpy(*text + *len, b.s, b.n + 1);
@@ -1131,12 +1209,14 @@ static void launch(cuda_launch_dim *l, int step, const char *name, int64_t grid,
     l->shared = shared, l->args = mode;
 }
 
-int cuda_sdpa_launches(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int step, cuda_launch_dim *out, int max)
+/* Forward: one kernel, none when there is nothing to write. Backward:
+ * the first pass, the second (when there are keys), dq; or one kernel
+ * zeroing the gradients when there is no query or no value column. */
+static int launch_list(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int step, cuda_launch_dim *l)
 {
     sdpa_tiles t;
     plan(d, dt, &t);
     int64_t nb = nbatch(d), rows = fwd_rows(&t);
-    cuda_launch_dim l[3];
     int n = 0, nt = t.tc ? 32 * t.nw : 128;
     unsigned fs = t.tc ? tc_fwd_smem(&t) : simt_fwd_smem(d, t.sbm, t.sbn);
     if (nb == 0 || (mode == 0 && (d->L == 0 || d->Ev == 0)))
@@ -1145,9 +1225,8 @@ int cuda_sdpa_launches(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int st
         launch(&l[n++], step, "fwd", nb * cdiv(d->L, rows), nt, fs, 0);
     } else if (d->L == 0 || d->Ev == 0) {
         int64_t most = nb * d->S * (d->E > d->Ev ? d->E : d->Ev) + nb * d->L * d->E;
-        if (most == 0)
-            return 0;
-        launch(&l[n++], step, "bzero", cdiv(most, 256), 256, 0, 1);
+        if (most > 0)
+            launch(&l[n++], step, "bzero", cdiv(most, 256), 256, 0, 1);
     } else {
         launch(&l[n++], step, "bstats", nb * cdiv(d->L, rows), nt, fs, 1);
         if (d->S > 0)
@@ -1155,6 +1234,13 @@ int cuda_sdpa_launches(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int st
                    t.tcb ? tc_bwd_smem(&t) : simt_bwd_smem(d, t.sbb), 1);
         launch(&l[n++], step, "bdq", cdiv(nb * d->L * d->E, 256), 256, 0, 1);
     }
+    return n;
+}
+
+int cuda_sdpa_launches(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int step, cuda_launch_dim *out, int max)
+{
+    cuda_launch_dim l[4];
+    int n = launch_list(d, dt, mode, step, l);
     if (n > max)
         return -1;
     memcpy(out, l, sizeof l[0] * (size_t)n);

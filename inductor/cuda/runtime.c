@@ -133,8 +133,6 @@ static int cuda_supports_step(const smelt_plan *p, int32_t s, char *why, size_t 
         return 1;
     case PS_CONV:
         return snprintf(why, n, "convolutions have no CUDA kernel in smelt yet"), 0;
-    case PS_CALL:
-        return snprintf(why, n, "host calls (ops run by torch inside a graph) are not run on CUDA yet"), 0;
     default:
         return 1;
     }
@@ -633,7 +631,7 @@ static int run_sdpa(const smelt_plan *p, const cuda_state *st, int32_t s, void *
 }
 
 static int cuda_run(const smelt_plan *p, void *const *inputs, void *const *outputs, void *arena, void *stream,
-                    char *err, size_t errlen)
+                    smelt_host_call_fn host, void *ctx, char *err, size_t errlen)
 {
     const cuda_state *st = p->backend_state;
     if (kern_cu_enter(p->device, err, errlen))
@@ -656,6 +654,8 @@ static int cuda_run(const smelt_plan *p, void *const *inputs, void *const *outpu
             rc = run_matmul(ps, bufs, stream, err, errlen);
         else if (ps->kind == PS_SDPA)
             rc = run_sdpa(p, st, s, bufs, scratch, stream, err, errlen);
+        else if (ps->kind == PS_CALL)   /* torch ops, enqueued by the host on the same stream */
+            rc = plan_run_call(p, ps, bufs, host, ctx, err, errlen);
         else
             rc = (snprintf(err, errlen, "step %d cannot run on CUDA", (int)s), -1);
     }

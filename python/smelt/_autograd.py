@@ -47,7 +47,7 @@ class _Region(torch.autograd.Function):
         user = outs[:spec.nout]
         ctx.set_materialize_grads(False)   # an output no gradient reached: None, as eager's
         if spec.like is None:
-            spec.like = {o: (user[o].shape, user[o].dtype) for o in spec.grad_outs}
+            spec.like = {o: (user[o].shape, user[o].dtype, user[o].device) for o in spec.grad_outs}
         if spec.nondiff:
             ctx.mark_non_differentiable(*(user[o] for o in spec.nondiff))
         return tuple(user)
@@ -64,7 +64,7 @@ class _Region(torch.autograd.Function):
         if not flowed:
             return tuple(res)
         args = [saved[i] if k == "s" else grads[i].contiguous() if grads[i] is not None
-                else torch.zeros(spec.like[i][0], dtype=spec.like[i][1]) for k, i in spec.args]
+                else torch.zeros(spec.like[i][0], dtype=spec.like[i][1], device=spec.like[i][2]) for k, i in spec.args]
         gs = ctx.bwd(*args)
         for g, i, u in zip(gs, spec.grad_in, spec.uses):
             res[3 + i] = g if u & flowed else None
