@@ -80,7 +80,18 @@ typedef struct ind_backend {
     /* Runs p (smelt_plan_run_device). */
     int (*run)(const smelt_plan *p, void *const *inputs, void *const *outputs, void *arena, void *stream,
                smelt_host_call_fn host, void *ctx, char *err, size_t errlen);
+    /* Optional: what a plan's run launches, to read (code "launch"),
+     * made once its arena is laid out (malloc'd). */
+    char *(*describe)(const smelt_plan *p);
 } ind_backend;
+
+/* The back end a step of a plan compiled by be runs on: a kernel step,
+ * be's; an extern step, the CPU's unless be is a device-memory back end
+ * (it runs the whole plan). */
+static inline uint8_t ind_step_backend(const ind_backend *be, int is_kernel)
+{
+    return is_kernel || be->device_memory ? be->id : (uint8_t)IND_BACKEND_CPU;
+}
 
 extern const ind_backend ind_backend_cpu;     /* cpu/runtime.c */
 extern const ind_backend ind_backend_spirv;   /* spirv/runtime.c */

@@ -46,6 +46,8 @@ static smelt_plan *finish(smelt_plan *p, char *err, size_t errlen)
         return NULL;
     }
     plan_assign_arena(p);
+    if (p->be->describe && !p->text_launch)
+        p->text_launch = p->be->describe(p);
     return p;
 }
 
@@ -120,9 +122,14 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
     if (!rc) {
         p->be = be->device_memory ? be : supported(be, p);
         for (int32_t s = 0; s < p->nsteps; s++)
-            p->steps[s].backend = p->steps[s].kind == PS_KERNEL || be->device_memory ? p->be->id : IND_BACKEND_CPU;
+            p->steps[s].backend = ind_step_backend(p->be, p->steps[s].kind == PS_KERNEL);
     }
     if (!rc && p->be->codegen(p, opts, err, errlen)) {   /* a device's build failed: the CPU's then */
+        if (p->be->device_memory) {   /* (said as the back end's refusals are) */
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen, "backend %s: %s", p->be->name, why);
+        }
         if (p->be == &ind_backend_cpu || p->be->device_memory || (opts && opts->cuda_arch)) {
             smelt_plan_free(p);
             return NULL;
@@ -151,6 +158,13 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
     size_t klen = 0;
     int named_cpu = opts && (opts->cpu || opts->cpu_features), cuda_code = opts && opts->cuda_arch;
     const ind_backend *be = cuda_code ? &ind_backend_cuda : named_cpu ? &ind_backend_cpu : ind_backend_select(opts, NULL, 0);
+    const ind_backend *named = opts && opts->backend ? ind_backend_named(opts->backend) : NULL;
+    if (named && named->device_memory && be != named) {   /* its buffers are device memory: no CPU plan serves */
+        char why[256] = "";
+        named->available(why, sizeof why);
+        snprintf(err, errlen, "backend %s: not available here (%s)", named->name, why);
+        return NULL;
+    }
     smelt_compile_opts fixed;
     if (be->device_memory && opts && opts->param_sizes) {   /* CUDA kernels have their sizes as constants */
         fixed = *opts;

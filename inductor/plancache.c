@@ -185,7 +185,7 @@ static int get_steps(rbuf *r, smelt_plan *p)
         if (st->kind == PS_CONV && !(st->conv = get_copy(r, sizeof *st->conv)))
             return -1;
         if (st->kind > PS_CONV || (st->kind == PS_KERNEL && (st->kernel < 0 || st->kernel >= p->nkernels)) ||
-            st->backend != (st->kind == PS_KERNEL ? p->be->id : IND_BACKEND_CPU) ||
+            st->backend != ind_step_backend(p->be, st->kind == PS_KERNEL) ||
             !extern_ok(p, st))
             return -1;
     }

@@ -143,8 +143,10 @@ int kern_cu_arch(int dev, char *buf, size_t n)
     return 0;
 }
 
-int kern_cu_enter(int dev, char *err, size_t errlen)
+int kern_cu_enter(int dev, void **prev, char *err, size_t errlen)
 {
+    if (prev)
+        *prev = NULL;
     if (!kern_cu_available(err, errlen))
         return -1;
     if (dev < 0 || dev >= CU.ndev)
@@ -161,11 +163,22 @@ int kern_cu_enter(int dev, char *err, size_t errlen)
     if (r)
         return kern_say(err, errlen, "cuDevicePrimaryCtxRetain(%d): %s", dev, errtext(r)), -1;
     CUcontext cur = NULL;
-    if (!CU.cuCtxGetCurrent(&cur) && cur == c)
+    if (CU.cuCtxGetCurrent(&cur))
+        cur = NULL;
+    if (prev)
+        *prev = cur;
+    if (cur == c)
         return 0;
     if ((r = CU.cuCtxSetCurrent(c)))
         return kern_say(err, errlen, "cuCtxSetCurrent: %s", errtext(r)), -1;
     return 0;
+}
+
+void kern_cu_leave(void *prev)
+{
+    CUcontext cur = NULL;
+    if (CU.ok && !CU.cuCtxGetCurrent(&cur) && cur != (CUcontext)prev)
+        CU.cuCtxSetCurrent((CUcontext)prev);
 }
 
 struct kern_cu_module {
@@ -176,12 +189,14 @@ struct kern_cu_module {
 kern_cu_module *kern_cu_module_load(int dev, const void *cubin, size_t n, char *err, size_t errlen)
 {
     (void)n;   /* a cubin is an ELF image: the driver reads its size from it */
-    if (kern_cu_enter(dev, err, errlen))
+    void *prev;
+    if (kern_cu_enter(dev, &prev, err, errlen))
         return NULL;
     kern_cu_module *m = calloc(1, sizeof *m);
+    CUresult r = m ? CU.cuModuleLoadData(&m->mod, cubin) : 0;
+    kern_cu_leave(prev);
     if (!m)
         return kern_say(err, errlen, "out of memory"), NULL;
-    CUresult r = CU.cuModuleLoadData(&m->mod, cubin);
     if (r) {
         free(m);
         return kern_say(err, errlen, "cuModuleLoadData: %s (%d)", errtext(r), r), NULL;
@@ -196,8 +211,11 @@ void kern_cu_module_free(kern_cu_module *m)
         return;
     /* unloaded from its own context; after fork or at driver shutdown the
      * call fails harmlessly */
-    if (CU.ok && getpid() == CU.pid && !kern_cu_enter(m->dev, NULL, 0))
+    void *prev;
+    if (CU.ok && getpid() == CU.pid && !kern_cu_enter(m->dev, &prev, NULL, 0)) {
         CU.cuModuleUnload(m->mod);
+        kern_cu_leave(prev);
+    }
     free(m);
 }
 

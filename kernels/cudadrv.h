@@ -26,8 +26,12 @@ int kern_cu_arch(int dev, char *buf, size_t n);
 const char *kern_cu_describe(void);
 
 /* Makes device dev's primary context current on this thread (retained
- * once per process). 0, or -1 with err. */
-int kern_cu_enter(int dev, char *err, size_t errlen);
+ * once per process); *prev (may be NULL) receives the context that was
+ * current, for kern_cu_leave. 0, or -1 with err. */
+int kern_cu_enter(int dev, void **prev, char *err, size_t errlen);
+/* Makes prev (kern_cu_enter's) current again, so the thread's CUDA state
+ * (torch's current device among it) is as before. */
+void kern_cu_leave(void *prev);
 
 /* A module loaded from a cubin (in device dev's primary context). NULL
  * with err (the driver's message). */

@@ -358,7 +358,10 @@ static int run_host(CompiledObject *self, void **ptrs, const smelt_input_stamp *
         PyErr_Restore(Py_NewRef(Py_TYPE(ctx.exc)), ctx.exc, PyException_GetTraceback(ctx.exc));
         return -1;
     }
-    return rc ? run_failed(rc, err, trusted) : 0;
+    /* a device plan's steps all ran before its flag was read (in-place
+     * updates included), and eager CUDA's index errors are fatal device
+     * asserts: its index error is raised, never rerun eagerly */
+    return rc ? run_failed(rc, err, trusted && !dr) : 0;
 }
 
 /* Weak-reference callback of the tensor last passed at a packed input
@@ -485,7 +488,7 @@ static int run_device(CompiledObject *self, void **ptrs, int trusted)
         Py_BEGIN_ALLOW_THREADS
         rc = smelt_plan_run_device(self->plan, ptrs, ptrs + self->nin, base, stream, NULL, NULL, err, sizeof err);
         Py_END_ALLOW_THREADS
-        rc = rc ? run_failed(rc, err, trusted) : 0;
+        rc = rc ? run_failed(rc, err, 0) : 0;   /* (see run_host: raised, never rerun eagerly) */
     }
     Py_DECREF(arena);   /* (torch's allocator reuses it in stream order) */
     return rc;

@@ -558,6 +558,8 @@ int tr_device(tracer *T, int dev, PyObject *obj)
             return tr_break(T, "tensors on two CUDA devices (%d and %d) in one graph", T->device, dev);
         return tr_break(T, "tensors on the CPU and on CUDA device %d in one graph", dev >= 0 ? dev : T->device);
     }
+    if (dev >= 0 && T->nfloat_inputs)
+        return tr_break(T, "a Python float read as an input of a graph on CUDA (made on the CPU each run)");
     if (dev >= 0) {
         char why[256];
         const ind_backend *be = ind_backend_named("cuda");
@@ -585,6 +587,7 @@ int32_t tr_float_input(tracer *T, int32_t src)
         return tr_break(T, "a float input without a source");
     if (T->device >= 0)
         return tr_break(T, "a Python float read as an input of a graph on CUDA (made on the CPU each run)");
+    T->nfloat_inputs++;
     for (int32_t k = 0; k < T->r->ninputs; k++)
         if (T->r->input_src[k] == src)
             for (int32_t i = 0; i < T->g->n; i++)

@@ -847,6 +847,7 @@ static int32_t h_none(tracer *T, const call_args *a, smelt_op op)
 
 static int32_t h_tensor(tracer *T, const call_args *a, smelt_op op);
 static int device_cpu(tracer *T, const call_args *a);
+static int device_arg(tracer *T, const call_args *a, int like);
 
 static int32_t h_identity(tracer *T, const call_args *a, smelt_op op)
 {
@@ -880,7 +881,7 @@ static int32_t h_as_tensor(tracer *T, const call_args *a, smelt_op op)
     int32_t x = arg(a, 0, "data");
     if (x < 0 || T->vals[x].kind != V_TENSOR)
         return h_tensor(T, a, op);
-    if (device_cpu(T, a))
+    if (device_arg(T, a, 1))
         return -1;
     int dt = dtype_arg(T, a, node(T, x)->dtype);
     return dt < 0 ? -1 : cast_to(T, x, dt);
@@ -1403,13 +1404,13 @@ static int default_float(void)
 
 /* torch.zeros/ones/full (op: value encoded: ZEROS=ADD, ONES=MUL, FULL=CLAMP)
  * and the *_like forms (op + 100). */
-static int device_cpu(tracer *T, const call_args *a);
+static int device_arg(tracer *T, const call_args *a, int like);
 
 static int32_t h_full(tracer *T, const call_args *a, smelt_op op)
 {
-    if (device_cpu(T, a))
-        return -1;
     int like = (int)op >= 100;
+    if (device_arg(T, a, like))
+        return -1;
     int kind = like ? (int)op - 100 : (int)op;
     smelt_node p = { .op = SMELT_OP_FULL };
     int32_t valv = -1, likev = -1;
@@ -3231,13 +3232,13 @@ static int factory_kwargs(tracer *T, const call_args *a)
 /* The device= argument of a tensor factory: none (the CPU) or the CPU in
  * a graph on the CPU, the graph's CUDA device in one on CUDA (tr_device);
  * anything else breaks. */
-static int device_cpu(tracer *T, const call_args *a)
+static int device_arg(tracer *T, const call_args *a, int like)
 {
     int32_t d = arg(a, -1, "device");
     if (factory_kwargs(T, a))
         return -1;
-    if (is_none(T, d))
-        return tr_device(T, -1, NULL);
+    if (is_none(T, d))   /* the CPU; for *_like, new_* and as_tensor forms the template's: the graph's */
+        return like ? 0 : tr_device(T, -1, NULL);
     PyObject *o = tr_const(T, d);
     if (!o)
         return -1;
@@ -3248,6 +3249,8 @@ static int device_cpu(tracer *T, const call_args *a)
     }
     return dev == -3 ? tr_break(T, "tensor created on device %R", o) : tr_device(T, dev, NULL);
 }
+
+static int device_cpu(tracer *T, const call_args *a) { return device_arg(T, a, 0); }
 
 static int32_t h_arange(tracer *T, const call_args *a, smelt_op op)
 {
@@ -3456,7 +3459,7 @@ static int32_t h_random(tracer *T, const call_args *a, smelt_op op)
     int like = (int)op >= 100, kind = like ? (int)op - 100 : (int)op, nd = 0, dt;
     int64_t shape[SMELT_MAX_DIMS], lo = 0, hi = 0;
     int32_t x = like ? arg(a, 0, "input") : -1, first = 0;
-    if (device_cpu(T, a))
+    if (device_arg(T, a, like))
         return -1;
     if (!rand_like_fn[kind])
         return tr_break(T, "torch random factory without its *_like form");
@@ -3625,7 +3628,7 @@ static int32_t h_new_full(tracer *T, const call_args *a, smelt_op op)
     int32_t x = arg(a, 0, "input");
     int64_t shape[SMELT_MAX_DIMS];
     int n;
-    if (device_cpu(T, a) || int_list_ex(T, a, 1, "size", shape, &n, 0))
+    if (device_arg(T, a, 1) || int_list_ex(T, a, 1, "size", shape, &n, 0))
         return -1;
     int dt = dtype_arg(T, a, node(T, x)->dtype);
     int32_t fv = op == SMELT_OP_CLAMP ? arg(a, 2, "fill_value") : -1;

@@ -235,6 +235,7 @@ typedef struct tracer {
     int device;            /* where the graph's tensors are: -2 none met yet, -1 the CPU, n CUDA device n
                               (tr_device: one device per graph) */
     PyObject *device_obj;  /* CUDA: that torch.device (held by r->keep) */
+    int nfloat_inputs;     /* Python floats read as inputs (tr_float_input: made on the CPU each run) */
 } tracer;
 
 /* interp.c: a tensor on `dev` (-1 the CPU, n CUDA device n; obj its

@@ -31,6 +31,7 @@
 #include "cuda.h"
 #include "attention.h"
 #include "../backend.h"
+#include "../cpu/jit.h"
 #include "../../kernels/cublas.h"
 #include "../../kernels/cudadrv.h"
 #include "../../kernels/nvrtc.h"
@@ -42,7 +43,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CUDA_CODE_VERSION 1
+#define CUDA_CODE_VERSION 2
 #define CUDA_POINT_BLOCK 256    /* threads per block: a thread per point or short row */
 #define CUDA_FINISH_BLOCK 128   /* threads per block of a split reduction's finish */
 #define CUDA_FLAG_BYTES 256     /* the error flag's room in the arena */
@@ -98,7 +99,7 @@ static char *cuda_code_key(const smelt_compile_opts *o, char *err, size_t errlen
     char *k = malloc(256);
     if (!k)
         abort();
-    snprintf(k, 256, "smelt-cuda v%d %s %s", CUDA_CODE_VERSION, kern_nvrtc_version_text(), arch);
+    snprintf(k, 256, "smelt-cuda v%d %s %s %s", CUDA_CODE_VERSION, kern_nvrtc_version_text(), arch, cpu_build_id());
     return k;
 }
 
@@ -231,6 +232,8 @@ static char *launch_text(const smelt_plan *p, const cuda_state *st)
     return t;
 }
 
+static char *cuda_describe(const smelt_plan *p) { return launch_text(p, p->backend_state); }
+
 /* Attention launches of every PS_SDPA step, and the scratch steps need. */
 static void step_shapes(const smelt_plan *p, cuda_state *st)
 {
@@ -245,6 +248,8 @@ static void step_shapes(const smelt_plan *p, cuda_state *st)
         smelt_dtype dt = sdpa_dtype(p, ps);
         st->sdpa[s].n = cuda_sdpa_launches(&ps->attn->d, dt, ps->attn->mode, (int)s, st->sdpa[s].dim,
                                            CUDA_MAX_SDPA_LAUNCHES);
+        if (st->sdpa[s].n < 0)
+            abort();   /* CUDA_MAX_SDPA_LAUNCHES is above what attention.c makes (4 at most) */
         int64_t sb = cuda_sdpa_scratch_bytes(&ps->attn->d, dt, ps->attn->mode);
         if (sb > st->scratch)
             st->scratch = sb;
@@ -413,7 +418,6 @@ static int cuda_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, s
     step_shapes(p, st);
     for (int c = 0; c < st->nchunks; c++)
         st->flags |= strstr(job[c].src, "atomicOr(flag") != NULL;
-    p->text_launch = launch_text(p, st);
     p->times.codegen_ms = (double)(plan_now_ns() - t0) / 1e6;
     char arch[16];
     int rc = 0;
@@ -634,11 +638,14 @@ static int cuda_run(const smelt_plan *p, void *const *inputs, void *const *outpu
                     smelt_host_call_fn host, void *ctx, char *err, size_t errlen)
 {
     const cuda_state *st = p->backend_state;
-    if (kern_cu_enter(p->device, err, errlen))
+    void *prev;
+    if (kern_cu_enter(p->device, &prev, err, errlen))
         return -1;
     void **bufs = calloc((size_t)p->nbufs + 1, sizeof(void *));
-    if (!bufs)
+    if (!bufs) {
+        kern_cu_leave(prev);
         return snprintf(err, errlen, "out of memory"), -1;
+    }
     char *flag = (char *)arena + align256(p->arena_bytes), *scratch = flag + CUDA_FLAG_BYTES;
     for (int32_t i = 0; i < p->nbufs; i++) {
         const plan_buf *b = &p->bufs[i];
@@ -667,6 +674,7 @@ static int cuda_run(const smelt_plan *p, void *const *inputs, void *const *outpu
         else if (f)
             rc = -1, snprintf(err, errlen, "ZeroDivisionError: integer division by zero");
     }
+    kern_cu_leave(prev);   /* (the thread's context as before: torch's current device among it) */
     return rc;
 }
 
@@ -725,4 +733,5 @@ const ind_backend ind_backend_cuda = {
     .supports_step = cuda_supports_step,
     .arena_bytes = cuda_arena_bytes,
     .run = cuda_run,
+    .describe = cuda_describe,
 };
