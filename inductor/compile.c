@@ -157,14 +157,14 @@ smelt_plan *smelt_compile(const smelt_graph *g, const smelt_compile_opts *opts,
         return NULL;
     size_t klen = 0;
     int named_cpu = opts && (opts->cpu || opts->cpu_features), cuda_code = opts && opts->cuda_arch;
-    const ind_backend *be = cuda_code ? &ind_backend_cuda : named_cpu ? &ind_backend_cpu : ind_backend_select(opts, NULL, 0);
     const ind_backend *named = opts && opts->backend ? ind_backend_named(opts->backend) : NULL;
-    if (named && named->device_memory && be != named) {   /* its buffers are device memory: no CPU plan serves */
-        char why[256] = "";
-        named->available(why, sizeof why);
+    char why[256] = "";
+    if (named && named->device_memory && !cuda_code && !named_cpu && !named->available(why, sizeof why)) {
+        /* its buffers are device memory: no CPU plan serves */
         snprintf(err, errlen, "backend %s: not available here (%s)", named->name, why);
         return NULL;
     }
+    const ind_backend *be = cuda_code ? &ind_backend_cuda : named_cpu ? &ind_backend_cpu : ind_backend_select(opts, NULL, 0);
     smelt_compile_opts fixed;
     if (be->device_memory && opts && opts->param_sizes) {   /* CUDA kernels have their sizes as constants */
         fixed = *opts;
