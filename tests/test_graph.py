@@ -980,5 +980,5 @@ def test_compiled_code_and_counts():
     assert f.num_kernels >= 0 and f.num_externs >= 0
     for which in ("ir", "asm", "kernels"):
         assert f.code(which) is None or isinstance(f.code(which), str)
-    with pytest.raises(ValueError, match="code: expected 'ir', 'asm' or 'kernels'"):
+    with pytest.raises(ValueError, match="code: expected 'ir', 'asm', 'kernels' or 'launch'"):
         f.code("bogus")

@@ -26,6 +26,7 @@
  * the CUDA execution model to check the kernels without a GPU.
  */
 #include "attention.h"
+#include "cuda.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -946,31 +947,8 @@ static const char SDPA_COMMON[] =
     "}\n"
     "#endif\n";
 
-typedef struct sb {
-    char *s;
-    size_t n, cap;
-} sb;
+typedef cuda_text sb;
 
-/* Appends printf(fmt, ...) to b (grown as needed, 0-terminated). */
-static void put(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sb *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0)
-            abort();
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        b->cap = (b->cap + (size_t)k + 1) * 2;
-        if (!(b->s = realloc(b->s, b->cap)))
-            abort();
-    }
-}
 
 /* ------------------------------------------------------------------ tiles */
 
@@ -1034,7 +1012,7 @@ static void plan(const kern_sdpa_desc *d, smelt_dtype dt, sdpa_tiles *t)
     t->tc = dt != SMELT_F32 && d->E % 8 == 0 && d->Ev % 8 == 0;
     t->tcb = t->tc && hd <= 128;
     t->bn = hd <= 64 ? 128 : hd <= 128 ? 64 : 32;
-    t->nw = d->L > 64 && hd <= 128 ? 8 : (int)(d->L > 48 ? 4 : d->L < 16 ? 1 : cdiv(d->L, 16));
+    t->nw = (int)(d->L > 64 && hd <= 128 ? 8 : d->L > 48 ? 4 : d->L < 16 ? 1 : cdiv(d->L, 16));
     t->bbm = hd <= 64 ? 64 : 32;
     static const int fwd_try[][2] = { { 32, 32 }, { 32, 16 }, { 16, 16 }, { 16, 8 } };
     for (int i = 0; i < 4; i++) {
@@ -1087,20 +1065,20 @@ int cuda_sdpa_supports(const kern_sdpa_desc *d, smelt_dtype dt, int mode, char *
 /* static member `name` of the config: operand o's batch offset of entry b. */
 static void emit_offset(sb *b, const char *name, const kern_sdpa_desc *d, const kern_sdpa_operand *o)
 {
-    put(b, "    static __device__ __forceinline__ long long %s(long long b) { return 0", name);
+    cuda_text_put(b, "    static __device__ __forceinline__ long long %s(long long b) { return 0", name);
     int64_t div = 1;
     for (int i = d->nb - 1; i >= 0; i--) {
         if (d->bdims[i] > 1 && o->bstride[i] != 0) {
-            put(b, " + b");
+            cuda_text_put(b, " + b");
             if (div > 1)
-                put(b, " / %lldLL", (long long)div);
+                cuda_text_put(b, " / %lldLL", (long long)div);
             if (i > 0)
-                put(b, " %% %lldLL", (long long)d->bdims[i]);
-            put(b, " * %lldLL", (long long)o->bstride[i]);
+                cuda_text_put(b, " %% %lldLL", (long long)d->bdims[i]);
+            cuda_text_put(b, " * %lldLL", (long long)o->bstride[i]);
         }
         div *= d->bdims[i] > 0 ? d->bdims[i] : 1;
     }
-    put(b, "; }\n");
+    cuda_text_put(b, "; }\n");
 }
 
 /* Whether rows of operand o (cols columns) can be copied 16 bytes at a
@@ -1119,27 +1097,27 @@ static int vec_ok(const kern_sdpa_desc *d, const kern_sdpa_operand *o, int64_t c
 static void emit_config(sb *b, const kern_sdpa_desc *d, smelt_dtype dt, int step, const sdpa_tiles *t)
 {
     int64_t nb = nbatch(d);
-    put(b, "struct s%d_cfg {\n", step);
-    put(b, "    static constexpr int DT = %d, MASK = %d, CAUSAL = %d;\n", dt == SMELT_F32 ? 0 : dt == SMELT_F16 ? 1 : 2,
+    cuda_text_put(b, "struct s%d_cfg {\n", step);
+    cuda_text_put(b, "    static constexpr int DT = %d, MASK = %d, CAUSAL = %d;\n", dt == SMELT_F32 ? 0 : dt == SMELT_F16 ? 1 : 2,
         (int)d->mask_kind, d->causal ? 1 : 0);
-    put(b, "    static constexpr long long NB = %lldLL, L = %lldLL, S = %lldLL, NQB = %lldLL;\n", (long long)nb,
+    cuda_text_put(b, "    static constexpr long long NB = %lldLL, L = %lldLL, S = %lldLL, NQB = %lldLL;\n", (long long)nb,
         (long long)d->L, (long long)d->S, (long long)cdiv(d->L, fwd_rows(t)));
-    put(b, "    static constexpr int E = %d, EV = %d, EP = %d, EVP = %d;\n", (int)d->E, (int)d->Ev, t->ep, t->evp);
-    put(b, "    static constexpr float SC = %.9ef, SC2 = %.9ef;\n", (double)d->scale,
+    cuda_text_put(b, "    static constexpr int E = %d, EV = %d, EP = %d, EVP = %d;\n", (int)d->E, (int)d->Ev, t->ep, t->evp);
+    cuda_text_put(b, "    static constexpr float SC = %.9ef, SC2 = %.9ef;\n", (double)d->scale,
         (double)(float)(d->scale * 1.4426950408889634));
     const kern_sdpa_operand *op[] = { &d->q, &d->k, &d->v, &d->mask, &d->o, &d->g };
     static const char *const nm[] = { "Q", "K", "V", "M", "O", "G" }, *const off[] = { "qoff", "koff", "voff",
                                                                                      "moff", "ooff", "goff" };
     for (int i = 0; i < 6; i++)
-        put(b, "    static constexpr long long %sR = %lldLL, %sC = %lldLL;\n", nm[i], (long long)op[i]->row, nm[i],
+        cuda_text_put(b, "    static constexpr long long %sR = %lldLL, %sC = %lldLL;\n", nm[i], (long long)op[i]->row, nm[i],
             (long long)op[i]->col);
-    put(b, "    static constexpr int QVEC = %d, KVEC = %d, VVEC = %d, GVEC = %d;\n", vec_ok(d, &d->q, d->E),
+    cuda_text_put(b, "    static constexpr int QVEC = %d, KVEC = %d, VVEC = %d, GVEC = %d;\n", vec_ok(d, &d->q, d->E),
         vec_ok(d, &d->k, d->E), vec_ok(d, &d->v, d->Ev), vec_ok(d, &d->g, d->Ev));
-    put(b, "    static constexpr int NW = %d, BN = %d, BBM = %d, SBM = %d, SBN = %d, SBB = %d;\n", t->nw, t->bn,
+    cuda_text_put(b, "    static constexpr int NW = %d, BN = %d, BBM = %d, SBM = %d, SBN = %d, SBB = %d;\n", t->nw, t->bn,
         t->bbm, t->sbm, t->sbn, t->sbb);
     for (int i = 0; i < 6; i++)
         emit_offset(b, off[i], d, op[i]);
-    put(b, "};\n");
+    cuda_text_put(b, "};\n");
 }
 
 /* The launches of a step (see cuda_sdpa_launches) into l[0..3]: their count. */
@@ -1168,13 +1146,13 @@ static void emit_entry(sb *b, const cuda_launch_dim *l, const char *ty, int step
 {
     char call[160];
     entry_call(call, sizeof call, strchr(l->entry, '_') + 1, step, t);
-    put(b, "extern \"C\" __global__ void __launch_bounds__(%u) %s(const %s *q, const %s *k, const %s *v, ", l->block[0],
+    cuda_text_put(b, "extern \"C\" __global__ void __launch_bounds__(%u) %s(const %s *q, const %s *k, const %s *v, ", l->block[0],
         l->entry, ty, ty, ty);
     if (l->args)
-        put(b, "const %s *o, const %s *g, const void *mask, %s *dq, %s *dk, %s *dv, ", ty, ty, ty, ty, ty);
+        cuda_text_put(b, "const %s *o, const %s *g, const void *mask, %s *dq, %s *dk, %s *dv, ", ty, ty, ty, ty, ty);
     else
-        put(b, "const void *mask, %s *out, ", ty);
-    put(b, "float *scratch)\n{ %s; }\n", call);
+        cuda_text_put(b, "const void *mask, %s *out, ", ty);
+    cuda_text_put(b, "float *scratch)\n{ %s; }\n", call);
 }
 
 void cuda_sdpa_source(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int step, char **text, size_t *len)
@@ -1183,8 +1161,8 @@ void cuda_sdpa_source(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int ste
     plan(d, dt, &t);
     sb b = { 0 };
     if (!*text || !strstr(*text, "#define SMELT_SDPA_COMMON"))
-        put(&b, "%s", SDPA_COMMON);
-    put(&b, "\n/* attention step %d: %s, L %lld, S %lld, E %lld, Ev %lld */\n", step, mode ? "backward" : "forward",
+        cuda_text_put(&b, "%s", SDPA_COMMON);
+    cuda_text_put(&b, "\n/* attention step %d: %s, L %lld, S %lld, E %lld, Ev %lld */\n", step, mode ? "backward" : "forward",
         (long long)d->L, (long long)d->S, (long long)d->E, (long long)d->Ev);
     emit_config(&b, d, dt, step, &t);
     cuda_launch_dim l[4];
@@ -1224,7 +1202,7 @@ static int launch_list(const kern_sdpa_desc *d, smelt_dtype dt, int mode, int st
     if (mode == 0) {
         launch(&l[n++], step, "fwd", nb * cdiv(d->L, rows), nt, fs, 0);
     } else if (d->L == 0 || d->Ev == 0) {
-        int64_t most = nb * d->S * (d->E > d->Ev ? d->E : d->Ev) + nb * d->L * d->E;
+        int64_t kv = d->S * imax((int)d->E, (int)d->Ev), most = nb * (kv > d->L * d->E ? kv : d->L * d->E);
         if (most > 0)
             launch(&l[n++], step, "bzero", cdiv(most, 256), 256, 0, 1);
     } else {

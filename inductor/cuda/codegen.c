@@ -27,39 +27,8 @@
 
 #define MAX_PHASE 64
 
-typedef struct sb {
-    char *s;
-    size_t n, cap;
-} sb;
+typedef cuda_text sb;
 
-/* Appends printf(fmt, ap) to b (grown as needed). */
-static void vput(sb *b, const char *fmt, va_list ap)
-{
-    for (;;) {
-        va_list aq;
-        va_copy(aq, ap);
-        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, aq);
-        va_end(aq);
-        if (k < 0)
-            abort();
-        if (b->s && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        b->cap = (b->cap + (size_t)k + 1) * 2;
-        if (!(b->s = realloc(b->s, b->cap)))
-            abort();
-    }
-}
-
-static void put(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sb *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vput(b, fmt, ap);
-    va_end(ap);
-}
 
 typedef struct cg {
     sb out;
@@ -101,9 +70,9 @@ static void line(cg *g, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    put(&g->out, "%*s", 4 * g->ind, "");
-    vput(&g->out, fmt, ap);
-    put(&g->out, "\n");
+    cuda_text_put(&g->out, "%*s", 4 * g->ind, "");
+    cuda_text_vput(&g->out, fmt, ap);
+    cuda_text_put(&g->out, "\n");
     va_end(ap);
 }
 
@@ -114,9 +83,9 @@ static int val(cg *g, const char *t, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     int v = g->nv++;
-    put(&g->out, "%*s%s v%d = ", 4 * g->ind, "", t, v);
-    vput(&g->out, fmt, ap);
-    put(&g->out, ";\n");
+    cuda_text_put(&g->out, "%*s%s v%d = ", 4 * g->ind, "", t, v);
+    cuda_text_vput(&g->out, fmt, ap);
+    cuda_text_put(&g->out, ";\n");
     va_end(ap);
     return v;
 }
@@ -191,19 +160,19 @@ static void ix_text(cg *g, int32_t e, sb *b)
 {
     const kix *k = &g->P->ix[e];
     switch (k->op) {
-    case KIX_CONST: put(b, "%lldLL", (long long)k->c); return;
-    case KIX_VAR: put(b, "%s", g->var[k->c]); return;
+    case KIX_CONST: cuda_text_put(b, "%lldLL", (long long)k->c); return;
+    case KIX_VAR: cuda_text_put(b, "%s", g->var[k->c]); return;
     case KIX_ADD:
-        put(b, "(");
+        cuda_text_put(b, "(");
         ix_text(g, k->a, b);
-        put(b, " + ");
+        cuda_text_put(b, " + ");
         ix_text(g, k->b, b);
-        put(b, ")");
+        cuda_text_put(b, ")");
         return;
     default:
-        put(b, "(");
+        cuda_text_put(b, "(");
         ix_text(g, k->a, b);
-        put(b, " %s %lldLL)", k->op == KIX_MUL ? "*" : k->op == KIX_DIV ? "/" : "%", (long long)k->c);
+        cuda_text_put(b, " %s %lldLL)", k->op == KIX_MUL ? "*" : k->op == KIX_DIV ? "/" : "%", (long long)k->c);
         return;
     }
 }
@@ -768,20 +737,20 @@ static void decode_outer(cg *g, const char *pt)
 static void signature(cg *g, char c, int32_t kn, const plan_kernel_code *code)
 {
     const smelt_plan *p = g->p;
-    put(&g->out, "extern \"C\" __global__ void %c%d(", c, (int)kn);
+    cuda_text_put(&g->out, "extern \"C\" __global__ void %c%d(", c, (int)kn);
     for (int32_t i = 0; i < code->nslots; i++) {
-        put(&g->out, "%s *__restrict__ a%d, ", stype((smelt_dtype)p->bufs[code->slots[i]].dtype), (int)i);
+        cuda_text_put(&g->out, "%s *__restrict__ a%d, ", stype((smelt_dtype)p->bufs[code->slots[i]].dtype), (int)i);
         g->arg[code->slots[i]] = (int)i;
     }
-    put(&g->out, "int *flag");
+    cuda_text_put(&g->out, "int *flag");
     if (g->k->split > 1) {
         smelt_dtype adt = SMELT_F32;
         for (int i = 0; i < g->k->nitems; i++)
             if (g->k->items[i].kind == KI_REDUCE)
                 adt = (smelt_dtype)g->k->items[i].acc_dtype;
-        put(&g->out, ", %s *scratch", adt == SMELT_BOOL ? "unsigned char" : ctype(adt));
+        cuda_text_put(&g->out, ", %s *scratch", adt == SMELT_BOOL ? "unsigned char" : ctype(adt));
     }
-    put(&g->out, ")\n{\n");
+    cuda_text_put(&g->out, ")\n{\n");
     g->ind = 1;
     g->epoch++;
 }
@@ -800,7 +769,7 @@ static void emit_main(cg *g, int32_t kn, const plan_kernel_code *code)
         decode_outer(g, "gid");
     }
     emit_point(g);
-    put(&g->out, "}\n\n");
+    cuda_text_put(&g->out, "}\n\n");
 }
 
 /* Split kernels: partials (a block per outer point and chunk) and finish. */
@@ -827,7 +796,7 @@ static void emit_split(cg *g, int32_t kn, const plan_kernel_code *code)
     int v = emit_reduce(g, it, item);
     g->split_chunk = 0;
     line(g, "if (lane == 0) scratch[w] = v%d;", v);
-    put(&g->out, "}\n\n");
+    cuda_text_put(&g->out, "}\n\n");
     /* finish */
     signature(g, 'f', kn, code);
     g->L = 1;
@@ -853,7 +822,7 @@ static void emit_split(cg *g, int32_t kn, const plan_kernel_code *code)
     for (int i = 0; i < k->nitems; i++)
         if (k->items[i].kind == KI_ROWSTORE)
             store_at(g, k->items[i].buf, ix_val(g, k->items[i].ix), emit(g, k->items[i].value));
-    put(&g->out, "}\n\n");
+    cuda_text_put(&g->out, "}\n\n");
 }
 
 static const char PRELUDE[] =
@@ -879,7 +848,7 @@ char *cuda_codegen_source(smelt_plan *p, size_t *starts)
     g.memo_ep = calloc((size_t)p->pool.nex + 1, sizeof *g.memo_ep);
     if (!g.arg || !g.memo || !g.memo_ep)
         abort();
-    put(&g.out, "%s", PRELUDE);
+    cuda_text_put(&g.out, "%s", PRELUDE);
     for (int32_t kn = 0; kn < p->nkernels; kn++) {
         g.k = &p->kernels[kn];
         plan_kernel_code *code = &p->code[kn];
