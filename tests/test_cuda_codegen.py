@@ -146,6 +146,20 @@ def test_attention_kernels_compile(dt):
         assert ".entry s0_" in f.code("asm")
 
 
+def test_identical_attention_steps_share_their_kernels():
+    """A model's layers repeat one attention: compiled once, launched per step."""
+    g = C.Graph()
+    q, k, v = (g.input(torch.float16, (2, 4, 33, 64)) for _ in range(3))
+    o1 = g.op("sdpa", q, k, v, scale=0.125, causal=True)
+    o2 = g.op("sdpa", o1, k, v, scale=0.125, causal=True)
+    o3 = g.op("sdpa", q, k, v, scale=0.25, causal=True)   # another scale: kernels of its own
+    g.output(o2, o3)
+    f = g.compile(cuda_arch="sm_90")
+    entries = [[w for w in s if w.startswith("s") and w[1:2].isdigit()][0] for s in launch_lines(f)]
+    assert entries == ["s0_fwd", "s0_fwd", "s2_fwd"], f.code("launch")
+    assert ".entry s0_fwd" in f.code("asm") and ".entry s1_fwd" not in f.code("asm")
+
+
 def test_half_attention_is_not_for_the_cpu():
     with pytest.raises(RuntimeError, match="runs on CUDA only"):
         sdpa_graph(torch.float16).compile()

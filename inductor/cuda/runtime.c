@@ -234,6 +234,22 @@ static char *launch_text(const smelt_plan *p, const cuda_state *st)
 
 static char *cuda_describe(const smelt_plan *p) { return launch_text(p, p->backend_state); }
 
+/* The first attention step of p with step s's descriptor, dtype and mode
+ * (s itself if none before): identical steps (a model's layers) share its
+ * kernels, compiled once. */
+static int32_t sdpa_twin(const smelt_plan *p, int32_t s)
+{
+    const plan_step *ps = &p->steps[s];
+    for (int32_t t = 0; t < s; t++) {
+        const plan_step *pt = &p->steps[t];
+        if (pt->kind == PS_SDPA && pt->attn->mode == ps->attn->mode && sdpa_dtype(p, pt) == sdpa_dtype(p, ps) &&
+            !memcmp(&pt->attn->d, &ps->attn->d, sizeof ps->attn->d))
+            return t;
+
+    }
+    return s;
+}
+
 /* Attention launches of every PS_SDPA step, and the scratch steps need. */
 static void step_shapes(const smelt_plan *p, cuda_state *st)
 {
@@ -246,7 +262,7 @@ static void step_shapes(const smelt_plan *p, cuda_state *st)
         if (ps->kind != PS_SDPA)
             continue;
         smelt_dtype dt = sdpa_dtype(p, ps);
-        st->sdpa[s].n = cuda_sdpa_launches(&ps->attn->d, dt, ps->attn->mode, (int)s, st->sdpa[s].dim,
+        st->sdpa[s].n = cuda_sdpa_launches(&ps->attn->d, dt, ps->attn->mode, (int)sdpa_twin(p, s), st->sdpa[s].dim,
                                            CUDA_MAX_SDPA_LAUNCHES);
         if (st->sdpa[s].n < 0)
             abort();   /* CUDA_MAX_SDPA_LAUNCHES is above what attention.c makes (4 at most) */
@@ -374,16 +390,16 @@ static int cuda_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, s
         kernel_dims(&p->kernels[k], &p->code[k]);
     /* chunks: runs of kernels (about one per compile thread), then each
      * attention step alone (while chunks remain) */
-    int jobs = compile_jobs(), nsdpa = 0;
+    int jobs = compile_jobs(), ndistinct = 0;
     for (int32_t s = 0; s < p->nsteps; s++)
-        nsdpa += p->steps[s].kind == PS_SDPA;
+        ndistinct += p->steps[s].kind == PS_SDPA && sdpa_twin(p, s) == s;
     int per = (int)((p->nkernels + jobs - 1) / jobs);
     if (per < CUDA_CHUNK_MIN_KERNELS)
         per = CUDA_CHUNK_MIN_KERNELS;
-    int kchunks = (int)((p->nkernels + per - 1) / per), schunks = nsdpa;
+    int kchunks = (int)((p->nkernels + per - 1) / per), schunks = ndistinct;
     if (kchunks + schunks > CUDA_MAX_CHUNKS)
         schunks = CUDA_MAX_CHUNKS - kchunks;
-    if (nsdpa && schunks < 1)
+    if (ndistinct && schunks < 1)
         schunks = 1, kchunks = CUDA_MAX_CHUNKS - 1, per = (int)((p->nkernels + kchunks - 1) / kchunks);
     cuda_state *st = state_new(p, kchunks + schunks);
     chunk_job *job = calloc((size_t)st->nchunks + 1, sizeof *job);
@@ -411,6 +427,11 @@ static int cuda_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, s
     for (int32_t s = 0, j = 0; s < p->nsteps; s++)
         if (p->steps[s].kind == PS_SDPA) {
             const plan_step *ps = &p->steps[s];
+            int32_t twin = sdpa_twin(p, s);
+            if (twin != s) {   /* its twin's kernels, in its twin's chunk */
+                st->schunk[s] = st->schunk[twin];
+                continue;
+            }
             int c = kchunks + j++ % schunks;
             st->schunk[s] = (uint8_t)c;
             cuda_sdpa_source(&ps->attn->d, sdpa_dtype(p, ps), ps->attn->mode, (int)s, &job[c].src, &len[c]);
@@ -459,7 +480,7 @@ static int cuda_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, s
     free(job);
     free(len);
     p->times.load_ms = (double)(plan_now_ns() - t0) / 1e6 - p->times.codegen_ms;
-    p->ngenerated = p->times.generated = p->nkernels + nsdpa;
+    p->ngenerated = p->times.generated = p->nkernels + ndistinct;
     if (o && o->cuda_arch) {   /* code to read: nothing is loaded */
         p->code_only = 1;
         return rc;
