@@ -752,7 +752,8 @@ static void signature(cg *g, char c, int32_t kn, const plan_kernel_code *code)
     }
     cuda_text_put(&g->out, ")\n{\n");
     g->ind = 1;
-    g->epoch++;
+    g->epoch++;   /* (values named per function: kernels alike but for their buffers read alike) */
+    g->nv = 0;
 }
 
 static void emit_main(cg *g, int32_t kn, const plan_kernel_code *code)

@@ -177,6 +177,13 @@ static void append(char **text, size_t *len, const char *s)
     *len += n;
 }
 
+/* The kernel whose entry points kernel k runs (its twin's, or its own). */
+static int32_t entry_of(const smelt_plan *p, int32_t k)
+{
+    int32_t j = p->code[k].same_as;
+    return j >= 0 && j < k ? j : k;
+}
+
 /* The step launch listing (code "launch"): one line per launch. */
 static char *launch_text(const smelt_plan *p, const cuda_state *st)
 {
@@ -187,11 +194,11 @@ static char *launch_text(const smelt_plan *p, const cuda_state *st)
         const plan_step *ps = &p->steps[s];
         if (ps->kind == PS_KERNEL) {
             const plan_kernel_code *c = &p->code[ps->kernel];
-            snprintf(line, sizeof line, "step %d kernel k%d grid %lld block %lld", (int)s, (int)ps->kernel,
-                     (long long)c->nitems, (long long)c->grain);
+            snprintf(line, sizeof line, "step %d kernel k%d grid %lld block %lld", (int)s,
+                     (int)entry_of(p, ps->kernel), (long long)c->nitems, (long long)c->grain);
             append(&t, &n, line);
             if (c->nfinish) {
-                snprintf(line, sizeof line, " finish f%d grid %lld block %d scratch %lld", (int)ps->kernel,
+                snprintf(line, sizeof line, " finish f%d grid %lld block %d scratch %lld", (int)entry_of(p, ps->kernel),
                          (long long)c->nfinish, CUDA_FINISH_BLOCK, (long long)c->scratch_bytes);
                 append(&t, &n, line);
             }
@@ -299,12 +306,13 @@ static int load(smelt_plan *p, cuda_state *st, char *err, size_t errlen)
     char name[40];
     for (int32_t k = 0; k < p->nkernels; k++) {
         kern_cu_module *m = st->kchunk[k] < st->nchunks ? st->mod[st->kchunk[k]] : NULL;
+        int32_t e = entry_of(p, k);
         if (!m)
             return snprintf(err, errlen, "kernel %d has no module", (int)k), -1;
-        snprintf(name, sizeof name, "k%d", (int)k);
+        snprintf(name, sizeof name, "k%d", (int)e);
         if (!(st->fn[k] = kern_cu_function(m, name, 0, err, errlen)))
             return -1;
-        snprintf(name, sizeof name, "f%d", (int)k);
+        snprintf(name, sizeof name, "f%d", (int)e);
         if (p->code[k].nfinish && !(st->fin[k] = kern_cu_function(m, name, 0, err, errlen)))
             return -1;
     }
@@ -374,6 +382,52 @@ static void compile_all(chunk_job *jobs, int n, int threads)
         pthread_join(t[i], NULL);
 }
 
+/* Kernel k's text src[from, to) with its entry names made generic:
+ * malloc'd. */
+static char *kernel_shape(const char *src, size_t from, size_t to, int32_t k)
+{
+    char names[2][24];
+    snprintf(names[0], sizeof names[0], "void k%d(", (int)k);
+    snprintf(names[1], sizeof names[1], "void f%d(", (int)k);
+    char *out = malloc(to - from + 1), *w = out;
+    if (!out)
+        abort();
+    for (size_t i = from; i < to;) {
+        int hit = -1;
+        for (int q = 0; q < 2 && hit < 0; q++)
+            if (!strncmp(src + i, names[q], strlen(names[q])))
+                hit = q;
+        if (hit >= 0) {
+            w += sprintf(w, "void %c(", hit ? 'f' : 'k');
+            i += strlen(names[hit]);
+        } else {
+            *w++ = src[i++];
+        }
+    }
+    *w = 0;
+    return out;
+}
+
+/* Kernels whose text is an earlier kernel's but for its names (a model's
+ * repeated layers) take that kernel's entry points: same_as. */
+static void kernel_twins(smelt_plan *p, const char *src, const size_t *starts)
+{
+    char **shape = calloc((size_t)p->nkernels + 1, sizeof *shape);
+    if (!shape)
+        abort();
+    for (int32_t k = 0; k < p->nkernels; k++) {
+        shape[k] = kernel_shape(src, starts[k], starts[k + 1], k);
+        for (int32_t j = 0; j < k; j++)
+            if (p->code[j].same_as < 0 && !strcmp(shape[j], shape[k])) {
+                p->code[k].same_as = j;
+                break;
+            }
+    }
+    for (int32_t k = 0; k < p->nkernels; k++)
+        free(shape[k]);
+    free(shape);
+}
+
 static int cuda_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errlen)
 {
     int64_t t0 = plan_now_ns();
@@ -388,6 +442,7 @@ static int cuda_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, s
     char *src = cuda_codegen_source(p, starts);
     for (int32_t k = 0; k < p->nkernels; k++)
         kernel_dims(&p->kernels[k], &p->code[k]);
+    kernel_twins(p, src, starts);
     /* chunks: runs of kernels (about one per compile thread), then each
      * attention step alone (while chunks remain) */
     int jobs = compile_jobs(), ndistinct = 0;
@@ -416,6 +471,10 @@ static int cuda_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, s
     }
     for (int32_t k = 0; k < p->nkernels; k++) {
         int c = (int)(k / per);
+        if (p->code[k].same_as >= 0) {   /* its twin's entry points, in its twin's chunk */
+            st->kchunk[k] = st->kchunk[p->code[k].same_as];
+            continue;
+        }
         st->kchunk[k] = (uint8_t)c;
         size_t n = starts[k + 1] - starts[k];
         if (!(job[c].src = realloc(job[c].src, len[c] + n + 1)))
@@ -480,7 +539,10 @@ static int cuda_codegen(smelt_plan *p, const smelt_compile_opts *o, char *err, s
     free(job);
     free(len);
     p->times.load_ms = (double)(plan_now_ns() - t0) / 1e6 - p->times.codegen_ms;
-    p->ngenerated = p->times.generated = p->nkernels + ndistinct;
+    p->ngenerated = p->times.generated = ndistinct;
+    for (int32_t k = 0; k < p->nkernels; k++)
+        p->ngenerated += p->code[k].same_as < 0;
+    p->times.generated = p->ngenerated;
     if (o && o->cuda_arch) {   /* code to read: nothing is loaded */
         p->code_only = 1;
         return rc;
