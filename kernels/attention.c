@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { BQ = 32, BK = 64 };
+enum { BQ = KERN_SDPA_TILE_Q, BK = KERN_SDPA_TILE_K };
 
 /* Per-thread scratch of one range of work items. The keys and values of
  * one batch entry are packed once (kt: E x SP, transposed; vb: SP x Ev; SP
@@ -243,6 +243,7 @@ static const sdpa_isa *pick_isa(void)
 
 typedef struct sdpa_job {
     const kern_sdpa_desc *d;
+    const kern_sdpa_extra *x;
     const float *q, *k, *v;
     const void *mask;
     float *out;
@@ -336,6 +337,26 @@ static int block_masked(const kern_sdpa_desc *d, const void *mask, int64_t i0, i
     return 1;
 }
 
+/* Whether the tile of rows i0.. and keys j0.. of entry b adds nothing:
+ * the mask removes all of it, or the hook says so. */
+static int tile_skipped(const kern_sdpa_desc *d, const kern_sdpa_hook *h, const void *mask, int64_t b, int64_t i0,
+                        int nq, int64_t j0, int nk)
+{
+    if (mask && block_masked(d, mask, i0, nq, j0, nk))
+        return 1;
+    return h && h->keep && !h->keep(h->ctx, b, i0, nq, j0, nk);
+}
+
+/* The hook's modification of a tile's scores, then -inf past nk (and the
+ * mask's and causal's). */
+static void tile_scores(const kern_sdpa_desc *d, const kern_sdpa_hook *h, const void *mask, int64_t b, int64_t i0,
+                        int nq, int64_t j0, int nk, float *s)
+{
+    if (h)
+        h->scores(h->ctx, b, i0, nq, j0, nk, s, BK);
+    apply_mask(d, mask, i0, nq, j0, nk, s);
+}
+
 /* Work item t: batch entry t / nqb, query block t % nqb. */
 static void run_item(const sdpa_job *J, int64_t t, sdpa_scratch *w)
 {
@@ -361,19 +382,23 @@ static void run_item(const sdpa_job *J, int64_t t, sdpa_scratch *w)
     int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S, SP = padded_s(d);
     for (int64_t j0 = 0; j0 < jend; j0 += BK) {
         int nk = jend - j0 < BK ? (int)(jend - j0) : BK;
-        if (mask && block_masked(d, mask, i0, nq, j0, nk))
+        if (tile_skipped(d, J->x->hook, mask, b, i0, nq, j0, nk))
             continue;
         J->isa->scores(w->qb, w->kt + j0, SP, w->s, nq, d->E);
-        apply_mask(d, mask, i0, nq, j0, nk, w->s);
+        tile_scores(d, J->x->hook, mask, b, i0, nq, j0, nk, w->s);
         J->isa->softmax(w, nq);
         J->isa->pv(w->s, w->vb + j0 * d->Ev, w->acc, w->corr, nq, d->Ev);
     }
-    float *o = J->out + (b * d->L + i0) * d->Ev;
+    int64_t orow = J->x->out_row ? J->x->out_row : d->Ev;
+    float *o = J->out + (b * d->L + i0) * orow;
     for (int r = 0; r < nq; r++) {
         float inv = w->l[r] == 0 ? 0 : 1 / w->l[r];   /* no key at all: 0, as torch */
         for (int64_t e = 0; e < d->Ev; e++)
-            o[r * d->Ev + e] = w->acc[r * d->Ev + e] * inv;
+            o[r * orow + e] = w->acc[r * d->Ev + e] * inv;
     }
+    if (J->x->lse)
+        for (int r = 0; r < nq; r++)
+            J->x->lse[(b * d->L + i0 + r) * J->x->lse_row] = w->l[r] == 0 ? -INFINITY : w->m[r] + logf(w->l[r]);
 }
 
 static void sdpa_range(void *ctx, int64_t begin, int64_t end)
@@ -402,6 +427,13 @@ static void sdpa_range(void *ctx, int64_t begin, int64_t end)
 int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
               const void *mask, float *out, char *err, size_t errlen)
 {
+    kern_sdpa_extra none = { 0 };
+    return kern_sdpa_ex(d, &none, q, k, v, mask, out, err, errlen);
+}
+
+int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float *q, const float *k,
+                 const float *v, const void *mask, float *out, char *err, size_t errlen)
+{
     const sdpa_isa *isa = pick_isa();
     if (d->nb < 0 || d->nb > KERN_SDPA_MAX_BATCH || d->L < 0 || d->S < 0 || d->E < 1 || d->Ev < 0)
         return snprintf(err, errlen, "sdpa: bad sizes (L %lld, S %lld, E %lld, Ev %lld)", (long long)d->L,
@@ -409,13 +441,19 @@ int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const flo
     int64_t nbatch = 1;
     for (int i = 0; i < d->nb; i++)
         nbatch *= d->bdims[i];
-    sdpa_job J = { .d = d, .q = q, .k = k, .v = v, .mask = mask, .out = out,
+    sdpa_job J = { .d = d, .x = x, .q = q, .k = k, .v = v, .mask = mask, .out = out,
                    .nqb = (d->L + BQ - 1) / BQ, .isa = isa };
-    if (nbatch == 0 || d->L == 0 || d->Ev == 0)
+    if (nbatch == 0 || d->L == 0)
         return 0;
-    if (d->S == 0) {   /* no keys: zero rows, as torch */
-        memset(out, 0, sizeof(float) * (size_t)(nbatch * d->L * d->Ev));
-        return 0;
+    if (d->S == 0 || d->Ev == 0) {   /* no keys: zero rows, as torch */
+        int64_t orow = x->out_row ? x->out_row : d->Ev;
+        for (int64_t r = 0; r < nbatch * d->L; r++) {
+            memset(out + r * orow, 0, sizeof(float) * (size_t)d->Ev);
+            if (x->lse && d->S == 0)
+                x->lse[r * x->lse_row] = -INFINITY;
+        }
+        if (d->S == 0)
+            return 0;
     }
     int64_t per = 2 * d->S * (d->E + d->Ev) * BQ;   /* flops per item, about */
     kern_parallel_for(nbatch * J.nqb, per >= (1 << 18) ? 1 : (1 << 18) / per + 1, sdpa_range, &J);
@@ -568,6 +606,7 @@ static const sdpa_bwd_isa bwd_512 = { mm_512, probs_512, dscore_512 };
 
 typedef struct sdpa_bwd_job {
     const kern_sdpa_desc *d;
+    const kern_sdpa_hook *hook;
     const float *q, *k, *v, *o, *g;
     const void *mask;
     float *dq, *dk, *dv;
@@ -622,10 +661,10 @@ static void bwd_stats_range(void *ctx, int64_t begin, int64_t end)
             int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S;
             for (int64_t j0 = 0; j0 < jend; j0 += BK) {
                 int nk = jend - j0 < BK ? (int)(jend - j0) : BK;
-                if (mask && block_masked(d, mask, i0, nq, j0, nk))
+                if (tile_skipped(d, J->hook, mask, b, i0, nq, j0, nk))
                     continue;
                 J->fwd->scores(w.qb, w.kt + j0, SP, w.s, nq, E);
-                apply_mask(d, mask, i0, nq, j0, nk, w.s);
+                tile_scores(d, J->hook, mask, b, i0, nq, j0, nk, w.s);
                 J->fwd->softmax(&w, nq);
             }
             for (int r = 0; r < nq; r++) {
@@ -648,14 +687,15 @@ static void bwd_grad_range(void *ctx, int64_t begin, int64_t end)
     sdpa_bwd_job *J = ctx;
     const kern_sdpa_desc *d = J->d;
     int64_t L = d->L, S = d->S, E = d->E, Ev = d->Ev;
-    size_t n = (size_t)(L * E + L * Ev + 2 * E * BK + Ev * BK + 2 * BQ * BK + BK * E + BK * Ev);
+    size_t n = (size_t)(L * E + L * Ev + 2 * E * BK + Ev * BK + 3 * BQ * BK + BK * E + BK * Ev);
     float *mem = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
     if (!mem) {
         J->failed = 1;
         return;
     }
     float *qs = mem, *gb = qs + L * E, *kt = gb + L * Ev, *kb = kt + E * BK, *vt = kb + BK * E;
-    float *s = vt + Ev * BK, *dp = s + BQ * BK, *dk = dp + BQ * BK, *dv = dk + BK * E;
+    float *s = vt + Ev * BK, *dp = s + BQ * BK, *dk = dp + BQ * BK, *dv = dk + BK * E, *raw = dv + BK * Ev;
+    const kern_sdpa_hook *h = J->hook;
     const sdpa_bwd_isa *isa = J->isa;
     for (int64_t t = begin; t < end; t++) {
         int64_t b = t / J->nkc, c = t % J->nkc;
@@ -685,14 +725,18 @@ static void bwd_grad_range(void *ctx, int64_t begin, int64_t end)
             memset(dv, 0, sizeof(float) * (size_t)(nk * Ev));
             for (int64_t i0 = d->causal ? j0 / BQ * BQ : 0; i0 < L; i0 += BQ) {
                 int nq = L - i0 < BQ ? (int)(L - i0) : BQ;
-                if (mask && block_masked(d, mask, i0, nq, j0, nk))
+                if (tile_skipped(d, h, mask, b, i0, nq, j0, nk))
                     continue;
                 isa->mm(nq, BK, (int)E, qs + i0 * E, E, 1, kt, BK, s, BK, 0);
-                apply_mask(d, mask, i0, nq, j0, nk, s);
+                if (h && h->grads)
+                    memcpy(raw, s, sizeof(float) * (size_t)(nq * BK));
+                tile_scores(d, h, mask, b, i0, nq, j0, nk, s);
                 isa->probs(s, m + i0, linv + i0, nq);
                 isa->mm(nk, (int)Ev, nq, s, 1, BK, gb + i0 * Ev, Ev, dv, Ev, 1);
                 isa->mm(nq, BK, (int)Ev, gb + i0 * Ev, Ev, 1, vt, BK, dp, BK, 0);
                 isa->dscore(dp, s, D + i0, nq);
+                if (h && h->grads)
+                    h->grads(h->ctx, b, i0, nq, j0, nk, raw, dp, BK);
                 isa->mm(nk, (int)E, nq, dp, 1, BK, qs + i0 * E, E, dk, E, 1);
                 isa->mm(nq, (int)E, nk, dp, BK, 1, kb, E, dq + i0 * E, E, 1);
             }
@@ -738,6 +782,14 @@ int kern_sdpa_backward(const kern_sdpa_desc *d, const float *q, const float *k, 
                        const void *mask, const float *o, const float *g, float *dq, float *dk, float *dv,
                        char *err, size_t errlen)
 {
+    kern_sdpa_extra none = { 0 };
+    return kern_sdpa_backward_ex(d, &none, q, k, v, mask, o, g, dq, dk, dv, err, errlen);
+}
+
+int kern_sdpa_backward_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float *q, const float *k,
+                          const float *v, const void *mask, const float *o, const float *g, float *dq, float *dk,
+                          float *dv, char *err, size_t errlen)
+{
     if (d->nb < 0 || d->nb > KERN_SDPA_MAX_BATCH || d->L < 0 || d->S < 0 || d->E < 1 || d->Ev < 0)
         return snprintf(err, errlen, "sdpa backward: bad sizes (L %lld, S %lld, E %lld, Ev %lld)",
                         (long long)d->L, (long long)d->S, (long long)d->E, (long long)d->Ev), -1;
@@ -752,7 +804,7 @@ int kern_sdpa_backward(const kern_sdpa_desc *d, const float *q, const float *k, 
         memset(dv, 0, sizeof(float) * (size_t)(nbatch * d->S * d->Ev));
         return 0;
     }
-    sdpa_bwd_job J = { .d = d, .q = q, .k = k, .v = v, .o = o, .g = g, .mask = mask, .dq = dq, .dk = dk, .dv = dv,
+    sdpa_bwd_job J = { .d = d, .hook = x->hook, .q = q, .k = k, .v = v, .o = o, .g = g, .mask = mask, .dq = dq, .dk = dk, .dv = dv,
                        .nqb = (d->L + BQ - 1) / BQ, .nkb = (d->S + BK - 1) / BK, .fwd = pick_isa() };
     J.isa = J.fwd == &isa_512 ? &bwd_512 : &bwd_scalar;
     J.nqc = chunks(nbatch, J.nqb), J.qpc = (J.nqb + J.nqc - 1) / J.nqc;

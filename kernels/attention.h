@@ -18,6 +18,11 @@
 #include <stdint.h>
 
 #define KERN_SDPA_MAX_BATCH 6
+/* The largest tile of scores the kernels hand a hook (kern_sdpa_hook):
+ * KERN_SDPA_TILE_Q query rows by KERN_SDPA_TILE_K keys, rows
+ * KERN_SDPA_TILE_K floats apart. */
+#define KERN_SDPA_TILE_Q 32
+#define KERN_SDPA_TILE_K 64
 
 typedef enum kern_sdpa_mask { KERN_SDPA_NO_MASK, KERN_SDPA_BOOL_MASK, KERN_SDPA_ADD_MASK } kern_sdpa_mask;
 
@@ -38,10 +43,47 @@ typedef struct kern_sdpa_desc {
     kern_sdpa_operand o, g;     /* kern_sdpa_backward only: out and its gradient */
 } kern_sdpa_desc;
 
+/* Flex attention's hook into the kernels (inductor/flex.c): for batch
+ * entry t (row-major over bdims), query rows [i0, i0 + nq) and keys [j0,
+ * j0 + nk) (nq <= KERN_SDPA_TILE_Q, nk <= KERN_SDPA_TILE_K).
+ *   keep    0 when no key of the tile attends any of its rows (the tile is
+ *           skipped), else 1; NULL: every tile is kept
+ *   scores  the tile's scaled scores s (rows ld apart, columns past nk
+ *           unused) modified in place: the score function applied, a key a
+ *           row does not attend -inf
+ *   grads   backward only: ds, the gradients of the modified scores (0
+ *           where a key is not attended), times the derivative of the
+ *           score function at the raw (scaled, unmodified) scores raw, in
+ *           place; NULL: the score function is the identity
+ * Called from the pool's threads at once: ctx is shared, read-only. */
+typedef struct kern_sdpa_hook {
+    int (*keep)(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, int nk);
+    void (*scores)(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, int nk, float *s, int ld);
+    void (*grads)(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, int nk, const float *raw, float *ds, int ld);
+    void *ctx;
+} kern_sdpa_hook;
+
+/* What a call adds to a desc (kern_sdpa_ex, kern_sdpa_backward_ex): all
+ * zero is kern_sdpa's behaviour.
+ *   hook     NULL, or the score hook (the desc then has no mask and is not
+ *            causal)
+ *   out_row  the forward's out row stride (0: Ev; entries L * out_row apart)
+ *   lse      forward: NULL, or where each row's log-sum-exp of its
+ *            (modified) scores goes, -inf for a row with no key: row i of
+ *            entry t at lse[(t * L + i) * lse_row] */
+typedef struct kern_sdpa_extra {
+    const kern_sdpa_hook *hook;
+    int64_t out_row;
+    float *lse;
+    int64_t lse_row;
+} kern_sdpa_extra;
+
 /* Computes out (contiguous [batch.., L, Ev]) across the thread pool.
  * 0, or -1 with a message in err (bad sizes). */
 int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
               const void *mask, float *out, char *err, size_t errlen);
+int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float *q, const float *k,
+                 const float *v, const void *mask, float *out, char *err, size_t errlen);
 
 /* The gradients of kern_sdpa's out for a gradient g of it, flash-style:
  * the probabilities are recomputed block by block (from q, k, the mask and
@@ -54,5 +96,8 @@ int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const flo
 int kern_sdpa_backward(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
                        const void *mask, const float *o, const float *g, float *dq, float *dk, float *dv,
                        char *err, size_t errlen);
+int kern_sdpa_backward_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float *q, const float *k,
+                          const float *v, const void *mask, const float *o, const float *g, float *dq, float *dk,
+                          float *dv, char *err, size_t errlen);
 
 #endif
