@@ -13,6 +13,8 @@ typedef struct ad {
     int32_t *val;              /* forward node -> its value in b, or -1 */
     int32_t *grad;             /* forward node -> its gradient so far in b, or -1 */
     uint8_t *req;              /* forward node needs a gradient */
+    uint8_t *tile;             /* forward node depends on a FLEX_ARG: always recomputed (a flex
+                                  attention's score function, evaluated inside its kernel) */
     int32_t nbin;
     ad_bin *bin;
     int32_t nsaved, *saved_node;

@@ -189,7 +189,7 @@ int32_t ad_val(ad *A, int32_t i)
     } else if (n->op == SMELT_OP_SCALAR) {
         id = smelt_graph_scalar(A->b, (smelt_dtype)n->dtype, n->a.scalar.f, n->a.scalar.i);
         A->failed |= id < 0;
-    } else if (saved_kind(n)) {
+    } else if (saved_kind(n) && !A->tile[i]) {
         id = new_bin(A, AD_SAVED, A->g->nout + A->nsaved++, n, NULL);
         A->saved_node = realloc(A->saved_node, sizeof *A->saved_node * (size_t)A->nsaved);
         if (!A->saved_node)
@@ -299,9 +299,16 @@ int ad_split_graph(const smelt_graph *g, const uint8_t *requires_grad, int32_t n
     A.val = malloc(sizeof *A.val * ((size_t)n + 1));
     A.grad = malloc(sizeof *A.grad * ((size_t)n + 1));
     A.req = calloc((size_t)n + 1, 1);
+    A.tile = calloc((size_t)n + 1, 1);
     A.b = smelt_graph_new();
-    if (!A.val || !A.grad || !A.req || !A.b)
+    if (!A.val || !A.grad || !A.req || !A.tile || !A.b)
         abort();
+    for (int32_t i = 0; i < n; i++) {
+        const smelt_node *nd = &g->nodes[i];
+        A.tile[i] = nd->op == SMELT_OP_FLEX_ARG;
+        for (int k = 0; k < nd->nsrc && nd->op != SMELT_OP_FLEX; k++)
+            A.tile[i] |= A.tile[nd->src[k]];
+    }
     A.b->default_float = g->default_float;
     for (int32_t i = 0; i < n; i++) {
         const smelt_node *nd = &g->nodes[i];
@@ -421,6 +428,7 @@ done:
     free(A.val);
     free(A.grad);
     free(A.req);
+    free(A.tile);
     return rc;
 }
 

@@ -637,6 +637,51 @@ static int32_t vector_part(ad *A, int32_t x, int64_t at, int nd, const int64_t *
     return ad_shaped(A, SMELT_OP_RESHAPE, x < 0 ? -1 : ad_add(A, &p), nd, shape);
 }
 
+/* flex attention: FLEX_BWD, the flash backward with the score
+ * function's derivative applied per tile (its tile kernels), dq, dk, dv in
+ * one vector, dk and dv per query head (summed over the heads sharing a
+ * key head). The gradient flows in through the output columns only: the
+ * tracer decomposes a call whose log-sum-exp is returned while its inputs
+ * need gradients, and a score function that reads a tensor needing one. */
+static int r_flex(ad *A, int32_t i, int32_t g)
+{
+    const smelt_node *n = N;
+    for (int k = 3; k < n->nsrc; k++)
+        if (A->req[n->src[k]])
+            return 1;
+    if (smelt_flex_src(n, SMELT_FLEX_SCORE) >= 0 && smelt_flex_src(n, SMELT_FLEX_DSCORE) < 0)
+        return 1;   /* a score function with an op the tracer has no derivative for */
+    const smelt_node *qn = &A->g->nodes[n->src[0]], *kn = &A->g->nodes[n->src[1]];
+    int64_t B = qn->shape[0], H = qn->shape[1], L = qn->shape[2], E = qn->shape[3];
+    int64_t Hk = kn->shape[1], S = kn->shape[2], Ev = n->shape[3] - 1;
+    smelt_node sl = { .op = SMELT_OP_SLICE, .nsrc = 1 };
+    sl.a.slice.dim = 3, sl.a.slice.start = 0, sl.a.slice.end = Ev, sl.a.slice.step = 1;
+    smelt_node b = { .op = SMELT_OP_FLEX_BWD, .nsrc = 5 };
+    b.a.flex = n->a.flex;
+    sl.src[0] = Y;
+    b.src[3] = sl.src[0] < 0 ? -1 : ad_add(A, &sl);
+    sl.src[0] = g;
+    b.src[4] = g < 0 ? -1 : ad_add(A, &sl);
+    for (int k = 0; k < n->nsrc; k++)
+        if ((b.src[k < 3 ? k : k + 2] = X(k)) < 0 || b.src[3] < 0 || b.src[4] < 0)
+            return 0;
+    b.nsrc = (uint8_t)(n->nsrc + 2);
+    int32_t all = ad_add(A, &b);
+    int64_t sh[4] = { B, H, L, E };
+    if (A->req[n->src[0]])
+        ad_give(A, i, 0, vector_part(A, all, 0, 4, sh));
+    int64_t at = B * H * L * E, part[2] = { E, Ev };
+    for (int s = 1; s < 3; s++) {
+        int64_t ph[5] = { B, Hk, H / Hk, S, part[s - 1] };
+        if (A->req[n->src[s]]) {   /* [B, H, S, *] summed over each key head's query heads */
+            int32_t x = vector_part(A, all, at, 5, ph);
+            ad_give(A, i, s, ad_red(A, SMELT_OP_SUM, x, 1u << 2, 0));
+        }
+        at += B * H * S * part[s - 1];
+    }
+    return 0;
+}
+
 /* attention: SDPA_BWD, the flash-style kernel (probabilities recomputed
  * block by block from q, k, the mask and out), gives dq, dk and dv in one
  * vector; dk and dv over q's batch dims (ad_give sums where k and v
@@ -758,7 +803,7 @@ static const ad_rule RULES[SMELT_NOPS] = {
     [SMELT_OP_PERMUTE] = r_permute, [SMELT_OP_EXPAND] = r_expand, [SMELT_OP_FLIP] = r_flip,
     [SMELT_OP_SLICE] = r_slice, [SMELT_OP_CAT] = r_cat, [SMELT_OP_MATMUL] = r_matmul,
     [SMELT_OP_GATHER] = r_gather, [SMELT_OP_CONV] = r_conv, [SMELT_OP_UNFOLD] = r_unfold,
-    [SMELT_OP_SDPA] = r_sdpa, [SMELT_OP_CALL] = r_call,
+    [SMELT_OP_SDPA] = r_sdpa, [SMELT_OP_CALL] = r_call, [SMELT_OP_FLEX] = r_flex,
 };
 
 ad_rule ad_rule_of(smelt_op op) { return op < SMELT_NOPS ? RULES[op] : NULL; }

@@ -56,6 +56,13 @@ static smelt_plan *finish(smelt_plan *p, char *err, size_t errlen)
 static const ind_backend *supported(const ind_backend *be, const smelt_plan *p)
 {
     char why[256], line[400];
+    for (int32_t s = 0; be != &ind_backend_cpu && s < p->nsteps; s++)
+        if (p->steps[s].kind == PS_SDPA && p->steps[s].attn->flex) {   /* its tile kernels run inside the CPU's attention */
+            snprintf(line, sizeof line, "backend %s: flex attention's score functions run on the CPU: this plan runs on the CPU",
+                     be->name);
+            ind_backend_note(1, line);
+            return &ind_backend_cpu;
+        }
     for (int32_t k = 0; be->supports && k < p->nkernels; k++)
         if (!be->supports(p, &p->kernels[k], why, sizeof why)) {
             snprintf(line, sizeof line, "backend %s: kernel %d not supported (%s): this plan runs on the CPU",

@@ -1053,6 +1053,87 @@ static int infer_sdpa(infer_ctx *c)
     return 0;
 }
 
+int smelt_flex_src(const smelt_node *n, int part)
+{
+    int parts = n->a.flex.parts, at = n->op == SMELT_OP_FLEX_BWD ? 5 : 3;
+    if (!(parts & part))
+        return -1;
+    for (int bit = 1; bit < part; bit <<= 1)
+        if (parts & bit)
+            at += bit >= SMELT_FLEX_BLOCKS ? 2 : 1;
+    return at;
+}
+
+/* FLEX_ARG: the proto's dtype (float32 score, int32 indices) and a 4-d shape. */
+static int infer_flex_arg(infer_ctx *c)
+{
+    const smelt_node *in = c->in;
+    int role = in->a.flex.role;
+    if (role > 4 || in->ndim != 4 || proto_shape_ok(c, 0))
+        return proto_shape_ok(c, 0) ? -1 : fail(c, "role %d of a 4-d stand-in, got rank %d", role, in->ndim);
+    if (in->dtype != (role ? SMELT_I32 : SMELT_F32))
+        return fail(c, "the score is float32, the indices int32");
+    c->out->dtype = in->dtype;
+    copy_shape(c->out, in);
+    c->out->a.flex.role = (uint8_t)role;
+    return 0;
+}
+
+/* FLEX and FLEX_BWD: q, k, v, (out, g,) the optional parts. See ops.def. */
+static int infer_flex(infer_ctx *c)
+{
+    const smelt_node *in = c->in, *q = c->s[0], *k = c->s[1], *v = c->s[2];
+    int bwd = in->op == SMELT_OP_FLEX_BWD, parts = in->a.flex.parts, want = bwd ? 5 : 3;
+    for (int bit = 1; bit <= SMELT_FLEX_FULL; bit <<= 1)
+        want += parts & bit ? (bit >= SMELT_FLEX_BLOCKS ? 2 : 1) : 0;
+    if (in->nsrc != want || parts > 31 || ((parts & SMELT_FLEX_FULL) && !(parts & SMELT_FLEX_BLOCKS)))
+        return fail(c, "parts %d need %d sources, got %d", parts, want, in->nsrc);
+    if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->dtype != SMELT_F32 || k->dtype != SMELT_F32 ||
+        v->dtype != SMELT_F32)
+        return fail(c, "float32 4-d q, k, v only, got %s, %s, %s", SHP(q), SHP(k), SHP(v));
+    int64_t B = q->shape[0], H = q->shape[1], L = q->shape[2], E = q->shape[3], S = k->shape[2];
+    int64_t Hk = k->shape[1], Ev = v->shape[3];
+    if (k->shape[0] != B || v->shape[0] != B || v->shape[1] != Hk || v->shape[2] != S || k->shape[3] != E ||
+        E < 1 || Hk < 1 || H % Hk)
+        return fail(c, "q %s, k %s, v %s do not agree", SHP(q), SHP(k), SHP(v));
+    if (!isfinite(in->a.flex.scale) || in->a.flex.bq < 1 || in->a.flex.bk < 1)
+        return fail(c, "scale must be finite and block sizes positive");
+    int64_t og[4] = { B, H, L, Ev };
+    for (int i = 3; bwd && i < 5; i++)
+        if (c->s[i]->dtype != SMELT_F32 || c->s[i]->ndim != 4 || memcmp(c->s[i]->shape, og, sizeof og))
+            return fail(c, "out and its gradient must be float32 [B, H, L, Ev], got %s", SHP(c->s[i]));
+    int64_t full[4] = { B, H, L, S };
+    static const int exprs[3] = { SMELT_FLEX_SCORE, SMELT_FLEX_MASK, SMELT_FLEX_DSCORE };
+    for (int e = 0; e < 3; e++) {
+        int at = smelt_flex_src(in, exprs[e]);
+        if (at >= 0 && (c->s[at]->dtype != (e == 1 ? SMELT_BOOL : SMELT_F32) || c->s[at]->ndim != 4 ||
+                        memcmp(c->s[at]->shape, full, sizeof full)))
+            return fail(c, "the score function's values must be [B, H, L, S], got %s", SHP(c->s[at]));
+    }
+    for (int bit = SMELT_FLEX_BLOCKS; bit <= SMELT_FLEX_FULL; bit <<= 1) {
+        int at = smelt_flex_src(in, bit);
+        if (at < 0)
+            continue;
+        const smelt_node *nb = c->s[at], *ix = c->s[at + 1];
+        int64_t QB = (L + in->a.flex.bq - 1) / in->a.flex.bq;
+        if (nb->ndim != 3 || ix->ndim != 4 || !smelt_dtype_is_int(nb->dtype) || !smelt_dtype_is_int(ix->dtype) ||
+            (nb->shape[0] != 1 && nb->shape[0] != B) || (nb->shape[1] != 1 && nb->shape[1] != H) ||
+            nb->shape[2] < QB || memcmp(ix->shape, nb->shape, 3 * sizeof(int64_t)))
+            return fail(c, "block tables %s and %s do not fit [B, H, %lld(, KB)]", SHP(nb), SHP(ix), (long long)QB);
+    }
+    c->out->dtype = SMELT_F32;
+    c->out->a.flex = in->a.flex;
+    c->out->a.flex.role = 0;
+    if (bwd) {
+        c->out->ndim = 1;
+        c->out->shape[0] = B * H * (L * E + S * E + S * Ev);
+    } else {
+        copy_shape(c->out, q);
+        c->out->shape[3] = Ev + 1;
+    }
+    return 0;
+}
+
 /* SDPA_BWD: q, k, v, out, g (and a mask) where q, k, v (and the mask) are
  * a valid SDPA whose result has out's and g's shape (float32 both). */
 static int infer_sdpa_backward(infer_ctx *c)
@@ -1175,6 +1256,7 @@ static int infer_leaf(infer_ctx *c)
     case SMELT_OP_FULL: return infer_full(c);
     case SMELT_OP_ARANGE: return infer_arange(c);
     case SMELT_OP_IOTA: return infer_iota(c);
+    case SMELT_OP_FLEX_ARG: return infer_flex_arg(c);
     default: return fail(c, "unknown leaf op");
     }
 }
@@ -1246,6 +1328,7 @@ static int infer_node(const smelt_graph *g, int32_t self, const smelt_node *in,
         rc = in->op == SMELT_OP_CALL   ? infer_call(&c, self)
              : in->op == SMELT_OP_SDPA ? infer_sdpa(&c)
              : in->op == SMELT_OP_SDPA_BWD ? infer_sdpa_backward(&c)
+             : in->op == SMELT_OP_FLEX || in->op == SMELT_OP_FLEX_BWD ? infer_flex(&c)
              : in->op == SMELT_OP_CONV ? infer_conv(&c)
              : in->op == SMELT_OP_CONV_BWD_INPUT || in->op == SMELT_OP_CONV_BWD_WEIGHT ? infer_conv_backward(&c)
                                        : infer_matmul(&c);
@@ -1438,7 +1521,7 @@ int32_t smelt_graph_num_calls(const smelt_graph *g)
 /* canonical encoding                                                 */
 
 enum attr_member { AM_NONE, AM_INPUT, AM_SCALAR, AM_ARANGE, AM_AXIS, AM_CLAMP, AM_RED,
-                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL, AM_SDPA, AM_UNFOLD, AM_CONV, AM_GATHER };
+                   AM_PERM, AM_SLICE, AM_DIAG, AM_CALL, AM_SDPA, AM_UNFOLD, AM_CONV, AM_GATHER, AM_FLEX };
 
 /* Which member of smelt_attrs op uses (see graph.h). */
 static enum attr_member attr_member_of(smelt_op op)
@@ -1456,6 +1539,7 @@ static enum attr_member attr_member_of(smelt_op op)
     case SMELT_OP_DIAGONAL: return AM_DIAG;
     case SMELT_OP_CALL: return AM_CALL;
     case SMELT_OP_SDPA: case SMELT_OP_SDPA_BWD: return AM_SDPA;
+    case SMELT_OP_FLEX_ARG: case SMELT_OP_FLEX: case SMELT_OP_FLEX_BWD: return AM_FLEX;
     case SMELT_OP_UNFOLD: return AM_UNFOLD;
     case SMELT_OP_CONV: case SMELT_OP_CONV_BWD_INPUT: case SMELT_OP_CONV_BWD_WEIGHT: return AM_CONV;
     case SMELT_OP_GATHER: case SMELT_OP_CHECKIDX: return AM_GATHER;
@@ -1514,6 +1598,9 @@ static uint8_t *encode_attrs(uint8_t *p, const smelt_node *n)
         PUT(a->call.id, 4); PUT(a->call.out, 4); PUT(a->call.nout, 4); PUT(a->call.key, 8);
         break;
     case AM_SDPA: PUTF(a->sdpa.scale); PUT(a->sdpa.causal, 1); break;
+    case AM_FLEX:
+        PUTF(a->flex.scale); PUT(a->flex.role, 1); PUT(a->flex.parts, 1); PUT(a->flex.bq, 4); PUT(a->flex.bk, 4);
+        break;
     case AM_UNFOLD:
         PUT(a->unfold.dim, 4); PUT(a->unfold.size, 8); PUT(a->unfold.step, 8); PUT(a->unfold.dil, 8);
         break;
@@ -1808,6 +1895,15 @@ static void print_attrs(strbuf *b, const smelt_node *n)
         break;
     case AM_SDPA:
         sb_printf(b, ", scale=%s, causal=%d", fmt_double(a->sdpa.scale).s, (int)a->sdpa.causal);
+        break;
+    case AM_FLEX:
+        if (n->op == SMELT_OP_FLEX_ARG) {
+            static const char *const roles[5] = { "score", "b", "h", "q_idx", "kv_idx" };
+            sb_printf(b, "%s", roles[a->flex.role < 5 ? a->flex.role : 0]);
+        } else {
+            sb_printf(b, ", scale=%s, parts=%d, block=%dx%d", fmt_double(a->flex.scale).s, (int)a->flex.parts,
+                      (int)a->flex.bq, (int)a->flex.bk);
+        }
         break;
     case AM_UNFOLD:
         sb_printf(b, ", dim=%d, size=%lld, step=%lld, dil=%lld", (int)a->unfold.dim, (long long)a->unfold.size,

@@ -88,11 +88,17 @@ typedef enum smelt_op_kind {
  *                          out[.., i, .., j] = src[.., i*step + j*dil, ..]
  *                          with i < count = (L - dil*(size-1) - 1)/step + 1
  *                          (L >= dil*(size-1) + 1 required), j < size
+ *   flex    FLEX_ARG       role (0..4, see ops.def)
+ *           FLEX, FLEX_BWD scale (finite), parts (which optional sources),
+ *                          bq, bk: the block tables' block sizes (>= 1)
  *   conv    CONV           nsp spatial dims (1..3), groups >= 1; per spatial
  *                          dim: stride >= 1, pad_lo/pad_hi >= 0 (zeros
  *                          added before/after), dil >= 1; unused entries 0.
  *                          out = (in + lo + hi - dil*(k-1) - 1)/stride + 1,
  *                          which must be >= 1 */
+/* FLEX / FLEX_BWD attrs.flex.parts bits */
+enum { SMELT_FLEX_SCORE = 1, SMELT_FLEX_MASK = 2, SMELT_FLEX_DSCORE = 4, SMELT_FLEX_BLOCKS = 8,
+       SMELT_FLEX_FULL = 16 };
 typedef union smelt_attrs {
     struct { int32_t index; } input;
     struct { double f; int64_t i; } scalar;
@@ -105,6 +111,7 @@ typedef union smelt_attrs {
     struct { int64_t offset; int32_t dim1, dim2; } diag;
     struct { int32_t id, out, nout; uint64_t key; } call;
     struct { double scale; uint8_t causal; } sdpa;
+    struct { double scale; uint8_t role, parts; int32_t bq, bk; } flex;
     struct { int32_t dim; int64_t size, step, dil; } unfold;
     struct { int32_t nsp, groups; int32_t stride[3], pad_lo[3], pad_hi[3], dil[3]; } conv;
     struct { int32_t dim; uint8_t wrap; int64_t n; } gather;   /* GATHER, CHECKIDX */
@@ -134,6 +141,10 @@ typedef struct smelt_graph {
                                integers produce */
     char err[512];          /* last builder error, NUL-terminated */
 } smelt_graph;
+
+/* The index of FLEX / FLEX_BWD node n's source for part bit `part`, -1
+ * when n does not have it. */
+int smelt_flex_src(const smelt_node *n, int part);
 
 /* op table queries (generated from ops.def) */
 const char *smelt_op_name(smelt_op op);

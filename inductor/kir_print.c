@@ -128,7 +128,18 @@ char *ind_kernels_print(const smelt_plan *p)
         const plan_step *st = &p->steps[s];
         if (st->kind == PS_KERNEL)
             print_kernel(&b, p, st->kernel);
-        else if (st->kind == PS_SDPA && !st->attn->mode)
+        else if (st->kind == PS_SDPA && st->attn->flex) {
+            static const char *const what[PLAN_FLEX_NKERN] = { "score function", "score function under the mask",
+                                                               "mask", "score function's derivative" };
+            sb_printf(&b, "flex attention%s q buf%d, k buf%d, v buf%d -> buf%d (flash, %d block tables), per tile:\n",
+                      st->attn->mode ? " backward" : "", st->attn->buf[0], st->attn->buf[1], st->attn->buf[2],
+                      st->attn->buf[PLAN_SDPA_OUT], (st->attn->fx.tab_buf[0] >= 0) + (st->attn->fx.tab_buf[2] >= 0));
+            for (int k = 0; k < PLAN_FLEX_NKERN; k++)
+                if (st->attn->fx.kern[k] >= 0) {
+                    sb_printf(&b, "  %s: ", what[k]);
+                    print_kernel(&b, p, st->attn->fx.kern[k]);
+                }
+        } else if (st->kind == PS_SDPA && !st->attn->mode)
             sb_printf(&b, "sdpa q buf%d, k buf%d, v buf%d%s -> buf%d (flash, %s)\n", st->attn->buf[0],
                       st->attn->buf[1], st->attn->buf[2], st->attn->nin == 4 ? ", mask" : "",
                       st->attn->buf[PLAN_SDPA_OUT], st->attn->d.causal ? "causal" : "full");

@@ -37,6 +37,8 @@ typedef struct lowering {
     int32_t *buf_of;       /* node -> buffer, -1 */
     int32_t *nuse;
     uint8_t *chlast;       /* node's temporary is stored channels-last */
+    uint8_t *tile;         /* node depends on a FLEX_ARG: only ever computed in a flex tile kernel */
+    const int32_t *flex_tile;   /* while one is built: its tile buffers (plan_flex.tile), else NULL */
     char *err;
     size_t errlen;
 } lowering;
@@ -540,10 +542,32 @@ static smelt_dtype compute_dtype(const smelt_graph *g, const smelt_node *n)
     }
 }
 
+/* A FLEX_ARG's value in a flex tile kernel: a load from its tile buffer
+ * (idx[2], idx[3]: the tile's row and key). */
+static int32_t flex_arg_value(kb *b, const smelt_node *n, const int32_t *idx)
+{
+    kir_pool *P = &b->L->p->pool;
+    int role = n->a.flex.role;
+    if (!b->L->flex_tile) {
+        snprintf(b->L->err, b->L->errlen, "flex_attention: a score function's value used outside the attention");
+        b->error = 1;
+        return -1;
+    }
+    /* (modulo the tile: a reshape of the arguments can send a point the
+     * kernel drops anyway beyond it; the tile arrays are never overrun) */
+    int32_t i = kix_mod(P, idx[2], KERN_SDPA_TILE_Q), j = kix_mod(P, idx[3], KERN_SDPA_TILE_K);
+    kexpr e = kexpr_blank(KE_LOAD, n->dtype);
+    e.buf = b->L->flex_tile[role];
+    e.ix = role == 0 ? kix_add(P, kix_mul(P, i, KERN_SDPA_TILE_K), j) : role == 3 ? i : role == 4 ? j : kix_const(P, 0);
+    return kexpr_intern(P, e);
+}
+
 static int32_t leaf_value(kb *b, const smelt_node *n, const int32_t *idx)
 {
     kir_pool *P = &b->L->p->pool;
     smelt_dtype dt = n->dtype;
+    if (n->op == SMELT_OP_FLEX_ARG)
+        return flex_arg_value(b, n, idx);
     if (n->op == SMELT_OP_SCALAR || n->op == SMELT_OP_FULL)
         return ex_const(P, dt, n->a.scalar.f, n->a.scalar.i);
     kexpr e = kexpr_blank(KE_INDEX, SMELT_I64);
@@ -833,11 +857,13 @@ static void realize_extern_sources(lowering *L)
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
         if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA && n->op != SMELT_OP_SDPA_BWD &&
-            !is_conv_op(n->op) && n->op != SMELT_OP_GATHER)
+            !is_conv_op(n->op) && n->op != SMELT_OP_GATHER && n->op != SMELT_OP_FLEX && n->op != SMELT_OP_FLEX_BWD)
             continue;
         for (int k = 0; k < (n->op == SMELT_OP_GATHER ? 1 : n->nsrc); k++) {
             int32_t buf;
             int64_t off, st[SMELT_MAX_DIMS];
+            if (L->tile[n->src[k]])
+                continue;   /* a score function's value: evaluated per tile */
             if (!strided_of(L, n->src[k], &buf, &off, st))
                 L->realized[n->src[k]] = 1;
         }
@@ -901,7 +927,9 @@ static void add_step(smelt_plan *p, plan_step s)
     p->steps[p->nsteps++] = s;
 }
 
-static void add_kernel(smelt_plan *p, kb *b)
+/* Adds b's kernel to the plan (a step running it too, unless it is a
+ * flex tile kernel, which only its flex step runs). */
+static void add_kernel_as(smelt_plan *p, kb *b, int step)
 {
     if (p->nkernels == p->ckernels) {
         p->ckernels = p->ckernels ? p->ckernels * 2 : 16;
@@ -910,9 +938,12 @@ static void add_kernel(smelt_plan *p, kb *b)
             abort();
     }
     p->kernels[p->nkernels] = b->k;
-    add_step(p, (plan_step){ .kind = PS_KERNEL, .kernel = p->nkernels });
+    if (step)
+        add_step(p, (plan_step){ .kind = PS_KERNEL, .kernel = p->nkernels });
     p->nkernels++;
 }
+
+static void add_kernel(smelt_plan *p, kb *b) { add_kernel_as(p, b, 1); }
 
 /* Adds `wt` per access of expression e (and below) with unit stride in
  * var v, for every var. `seen` marks visited expressions. */
@@ -1286,6 +1317,138 @@ static int emit_sdpa(lowering *L, int32_t node)
     return 0;
 }
 
+/* A flex tile kernel (see plan_flex): over rows i < KERN_SDPA_TILE_Q and
+ * keys j < KERN_SDPA_TILE_K, the value of node `score` (-1: the score
+ * tile itself), or with node `mask` (bool) where(mask, score, -inf), or
+ * with score -2 the mask alone; stored into tile[5] (float32), or tile[6]
+ * (bool) for the mask alone. Its number in *kernel; 0, 1 (a reduction was
+ * realized: lower again), -1. */
+static int flex_tile_kernel(lowering *L, const int32_t *tile, int32_t score, int32_t mask, int32_t *kernel)
+{
+    kir_pool *P = &L->p->pool;
+    kb b;
+    kb_init(&b, L);
+    int32_t vi = new_var(&b, KERN_SDPA_TILE_Q), vj = new_var(&b, KERN_SDPA_TILE_K);
+    int32_t idx[4] = { kix_const(P, 0), kix_const(P, 0), vi, vj };
+    L->flex_tile = tile;
+    int32_t v = -1, m = mask >= 0 ? access(&b, mask, idx) : -1;
+    if (score >= 0) {
+        v = access(&b, score, idx);
+    } else if (score == -1) {
+        kexpr e = kexpr_blank(KE_LOAD, SMELT_F32);
+        e.buf = tile[0];
+        e.ix = kix_add(P, kix_mul(P, vi, KERN_SDPA_TILE_K), vj);
+        v = kexpr_intern(P, e);
+    }
+    L->flex_tile = NULL;
+    if ((mask >= 0 && m < 0) || (score != -2 && v < 0)) {
+        free(b.k.items);
+        if (b.error)
+            return -1;
+        if (b.fail_node >= 0) {
+            L->realized[b.fail_node] = 1;
+            return 1;
+        }
+        snprintf(L->err, L->errlen, "flex_attention: a score function lowers to no tile kernel");
+        return -1;
+    }
+    int32_t value;
+    if (score == -2)
+        value = ex_cast(P, m, SMELT_BOOL);
+    else if (m >= 0)
+        value = ex_op(P, SMELT_OP_WHERE, SMELT_F32, SMELT_F32, ex_cast(P, m, SMELT_BOOL), ex_cast(P, v, SMELT_F32),
+                      ex_const(P, SMELT_F32, -INFINITY, 0));
+    else
+        value = ex_cast(P, v, SMELT_F32);
+    kitem it = { .kind = KI_STORE, .value = value, .buf = tile[score == -2 ? 6 : 5],
+                 .ix = kix_add(P, kix_mul(P, vi, KERN_SDPA_TILE_K), vj) };
+    add_item(&b, it);
+    choose_vvar(L->p, &b.k);
+    add_kernel_as(L->p, &b, 0);
+    *kernel = L->p->nkernels - 1;
+    return 0;
+}
+
+/* A FLEX or FLEX_BWD node as a PS_SDPA step with its tile kernels (see
+ * plan_flex). */
+static int emit_flex(lowering *L, int32_t node)
+{
+    const smelt_node *n = &L->g->nodes[node], *q = &L->g->nodes[n->src[0]];
+    const smelt_node *k = &L->g->nodes[n->src[1]], *v = &L->g->nodes[n->src[2]];
+    plan_sdpa *a = calloc(1, sizeof *a);
+    if (!a)
+        abort();
+    int bwd = n->op == SMELT_OP_FLEX_BWD;
+    int64_t B = q->shape[0], H = q->shape[1], Hk = k->shape[1], G = H / Hk;
+    kern_sdpa_desc *d = &a->d;
+    d->nb = 3;
+    d->bdims[0] = B, d->bdims[1] = Hk, d->bdims[2] = G;
+    d->L = q->shape[2], d->S = k->shape[2], d->E = q->shape[3], d->Ev = v->shape[3];
+    d->scale = (float)n->a.flex.scale;
+    a->nin = bwd ? 5 : 3;
+    a->mode = bwd;
+    a->flex = 1;
+    kern_sdpa_operand *ops[5] = { &d->q, &d->k, &d->v, &d->o, &d->g };
+    for (int i = 0; i < a->nin; i++) {
+        const smelt_node *s = &L->g->nodes[n->src[i]];
+        int64_t st[SMELT_MAX_DIMS];
+        if (!strided_of(L, n->src[i], &a->buf[i], &a->off[i], st))
+            abort();
+        for (int dd = 0; dd < 4; dd++)
+            st[dd] = s->shape[dd] == 1 ? 0 : st[dd];
+        kern_sdpa_operand *o = ops[i];
+        o->bstride[0] = st[0];
+        if (i == 1 || i == 2)   /* a key head serves G query heads */
+            o->bstride[1] = st[1], o->bstride[2] = 0;
+        else
+            o->bstride[1] = st[1] * G, o->bstride[2] = st[1];
+        o->row = st[2], o->col = st[3];
+    }
+    a->buf[PLAN_SDPA_OUT] = L->buf_of[node];
+    plan_flex *f = &a->fx;
+    f->H = H, f->bq = n->a.flex.bq, f->bk = n->a.flex.bk;
+    for (int r = 0; r < 7; r++)
+        f->tile[r] = add_buf(L->p, (plan_buf){ .kind = PB_HOST,
+                                                .dtype = r == 0 || r == 5 ? SMELT_F32 : r == 6 ? SMELT_BOOL : SMELT_I32 });
+    for (int i = 0; i < PLAN_FLEX_NKERN; i++)
+        f->kern[i] = -1;
+    int sm = smelt_flex_src(n, SMELT_FLEX_SCORE), mm = smelt_flex_src(n, SMELT_FLEX_MASK);
+    int dm = smelt_flex_src(n, SMELT_FLEX_DSCORE), tb = smelt_flex_src(n, SMELT_FLEX_BLOCKS);
+    int32_t score = sm >= 0 ? n->src[sm] : -1, mask = mm >= 0 ? n->src[mm] : -1;
+    int r = 0;
+    if (score >= 0)
+        r = flex_tile_kernel(L, f->tile, score, -1, &f->kern[PLAN_FLEX_SCORE]);
+    if (!r && mask >= 0)
+        r = flex_tile_kernel(L, f->tile, score, mask, &f->kern[PLAN_FLEX_PART]);
+    if (!r && mask >= 0 && tb < 0)
+        r = flex_tile_kernel(L, f->tile, -2, mask, &f->kern[PLAN_FLEX_MASK]);
+    if (!r && bwd && dm >= 0)
+        r = flex_tile_kernel(L, f->tile, n->src[dm], -1, &f->kern[PLAN_FLEX_DSCORE]);
+    for (int t = 0; t < 4; t++)
+        f->tab_buf[t] = -1;
+    for (int t = 0; !r && t < 4; t++) {
+        int at = smelt_flex_src(n, t < 2 ? SMELT_FLEX_BLOCKS : SMELT_FLEX_FULL);
+        if (at < 0)
+            continue;
+        const smelt_node *tn = &L->g->nodes[n->src[at + t % 2]];
+        if (!strided_of(L, n->src[at + t % 2], &f->tab_buf[t], &f->tab_off[t], f->tab_st[t]))
+            abort();
+        f->tab_dt[t] = tn->dtype;
+        for (int dd = 0; dd < tn->ndim; dd++)
+            f->tab_st[t][dd] = tn->shape[dd] == 1 ? 0 : f->tab_st[t][dd];
+        for (int dd = 0; t == 0 && dd < 3; dd++)
+            f->tab_shape[dd] = tn->shape[dd];
+        f->tab_kb[t] = tn->shape[tn->ndim - 1];
+    }
+    if (r) {
+        free(a);
+        return r;
+    }
+    add_step(L->p, (plan_step){ .kind = PS_SDPA, .attn = a });
+    L->p->nexterns++;
+    return 0;
+}
+
 /* A CONV, CONV_BWD_INPUT or CONV_BWD_WEIGHT node as a PS_CONV step: the
  * forward's geometry, x, w and y being the node's sources and result in
  * the order its mode names them. */
@@ -1339,6 +1502,8 @@ static int emit_node(lowering *L, int32_t i)
         return n->a.call.out ? 0 : emit_call(L, i);   /* one step per call */
     if (n->op == SMELT_OP_SDPA || n->op == SMELT_OP_SDPA_BWD)
         return emit_sdpa(L, i);
+    if (n->op == SMELT_OP_FLEX || n->op == SMELT_OP_FLEX_BWD)
+        return emit_flex(L, i);
     if (n->op != SMELT_OP_CAT)
         return emit_store_kernel(L, i, 1, L->buf_of[i], -1, 0, n);
     int64_t off = 0;
@@ -1468,6 +1633,18 @@ static void step_touch(const smelt_plan *p, const plan_step *s, bufset *bs)
         for (int i = 0; i < s->attn->nin; i++)
             bs->rd[s->attn->buf[i]] = bs->id;
         bs->wr[s->attn->buf[PLAN_SDPA_OUT]] = bs->id;
+        if (s->attn->flex) {   /* its tables and what its tile kernels read */
+            const plan_flex *f = &s->attn->fx;
+            for (int t = 0; t < 4; t++)
+                if (f->tab_buf[t] >= 0)
+                    bs->rd[f->tab_buf[t]] = bs->id;
+            for (int t = 0; t < PLAN_FLEX_NKERN; t++) {
+                const kir_kernel *k = f->kern[t] >= 0 ? &p->kernels[f->kern[t]] : NULL;
+                bs->w->gen++;
+                for (int i = 0; k && i < k->nitems; i++)
+                    expr_reads(&p->pool, k->items[i].value, bs);
+            }
+        }
         break;
     case PS_CONV:
         for (int i = 0; i < s->conv->nin; i++)
@@ -1626,6 +1803,9 @@ static void fuse_pointwise(smelt_plan *p)
         plan_step st = p->steps[i];
         if (st.kind == PS_KERNEL)
             st.kernel = knew[st.kernel];
+        for (int t = 0; st.kind == PS_SDPA && st.attn->flex && t < PLAN_FLEX_NKERN; t++)
+            if (st.attn->fx.kern[t] >= 0)
+                st.attn->fx.kern[t] = knew[st.attn->fx.kern[t]];
         p->steps[ns++] = st;
     }
     p->nkernels = nk;
@@ -1777,8 +1957,15 @@ int ind_lower(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errl
     L.buf_of = calloc((size_t)g->n + 1, sizeof(int32_t));
     L.nuse = calloc((size_t)g->n + 1, sizeof(int32_t));
     L.chlast = calloc((size_t)g->n + 1, 1);
-    if (!L.realized || !L.buf_of || !L.nuse || !L.chlast)
+    L.tile = calloc((size_t)g->n + 1, 1);
+    if (!L.realized || !L.buf_of || !L.nuse || !L.chlast || !L.tile)
         abort();
+    for (int32_t i = 0; i < g->n; i++) {
+        const smelt_node *n = &g->nodes[i];
+        L.tile[i] = n->op == SMELT_OP_FLEX_ARG;
+        for (int k = 0; k < n->nsrc && n->op != SMELT_OP_FLEX && n->op != SMELT_OP_FLEX_BWD; k++)
+            L.tile[i] |= L.tile[n->src[k]];
+    }
     for (int32_t i = 0; i < g->n; i++)
         for (int k = 0; k < g->nodes[i].nsrc; k++)
             L.nuse[g->nodes[i].src[k]]++;
@@ -1788,14 +1975,19 @@ int ind_lower(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errl
     unrealize_shared(&L);
     decide_chlast(&L);
     realize_extern_sources(&L);
-    int r;
-    while ((r = lower_once(&L)) == 1)
-        ;
+    int r = 0;
+    for (int32_t i = 0; i < g->n && !r; i++)
+        if (L.tile[i] && L.realized[i])
+            r = -1, snprintf(err, errlen, "flex_attention: a score function's value is needed outside the attention");
+    if (!r)
+        while ((r = lower_once(&L)) == 1)
+            ;
     if (r == 0) {
         fuse_pointwise(p);
         place_updates(p, o ? o->update : NULL, o ? o->nupdate : 0);
     }
     free(L.chlast);
+    free(L.tile);
     free(L.realized);
     free(L.buf_of);
     free(L.nuse);

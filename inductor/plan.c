@@ -30,6 +30,8 @@ static void step_bufs(const smelt_plan *p, int32_t s, void (*fn)(int32_t, int32_
         for (int k = 0; k < st->attn->nin; k++)
             fn(st->attn->buf[k], s, ctx);
         fn(st->attn->buf[PLAN_SDPA_OUT], s, ctx);
+        if (st->attn->flex)
+            plan_flex_bufs(p, st, s, fn, ctx);
     } else if (st->kind == PS_CONV) {
         for (int k = 0; k < st->conv->nin; k++)
             fn(st->conv->buf[k], s, ctx);
@@ -220,10 +222,12 @@ static int run_matmul(const plan_step *s, void **bufs, const smelt_input_stamp *
     return kern_matmul(&s->mm, a, b, bufs[s->c_buf], err, errlen);
 }
 
-static int run_sdpa(const plan_step *s, void **bufs, char *err, size_t errlen)
+static int run_sdpa(const smelt_plan *p, const plan_step *s, void **bufs, char *err, size_t errlen)
 {
     const plan_sdpa *a = s->attn;
     const void *src[PLAN_SDPA_OUT] = { NULL };
+    if (a->flex)
+        return plan_run_flex(p, s, bufs, err, errlen);
     int mask = a->mode ? 5 : 3;
     for (int k = 0; k < a->nin; k++) {
         size_t es = k == mask && a->d.mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4;
@@ -311,7 +315,8 @@ static void step_text(const smelt_plan *p, int32_t s, char *buf, size_t n)
                  smelt_dtype_name(m->dtype));
     } else if (st->kind == PS_SDPA) {
         const kern_sdpa_desc *d = &st->attn->d;
-        snprintf(buf, n, "sdpa%s L %lld S %lld E %lld%s%s", st->attn->mode ? " backward" : "", (long long)d->L,
+        snprintf(buf, n, "%s%s L %lld S %lld E %lld%s%s", st->attn->flex ? "flex attention" : "sdpa",
+                 st->attn->mode ? " backward" : "", (long long)d->L,
                  (long long)d->S, (long long)d->E, d->causal ? " causal" : "", d->mask_kind ? " masked" : "");
     } else if (st->kind == PS_CALL) {
         snprintf(buf, n, "host call %d", (int)st->call->id);
@@ -476,7 +481,7 @@ int smelt_plan_run_stamped(const smelt_plan *p, void *const *inputs, void *const
             continue;
         }
         if (st->kind == PS_SDPA) {
-            rc = run_sdpa(st, bufs, err, errlen);
+            rc = run_sdpa(p, st, bufs, err, errlen);
             continue;
         }
         if (st->kind == PS_CONV) {

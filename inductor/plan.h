@@ -53,12 +53,47 @@ typedef struct plan_conv {
  * mask -> out); 1: its gradients (q, k, v, out, g, mask -> dq, dk, dv one
  * after the other, SDPA_BWD's vector). */
 #define PLAN_SDPA_OUT 6
+
+/* A PS_SDPA step of a FLEX or FLEX_BWD node (inductor/flex.c runs it):
+ * kern_sdpa_ex over batch dims (B, Hkv, Hq / Hkv), entry t being batch t /
+ * H, query head t % H, with a hook that evaluates the score and mask
+ * functions on tiles of KERN_SDPA_TILE_Q x KERN_SDPA_TILE_K scores
+ * through plan kernels that are never steps (vars: row, key):
+ *   kern[PLAN_FLEX_SCORE]   the score function (tiles of full blocks)
+ *   kern[PLAN_FLEX_PART]    the score function where the mask holds, else -inf
+ *   kern[PLAN_FLEX_MASK]    the mask alone, as bool (no block tables: tiles
+ *                           are classified by it)
+ *   kern[PLAN_FLEX_DSCORE]  the score function's derivative (backward)
+ * (-1: none). Their loads of FLEX_ARGs read tile buffers tile[role] (PB_HOST
+ * buffers the hook points at its own arrays: the score tile, then b, h
+ * (one int32 each), the tile's query indices, its key indices, int32),
+ * and they store into tile[5] (float32) or tile[6] (bool), element (i, j)
+ * at i * KERN_SDPA_TILE_K + j. Block tables: kv_num_blocks, kv_indices,
+ * full_kv_num_blocks, full_kv_indices (tab_buf -1: absent) of blocks bq x
+ * bk, strides tab_st (0 where a dim is 1). */
+enum { PLAN_FLEX_SCORE, PLAN_FLEX_PART, PLAN_FLEX_MASK, PLAN_FLEX_DSCORE, PLAN_FLEX_NKERN };
+typedef struct plan_flex {
+    int32_t kern[PLAN_FLEX_NKERN];
+    int32_t tile[7];
+    int32_t tab_buf[4];
+    uint8_t tab_dt[4];
+    int64_t tab_off[4];
+    int64_t tab_st[4][4];
+    int64_t tab_shape[3];      /* Bm, Hm, QB (kv_num_blocks') */
+    int64_t tab_kb[4];         /* the index tables' last dims */
+    int32_t bq, bk;
+    int64_t H;
+} plan_flex;
+
 typedef struct plan_sdpa {
     kern_sdpa_desc d;
     int nin, mode;
     int32_t buf[PLAN_SDPA_OUT + 1];
     int64_t off[PLAN_SDPA_OUT];
+    int flex;              /* a FLEX / FLEX_BWD step: fx holds the rest */
+    plan_flex fx;
 } plan_sdpa;
+
 
 /* PS_CALL: host call `id`: its sources are views of plan buffers (buffer,
  * element offset, the ref's shape/strides), its results fill contiguous
@@ -164,6 +199,14 @@ int32_t ind_kernel_slots(const smelt_plan *p, const kir_kernel *k, int32_t *slot
  * with err. */
 int plan_run_call(const smelt_plan *p, const plan_step *s, void **bufs, smelt_host_call_fn host, void *ctx,
                   char *err, size_t errlen);
+
+/* flex.c: runs a flex step on the plan's buffers (its tile kernels' error
+ * flag its own). 0, -1 with err, -2 when a score function's index check failed. */
+int plan_run_flex(const smelt_plan *p, const plan_step *s, void **bufs, char *err, size_t errlen);
+/* flex.c: calls fn(buf, step, ctx) for each buffer a flex step reads
+ * besides q, k, v (out, g): its tables and what its tile kernels load. */
+void plan_flex_bufs(const smelt_plan *p, const plan_step *s, int32_t step, void (*fn)(int32_t, int32_t, void *),
+                    void *ctx);
 
 /* plan.c: packs the temporaries into the arena (after codegen: uses the
  * kernels' slot tables). */

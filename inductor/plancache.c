@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_RECORD_VERSION 6
+#define PLAN_RECORD_VERSION 7
 #define PLAN_MAGIC "SMELTPLN"
 #define PLAN_MAX_COUNT (1 << 24)
 
@@ -159,6 +159,14 @@ static int extern_ok(const smelt_plan *p, const plan_step *st)
              st->attn->d.nb >= 0 && st->attn->d.nb <= KERN_SDPA_MAX_BATCH;
         for (int k = 0; ok && k < st->attn->nin; k++)
             ok = buf_ok(p, st->attn->buf[k]);
+        const plan_flex *f = &st->attn->fx;
+        ok = ok && (st->attn->flex == 0 || (st->attn->flex == 1 && !masked && f->bq >= 1 && f->bk >= 1 && f->H >= 1));
+        for (int k = 0; ok && st->attn->flex && k < PLAN_FLEX_NKERN; k++)
+            ok = f->kern[k] >= -1 && f->kern[k] < p->nkernels;
+        for (int k = 0; ok && st->attn->flex && k < 7; k++)
+            ok = buf_ok(p, f->tile[k]);
+        for (int k = 0; ok && st->attn->flex && k < 4; k++)
+            ok = f->tab_buf[k] == -1 || buf_ok(p, f->tab_buf[k]);
     } else if (st->kind == PS_CONV) {
         ok = st->conv->nin >= 2 && st->conv->nin <= 3 && buf_ok(p, st->conv->buf[3]) &&
              st->conv->mode >= 0 && st->conv->mode <= 2 && (st->conv->mode == 0 || st->conv->nin == 2) &&

@@ -172,7 +172,7 @@ int tracer_init(void)
     if (rc == 0)
         init_intrinsics(opcode);
     Py_DECREF(opcode);
-    return rc || init_names() || bi_init() || obj_init() ? -1 : ops_init();
+    return rc || init_names() || bi_init() || obj_init() || flex_init() ? -1 : ops_init();
 }
 
 /* ---------- arenas ---------- */

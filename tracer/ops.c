@@ -1742,6 +1742,12 @@ static int32_t h_native_mha(tracer *T, const call_args *a, smelt_op op)
     return o < 0 || items[1] < 0 ? -1 : tv_tuple(T, items, 2);
 }
 
+/* flex attention (tracer/flex.c): op 0 flex_attention, 1 create_block_mask */
+static int32_t h_flex(tracer *T, const call_args *a, smelt_op op)
+{
+    return op ? flex_block_mask_call(T, a) : flex_attention_call(T, a);
+}
+
 static int32_t h_sdpa(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t q = arg(a, 0, "query"), k = arg(a, 1, "key"), v = arg(a, 2, "value");
@@ -7587,6 +7593,8 @@ static const op_entry table[] = {
     ROW("torch.tril T.tril", h_tri, SMELT_OP_LE, IP_NO), ROW("torch.triu T.triu", h_tri, SMELT_OP_GE, IP_NO),
     ROW("torch.split T.split", h_split, 0, IP_NO), ROW("torch.chunk T.chunk", h_split, SMELT_OP_DIV, IP_NO),
     ROW("F.scaled_dot_product_attention", h_sdpa, 0, IP_NO),
+    ROW("torch.nn.attention.flex_attention.flex_attention", h_flex, 0, IP_NO),
+    ROW("torch.nn.attention.flex_attention.create_block_mask", h_flex, 1, IP_NO),
     ROW("torch._native_multi_head_attention", h_native_mha, 0, IP_NO),
     ROW("F.pad", h_pad, 0, IP_NO), ROW("T.cpu", h_identity, 0, IP_NO),
     ROW("torch._C._log_api_usage_once", h_none, 0, IP_NO),

@@ -582,6 +582,12 @@ typedef enum obj_slot { OS_GETITEM, OS_SETITEM, OS_DELITEM, OS_CONTAINS, OS_LEN,
 
 int obj_init(void);                                        /* 0 or -1 (error set) */
 int32_t obj_new_instance(tracer *T, int32_t clsv, const call_args *a);   /* -2: not a plain class */
+
+/* flex.c: torch.nn.attention.flex_attention's flex_attention and
+ * create_block_mask (ops.c's table calls these) */
+int flex_init(void);
+int32_t flex_attention_call(tracer *T, const call_args *a);
+int32_t flex_block_mask_call(tracer *T, const call_args *a);
 int32_t obj_attr(tracer *T, int32_t v, PyObject *name, int missing_ok);  /* -2: missing */
 int obj_setattr(tracer *T, int32_t v, PyObject *name, int32_t val);      /* val -1: del */
 int obj_overlay_get(tracer *T, PyObject *o, PyObject *name, int32_t *val);

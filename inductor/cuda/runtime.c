@@ -129,6 +129,8 @@ static int cuda_supports_step(const smelt_plan *p, int32_t s, char *why, size_t 
             return snprintf(why, n, "matmul needs cuBLAS: %s", w), 0;
         return 1;
     case PS_SDPA:
+        if (st->attn->flex)
+            return snprintf(why, n, "flex attention runs on the CPU only"), 0;
         if (!cuda_sdpa_supports(&st->attn->d, sdpa_dtype(p, st), st->attn->mode, w, sizeof w))
             return snprintf(why, n, "attention: %s", w), 0;
         return 1;

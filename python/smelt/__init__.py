@@ -66,3 +66,4 @@ if hasattr(_C, "set_num_threads"):
 from ._api import (  # noqa: E402
     MODES, OPTIONS, CompileArgumentError, CompiledModule, Explanation, cache_info, clear_cache, compile, explain,
     mark_dynamic, mark_static, reset)
+from ._flex import create_block_mask, flex_attention  # noqa: E402
