@@ -11,15 +11,18 @@
  * kernel's entry on one thread: the attention kernel already runs its
  * tiles across the pool.
  *
- * Which tiles run: with block tables, a dense state per block (0 empty, 1
- * partial, 2 full) is built first; a tile whose blocks are all empty is
- * skipped, all full gets the score function alone, otherwise the score
- * function under the mask (and where a tile straddles blocks of different
- * states, each point follows its own block). Without tables the mask
- * kernel classifies each tile itself (a tile it removes whole is skipped).
+ * Which tiles run: a dense state per block (0 empty, 1 partial, 2 full)
+ * is built first, from the block tables, or without them by the mask
+ * kernel over every tile (across the pool; once for all batch entries and
+ * heads unless the block mask was made for them: create_block_mask's B /
+ * H). A tile whose blocks are all empty is skipped, all full gets the
+ * score function alone, otherwise the score function under the mask (and
+ * where a tile straddles blocks of different states, each point follows
+ * its own block).
  */
 #include "plan.h"
 #include "backend.h"
+#include "../kernels/threadpool.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -34,8 +37,9 @@ typedef struct flex_run {
     const smelt_plan *p;
     const plan_flex *f;
     void **bufs;               /* the plan's buffers */
-    uint8_t *state;            /* [Bm][Hm][QB][KB] block states, or NULL (no tables) */
+    uint8_t *state;            /* [Bm][Hm][QB][KB] block states, or NULL (no mask: all full) */
     int64_t Bm, Hm, QB, KB;    /* KB = ceil(S / bk): blocks the kernel can meet */
+    int64_t bq, bk;            /* the blocks: the tables', or without them the kernel's tiles */
     int64_t L, S;
     int32_t *flag;             /* the tile kernels' error flag */
 } flex_run;
@@ -53,14 +57,6 @@ typedef struct flex_tile {
 
 /* Each thread's tile arrays. */
 static _Thread_local flex_tile tls_tile;
-
-/* The last tile the mask kernel classified on this thread (no tables):
- * keep() runs it, scores() reuses its verdict. */
-static _Thread_local struct {
-    const flex_run *run;
-    int64_t t, i0, j0;
-    int full;
-} classified;
 
 static int64_t table_int(const flex_run *R, int t, int64_t off)
 {
@@ -81,6 +77,7 @@ static int build_states(flex_run *R)
 {
     const plan_flex *f = R->f;
     R->Bm = f->tab_shape[0], R->Hm = f->tab_shape[1], R->QB = f->tab_shape[2];
+    R->bq = f->bq, R->bk = f->bk;
     R->KB = (R->S + f->bk - 1) / f->bk;
     size_t n = (size_t)(R->Bm * R->Hm * R->QB * R->KB);
     if (!(R->state = calloc(n + 1, 1)))
@@ -107,18 +104,17 @@ static int build_states(flex_run *R)
 
 static const uint8_t *state_row(const flex_run *R, int64_t t, int64_t qb)
 {
-    int64_t b = t / R->f->H, h = t % R->f->H;
+    int64_t b = t / R->f->H, h = t % R->f->H;   /* (a table's Bm / Hm are 1 or B / H) */
     return R->state + (((R->Bm > 1 ? b : 0) * R->Hm + (R->Hm > 1 ? h : 0)) * R->QB + qb) * R->KB;
 }
 
 /* The tile's blocks: all of one state, or ST_MIXED. */
 static int tile_state(const flex_run *R, int64_t t, int64_t i0, int nq, int64_t j0, int nk)
 {
-    const plan_flex *f = R->f;
     int s = -1;
-    for (int64_t qb = i0 / f->bq; qb <= (i0 + nq - 1) / f->bq; qb++) {
+    for (int64_t qb = i0 / R->bq; qb <= (i0 + nq - 1) / R->bq; qb++) {
         const uint8_t *row = qb < R->QB ? state_row(R, t, qb) : NULL;
-        for (int64_t kb = j0 / f->bk; kb <= (j0 + nk - 1) / f->bk; kb++) {
+        for (int64_t kb = j0 / R->bk; kb <= (j0 + nk - 1) / R->bk; kb++) {
             int x = row ? row[kb] : ST_EMPTY;
             if (s >= 0 && x != s)
                 return ST_MIXED;
@@ -128,8 +124,12 @@ static int tile_state(const flex_run *R, int64_t t, int64_t i0, int nq, int64_t 
     return s;
 }
 
-/* Runs tile kernel `which` on the arrays of w for entry t's tile at (i0, j0). */
-static void run_kernel(const flex_run *R, int which, flex_tile *w, int64_t t, int64_t i0, int64_t j0)
+/* Runs tile kernel `which` on the arrays of w for entry t's tile at (i0,
+ * j0), reading the scores from `score` and writing a float result to
+ * `res` (NULL: w's own arrays; rows TK apart). A kernel reads each score
+ * only at the point it writes: the two may be one array. */
+static void run_kernel(const flex_run *R, int which, flex_tile *w, int64_t t, int64_t i0, int64_t j0, float *score,
+                       float *res)
 {
     const plan_flex *f = R->f;
     const plan_kernel_code *c = &R->p->code[f->kern[which]];
@@ -143,7 +143,7 @@ static void run_kernel(const flex_run *R, int which, flex_tile *w, int64_t t, in
         w->qi[r] = (int32_t)(i0 + r < R->L ? i0 + r : R->L - 1);
     for (int k = 0; k < TK; k++)
         w->ki[k] = (int32_t)(j0 + k < R->S ? j0 + k : R->S - 1);
-    void *tiles[7] = { w->score, &w->b, &w->h, w->qi, w->ki, w->res, w->mask };
+    void *tiles[7] = { score ? score : w->score, &w->b, &w->h, w->qi, w->ki, res ? res : w->res, w->mask };
     for (int32_t i = 0; i < c->nslots; i++) {
         int32_t b = c->slots[i];
         kb[i] = R->bufs[b];
@@ -159,60 +159,89 @@ static void run_kernel(const flex_run *R, int which, flex_tile *w, int64_t t, in
         free(kb);
 }
 
+/* Without tables: the states of the kernel's tiles from the mask kernel,
+ * rows [begin, end) of (entry, query tile) over its Bm x Hm entries. */
+typedef struct classify_job {
+    flex_run *R;
+    int failed;
+} classify_job;
+
+static void classify_range(void *ctx, int64_t begin, int64_t end)
+{
+    flex_run *R = ((classify_job *)ctx)->R;
+    flex_tile *w = &tls_tile;
+    for (int64_t row = begin; row < end; row++) {
+        int64_t e = row / R->QB, qt = row % R->QB, b = e / R->Hm, h = e % R->Hm;
+        int64_t i0 = qt * TQ;
+        int nq = R->L - i0 < TQ ? (int)(R->L - i0) : TQ;
+        uint8_t *out = R->state + row * R->KB;
+        for (int64_t kt = 0; kt < R->KB; kt++) {
+            int64_t j0 = kt * TK;
+            int nk = R->S - j0 < TK ? (int)(R->S - j0) : TK, any = 0, all = 1;
+            run_kernel(R, PLAN_FLEX_MASK, w, b * R->f->H + h, i0, j0, NULL, NULL);
+            for (int r = 0; r < nq; r++) {
+                const uint8_t *m = w->mask + r * TK;
+                for (int c = 0; c < nk; c++)
+                    any |= m[c], all &= m[c];
+            }
+            out[kt] = !any ? ST_EMPTY : all ? ST_FULL : ST_PARTIAL;
+        }
+    }
+}
+
+static int classify(flex_run *R, int64_t B)
+{
+    const plan_flex *f = R->f;
+    R->Bm = f->mask_b ? B : 1, R->Hm = f->mask_h ? f->H : 1;
+    R->bq = TQ, R->bk = TK;
+    R->QB = (R->L + TQ - 1) / TQ, R->KB = (R->S + TK - 1) / TK;
+    if (!(R->state = malloc((size_t)(R->Bm * R->Hm * R->QB * R->KB) + 1)))
+        return -1;
+    classify_job J = { .R = R };
+    int64_t rows = R->Bm * R->Hm * R->QB;
+    kern_parallel_for(rows, rows >= 64 ? 4 : 1, classify_range, &J);
+    return 0;
+}
+
 static int hook_keep(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, int nk)
 {
     const flex_run *R = ctx;
-    if (R->state)
-        return tile_state(R, t, i0, nq, j0, nk) != ST_EMPTY;
-    if (R->f->kern[PLAN_FLEX_MASK] < 0)
-        return 1;
-    flex_tile *w = &tls_tile;
-    run_kernel(R, PLAN_FLEX_MASK, w, t, i0, j0);
-    int any = 0, all = 1;
-    for (int r = 0; r < nq; r++)
-        for (int c = 0; c < nk; c++) {
-            any |= w->mask[r * TK + c];
-            all &= w->mask[r * TK + c];
-        }
-    classified.run = R, classified.t = t, classified.i0 = i0, classified.j0 = j0, classified.full = all;
-    return any;
+    return !R->state || tile_state(R, t, i0, nq, j0, nk) != ST_EMPTY;
 }
 
 /* The state (ST_*) of the point at row i, key j. */
 static int point_state(const flex_run *R, int64_t t, int64_t i, int64_t j)
 {
-    int64_t qb = i / R->f->bq;
-    return qb < R->QB ? state_row(R, t, qb)[j / R->f->bk] : ST_EMPTY;
+    int64_t qb = i / R->bq;
+    return qb < R->QB ? state_row(R, t, qb)[j / R->bk] : ST_EMPTY;
 }
 
 static void hook_scores(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, int nk, float *s, int ld)
 {
     const flex_run *R = ctx;
     const plan_flex *f = R->f;
-    int has_mask = f->kern[PLAN_FLEX_PART] >= 0, st;
-    if (R->state)
-        st = tile_state(R, t, i0, nq, j0, nk);
-    else if (!has_mask)
-        st = ST_FULL;
-    else
-        st = classified.run == R && classified.t == t && classified.i0 == i0 && classified.j0 == j0 &&
-             classified.full ? ST_FULL : ST_PARTIAL;
+    int has_mask = f->kern[PLAN_FLEX_PART] >= 0;
+    int st = R->state ? tile_state(R, t, i0, nq, j0, nk) : ST_FULL;
     if (st == ST_PARTIAL && !has_mask)
         st = ST_FULL;   /* tables without a mask function: a listed block attends whole */
     if (st == ST_FULL && f->kern[PLAN_FLEX_SCORE] < 0)
         return;   /* the scores as they are */
     flex_tile *w = &tls_tile;
+    if (st != ST_MIXED && ld == TK) {   /* in place */
+        run_kernel(R, st == ST_FULL ? PLAN_FLEX_SCORE : PLAN_FLEX_PART, w, t, i0, j0, s, s);
+        return;
+    }
     for (int r = 0; r < nq; r++)
         memcpy(w->score + r * TK, s + r * ld, sizeof(float) * (size_t)nk);
     if (st == ST_MIXED) {   /* each point as its block says */
         if (f->kern[PLAN_FLEX_SCORE] >= 0) {
-            run_kernel(R, PLAN_FLEX_SCORE, w, t, i0, j0);
+            run_kernel(R, PLAN_FLEX_SCORE, w, t, i0, j0, NULL, NULL);
             memcpy(w->aux, w->res, sizeof w->aux);
         } else {
             memcpy(w->aux, w->score, sizeof w->aux);
         }
         if (has_mask)
-            run_kernel(R, PLAN_FLEX_PART, w, t, i0, j0);
+            run_kernel(R, PLAN_FLEX_PART, w, t, i0, j0, NULL, NULL);
         for (int r = 0; r < nq; r++)
             for (int c = 0; c < nk; c++) {
                 int x = point_state(R, t, i0 + r, j0 + c);
@@ -220,7 +249,7 @@ static void hook_scores(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, in
                                 : x == ST_FULL || !has_mask ? w->aux[r * TK + c] : w->res[r * TK + c];
             }
     } else {
-        run_kernel(R, st == ST_FULL ? PLAN_FLEX_SCORE : PLAN_FLEX_PART, w, t, i0, j0);
+        run_kernel(R, st == ST_FULL ? PLAN_FLEX_SCORE : PLAN_FLEX_PART, w, t, i0, j0, NULL, NULL);
         for (int r = 0; r < nq; r++)
             memcpy(s + r * ld, w->res + r * TK, sizeof(float) * (size_t)nk);
     }
@@ -231,9 +260,13 @@ static void hook_grads(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, int
 {
     const flex_run *R = ctx;
     flex_tile *w = &tls_tile;
-    for (int r = 0; r < nq; r++)
-        memcpy(w->score + r * TK, raw + r * ld, sizeof(float) * (size_t)nk);
-    run_kernel(R, PLAN_FLEX_DSCORE, w, t, i0, j0);
+    if (ld == TK) {
+        run_kernel(R, PLAN_FLEX_DSCORE, w, t, i0, j0, (float *)raw, NULL);
+    } else {
+        for (int r = 0; r < nq; r++)
+            memcpy(w->score + r * TK, raw + r * ld, sizeof(float) * (size_t)nk);
+        run_kernel(R, PLAN_FLEX_DSCORE, w, t, i0, j0, NULL, NULL);
+    }
     for (int r = 0; r < nq; r++)
         for (int c = 0; c < nk; c++) {
             float *x = &ds[r * ld + c];
@@ -250,7 +283,7 @@ int plan_run_flex(const smelt_plan *p, const plan_step *s, void **bufs, char *er
             return snprintf(err, errlen, "flex_attention: its score functions run on the CPU back end only"), -1;
     int32_t flag = 0;
     flex_run R = { .p = p, .f = f, .bufs = bufs, .L = a->d.L, .S = a->d.S, .flag = &flag };
-    if (f->tab_buf[0] >= 0 && build_states(&R))
+    if ((f->tab_buf[0] >= 0 ? build_states(&R) : f->kern[PLAN_FLEX_MASK] >= 0 ? classify(&R, a->d.bdims[0]) : 0))
         return snprintf(err, errlen, "out of memory"), -1;
     kern_sdpa_hook hook = { .keep = hook_keep, .scores = hook_scores,
                             .grads = f->kern[PLAN_FLEX_DSCORE] >= 0 ? hook_grads : NULL, .ctx = &R };

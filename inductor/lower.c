@@ -1407,6 +1407,7 @@ static int emit_flex(lowering *L, int32_t node)
     a->buf[PLAN_SDPA_OUT] = L->buf_of[node];
     plan_flex *f = &a->fx;
     f->H = H, f->bq = n->a.flex.bq, f->bk = n->a.flex.bk;
+    f->mask_b = (n->a.flex.parts & SMELT_FLEX_MASK_B) != 0, f->mask_h = (n->a.flex.parts & SMELT_FLEX_MASK_H) != 0;
     for (int r = 0; r < 7; r++)
         f->tile[r] = add_buf(L->p, (plan_buf){ .kind = PB_HOST,
                                                 .dtype = r == 0 || r == 5 ? SMELT_F32 : r == 6 ? SMELT_BOOL : SMELT_I32 });
@@ -1965,6 +1966,18 @@ int ind_lower(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errl
         L.tile[i] = n->op == SMELT_OP_FLEX_ARG;
         for (int k = 0; k < n->nsrc && n->op != SMELT_OP_FLEX && n->op != SMELT_OP_FLEX_BWD; k++)
             L.tile[i] |= L.tile[n->src[k]];
+    }
+    /* a flex node's function values are evaluated per tile even where they
+     * are constants (a derivative of 1): never a [B,H,L,S] buffer */
+    for (int32_t i = 0; i < g->n; i++) {
+        const smelt_node *n = &g->nodes[i];
+        static const int parts[3] = { SMELT_FLEX_SCORE, SMELT_FLEX_MASK, SMELT_FLEX_DSCORE };
+        for (int k = 0; (n->op == SMELT_OP_FLEX || n->op == SMELT_OP_FLEX_BWD) && k < 3; k++)
+            for (int32_t at = smelt_flex_src(n, parts[k]), x = at < 0 ? -1 : n->src[at]; x >= 0;) {
+                L.tile[x] = 1;
+                smelt_op_kind kind = smelt_op_kind_of((smelt_op)g->nodes[x].op);
+                x = kind == SMELT_KIND_VIEW || kind == SMELT_KIND_UNARY ? g->nodes[x].src[0] : -1;
+            }
     }
     for (int32_t i = 0; i < g->n; i++)
         for (int k = 0; k < g->nodes[i].nsrc; k++)

@@ -83,6 +83,7 @@ typedef struct plan_flex {
     int64_t tab_kb[4];         /* the index tables' last dims */
     int32_t bq, bk;
     int64_t H;
+    uint8_t mask_b, mask_h;    /* no tables: tiles classified per batch entry / per head (else at 0) */
 } plan_flex;
 
 typedef struct plan_sdpa {

@@ -318,6 +318,7 @@ typedef struct flex_call {
     int64_t B, H, Hk, L, S, E, Ev;
     double scale;
     int lse;
+    int mask_b, mask_h;            /* a traced block mask's B / H were given */
 } flex_call;
 
 /* Stand-ins for the functions' arguments: score, b, h, q_idx, kv_idx. */
@@ -468,6 +469,15 @@ static int32_t fused(tracer *T, const flex_call *c)
     }
     char why[200] = "";
     int ok = fusable(T, &F, why, sizeof why);
+    int32_t roots[2] = { sc, mk };
+    for (int r = 0; ok && r < 2; r++) {   /* a value from outside returned whole: not a per-point one */
+        int32_t x = roots[r];
+        while (x >= 0 && !dep_of(&F, x) && (nd(T, x)->op == SMELT_OP_EXPAND || nd(T, x)->op == SMELT_OP_RESHAPE ||
+                                            nd(T, x)->op == SMELT_OP_CAST))
+            x = nd(T, x)->src[0];
+        if (x >= 0 && !dep_of(&F, x) && smelt_node_numel(nd(T, x)) != 1)
+            ok = 0, snprintf(why, sizeof why, "a score or mask function returned a captured tensor");
+    }
     for (int32_t i = first; ok && i < first + span; i++) {   /* what the functions read from outside */
         const smelt_node *x = nd(T, i);
         for (int kk = 0; ok && F.dep[i - first] && kk < x->nsrc; kk++)
@@ -495,6 +505,7 @@ static int32_t fused(tracer *T, const flex_call *c)
                      .src = { T->vals[c->q].node, T->vals[c->k].node, T->vals[c->v].node } };
     p.a.flex.scale = c->scale;
     p.a.flex.bq = (int32_t)c->bq, p.a.flex.bk = (int32_t)c->bk;
+    p.a.flex.parts = (uint8_t)((c->mask_b ? SMELT_FLEX_MASK_B : 0) | (c->mask_h ? SMELT_FLEX_MASK_H : 0));
     if (sc >= 0)
         p.a.flex.parts |= SMELT_FLEX_SCORE, p.src[p.nsrc++] = sc;
     if (mk >= 0)
@@ -552,8 +563,16 @@ static int block_mask(tracer *T, flex_call *c, int32_t bm)
     if (qlen != c->L || kvlen != c->S)   /* torch raises (or the mask is the no-op one): eagerly */
         return tr_break(T, "flex_attention: a block mask for %lld x %lld, attention %lld x %lld", qlen, kvlen,
                         (long long)c->L, (long long)c->S);
-    if (traced)
+    if (traced) {   /* its B / H: the mask sorts tiles per batch entry / head (None: at 0, as torch) */
+        int32_t bh = tr_load_attr(T, bm, PyUnicode_InternFromString("batch_heads"));
+        PyObject *o = bh < 0 ? NULL : tr_pyobj(T, bh);
+        if (!o)
+            return -1;
+        c->mask_b = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2 && PyTuple_GET_ITEM(o, 0) != Py_None;
+        c->mask_h = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2 && PyTuple_GET_ITEM(o, 1) != Py_None;
+        Py_DECREF(o);
         return 0;
+    }
     static const char *names[4] = { "kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices" };
     for (int t = 0; t < 4; t++) {
         int32_t x = tr_load_attr(T, bm, PyUnicode_InternFromString(names[t]));
