@@ -354,10 +354,31 @@ static int real_indices(tracer *T, const flex_call *c, int32_t *vals)
     return 0;
 }
 
+/* Calls a score or mask function. One from outside the trace is guarded
+ * by its code and globals, not its identity (as Dynamo's closure match):
+ * a closure made anew for each call (a block mask built per step, a
+ * lambda over this batch's tensors) reuses the compiled entry, its cells
+ * guarded where they are read. */
 static int32_t call_fn(tracer *T, int32_t fn, const int32_t *args, int n)
 {
     call_args a = { .pos = (int32_t *)args, .npos = n };
-    return tr_call(T, fn, &a);
+    const tv *f = &T->vals[fn];
+    if (f->kind != V_OBJ || f->src < 0 || !PyFunction_Check(f->obj))
+        return tr_call(T, fn, &a);
+    PyObject *o = f->obj;
+    static const char *parts[2] = { "__code__", "__globals__" };
+    PyObject *vals[2] = { PyFunction_GET_CODE(o), PyFunction_GET_GLOBALS(o) };
+    int32_t src = f->src;
+    for (int k = 0; k < 2; k++) {
+        PyObject *name = PyUnicode_InternFromString(parts[k]);
+        int32_t s = name && !tr_keep(T, name) ? tr_src_new(T, SRC_ATTR, src, 0, name) : -1;
+        Py_XDECREF(name);
+        if (s < 0 || tr_add_guard(T, TG_ID, s, vals[k], 0))
+            return -1;
+    }
+    if (tr_add_guard(T, TG_TYPE, src, (PyObject *)&PyFunction_Type, 0))
+        return -1;
+    return tr_inline(T, o, src, &a);
 }
 
 /* The result value: out, or (out, lse). pk: [B,H,L,Ev+1] (lse last). */
