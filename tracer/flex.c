@@ -398,6 +398,59 @@ static int32_t g_slice_last(tracer *T, int32_t x, int64_t start, int64_t end)
     return tr_node_add(T, &p);
 }
 
+static int32_t g_iota(tracer *T, int nd, int dim, int64_t n)
+{
+    smelt_node p = { .op = SMELT_OP_IOTA, .dtype = SMELT_I64, .ndim = (uint8_t)nd };
+    for (int d = 0; d < nd; d++)
+        p.shape[d] = d == dim ? n : 1;
+    p.a.axis.dim = dim;
+    return tr_node_add(T, &p);
+}
+
+static int32_t g_view(tracer *T, smelt_op op, int32_t x, int nd, const int64_t *shape)
+{
+    smelt_node p = { .op = op, .nsrc = 1, .src = { x }, .ndim = (uint8_t)nd };
+    memcpy(p.shape, shape, sizeof(int64_t) * (size_t)nd);
+    return x < 0 ? -1 : tr_node_add(T, &p);
+}
+
+/* src (a block table: [Bm,Hm,QB] or [Bm,Hm,QB,KB]) at each query row's
+ * block: [Bm,Hm,L] or [Bm,Hm,L,KB]. */
+static int32_t rows_of(tracer *T, const flex_call *c, int32_t src)
+{
+    const smelt_node *t = nd(T, src);
+    int r = t->ndim;
+    int64_t sh[4] = { t->shape[0], t->shape[1], c->L, r == 4 ? t->shape[3] : 1 }, one[4] = { 1, 1, c->L, 1 };
+    int32_t qb = g_op(T, SMELT_OP_FLOORDIV, g_iota(T, r, 2, c->L), g_full(T, (double)c->bq), -1);
+    qb = g_cast(T, qb, SMELT_I64);
+    qb = g_view(T, SMELT_OP_EXPAND, g_view(T, SMELT_OP_RESHAPE, qb, r, one), r, sh);
+    smelt_node ck = { .op = SMELT_OP_CHECKIDX, .nsrc = 1, .src = { qb } };
+    ck.a.gather.n = t->shape[2];
+    int32_t ix = qb < 0 ? -1 : tr_node_add(T, &ck);
+    smelt_node g = { .op = SMELT_OP_GATHER, .nsrc = 2, .src = { src, ix } };
+    g.a.gather.dim = 2;
+    return ix < 0 ? -1 : tr_node_add(T, &g);
+}
+
+/* Where a block table pair (counts, indices) lists point (b, h, i, j)'s
+ * block: bool [Bm,Hm,L,S]. */
+static int32_t listed(tracer *T, const flex_call *c, int t)
+{
+    int32_t num = rows_of(T, c, c->tables[t]), idx = rows_of(T, c, c->tables[t + 1]);
+    if (num < 0 || idx < 0)
+        return -1;
+    const smelt_node *in = nd(T, idx);
+    int64_t KB = in->shape[3], n5[5] = { in->shape[0], in->shape[1], c->L, KB, 1 }, j5[5] = { 1, 1, 1, 1, c->S };
+    int64_t c4[4] = { in->shape[0], in->shape[1], c->L, 1 };
+    int32_t valid = g_op(T, SMELT_OP_LT, g_iota(T, 4, 3, KB), g_view(T, SMELT_OP_RESHAPE, num, 4, c4), -1);
+    int32_t kb = g_op(T, SMELT_OP_FLOORDIV, g_iota(T, 5, 4, c->S), g_full(T, (double)c->bk), -1);
+    kb = g_view(T, SMELT_OP_RESHAPE, g_cast(T, kb, SMELT_I64), 5, j5);
+    int32_t hit = g_op(T, SMELT_OP_EQ, g_view(T, SMELT_OP_RESHAPE, idx, 5, n5), kb, -1);
+    hit = g_op(T, SMELT_OP_LOGICAL_AND, hit, g_view(T, SMELT_OP_RESHAPE, valid, 5, n5), -1);
+    smelt_node any = { .op = SMELT_OP_ANY, .nsrc = 1, .src = { hit }, .a.red = { .dims = 8, .keepdim = 0 } };
+    return hit < 0 ? -1 : tr_node_add(T, &any);
+}
+
 /* The decomposition: scores, the functions on real indices, masked
  * softmax (a row with nothing attended: 0, lse -inf), @ v. */
 static int32_t decomposed(tracer *T, const flex_call *c)
@@ -432,12 +485,21 @@ static int32_t decomposed(tracer *T, const flex_call *c)
         if (r < 0 || (s = result_node(T, r, SMELT_F32, full)) < 0)
             return -1;
     }
-    int32_t ninf = g_full(T, -INFINITY);
+    int32_t ninf = g_full(T, -INFINITY), allowed = -1;
     if (c->mask_mod >= 0) {
-        int32_t r = call_fn(T, c->mask_mod, args + 1, 4), m = r < 0 ? -1 : result_node(T, r, SMELT_BOOL, full);
-        if ((s = g_op(T, SMELT_OP_WHERE, m, s, ninf)) < 0)
+        int32_t r = call_fn(T, c->mask_mod, args + 1, 4);
+        if (r < 0 || (allowed = result_node(T, r, SMELT_BOOL, full)) < 0)
             return -1;
     }
+    if (c->tables[0] >= 0) {   /* the tables decide: the mask on partial blocks, full ones whole */
+        int32_t part = listed(T, c, 0);
+        allowed = allowed < 0 ? part : g_op(T, SMELT_OP_LOGICAL_AND, part, allowed, -1);
+        if (c->tables[2] >= 0)
+            allowed = g_op(T, SMELT_OP_LOGICAL_OR, allowed, listed(T, c, 2), -1);
+        allowed = g_expand(T, allowed, full);
+    }
+    if (allowed >= 0 && (s = g_op(T, SMELT_OP_WHERE, allowed, s, ninf)) < 0)
+        return -1;
     smelt_node mx = { .op = SMELT_OP_AMAX, .nsrc = 1, .src = { s }, .a.red = { .dims = 8, .keepdim = 1 } };
     int32_t m = tr_node_add(T, &mx);
     int32_t none = g_op(T, SMELT_OP_EQ, m, ninf, -1);   /* nothing attended */

@@ -4948,8 +4948,8 @@ int tracer_trace_from(PyObject *fn, const tr_start *st, tr_result *out)
     int at;
     int rc = trace_once(fn, st, -1, out, &at);
     PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
-    if (rc != 1 || at < 0 || at == st->pc || !tr_resumable(co, at))
-        return rc;
+    if (rc != 1 || at < 0 || at == st->pc || !tr_resumable(co, at) || (out->dyn && out->dyn->failed))
+        return rc;   /* (symbols stopped it: the caller traces it static, whole) */
     tr_result part;   /* trace again, stopping before the instruction that broke */
     int at2, rc2 = trace_once(fn, st, at, &part, &at2);
     if (rc2 == 2) {
