@@ -56,16 +56,6 @@ static PyObject *traced_cls(void)
     return traced_mask_cls;
 }
 
-static int32_t fx_arg(const call_args *a, int i, const char *name)
-{
-    if (i >= 0 && i < a->npos)
-        return a->pos[i];
-    for (int k = 0; name && k < a->nkw; k++)
-        if (PyUnicode_CompareWithASCIIString(a->kwn[k], name) == 0)
-            return a->kwv[k];
-    return -1;
-}
-
 static int fx_none(tracer *T, int32_t v) { return v < 0 || (T->vals[v].kind == V_OBJ && T->vals[v].obj == Py_None); }
 
 static const smelt_node *nd(tracer *T, int32_t n) { return &T->g->nodes[n]; }
@@ -675,9 +665,9 @@ static int block_mask(tracer *T, flex_call *c, int32_t bm)
 int32_t flex_attention_call(tracer *T, const call_args *a)
 {
     flex_call c = { .score_mod = -1, .mask_mod = -1, .tables = { -1, -1, -1, -1 }, .bq = 1, .bk = 1 };
-    c.q = fx_arg(a, 0, "query"), c.k = fx_arg(a, 1, "key"), c.v = fx_arg(a, 2, "value");
-    int32_t sm = fx_arg(a, 3, "score_mod"), bm = fx_arg(a, 4, "block_mask"), scale = fx_arg(a, 5, "scale");
-    int32_t gqa = fx_arg(a, 6, "enable_gqa"), lse = fx_arg(a, 7, "return_lse"), aux = fx_arg(a, 9, "return_aux");
+    c.q = ops_arg(a, 0, "query"), c.k = ops_arg(a, 1, "key"), c.v = ops_arg(a, 2, "value");
+    int32_t sm = ops_arg(a, 3, "score_mod"), bm = ops_arg(a, 4, "block_mask"), scale = ops_arg(a, 5, "scale");
+    int32_t gqa = ops_arg(a, 6, "enable_gqa"), lse = ops_arg(a, 7, "return_lse"), aux = ops_arg(a, 9, "return_aux");
     if (c.q < 0 || c.k < 0 || c.v < 0 || T->vals[c.q].kind != V_TENSOR || T->vals[c.k].kind != V_TENSOR ||
         T->vals[c.v].kind != V_TENSOR || !fx_none(T, aux))
         return tr_break(T, "flex_attention form not supported");

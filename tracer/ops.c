@@ -47,6 +47,8 @@ static int32_t arg(const call_args *a, int i, const char *name)
     return -1;
 }
 
+int32_t ops_arg(const call_args *a, int i, const char *name) { return arg(a, i, name); }
+
 static int32_t as_host_call(tracer *T, PyObject *fn, const call_args *a);
 static int32_t is_tensor(tracer *T, int32_t v) { return v >= 0 && T->vals[v].kind == V_TENSOR; }
 

@@ -393,6 +393,7 @@ int ops_init(void);
 int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a);
 int ops_default_float(void);   /* torch.get_default_dtype() as a smelt dtype */
 int32_t ops_call_method(tracer *T, PyObject *name, const call_args *a);
+int32_t ops_arg(const call_args *a, int i, const char *name);   /* argument i or keyword name, -1 if absent */
 int32_t ops_tensor_attr(tracer *T, int32_t self, PyObject *name);  /* x.shape etc.; -2 unknown */
 int32_t ops_binary(tracer *T, int nb_op, int32_t a, int32_t b);     /* BINARY_OP on tensors */
 int32_t ops_compare(tracer *T, int cmp, int32_t a, int32_t b);
