@@ -649,7 +649,8 @@ static int r_flex(ad *A, int32_t i, int32_t g)
     for (int k = 3; k < n->nsrc; k++)
         if (A->req[n->src[k]])
             return 1;
-    if (smelt_flex_src(n, SMELT_FLEX_SCORE) >= 0 && smelt_flex_src(n, SMELT_FLEX_DSCORE) < 0)
+    if (smelt_flex_src(n, SMELT_FLEX_SCORE) >= 0 && smelt_flex_src(n, SMELT_FLEX_DSCORE) < 0 &&
+        !(n->a.flex.parts & SMELT_FLEX_DSCORE_ONE))
         return 1;   /* a score function with an op the tracer has no derivative for */
     const smelt_node *qn = &A->g->nodes[n->src[0]], *kn = &A->g->nodes[n->src[1]];
     int64_t B = qn->shape[0], H = qn->shape[1], L = qn->shape[2], E = qn->shape[3];

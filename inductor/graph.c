@@ -1086,7 +1086,8 @@ static int infer_flex(infer_ctx *c)
     int bwd = in->op == SMELT_OP_FLEX_BWD, parts = in->a.flex.parts, want = bwd ? 5 : 3;
     for (int bit = 1; bit <= SMELT_FLEX_FULL; bit <<= 1)
         want += parts & bit ? (bit >= SMELT_FLEX_BLOCKS ? 2 : 1) : 0;
-    if (in->nsrc != want || parts > 127 || ((parts & SMELT_FLEX_FULL) && !(parts & SMELT_FLEX_BLOCKS)))
+    if (in->nsrc != want || ((parts & SMELT_FLEX_FULL) && !(parts & SMELT_FLEX_BLOCKS)) ||
+        ((parts & SMELT_FLEX_DSCORE_ONE) && (parts & SMELT_FLEX_DSCORE)))
         return fail(c, "parts %d need %d sources, got %d", parts, want, in->nsrc);
     if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4 || q->dtype != SMELT_F32 || k->dtype != SMELT_F32 ||
         v->dtype != SMELT_F32)

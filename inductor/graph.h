@@ -98,7 +98,7 @@ typedef enum smelt_op_kind {
  *                          which must be >= 1 */
 /* FLEX / FLEX_BWD attrs.flex.parts bits */
 enum { SMELT_FLEX_SCORE = 1, SMELT_FLEX_MASK = 2, SMELT_FLEX_DSCORE = 4, SMELT_FLEX_BLOCKS = 8,
-       SMELT_FLEX_FULL = 16, SMELT_FLEX_MASK_B = 32, SMELT_FLEX_MASK_H = 64 };
+       SMELT_FLEX_FULL = 16, SMELT_FLEX_MASK_B = 32, SMELT_FLEX_MASK_H = 64, SMELT_FLEX_DSCORE_ONE = 128 };
 typedef union smelt_attrs {
     struct { int32_t index; } input;
     struct { double f; int64_t i; } scalar;

@@ -566,6 +566,8 @@ static int32_t fused(tracer *T, const flex_call *c)
             ok = 0;
         else if (d == -3)
             dsc = -3;
+        else if (d >= 0 && nd(T, d)->op == SMELT_OP_FULL && nd(T, d)->a.scalar.f == 1.0)
+            dsc = -4;   /* an added bias: the identity's derivative */
         else
             dsc = g_expand(T, g_cast(T, d < 0 ? g_full(T, 0) : d, SMELT_F32), full);
     }
@@ -585,6 +587,8 @@ static int32_t fused(tracer *T, const flex_call *c)
         p.a.flex.parts |= SMELT_FLEX_MASK, p.src[p.nsrc++] = mk;
     if (dsc >= 0)
         p.a.flex.parts |= SMELT_FLEX_DSCORE, p.src[p.nsrc++] = dsc;
+    if (dsc == -4)
+        p.a.flex.parts |= SMELT_FLEX_DSCORE_ONE;
     for (int t = 0; t < 4; t += 2)
         if (c->tables[t] >= 0) {
             p.a.flex.parts |= t ? SMELT_FLEX_FULL : SMELT_FLEX_BLOCKS;
