@@ -3,14 +3,17 @@
  *
  * Build (tests/test_kernels_c.py does this):
  *   gcc -std=c11 -Wall -Wextra -Werror -O1 -I. tests/c/test_attention.c \
- *       kernels/threadpool.c kernels/attention.c -lsleef -lpthread -lm
+ *       kernels/threadpool.c kernels/attention.c -lpthread -lm
  * With -DKERN_SDPA_FORCE_PORTABLE=1 (here and for attention.c) the scalar
  * steps are checked instead of the AVX-512 ones. Cases: sizes around the
- * 32-row / 64-key blocks, causal with L != S, bool and additive masks
+ * 32-row / 64-key blocks and the 16-column vectors (head dims 16, 32, 48;
+ * ViT's 65 and 197 tokens), causal with L != S, bool and additive masks
  * broadcast over batch and rows (fully masked rows included), k and v
- * broadcast over heads, transposed operands, 1 to 3 threads (fewer
+ * broadcast over heads, transposed operands (v's columns strided too),
+ * scores far apart (the softmax's reference max moves within rows), the
+ * score hook (its tile contract, out_row, lse), 1 to 3 threads (fewer
  * entries than threads: key chunks with dq partials), empty dims.
- * `test_attention bench [reps]` times GPT-2 bench sizes instead.
+ * `test_attention bench [reps]` times GPT-2 and ViT sizes instead.
  * Prints one line per failure and "N passed, M failed"; exits non-zero on
  * any failure.
  */
@@ -40,6 +43,11 @@ typedef struct at_case {
     int mask_b;      /* mask broadcast over heads */
     int kv_bcast;    /* k and v broadcast over heads */
     int trans;       /* q, k and g stored transposed (column stride > 1) */
+    int vtrans;      /* v stored transposed */
+    int hook;        /* an additive mask (mask 2, not causal) given through the score hook, out rows Ev + 1
+                        apart, lse checked */
+    int ramp;        /* additive mask 2 (j - S + 1) (ALiBi-like): a row's scores rise by about 128 a tile of
+                        keys, exp of their spread overflows: the softmax's reference max moves in every tile */
     int dead;        /* some rows fully masked */
     float dead_add;  /* what an additive mask puts there: -inf, or 0 for -inf; a large finite value
                         (-1e9, -FLT_MAX) leaves the row's scores equal: uniform probabilities */
@@ -73,6 +81,59 @@ static double at(const opnd *x, int64_t b, int64_t h, int64_t r, int64_t c)
     return x->p[b * x->o.bstride[0] + (x->H == 1 ? 0 : h) * x->o.bstride[1] + r * x->o.row + c * x->o.col];
 }
 
+/* The score hook of a hook case: adds the additive mask ma ([B, mH, mL,
+ * S], broadcast as in run_case) to each tile, keeps the tiles not wholly
+ * -inf, and counts tiles outside kern_sdpa_hook's contract. */
+typedef struct hook_ctx {
+    const float *ma;
+    int64_t H, mH, mL, L, S;
+    _Atomic int bad;
+} hook_ctx;
+
+static const float *hook_row(const hook_ctx *c, int64_t t, int64_t i)
+{
+    int64_t b = t / c->H, h = t % c->H;
+    return c->ma + ((b * c->mH + (c->mH == 1 ? 0 : h)) * c->mL + (c->mL == 1 ? 0 : i)) * c->S;
+}
+
+static int tile_ok(hook_ctx *c, int64_t i0, int nq, int64_t j0, int nk, int ld)
+{
+    int ok = nq >= 1 && nq <= KERN_SDPA_TILE_Q && nk >= 1 && nk <= KERN_SDPA_TILE_K && i0 >= 0 && j0 >= 0 &&
+             i0 + nq <= c->L && j0 + nk <= c->S && ld == KERN_SDPA_TILE_K;
+    if (!ok)
+        c->bad++;
+    return ok;
+}
+
+static int hook_keep(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, int nk)
+{
+    hook_ctx *c = ctx;
+    if (!tile_ok(c, i0, nq, j0, nk, KERN_SDPA_TILE_K))
+        return 1;
+    for (int r = 0; r < nq; r++)
+        for (int j = 0; j < nk; j++)
+            if (hook_row(c, t, i0 + r)[j0 + j] != -INFINITY)
+                return 1;
+    return 0;
+}
+
+static void hook_scores(void *ctx, int64_t t, int64_t i0, int nq, int64_t j0, int nk, float *s, int ld)
+{
+    hook_ctx *c = ctx;
+    if (!tile_ok(c, i0, nq, j0, nk, ld))
+        return;
+    for (int r = 0; r < nq; r++)
+        for (int j = 0; j < nk; j++)
+            s[r * ld + j] += hook_row(c, t, i0 + r)[j0 + j];
+}
+
+/* |got - want|, infinite where got is NaN (fmax would drop a NaN). */
+static double err_of(double got, double want)
+{
+    double e = fabs(got - want);
+    return e == e ? e : INFINITY;
+}
+
 static int run_case(const at_case *t)
 {
     int before = g_fail;
@@ -80,7 +141,7 @@ static int run_case(const at_case *t)
     opnd q, k, v, g;
     make(&q, t, H, L, E, t->trans);
     make(&k, t, kvH, S, E, t->trans);
-    make(&v, t, kvH, S, Ev, 0);
+    make(&v, t, kvH, S, Ev, t->vtrans);
     make(&g, t, H, L, Ev, t->trans);
     int64_t mH = t->mask_b ? 1 : H, mL = t->mask_rows ? 1 : L;
     size_t mn = (size_t)(B * mH * mL * S);
@@ -88,7 +149,7 @@ static int run_case(const at_case *t)
     float *ma = calloc(mn + 1, sizeof(float));
     for (size_t i = 0; i < mn; i++) {
         mb[i] = rnd() % 4 != 0;
-        ma[i] = rnd() % 5 == 0 ? -INFINITY : rnd_f();
+        ma[i] = t->ramp ? -2.0f * (float)(S - 1 - (int64_t)i % S) : rnd() % 5 == 0 ? -INFINITY : rnd_f();
     }
     if (t->dead && !t->mask_rows)   /* row 1 of each (b, h) masked whole */
         for (int64_t x = 0; x < B * mH; x++)
@@ -96,23 +157,36 @@ static int run_case(const at_case *t)
                 mb[(x * mL + 1) * S + j] = 0, ma[(x * mL + 1) * S + j] = t->dead_add ? t->dead_add : -INFINITY;
     kern_sdpa_desc d = { .nb = 2, .bdims = { B, H }, .L = L, .S = S, .E = E, .Ev = Ev, .scale = t->scale,
                          .causal = t->causal, .q = q.o, .k = k.o, .v = v.o, .g = g.o };
-    d.mask_kind = t->mask == 0 ? KERN_SDPA_NO_MASK : t->mask == 1 ? KERN_SDPA_BOOL_MASK : KERN_SDPA_ADD_MASK;
+    d.mask_kind = t->mask == 0 || t->hook ? KERN_SDPA_NO_MASK
+                  : t->mask == 1           ? KERN_SDPA_BOOL_MASK
+                                           : KERN_SDPA_ADD_MASK;
     d.mask.bstride[0] = mH * mL * S, d.mask.bstride[1] = mH == 1 ? 0 : mL * S;
     d.mask.row = mL == 1 ? 0 : S, d.mask.col = 1;
     const void *mask = t->mask == 1 ? (const void *)mb : (const void *)ma;
     size_t nq = (size_t)(B * H * L * E), nk = (size_t)(B * H * S * E), nv = (size_t)(B * H * S * Ev);
-    size_t no = (size_t)(B * H * L * Ev);
+    int64_t orow = t->hook ? Ev + 1 : Ev;   /* the hook case's out rows, lse in the column past them */
+    size_t no = (size_t)(B * H * L * orow);
     float *out = malloc(sizeof(float) * (no + 1)), *dq = malloc(sizeof(float) * (nq + 1));
     float *dk = malloc(sizeof(float) * (nk + 1)), *dv = malloc(sizeof(float) * (nv + 1));
-    d.o.bstride[0] = H * L * Ev, d.o.bstride[1] = L * Ev, d.o.row = Ev, d.o.col = 1;
+    d.o.bstride[0] = H * L * orow, d.o.bstride[1] = L * orow, d.o.row = orow, d.o.col = 1;
+    hook_ctx hc = { .ma = ma, .H = H, .mH = mH, .mL = mL, .L = L, .S = S };
+    kern_sdpa_hook hook = { .keep = hook_keep, .scores = hook_scores, .ctx = &hc };
+    kern_sdpa_extra x = { 0 };
+    if (t->hook)
+        x = (kern_sdpa_extra){ .hook = &hook, .out_row = orow, .lse = out + Ev, .lse_row = orow };
     kern_set_num_threads(t->threads);
     char err[200] = "";
-    int rc = kern_sdpa(&d, q.p, k.p, v.p, t->mask ? mask : NULL, out, err, sizeof err);
+    const void *m = t->mask && !t->hook ? mask : NULL;
+    int rc = t->hook ? kern_sdpa_ex(&d, &x, q.p, k.p, v.p, m, out, err, sizeof err)
+                     : kern_sdpa(&d, q.p, k.p, v.p, m, out, err, sizeof err);
     CHECK(rc == 0, "forward failed: %s", err);
-    rc = kern_sdpa_backward(&d, q.p, k.p, v.p, t->mask ? mask : NULL, out, g.p, dq, dk, dv, err, sizeof err);
+    x.lse = NULL;
+    rc = t->hook ? kern_sdpa_backward_ex(&d, &x, q.p, k.p, v.p, m, out, g.p, dq, dk, dv, err, sizeof err)
+                 : kern_sdpa_backward(&d, q.p, k.p, v.p, m, out, g.p, dq, dk, dv, err, sizeof err);
     CHECK(rc == 0, "backward failed: %s", err);
+    CHECK(hc.bad == 0, "%d hook calls outside the tile contract", (int)hc.bad);
     double *s = malloc(sizeof(double) * (size_t)(L * S + 1)), *dp = malloc(sizeof(double) * (size_t)(L * S + 1));
-    double worst[4] = { 0 }, big[4] = { 1, 1, 1, 1 };   /* out, dq, dk, dv: error and magnitude */
+    double worst[5] = { 0 }, big[5] = { 1, 1, 1, 1, 1 };   /* out, dq, dk, dv, lse: error and magnitude */
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
             for (int64_t i = 0; i < L; i++) {
@@ -132,6 +206,11 @@ static int run_case(const at_case *t)
                 }
                 for (int64_t j = 0; j < S; j++)
                     sum += (s[i * S + j] = mx == -INFINITY ? 0 : exp(s[i * S + j] - mx));
+                if (t->hook) {
+                    double lse = mx + log(sum), got = out[((b * H + h) * L + i) * orow + Ev];
+                    int same = lse == -INFINITY ? got == -INFINITY : fabs(got - lse) <= 2e-5 * fmax(1, fabs(lse));
+                    worst[4] = fmax(worst[4], same ? 0 : INFINITY);
+                }
                 for (int64_t j = 0; j < S; j++)
                     s[i * S + j] = sum > 0 ? s[i * S + j] / sum : 0;
                 double D = 0;
@@ -139,8 +218,8 @@ static int run_case(const at_case *t)
                     double x = 0;
                     for (int64_t j = 0; j < S; j++)
                         x += s[i * S + j] * at(&v, b, h, j, e);
-                    double got = out[((b * H + h) * L + i) * Ev + e];
-                    worst[0] = fmax(worst[0], fabs(got - x)), big[0] = fmax(big[0], fabs(x));
+                    double got = out[((b * H + h) * L + i) * orow + e];
+                    worst[0] = fmax(worst[0], err_of(got, x)), big[0] = fmax(big[0], fabs(x));
                 }
                 for (int64_t j = 0; j < S; j++) {
                     double x = 0;
@@ -159,7 +238,7 @@ static int run_case(const at_case *t)
                         x += dp[i * S + j] * at(&k, b, h, j, e);
                     x *= t->scale;
                     double got = dq[((b * H + h) * L + i) * E + e];
-                    worst[1] = fmax(worst[1], fabs(got - x)), big[1] = fmax(big[1], fabs(x));
+                    worst[1] = fmax(worst[1], err_of(got, x)), big[1] = fmax(big[1], fabs(x));
                 }
             for (int64_t j = 0; j < S; j++) {
                 for (int64_t e = 0; e < E; e++) {
@@ -168,55 +247,63 @@ static int run_case(const at_case *t)
                         x += dp[i * S + j] * at(&q, b, h, i, e);
                     x *= t->scale;
                     double got = dk[((b * H + h) * S + j) * E + e];
-                    worst[2] = fmax(worst[2], fabs(got - x)), big[2] = fmax(big[2], fabs(x));
+                    worst[2] = fmax(worst[2], err_of(got, x)), big[2] = fmax(big[2], fabs(x));
                 }
                 for (int64_t e = 0; e < Ev; e++) {
                     double x = 0;
                     for (int64_t i = 0; i < L; i++)
                         x += s[i * S + j] * at(&g, b, h, i, e);
                     double got = dv[((b * H + h) * S + j) * Ev + e];
-                    worst[3] = fmax(worst[3], fabs(got - x)), big[3] = fmax(big[3], fabs(x));
+                    worst[3] = fmax(worst[3], err_of(got, x)), big[3] = fmax(big[3], fabs(x));
                 }
             }
         }
-    static const char *names[4] = { "out", "dq", "dk", "dv" };
-    for (int x = 0; x < 4; x++)
+    static const char *names[5] = { "out", "dq", "dk", "dv", "lse" };
+    for (int x = 0; x < 5; x++)
         CHECK(worst[x] <= 2e-5 * big[x] && !isnan(worst[x]), "%s: error %g (of %g)", names[x], worst[x], big[x]);
     if (g_fail != before)
         printf("  case B %lld H %lld L %lld S %lld E %lld Ev %lld causal %d mask %d rows %d mb %d kvb %d trans %d "
-               "dead %d threads %d\n", (long long)B, (long long)H, (long long)L, (long long)S, (long long)E,
-               (long long)Ev, t->causal, t->mask, t->mask_rows, t->mask_b, t->kv_bcast, t->trans, t->dead,
-               t->threads);
+               "vtrans %d hook %d dead %d threads %d scale %g\n", (long long)B, (long long)H, (long long)L,
+               (long long)S, (long long)E, (long long)Ev, t->causal, t->mask, t->mask_rows, t->mask_b, t->kv_bcast,
+               t->trans, t->vtrans, t->hook, t->dead, t->threads, t->scale);
     free(q.p), free(k.p), free(v.p), free(g.p), free(mb), free(ma), free(out), free(dq), free(dk), free(dv);
     free(s), free(dp);
     return g_fail == before;
 }
 
+/* Best of reps forward and backward calls on 2 threads, q k v [B, H, L, E]. */
+static void bench_one(int64_t B, int64_t H, int64_t L, int64_t E, int causal, int reps)
+{
+    at_case t = { .B = B, .H = H, .L = L, .S = L, .E = E, .Ev = E, .threads = 2 };
+    opnd q, k, v, g;
+    make(&q, &t, H, L, E, 0), make(&k, &t, H, L, E, 0), make(&v, &t, H, L, E, 0), make(&g, &t, H, L, E, 0);
+    size_t n = (size_t)(B * H * L * E);
+    float *out = malloc(n * 4), *dq = malloc(n * 4), *dk = malloc(n * 4), *dv = malloc(n * 4);
+    kern_sdpa_desc d = { .nb = 2, .bdims = { B, H }, .L = L, .S = L, .E = E, .Ev = E, .scale = 1 / sqrtf((float)E),
+                         .causal = causal, .q = q.o, .k = k.o, .v = v.o, .o = g.o, .g = g.o };
+    char err[200];
+    double best_f = 1e9, best_b = 1e9;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        kern_sdpa(&d, q.p, k.p, v.p, NULL, out, err, sizeof err);
+        double t1 = now_s();
+        kern_sdpa_backward(&d, q.p, k.p, v.p, NULL, out, g.p, dq, dk, dv, err, sizeof err);
+        double t2 = now_s();
+        best_f = fmin(best_f, t1 - t0), best_b = fmin(best_b, t2 - t1);
+    }
+    printf("B %lld H %lld L %lld S %lld E %lld%s: forward %.2f ms, backward %.2f ms\n", (long long)B, (long long)H,
+           (long long)L, (long long)L, (long long)E, causal ? " causal" : "", best_f * 1e3, best_b * 1e3);
+    free(q.p), free(k.p), free(v.p), free(g.p), free(out), free(dq), free(dk), free(dv);
+}
+
+/* GPT-2's bench sizes, then ViT / DeiT's (197 tokens, width 192). */
 static void bench(int reps)
 {
-    at_case t = { .B = 4, .H = 8, .L = 256, .S = 256, .E = 64, .Ev = 64, .scale = 0.125f, .threads = 2 };
-    opnd q, k, v, g;
-    make(&q, &t, 8, 256, 64, 0), make(&k, &t, 8, 256, 64, 0), make(&v, &t, 8, 256, 64, 0);
-    make(&g, &t, 8, 256, 64, 0);
-    size_t n = (size_t)(4 * 8 * 256 * 64);
-    float *out = malloc(n * 4), *dq = malloc(n * 4), *dk = malloc(n * 4), *dv = malloc(n * 4);
     kern_set_num_threads(2);
-    char err[200];
-    for (int causal = 0; causal < 2; causal++) {
-        kern_sdpa_desc d = { .nb = 2, .bdims = { 4, 8 }, .L = 256, .S = 256, .E = 64, .Ev = 64, .scale = 0.125f,
-                             .causal = causal, .q = q.o, .k = k.o, .v = v.o, .o = g.o, .g = g.o };
-        double best_f = 1e9, best_b = 1e9;
-        for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
-            kern_sdpa(&d, q.p, k.p, v.p, NULL, out, err, sizeof err);
-            double t1 = now_s();
-            kern_sdpa_backward(&d, q.p, k.p, v.p, NULL, out, g.p, dq, dk, dv, err, sizeof err);
-            double t2 = now_s();
-            best_f = fmin(best_f, t1 - t0), best_b = fmin(best_b, t2 - t1);
-        }
-        printf("B 4 H 8 L 256 S 256 E 64%s: forward %.2f ms, backward %.2f ms\n", causal ? " causal" : "",
-               best_f * 1e3, best_b * 1e3);
-    }
+    for (int causal = 0; causal < 2; causal++)
+        bench_one(4, 8, 256, 64, causal, reps);
+    for (int64_t E = 16; E <= 64; E *= 2)
+        bench_one(8, 192 / E, 197, E, 0, reps);
 }
 
 int main(int argc, char **argv)
@@ -228,6 +315,7 @@ int main(int argc, char **argv)
     static const int64_t sizes[][6] = {
         { 1, 1, 1, 1, 1, 1 }, { 2, 3, 5, 7, 8, 8 }, { 1, 2, 33, 70, 16, 24 }, { 2, 2, 64, 64, 64, 64 },
         { 1, 1, 129, 131, 17, 3 }, { 2, 1, 1, 200, 64, 80 }, { 1, 2, 97, 31, 40, 65 }, { 1, 1, 200, 150, 8, 8 },
+        { 2, 3, 65, 65, 16, 16 }, { 1, 2, 197, 197, 32, 32 }, { 1, 2, 70, 81, 48, 48 }, { 2, 1, 5, 130, 16, 32 },
     };
     int n = 0;
     for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
@@ -235,9 +323,15 @@ int main(int argc, char **argv)
             for (int threads = 1; threads <= 3; threads += 2) {
                 const int64_t *s = sizes[z];
                 at_case t = { s[0], s[1], s[2], s[3], s[4], s[5], .causal = causal, .threads = threads,
-                              .trans = (int)(z % 2), .kv_bcast = z % 3 == 1, .scale = 1.0f / sqrtf((float)s[4]) };
+                              .trans = (int)(z % 2), .vtrans = (int)(z / 2 % 2), .kv_bcast = z % 3 == 1,
+                              .scale = 1.0f / sqrtf((float)s[4]) };
                 n += run_case(&t);
             }
+    for (int variant = 0; variant < 3; variant++) {   /* the ramp: plain, causal, through the hook */
+        at_case t = { 1, 2, variant == 1 ? 150 : 100, 150, 16, 16, .mask = 2, .ramp = 1, .causal = variant == 1,
+                      .hook = variant == 2, .threads = 2, .scale = 0.25f };
+        n += run_case(&t);
+    }
     for (int mask = 1; mask <= 2; mask++)
         for (int variant = 0; variant < 4; variant++) {
             at_case t = { 2, 3, 37, 45, 16, 9, .mask = mask, .threads = 1 + variant % 3, .scale = 0.3f,
@@ -247,6 +341,11 @@ int main(int argc, char **argv)
             at_case u = { 1, 1, 150, 260, 32, 32, .mask = mask, .threads = 3, .scale = 0.2f, .dead = 1,
                           .mask_b = variant % 2, .kv_bcast = variant >= 2 };
             n += run_case(&u);
+            if (mask == 2) {   /* the mask through the hook */
+                at_case th = t, uh = u;
+                th.hook = uh.hook = 1;
+                n += run_case(&th) + run_case(&uh);
+            }
             if (mask == 2 && variant < 2) {   /* rows masked by a large finite value */
                 u.dead_add = variant ? -FLT_MAX : -1e9f;
                 n += run_case(&u);
