@@ -41,7 +41,8 @@ ulp: setup
 # The model suite (eager vs inductor vs smelt: MLP, CNN, GPT-2, BERT and the
 # micro-kernels; bench_results.json/.png), then the tracer's call overhead and
 # first-call scaling, vector math, training steps, FlexAttention (vs
-# torch.compile and eager SDPA with masks), dynamic shapes (many
+# torch.compile and eager SDPA with masks), SDPA at small head dims and
+# small ViTs vs eager, dynamic shapes (many
 # lengths, KV-cache decoding) and the OpInfo report. Fails if any reports a
 # wrong smelt result.
 bench:
@@ -51,6 +52,7 @@ bench:
 	echo '$(PYTHON) benchmarks/vmath_bench.py'; $(PYTHON) benchmarks/vmath_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/train_bench.py'; $(PYTHON) benchmarks/train_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/flex_bench.py'; $(PYTHON) benchmarks/flex_bench.py || s=1; \
+	echo '$(PYTHON) benchmarks/sdpa_small_heads.py'; $(PYTHON) benchmarks/sdpa_small_heads.py || s=1; \
 	echo '$(PYTHON) benchmarks/dynamic_bench.py'; $(PYTHON) benchmarks/dynamic_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/spirv_bench.py'; $(PYTHON) benchmarks/spirv_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/opinfo_report.py -q'; $(PYTHON) benchmarks/opinfo_report.py -q || s=1; exit $$s
