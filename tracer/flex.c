@@ -43,13 +43,16 @@ int flex_init(void)
     return 0;
 }
 
-/* smelt._flex._TracedBlockMask, imported on first use (smelt's Python
- * package imports the extension first). */
+static PyObject *call_mod_fn;
+
+/* smelt._flex's _TracedBlockMask and _call_mod, imported on first use
+ * (smelt's Python package imports the extension first). */
 static PyObject *traced_cls(void)
 {
     if (!traced_mask_cls) {
         PyObject *m = PyImport_ImportModule("smelt._flex");
         traced_mask_cls = m ? PyObject_GetAttrString(m, "_TracedBlockMask") : NULL;
+        call_mod_fn = m ? PyObject_GetAttrString(m, "_call_mod") : NULL;
         Py_XDECREF(m);
         PyErr_Clear();
     }
@@ -723,6 +726,15 @@ int32_t flex_attention_call(tracer *T, const call_args *a)
     if (qn->dtype == SMELT_F32 && T->device < 0 && !lse_grad)
         r = fused(T, &c);
     return r == -2 ? decomposed(T, &c) : r;
+}
+
+int32_t flex_mod_call(tracer *T, PyObject *fn, const call_args *a)
+{
+    if (!traced_cls() || fn != call_mod_fn)
+        return -2;
+    if (a->npos < 1 || a->nkw)
+        return tr_break(T, "_call_mod(fn, *args)");
+    return call_fn(T, a->pos[0], a->pos + 1, a->npos - 1);
 }
 
 int32_t flex_block_mask_call(tracer *T, const call_args *a)

@@ -7908,6 +7908,9 @@ int32_t ops_call_torch(tracer *T, PyObject *fn, const call_args *a)
     T->dyn_pend = 0;
     if (fn == getitem_fn && a->npos == 2 && !a->nkw && T->vals[a->pos[0]].kind == V_TENSOR)
         return ops_subscr(T, a->pos[0], a->pos[1]);   /* torch.Tensor.__getitem__(x, index): x[index] */
+    int32_t fr = flex_mod_call(T, fn, a);
+    if (fr != -2)
+        return fr;
     PyObject *idx = PyDict_GetItemWithError(by_obj, fn);
     PyObject *w = idx ? NULL : disable_wrapped(fn);
     if (!idx && w)

@@ -589,6 +589,8 @@ int32_t obj_new_instance(tracer *T, int32_t clsv, const call_args *a);   /* -2: 
 int flex_init(void);
 int32_t flex_attention_call(tracer *T, const call_args *a);
 int32_t flex_block_mask_call(tracer *T, const call_args *a);
+/* smelt._flex._call_mod(fn, *args): fn(*args) guarded by its code (-2: fn is not that function) */
+int32_t flex_mod_call(tracer *T, PyObject *fn, const call_args *a);
 int32_t obj_attr(tracer *T, int32_t v, PyObject *name, int missing_ok);  /* -2: missing */
 int obj_setattr(tracer *T, int32_t v, PyObject *name, int32_t val);      /* val -1: del */
 int obj_overlay_get(tracer *T, PyObject *o, PyObject *name, int32_t *val);

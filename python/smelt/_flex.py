@@ -43,6 +43,13 @@ def _flex_call(query, key, value, score_mod, block_mask, scale, enable_gqa, retu
                               enable_gqa=enable_gqa, return_lse=return_lse)
 
 
+def _call_mod(fn, *args):
+    """fn(*args); in traced code guarded by fn's code, not its identity
+    (tracer/flex.c), so a mask function made anew per call (over this
+    batch's document ids) does not recompile."""
+    return fn(*args)
+
+
 def _block_states(mask_mod, B, H, Q_LEN, KV_LEN, bq, bk):
     """Per block of bq x bk: whether mask_mod holds on some (partial) or
     every (full) point of it, int8 [B, H, Q blocks, KV blocks]. Points past
@@ -54,7 +61,7 @@ def _block_states(mask_mod, B, H, Q_LEN, KV_LEN, bq, bk):
     h = torch.arange(H, dtype=torch.int32).view(1, H, 1, 1)
     q = qp.clamp(max=Q_LEN - 1).view(1, 1, -1, 1)
     kv = kp.clamp(max=KV_LEN - 1).view(1, 1, 1, -1)
-    m = torch.as_tensor(mask_mod(b, h, q, kv)).to(torch.bool)
+    m = torch.as_tensor(_call_mod(mask_mod, b, h, q, kv)).to(torch.bool)
     m = m & (qp < Q_LEN).view(1, 1, -1, 1) & (kp < KV_LEN).view(1, 1, 1, -1)
     m = m.expand(B, H, QB * bq, KB * bk).reshape(B, H, QB, bq, KB, bk)
     s = m.sum(dim=(3, 5))
