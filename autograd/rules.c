@@ -640,9 +640,9 @@ static int32_t vector_part(ad *A, int32_t x, int64_t at, int nd, const int64_t *
 /* flex attention: FLEX_BWD, the flash backward with the score
  * function's derivative applied per tile (its tile kernels), dq, dk, dv in
  * one vector, dk and dv per query head (summed over the heads sharing a
- * key head). The gradient flows in through the output columns only: the
- * tracer decomposes a call whose log-sum-exp is returned while its inputs
- * need gradients, and a score function that reads a tensor needing one. */
+ * key head); the gradient of the whole result goes in, the log-sum-exp's
+ * column too. (The tracer decomposes a score function that reads a
+ * tensor needing a gradient.) */
 static int r_flex(ad *A, int32_t i, int32_t g)
 {
     const smelt_node *n = N;
@@ -655,14 +655,10 @@ static int r_flex(ad *A, int32_t i, int32_t g)
     const smelt_node *qn = &A->g->nodes[n->src[0]], *kn = &A->g->nodes[n->src[1]];
     int64_t B = qn->shape[0], H = qn->shape[1], L = qn->shape[2], E = qn->shape[3];
     int64_t Hk = kn->shape[1], S = kn->shape[2], Ev = n->shape[3] - 1;
-    smelt_node sl = { .op = SMELT_OP_SLICE, .nsrc = 1 };
-    sl.a.slice.dim = 3, sl.a.slice.start = 0, sl.a.slice.end = Ev, sl.a.slice.step = 1;
     smelt_node b = { .op = SMELT_OP_FLEX_BWD, .nsrc = 5 };
     b.a.flex = n->a.flex;
-    sl.src[0] = Y;
-    b.src[3] = sl.src[0] < 0 ? -1 : ad_add(A, &sl);
-    sl.src[0] = g;
-    b.src[4] = g < 0 ? -1 : ad_add(A, &sl);
+    b.src[3] = Y;
+    b.src[4] = g;
     for (int k = 0; k < n->nsrc; k++)
         if ((b.src[k < 3 ? k : k + 2] = X(k)) < 0 || b.src[3] < 0 || b.src[4] < 0)
             return 0;

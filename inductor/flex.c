@@ -296,7 +296,7 @@ int plan_run_flex(const smelt_plan *p, const plan_step *s, void **bufs, char *er
         kern_sdpa_extra x = { .hook = &hook, .out_row = a->d.Ev + 1, .lse = out + a->d.Ev, .lse_row = a->d.Ev + 1 };
         rc = kern_sdpa_ex(&a->d, &x, src[0], src[1], src[2], NULL, out, err, errlen);
     } else {
-        kern_sdpa_extra x = { .hook = &hook };
+        kern_sdpa_extra x = { .hook = &hook, .dlse = src[4] + a->d.Ev * a->d.g.col, .dlse_op = a->d.g };
         int64_t batch = a->d.bdims[0] * a->d.bdims[1] * a->d.bdims[2];
         float *dk = out + batch * a->d.L * a->d.E, *dv = dk + batch * a->d.S * a->d.E;
         rc = kern_sdpa_backward_ex(&a->d, &x, src[0], src[1], src[2], NULL, src[3], src[4], out, dk, dv, err,

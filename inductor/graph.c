@@ -1099,10 +1099,11 @@ static int infer_flex(infer_ctx *c)
         return fail(c, "q %s, k %s, v %s do not agree", SHP(q), SHP(k), SHP(v));
     if (!isfinite(in->a.flex.scale) || in->a.flex.bq < 1 || in->a.flex.bk < 1)
         return fail(c, "scale must be finite and block sizes positive");
-    int64_t og[4] = { B, H, L, Ev };
+    int64_t og[4] = { B, H, L, Ev + 1 };
     for (int i = 3; bwd && i < 5; i++)
         if (c->s[i]->dtype != SMELT_F32 || c->s[i]->ndim != 4 || memcmp(c->s[i]->shape, og, sizeof og))
-            return fail(c, "out and its gradient must be float32 [B, H, L, Ev], got %s", SHP(c->s[i]));
+            return fail(c, "the forward's result and its gradient must be float32 [B, H, L, Ev + 1], got %s",
+                        SHP(c->s[i]));
     int64_t full[4] = { B, H, L, S };
     static const int exprs[3] = { SMELT_FLEX_SCORE, SMELT_FLEX_MASK, SMELT_FLEX_DSCORE };
     for (int e = 0; e < 3; e++) {

@@ -639,10 +639,11 @@ int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float 
 typedef struct sdpa_bwd_job {
     const kern_sdpa_desc *d;
     const kern_sdpa_hook *hook;
+    const kern_sdpa_extra *x;
     const float *q, *k, *v, *o, *g;
     const void *mask;
     float *dq, *dk, *dv;
-    float *m, *linv, *D;   /* [nbatch, L] each */
+    float *m, *linv, *D;   /* [nbatch, L] each; D = rowsum(g o) - dlse */
     float *part;           /* [nbatch, nkc, L, E] when nkc > 1 */
     int64_t nqb, nkb;      /* query and key blocks per entry */
     int64_t qpc, nqc;      /* pass 1: query blocks per chunk, chunks per entry */
@@ -696,6 +697,8 @@ static void bwd_stats_range(void *ctx, int64_t begin, int64_t end)
                 float l = row_sum(&w, r);
                 J->m[b * d->L + i] = l > 0 ? w.m[r] : 0;
                 J->linv[b * d->L + i] = l > 0 ? 1 / l : 0;
+                if (J->x->dlse)   /* dS = P (dP - D) + dlse P */
+                    dsum -= J->x->dlse[batch_offset(d, &J->x->dlse_op, b) + i * J->x->dlse_op.row];
                 J->D[b * d->L + i] = (float)dsum;
             }
         }
@@ -826,7 +829,7 @@ int kern_sdpa_backward_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, con
         memset(dv, 0, sizeof(float) * (size_t)(nbatch * d->S * d->Ev));
         return 0;
     }
-    sdpa_bwd_job J = { .d = d, .hook = x->hook, .q = q, .k = k, .v = v, .o = o, .g = g, .mask = mask, .dq = dq, .dk = dk, .dv = dv,
+    sdpa_bwd_job J = { .d = d, .hook = x->hook, .x = x, .q = q, .k = k, .v = v, .o = o, .g = g, .mask = mask, .dq = dq, .dk = dk, .dv = dv,
                        .nqb = (d->L + BQ - 1) / BQ, .nkb = (d->S + BK - 1) / BK, .isa = pick_isa() };
     J.nqc = chunks(nbatch, J.nqb), J.qpc = (J.nqb + J.nqc - 1) / J.nqc;
     J.nkc = chunks(nbatch, J.nkb), J.kpc = (J.nkb + J.nkc - 1) / J.nkc;

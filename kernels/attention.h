@@ -70,12 +70,17 @@ typedef struct kern_sdpa_hook {
  *   out_row  the forward's out row stride (0: Ev; entries L * out_row apart)
  *   lse      forward: NULL, or where each row's log-sum-exp of its
  *            (modified) scores goes, -inf for a row with no key: row i of
- *            entry t at lse[(t * L + i) * lse_row] */
+ *            entry t at lse[(t * L + i) * lse_row]
+ *   dlse     backward: NULL, or the gradient of that log-sum-exp (its
+ *            share of dS is dlse P): row i of entry t at dlse[offset of t
+ *            under dlse_op's batch strides + i * dlse_op.row] */
 typedef struct kern_sdpa_extra {
     const kern_sdpa_hook *hook;
     int64_t out_row;
     float *lse;
     int64_t lse_row;
+    const float *dlse;
+    kern_sdpa_operand dlse_op;
 } kern_sdpa_extra;
 
 /* Computes out (contiguous [batch.., L, Ev]) across the thread pool.

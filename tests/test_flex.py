@@ -307,6 +307,29 @@ def test_return_lse():
     fused(f, q, k, v, bm)
 
 
+def test_lse_gradient_through_the_fused_backward():
+    """A loss on both the output and lse (an ALiBi score under a
+    causal mask): dq, dk, dv from the fused backward, lse's gradient included."""
+    case = Case(2, 4, 70, 90, mask=causal, score=alibi(SLOPES4), bs=16)
+    q, k, v = case.inputs(grad=True)
+    bm = case.block_mask()
+
+    def f(a, b, c, m):
+        return flex_attention(a, b, c, score_mod=case.score, block_mask=m, return_lse=True)
+
+    go, gl = rnd(2, 4, 70, 16), rnd(2, 4, 70)
+    out, lse = smelt.compile(f)(q, k, v, bm)
+    ((out * go).sum() + (lse * gl).sum()).backward()
+    q64, k64, v64 = f64(q, k, v, grad=True)
+    want, want_lse = reference(q64, k64, v64, case.score, case.mask)
+    ((want * go.double()).sum() + (want_lse * gl.double()).sum()).backward()
+    close(out, want, FWD)
+    close(lse, want_lse, FWD)
+    for got, ref in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        close(got, ref, GRAD)
+    fused(f, *(t.detach().requires_grad_() for t in (q, k, v)), bm, grad=True)
+
+
 def test_rows_without_keys_are_zero_with_lse_minus_inf():
     """Rows that no key is left to: output 0, lse -inf, no gradient to them."""
     case = Case(1, 2, 45, 45, mask=holes, bs=16)

@@ -714,16 +714,7 @@ int32_t flex_attention_call(tracer *T, const call_args *a)
     if (T->r->dyn)
         return dyn_fail(T, "flex_attention");
     int32_t r = -2;
-    int lse_grad = 0;   /* a returned log-sum-exp's gradient: only the decomposition carries it */
-    if (c.lse) {
-        uint8_t *seen = PyMem_Calloc((size_t)T->g->n + 1, 1);
-        if (!seen)
-            return PyErr_NoMemory(), -1;
-        lse_grad = captured_grad(T, T->vals[c.q].node, seen) || captured_grad(T, T->vals[c.k].node, seen) ||
-                   captured_grad(T, T->vals[c.v].node, seen);
-        PyMem_Free(seen);
-    }
-    if (qn->dtype == SMELT_F32 && T->device < 0 && !lse_grad)
+    if (qn->dtype == SMELT_F32 && T->device < 0)
         r = fused(T, &c);
     return r == -2 ? decomposed(T, &c) : r;
 }
