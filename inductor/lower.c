@@ -1840,11 +1840,12 @@ static int expr_may_fail(const kir_pool *P, int32_t e, xwalk *w)
 static int plan_may_fail(const smelt_plan *p, xwalk *w)
 {
     for (int32_t s = 0; s < p->nsteps; s++) {
-        if (p->steps[s].kind == PS_CALL)
-            return 1;
-        if (p->steps[s].kind != PS_KERNEL)
+        const plan_step *st = &p->steps[s];
+        if (st->kind == PS_CALL || (st->kind == PS_SDPA && st->attn->flex))
+            return 1;   /* (a flex step's functions check their indices) */
+        if (st->kind != PS_KERNEL)
             continue;
-        const kir_kernel *k = &p->kernels[p->steps[s].kernel];
+        const kir_kernel *k = &p->kernels[st->kernel];
         w->gen++;
         for (int i = 0; i < k->nitems; i++)
             if (expr_may_fail(&p->pool, k->items[i].value, w))
