@@ -161,14 +161,9 @@ static void run_kernel(const flex_run *R, int which, flex_tile *w, int64_t t, in
 
 /* Without tables: the states of the kernel's tiles from the mask kernel,
  * rows [begin, end) of (entry, query tile) over its Bm x Hm entries. */
-typedef struct classify_job {
-    flex_run *R;
-    int failed;
-} classify_job;
-
 static void classify_range(void *ctx, int64_t begin, int64_t end)
 {
-    flex_run *R = ((classify_job *)ctx)->R;
+    flex_run *R = ctx;
     flex_tile *w = &tls_tile;
     for (int64_t row = begin; row < end; row++) {
         int64_t e = row / R->QB, qt = row % R->QB, b = e / R->Hm, h = e % R->Hm;
@@ -197,9 +192,8 @@ static int classify(flex_run *R, int64_t B)
     R->QB = (R->L + TQ - 1) / TQ, R->KB = (R->S + TK - 1) / TK;
     if (!(R->state = malloc((size_t)(R->Bm * R->Hm * R->QB * R->KB) + 1)))
         return -1;
-    classify_job J = { .R = R };
     int64_t rows = R->Bm * R->Hm * R->QB;
-    kern_parallel_for(rows, rows >= 64 ? 4 : 1, classify_range, &J);
+    kern_parallel_for(rows, rows >= 64 ? 4 : 1, classify_range, R);
     return 0;
 }
 

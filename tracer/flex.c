@@ -260,31 +260,6 @@ static int32_t deriv(tracer *T, flex_scan *F, int32_t i)
     return F->dval[i - F->first] = r;
 }
 
-/* Whether a graph input the functions read from outside requires grad
- * with grad mode on (then only the decomposition carries its gradient). */
-static int input_needs_grad(tracer *T, int32_t node)
-{
-    int32_t src = T->r->input_src[nd(T, node)->a.input.index];
-    PyObject *t = NULL;
-    for (int32_t i = 0; i < T->r->nguards && !t; i++)
-        if (T->r->guards[i].kind == TG_TENSOR && T->r->guards[i].src == src)
-            t = T->r->guards[i].obj;
-    if (!t || T->no_grad == 1)
-        return 0;
-    PyObject *rg = PyObject_GetAttrString(t, "requires_grad");
-    int needs = rg == Py_True;
-    Py_XDECREF(rg);
-    PyErr_Clear();
-    if (needs && T->no_grad == 0) {
-        PyObject *torch = PyImport_AddModule("torch");
-        PyObject *on = torch ? PyObject_CallMethod(torch, "is_grad_enabled", NULL) : NULL;
-        needs = on == Py_True;
-        Py_XDECREF(on);
-        PyErr_Clear();
-    }
-    return needs;
-}
-
 /* Whether node x (from outside the functions) depends on an input that
  * requires grad (walk with a visited mark). */
 static int captured_grad(tracer *T, int32_t x, uint8_t *seen)
@@ -293,8 +268,11 @@ static int captured_grad(tracer *T, int32_t x, uint8_t *seen)
         return 0;
     seen[x] = 1;
     const smelt_node *n = nd(T, x);
-    if (n->op == SMELT_OP_INPUT)
-        return input_needs_grad(T, x);
+    if (n->op == SMELT_OP_INPUT) {
+        int g = tr_input_grad(T, x);
+        PyErr_Clear();
+        return g == 1;
+    }
     for (int k = 0; k < n->nsrc; k++)
         if (captured_grad(T, n->src[k], seen))
             return 1;
@@ -537,7 +515,7 @@ static int32_t fused(tracer *T, const flex_call *c)
     flex_scan F = { .first = first };
     int32_t span = T->g->n - first;
     F.dep = PyMem_Calloc((size_t)span + 1, 1);
-    F.dval = PyMem_Malloc(sizeof(int32_t) * ((size_t)span + 64));
+    F.dval = PyMem_Malloc(sizeof(int32_t) * ((size_t)span + 1));
     uint8_t *seen = PyMem_Calloc((size_t)T->g->n + 1, 1);
     if (!F.dep || !F.dval || !seen) {
         PyMem_Free(F.dep), PyMem_Free(F.dval), PyMem_Free(seen);
@@ -562,7 +540,7 @@ static int32_t fused(tracer *T, const flex_call *c)
     }
     int32_t dsc = -1;
     if (ok && sc >= 0) {   /* the derivative in the score, for the backward */
-        for (int32_t i = 0; i < span + 64; i++)
+        for (int32_t i = 0; i < span; i++)
             F.dval[i] = -2;
         int32_t d = deriv(T, &F, sc);
         if (T->broke)

@@ -1302,32 +1302,41 @@ uint8_t *tr_live_mask(tracer *T)
  * its tensor requires grad while grad mode is on (eager raises for a leaf,
  * and autograd is not modelled). Records x so that the update is written
  * back after each run. 1 / 0 (a break) / -1. */
-int tr_mutate_input(tracer *T, int32_t x)
+int tr_input_grad(tracer *T, int32_t node)
 {
-    const smelt_node *n = &T->g->nodes[T->vals[x].node];
-    int32_t src = T->r->input_src[n->a.input.index];
+    int32_t src = T->r->input_src[T->g->nodes[node].a.input.index];
     PyObject *t = NULL;
     for (int32_t i = 0; i < T->r->nguards && !t; i++)
         if (T->r->guards[i].kind == TG_TENSOR && T->r->guards[i].src == src)
             t = T->r->guards[i].obj;
     if (!t)
-        return tr_break(T, "in-place update of an input without its tensor"), 0;
+        return -2;
     PyObject *rg = PyObject_GetAttrString(t, "requires_grad");
     if (!rg)
         return -1;
     int needs = rg == Py_True;
     Py_DECREF(rg);
-    int grad = 0;
-    if (needs && T->no_grad < 0)
-        grad = 1;   /* torch.enable_grad() inside the trace */
-    else if (needs && T->no_grad == 0) {   /* grad mode outside the trace (guarded) */
-        PyObject *torch = PyImport_AddModule("torch");
-        PyObject *on = torch ? PyObject_CallMethod(torch, "is_grad_enabled", NULL) : NULL;
-        if (!on)
-            return -1;
-        grad = on == Py_True;
-        Py_DECREF(on);
-    }
+    if (!needs || T->no_grad > 0)
+        return 0;
+    if (T->no_grad < 0)
+        return 1;   /* torch.enable_grad() inside the trace */
+    PyObject *torch = PyImport_AddModule("torch");   /* grad mode outside the trace (guarded) */
+    PyObject *on = torch ? PyObject_CallMethod(torch, "is_grad_enabled", NULL) : NULL;
+    if (!on)
+        return -1;
+    int grad = on == Py_True;
+    Py_DECREF(on);
+    return grad;
+}
+
+int tr_mutate_input(tracer *T, int32_t x)
+{
+    const smelt_node *n = &T->g->nodes[T->vals[x].node];
+    int grad = tr_input_grad(T, T->vals[x].node);
+    if (grad == -2)
+        return tr_break(T, "in-place update of an input without its tensor"), 0;
+    if (grad < 0)
+        return -1;
     if (grad)
         return tr_break(T, "in-place update of an input that requires grad"), 0;
     if (T->vals[x].mut)

@@ -317,6 +317,9 @@ uint8_t *tr_live_mask(tracer *T);
 PyObject *tr_strided(void);         /* torch.strided (borrowed) */   /* PyMem: 1 per value the trace can still reach; NULL + error */
 /* x, a graph input, will be updated in place (written back after each
  * run): 1, 0 (a break: it requires grad under grad mode) or -1. */
+/* Whether graph input node `node`'s tensor requires grad with grad mode on
+ * in the trace: 1 / 0, -2 when its tensor is not known, -1 on error. */
+int tr_input_grad(tracer *T, int32_t node);
 int tr_mutate_input(tracer *T, int32_t x);   /* a live value other than x views or shares x's node */
 
 /* dynamic.c: symbolic sizes (see trace.h tr_dyn and the file's comment) */
