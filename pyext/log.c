@@ -10,7 +10,7 @@
 
 static const char *const channel_names[PYEXT_LOG_NCHANNELS] = {
     "graph", "guards", "recompiles", "graph_breaks",
-    "output_code", "asm", "cache", "perf", "aot", "dynamic", "backend",
+    "output_code", "asm", "cache", "perf", "aot", "dynamic", "backend", "dynamo",
 };
 
 /* Process-wide: the environment is read once per initialisation. */

@@ -20,6 +20,7 @@ typedef enum pyext_log_channel {
     PYEXT_LOG_AOT,            /* compiled backward: forward/backward split, saved values, both graphs */
     PYEXT_LOG_DYNAMIC,        /* dynamic shapes: sizes made symbolic and why, guards on symbols, plans per size */
     PYEXT_LOG_BACKEND,        /* the back end each plan compiles for, its device, fallbacks to the CPU */
+    PYEXT_LOG_DYNAMO,         /* torch.compile(backend="smelt"): each FX graph Dynamo hands over, its fallbacks */
     PYEXT_LOG_NCHANNELS
 } pyext_log_channel;
 

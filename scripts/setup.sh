@@ -158,11 +158,13 @@ source_hash() {
     } | sha1sum | cut -d' ' -f1
 }
 
-# True if `import smelt` from any directory finds this checkout.
+# True if `import smelt` from any directory finds this checkout and the
+# install's metadata has its torch_dynamo_backends entry point.
 registered() {
     local origin
-    origin=$("$PY" -P -c 'import importlib.util as u, os; s = u.find_spec("smelt")
-print(os.path.realpath(s.origin) if s else "")' 2>/dev/null)
+    origin=$("$PY" -P -c 'import importlib.metadata as m, importlib.util as u, os; s = u.find_spec("smelt")
+ok = s and m.entry_points(group="torch_dynamo_backends", name="smelt")
+print(os.path.realpath(s.origin) if ok else "")' 2>/dev/null)
     [ "$origin" = "$ROOT/python/smelt/__init__.py" ]
 }
 

@@ -34,7 +34,7 @@ _find_nvrtc()
 
 # SMELT_LOGS channels; each logs to the `smelt.<channel>` logger.
 LOG_CHANNELS = ("graph", "guards", "recompiles", "graph_breaks",
-                "output_code", "asm", "cache", "perf", "aot", "dynamic", "backend")
+                "output_code", "asm", "cache", "perf", "aot", "dynamic", "backend", "dynamo")
 
 
 def _configure_logging(spec):
@@ -67,3 +67,6 @@ from ._api import (  # noqa: E402
     MODES, OPTIONS, CompileArgumentError, CompiledModule, Explanation, cache_info, clear_cache, compile, explain,
     mark_dynamic, mark_static, reset)
 from ._flex import create_block_mask, flex_attention  # noqa: E402
+from . import _dynamo  # noqa: E402
+
+_dynamo.install()   # torch.compile(backend="smelt")

@@ -56,7 +56,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 REPO = HERE.parent.parent.parent          # python/smelt/bench.py -> checkout root
-COMPILERS = ("eager", "smelt", "inductor")
+COMPILERS = ("eager", "smelt", "inductor", "dynamo+smelt")   # the last: torch.compile(backend="smelt")
 SIZES = ("default", "quick", "tiny")
 MODEL_TOL = (1e-3, 1e-4)                  # rtol, atol of model outputs vs eager
 WARM_COMPILERS = ("smelt", "inductor")    # the ones with a disk cache: a warm first call too
@@ -371,7 +371,31 @@ def compile_for(compiler, fn):
         torch._dynamo.reset()
         counters.clear()
         return torch.compile(fn), inductor_report
+    if compiler == "dynamo+smelt":
+        import torch
+        import smelt
+        from torch._dynamo.utils import counters
+        torch._dynamo.reset()
+        counters.clear()
+        before = len(smelt._dynamo.compiled_graphs())
+        return torch.compile(fn, backend="smelt"), lambda: dynamo_smelt_report(before)
     return fn, lambda: {}
+
+
+def dynamo_smelt_report(before):
+    """What torch.compile(backend="smelt") did: Dynamo's graphs and breaks
+    and, for the smelt graphs made since `before`, the status smelt_report
+    gives ('compiled': every Dynamo graph one smelt graph, nothing eager)."""
+    import smelt
+    from torch._dynamo.utils import counters
+    cfs = smelt._dynamo.compiled_graphs()[before:]
+    sts = [cf.stats() for cf in cfs]
+    whole = sts and all(st["compiles"] and not st["eager_entries"] and not st["breaks"] for st in sts)
+    dyn_breaks = dict(counters["graph_break"])
+    reasons = sorted({str(k) for k in dyn_breaks} | {st["last_break"] for st in sts if st["last_break"]})
+    return {"status": "compiled" if whole else "partial" if any(st["compiles"] for st in sts) else "eager",
+            "graphs": len(cfs), "breaks": int(sum(dyn_breaks.values())) + sum(st["breaks"] for st in sts),
+            "break_reasons": reasons}
 
 
 def run_workload(name, compiler, size, warm=False):
@@ -415,7 +439,7 @@ def child_main(job):
     import torch
     torch.set_num_threads(job["threads"])
     extra = {"torch_threads": torch.get_num_threads()}
-    if job["compiler"] == "smelt":
+    if job["compiler"] in ("smelt", "dynamo+smelt"):
         import smelt
         smelt._C.set_num_threads(job["threads"])
         extra["smelt_threads"] = smelt._C.get_num_threads()
@@ -613,6 +637,10 @@ def add_ratios(rec):
     if s.get("warm_first_call_s") and i.get("warm_first_call_s"):
         rec["inductor_over_smelt_warm"] = i["warm_first_call_s"] / s["warm_first_call_s"]
         rec["target_warm_met"] = rec["inductor_over_smelt_warm"] >= FIRST_CALL_TARGET
+    d = r.get("dynamo+smelt") or {}
+    if s.get("available") and d.get("available"):
+        rec["dynamo_smelt_over_smelt"] = d["median_s"] / s["median_s"]
+        rec["dynamo_smelt_over_smelt_first"] = d["first_call_s"] / s["first_call_s"]
     for name, res in (("smelt", s), ("inductor", i)):
         if res.get("warm_first_call_s") and res.get("median_s"):
             rec[f"{name}_warm_over_steady_s"] = res["warm_first_call_s"] - res["median_s"]
@@ -690,6 +718,32 @@ def print_table(records):
               f"{err_field(rec, 'smelt'):>10} {err_field(rec, 'inductor'):>9}  {smelt_status(rec)}")
     print_memory(records)
     print_first_calls(records)
+    print_dynamo_smelt(records)
+
+
+def print_dynamo_smelt(records):
+    """The dynamo+smelt table (torch.compile(backend="smelt"): Dynamo's front
+    end, smelt's back end) next to smelt's own front end: steady-state ms,
+    first call, the ratios to smelt and Dynamo's graphs and breaks."""
+    rows = [r for r in records if "dynamo+smelt" in r["results"]]
+    if not rows:
+        return
+    print()
+    print("dynamo+smelt = torch.compile(backend=\"smelt\"): Dynamo captures, smelt compiles each FX graph;\n"
+          "d+s/smelt > 1: smelt's own front end is faster; graphs/breaks: Dynamo's graphs, breaks of both")
+    h = (f"{'model':<10} {'d+s ms':>9} {'smelt ms':>9} {'d+s/smelt':>9} {'d+s first s':>12} "
+         f"{'smelt first s':>13} {'first d+s/s':>11} {'d+s err':>9}  graphs")
+    print(h)
+    print("-" * len(h))
+    for rec in rows:
+        res = rec["results"]["dynamo+smelt"]
+        rep = res.get("report") or {}
+        what = f"{rep.get('status', 'n/a')} {rep.get('graphs', 0)}g {rep.get('breaks', 0)}b" \
+            if res.get("available") else "n/a"
+        print(f"{rec['name']:<10} {field(rec, 'dynamo+smelt', 'median_s', 1e3):>9} "
+              f"{field(rec, 'smelt', 'median_s', 1e3):>9} {fmt(rec.get('dynamo_smelt_over_smelt'), '.2f'):>9} "
+              f"{first_field(rec, 'dynamo+smelt'):>12} {first_field(rec, 'smelt'):>13} "
+              f"{fmt(rec.get('dynamo_smelt_over_smelt_first'), '.1f'):>11} {err_field(rec, 'dynamo+smelt'):>9}  {what}")
 
 
 def print_memory(records):
@@ -829,7 +883,7 @@ def check_note(name, what, res):
         return 0
     print(f"!!! {name}: {what} result disagrees with eager: "
           f"{res['check']['why']} (max abs err {res['check']['max_abs_err']:.3e})")
-    return int(what.split()[0] == "smelt")
+    return int(what.split()[0] in ("smelt", "dynamo+smelt"))
 
 
 def warm_cache_miss(compiler, warm):
@@ -956,7 +1010,7 @@ def parse_args(argv):
                    help="shape preset; tiny is for the test suite")
     p.add_argument("--models", default="all",
                    help=f"comma list of {', '.join(MODELS)} or groups {', '.join(GROUPS)}")
-    p.add_argument("--compilers", default=",".join(COMPILERS), help="comma list of eager,smelt,inductor")
+    p.add_argument("--compilers", default=",".join(COMPILERS), help="comma list of eager,smelt,inductor,dynamo+smelt")
     p.add_argument("--threads", type=int, default=2, help="torch and smelt threads (default 2)")
     p.add_argument("--json", default="bench_results.json", metavar="PATH")
     p.add_argument("--png", metavar="PATH", help="bar chart (default: the JSON path with .png)")

@@ -1,0 +1,124 @@
+"""smelt as a torch.compile backend: `torch.compile(model, backend="smelt")`.
+
+TorchDynamo captures each frame into an FX GraphModule and hands it to
+`backend(gm, example_inputs)`. The GraphModule's forward is ordinary Python
+that FX generated: one call per node (`torch._C._nn.linear(x, w, b)`,
+`operator.add`, `x.view(...)`, `torch._C._set_grad_enabled(False)`). smelt
+compiles that forward with smelt.compile, so its tracer maps every node
+through the same op table it uses for user code (tracer/ops.c): there is no
+second table of FX targets to keep in step. What follows from that:
+
+  - a node the op table cannot map is a graph break in smelt's trace: that
+    call runs eagerly inside the compiled forward (the rest stays compiled),
+    and the reason is logged on the `graph_breaks` channel, as for
+    smelt.compile; the `dynamo` channel (SMELT_LOGS=dynamo) logs each graph
+    Dynamo hands over;
+  - training: Dynamo passes parameters as graph inputs that require grad,
+    and smelt's tracer differentiates the graph itself (its compiled
+    backward, autograd/); AOTAutograd is not used. An eager segment (a
+    break) is differentiated by eager autograd;
+  - guards: Dynamo guards the frame, smelt guards its graph's inputs (dtype,
+    shape, strides, requires_grad); a size Dynamo made symbolic reaches smelt
+    as an int input, which smelt specialises on.
+
+`import smelt` registers the backend with Dynamo's registry (when Dynamo is
+imported later, at that moment), and the package's `torch_dynamo_backends`
+entry point (pyproject.toml) makes the name known without the import.
+"""
+import importlib.abc
+import importlib.util
+import itertools
+import logging
+import sys
+import types
+import weakref
+
+from . import _api
+
+log = logging.getLogger("smelt.dynamo")
+
+NAME = "smelt"
+REGISTRY = "torch._dynamo.backends.registry"
+
+# The CompiledFunctions the backend made, for compiled_graphs().
+_made = weakref.WeakSet()
+_count = itertools.count()
+
+
+def backend(gm, example_inputs, *, mode=None, options=None):
+    """Dynamo's compiler function: the GraphModule's forward compiled by
+    smelt, bound to gm (called as fn(*inputs), returns forward's tuple).
+    `mode` and `options` are torch.compile's, checked as smelt.compile
+    checks them (options: smelt's OPTIONS)."""
+    settings = _api._settings(False, None, None, mode, options)
+    if getattr(gm, "_needs_recompile", lambda: False)():
+        gm.real_recompile()   # a _LazyGraphModule: its forward is a stub until then
+    fn = gm.forward.__func__
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"smelt backend: expected an FX GraphModule, got {type(gm).__name__}")
+    n = next(_count)
+    code = fn.__code__
+    name = f"dynamo_graph_{n}"
+    fn = types.FunctionType(code.replace(co_name=name, co_qualname=name), fn.__globals__, name,
+                            fn.__defaults__, fn.__closure__)
+    cf = _api._function(fn, settings)
+    _made.add(cf)
+    if log.isEnabledFor(logging.INFO):
+        ops = [nd for nd in gm.graph.nodes if nd.op in ("call_function", "call_method", "call_module")]
+        log.info("graph %d: %d inputs, %d calls, compiled by smelt as %s (%s)", n, len(example_inputs),
+                 len(ops), name, code.co_filename)
+    return types.MethodType(cf, gm)
+
+
+def compiled_graphs():
+    """The smelt CompiledFunctions the backend made for Dynamo's graphs (alive
+    ones, oldest first): each has stats() and fn, as smelt.compile's."""
+    return sorted(_made, key=lambda cf: int(cf.fn.__name__.rpartition("_")[2]))
+
+
+def _register(registry):
+    """Adds the backend to Dynamo's registry module, unless the name is
+    taken or its entry point was found: loading the entry point (which
+    imports smelt) registers this same function."""
+    if NAME not in registry._COMPILER_FNS and registry._BACKENDS.get(NAME) is None:
+        registry.register_backend(compiler_fn=backend, name=NAME)
+
+
+class _RegisterOnImport(importlib.abc.MetaPathFinder):
+    """Registers the backend right after Dynamo's registry module runs:
+    importing Dynamo in `import smelt` would cost seconds. Removes itself
+    once it has."""
+
+    def find_spec(self, name, path, target=None):
+        if name != REGISTRY:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _register(module)
+        spec.loader = _Loader(spec.loader, exec_module)
+        return spec
+
+
+class _Loader(importlib.abc.Loader):
+    """A loader that runs `exec_module` in place of the wrapped loader's."""
+
+    def __init__(self, inner, exec_module):
+        self._inner, self.exec_module = inner, exec_module
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+
+def install():
+    """Makes backend="smelt" known to Dynamo, now or when it is imported."""
+    registry = sys.modules.get(REGISTRY)
+    if registry is not None:
+        _register(registry)
+    elif not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnImport())

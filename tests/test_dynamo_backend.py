@@ -1,0 +1,250 @@
+"""torch.compile(model, backend="smelt") (python/smelt/_dynamo.py).
+
+Dynamo captures the frame into an FX GraphModule; smelt compiles its
+generated forward with its own tracer and op table. Checked here: the bench
+models and small Hugging Face GPT-2/BERT match eager and each Dynamo graph
+is one smelt graph (no break, nothing eager); training through it uses
+smelt's compiled backward and matches eager training step for step; user
+code Dynamo splits gives several graphs, each compiled; sizes Dynamo makes
+symbolic; a node smelt cannot compile runs eagerly with its reason logged;
+the name works without `import smelt` (entry point) and after it with the
+entry point hidden (the registry hook); torch.compile's options reach smelt.
+"""
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import smelt
+from smelt import bench
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def new_graphs(before):
+    return smelt._dynamo.compiled_graphs()[before:]
+
+
+def stats(cfs, *keys):
+    return [{k: cf.stats()[k] for k in keys} for cf in cfs]
+
+
+def whole(cfs, n=1):
+    """n Dynamo graphs, each compiled by smelt as one graph, none eager."""
+    assert len(cfs) == n, stats(cfs, "compiles")
+    for cf in cfs:
+        st = cf.stats()
+        assert st["compiles"] >= 1 and st["eager_entries"] == 0 and st["breaks"] == 0, st
+
+
+def first_tensor(out):
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict):
+        return next(iter(out.values()))
+    return out[0]
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt2", "bert"])
+def test_bench_models_match_eager_as_one_smelt_graph(name):
+    torch.manual_seed(0)
+    wl = bench.BUILDERS[name]("tiny")
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    cf = torch.compile(wl.fn, backend="smelt")
+    with torch.no_grad():
+        got, ref = cf(*wl.inputs), wl.fn(*wl.inputs)
+        again = cf(*[x.clone() for x in wl.inputs])
+    assert type(got) is type(ref)
+    torch.testing.assert_close(first_tensor(got), first_tensor(ref), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(first_tensor(again), first_tensor(ref), rtol=1e-4, atol=1e-4)
+    cfs = new_graphs(before)
+    whole(cfs)
+    assert cfs[0].stats()["hits"] == 1
+
+
+transformers = pytest.importorskip("transformers")
+transformers.utils.logging.set_verbosity_error()
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "bert"])
+def test_hf_models_with_attention_mask_match_eager(arch):
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=64)
+        m = transformers.GPT2LMHeadModel(cfg).eval()
+        kw = {"use_cache": False}
+    else:
+        cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                      intermediate_size=128, vocab_size=100)
+        m = transformers.BertModel(cfg).eval()
+        kw = {}
+    ids = torch.randint(0, 100, (2, 13))
+    mask = torch.ones(2, 13, dtype=torch.long)
+    mask[1, 9:] = 0
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    cm = torch.compile(m, backend="smelt")
+    with torch.no_grad():
+        got = cm(ids, attention_mask=mask, **kw)
+        ref = m(ids, attention_mask=mask, **kw)
+    assert type(got) is type(ref) and list(got.keys()) == list(ref.keys())
+    for k in ref.keys():
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-4, atol=1e-4)
+    whole(new_graphs(before))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.ln, self.l2 = torch.nn.Linear(24, 48), torch.nn.LayerNorm(48), torch.nn.Linear(48, 5)
+
+    def forward(self, x):
+        return self.l2(self.ln(torch.nn.functional.gelu(self.l1(x)))).log_softmax(-1)
+
+
+def test_training_uses_smelts_backward_and_matches_eager():
+    torch.manual_seed(0)
+    m = Block()
+    ref = copy.deepcopy(m)
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    cm = torch.compile(m, backend="smelt")
+    opt, opt_ref = torch.optim.AdamW(m.parameters(), lr=1e-2), torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    for _ in range(6):
+        x, t = torch.randn(7, 24), torch.randint(0, 5, (7,))
+        for model, o in ((cm, opt), (ref, opt_ref)):
+            loss = torch.nn.functional.nll_loss(model(x), t)
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            if model is cm:
+                got_loss = loss.item()
+        assert got_loss == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    cfs = new_graphs(before)
+    whole(cfs)
+    assert cfs[0].stats()["backward_compiles"] == 1
+
+
+def test_input_gradients_match_eager():
+    def f(x, w):
+        return (torch.tanh(x @ w) * x.sum(1, keepdim=True)).softmax(-1)
+
+    x, w = torch.randn(5, 7, requires_grad=True), torch.randn(7, 7, requires_grad=True)
+    xe, we = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch._dynamo.reset()
+    g = torch.randn(5, 7)
+    torch.compile(f, backend="smelt")(x, w).backward(g)
+    f(xe, we).backward(g)
+    torch.testing.assert_close(x.grad, xe.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(w.grad, we.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_dynamo_graph_breaks_give_several_smelt_graphs():
+    seen = []
+
+    def f(x):
+        y = torch.relu(x) + 1
+        seen.append(y.shape)          # a side effect: Dynamo breaks the graph here
+        if y.sum() > 0:               # data-dependent control flow: another break
+            return y * 2
+        return y - 2
+
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    cf = torch.compile(f, backend="smelt")
+    x = torch.randn(6, 5)
+    torch.testing.assert_close(cf(x), f(x))
+    assert len(seen) == 2
+    cfs = new_graphs(before)
+    assert len(cfs) >= 2
+    whole(cfs, len(cfs))
+
+
+def test_sizes_dynamo_makes_symbolic():
+    def f(x, w):
+        y = torch.nn.functional.linear(x, w).relu()
+        return y.view(x.shape[0], -1).sum(1) * x.shape[0]
+
+    torch._dynamo.reset()
+    cf = torch.compile(f, backend="smelt")
+    w = torch.randn(8, 6)
+    for n in (3, 5, 9, 17, 1):
+        x = torch.randn(n, 6)
+        torch.testing.assert_close(cf(x, w), f(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_node_smelt_cannot_compile_runs_eagerly_in_the_graph():
+    def f(x):
+        return torch.fft.rfft(x).abs() * 2 + x.sum()
+
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    x = torch.randn(6, 8)
+    torch.testing.assert_close(torch.compile(f, backend="smelt")(x), f(x))
+    (cf,) = new_graphs(before)
+    st = cf.stats()
+    assert st["breaks"] >= 1 and "complex" in st["last_break"], st
+
+
+def test_options_and_mode_reach_smelt():
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    m = torch.nn.Linear(6, 3)
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="smelt", options={"weight_packing": "never"})(x), m(x))
+    (cf,) = new_graphs(before)
+    assert smelt._api._live[cf].options == {"weight_packing": "never"}
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="unknown option 'bogus'"):
+        torch.compile(m, backend="smelt", options={"bogus": 1})(x)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(m, backend="smelt", mode="max-autotune")(x), m(x))
+
+
+def run_python(code, **env):
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         timeout=300, cwd=REPO, env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def test_backend_name_without_import_smelt_logs_graphs_and_breaks():
+    out = run_python("""
+        import sys, torch
+        def f(x):
+            return torch.fft.rfft(x).abs().sum(-1) + torch.tanh(x).sum(-1)
+        x = torch.randn(3, 8)
+        got = torch.compile(f, backend="smelt")(x)
+        assert torch.allclose(got, f(x), atol=1e-5)
+        print("smelt" in sys.modules, sys.modules["smelt"].__file__)
+    """, SMELT_LOGS="dynamo,graph_breaks")
+    loaded, path = out.stdout.split()
+    assert loaded == "True" and path == os.path.join(REPO, "python", "smelt", "__init__.py")
+    assert "[smelt.dynamo] graph 0:" in out.stderr, out.stderr
+    assert "complex64 is not supported" in out.stderr, out.stderr
+
+
+def test_import_smelt_registers_without_the_entry_point():
+    out = run_python("""
+        import importlib.metadata as md, sys
+        real = md.entry_points
+        md.entry_points = lambda **kw: real(**kw) if kw.get("group") != "torch_dynamo_backends" else \\
+            md.EntryPoints(())
+        import torch, smelt
+        assert "torch._dynamo.backends.registry" not in sys.modules
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        x = torch.randn(2, 4)
+        with torch.no_grad():
+            assert torch.allclose(torch.compile(m, backend="smelt")(x), m(x))
+        print(len(smelt._dynamo.compiled_graphs()))
+    """)
+    assert out.stdout.split() == ["1"]
