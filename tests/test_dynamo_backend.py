@@ -173,11 +173,20 @@ def test_sizes_dynamo_makes_symbolic():
         return y.view(x.shape[0], -1).sum(1) * x.shape[0]
 
     torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
     cf = torch.compile(f, backend="smelt")
     w = torch.randn(8, 6)
-    for n in (3, 5, 9, 17, 1):
+    sizes = (3, 5, 9, 17, 33, 34, 35, 36, 37, 38, 39, 40, 41)
+    for n in sizes + (1,):
         x = torch.randn(n, 6)
         torch.testing.assert_close(cf(x, w), f(x, w), rtol=1e-5, atol=1e-5)
+    # Dynamo: a static graph (3), a dynamic one from the second size on, a
+    # static one for size 1; smelt: the dynamic graph's int input read from
+    # x, so one symbolic entry serves the 12 sizes after its first
+    static, dynamic = new_graphs(before)[:2]
+    st = dynamic.stats()
+    assert st["entries"] <= 2 and st["dynamic_entries"] == 1 and st["eager_entries"] == 0, st
+    assert st["hits"] >= len(sizes) - 3, st
 
 
 def test_node_smelt_cannot_compile_runs_eagerly_in_the_graph():

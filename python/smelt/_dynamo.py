@@ -18,8 +18,10 @@ second table of FX targets to keep in step. What follows from that:
     backward, autograd/); AOTAutograd is not used. An eager segment (a
     break) is differentiated by eager autograd;
   - guards: Dynamo guards the frame, smelt guards its graph's inputs (dtype,
-    shape, strides, requires_grad); a size Dynamo made symbolic reaches smelt
-    as an int input, which smelt specialises on.
+    shape, strides, requires_grad). A size Dynamo made symbolic is an int
+    input; where a tensor input has that size, the graph reads it from the
+    tensor instead, so smelt's own dynamic shapes take it (one entry for
+    every value, as for smelt.compile's callers).
 
 `import smelt` registers the backend with Dynamo's registry (when Dynamo is
 imported later, at that moment), and the package's `torch_dynamo_backends`
@@ -51,6 +53,8 @@ def backend(gm, example_inputs, *, mode=None, options=None):
     `mode` and `options` are torch.compile's, checked as smelt.compile
     checks them (options: smelt's OPTIONS)."""
     settings = _api._settings(False, None, None, mode, options)
+    if _sizes_from_tensors(gm):
+        gm.recompile()
     if getattr(gm, "_needs_recompile", lambda: False)():
         gm.real_recompile()   # a _LazyGraphModule: its forward is a stub until then
     fn = gm.forward.__func__
@@ -68,6 +72,33 @@ def backend(gm, example_inputs, *, mode=None, options=None):
         log.info("graph %d: %d inputs, %d calls, compiled by smelt as %s (%s)", n, len(example_inputs),
                  len(ops), name, code.co_filename)
     return types.MethodType(cf, gm)
+
+
+def _sizes_from_tensors(gm):
+    """Reads each symbolic size Dynamo passes as an int input from a tensor
+    input that has it (`x.size(d)`), so smelt's tracer sees the size as
+    the tensor's symbolic dimension instead of specialising on the int (a
+    new entry per value). The int input stays, unused. True if the graph
+    changed."""
+    import torch
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    where = {}
+    for n in inputs:
+        v = n.meta.get("example_value")
+        if isinstance(v, torch.Tensor) and not v.is_sparse:
+            for d, size in enumerate(v.shape):
+                if isinstance(size, torch.SymInt):
+                    where.setdefault(str(size.node.expr), (n, d))
+    changed = False
+    for n in inputs:
+        v = n.meta.get("example_value")
+        hit = where.get(str(v.node.expr)) if isinstance(v, torch.SymInt) and n.users else None
+        if hit is not None:
+            with gm.graph.inserting_after(inputs[-1]):
+                size = gm.graph.call_method("size", hit)
+            n.replace_all_uses_with(size)
+            changed = True
+    return changed
 
 
 def compiled_graphs():
