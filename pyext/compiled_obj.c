@@ -568,6 +568,10 @@ static int run(CompiledObject *self, PyObject *const *args, PyObject *outs, void
                          check_layout(st, &self->ins[k], k, args[k])))
             return -1;
         ptrs[k] = data_ptr(st, args[k], &bad);
+        if (bad && trusted && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+            PyErr_Clear();   /* a tensor without storage (a functorch wrapper) the guards took: run eagerly */
+            return 1;
+        }
         if (bad)
             return -1;
     }

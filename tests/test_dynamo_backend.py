@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -257,3 +258,89 @@ def test_import_smelt_registers_without_the_entry_point():
         print(len(smelt._dynamo.compiled_graphs()))
     """)
     assert out.stdout.split() == ["1"]
+
+
+def test_activation_checkpoint_region_compiles_inline_with_eager_gradients():
+    import torch.utils.checkpoint as cp
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+
+    def f(x):
+        y = cp.checkpoint(lambda t: torch.tanh(lin(t)) * t, x, use_reentrant=False)
+        return (y * y).sum()
+
+    x = torch.randn(5, 8, requires_grad=True)
+    xe = x.detach().clone().requires_grad_()
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    got = torch.compile(f, backend="smelt")(x)
+    got.backward()
+    grads = [x.grad] + [p.grad.clone() for p in lin.parameters()]
+    lin.zero_grad()
+    ref = f(xe)
+    ref.backward()
+    torch.testing.assert_close(got, ref)
+    for g, r in zip(grads, [xe.grad] + [p.grad for p in lin.parameters()]):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-6)
+    whole(new_graphs(before))
+
+
+def test_no_grad_region_in_the_graph_compiles():
+    inv = torch.rand(4) + 0.5
+
+    def f(x, w):
+        with torch.no_grad():   # Dynamo: torch._C._set_grad_enabled(False) ... (True) in the graph
+            table = (torch.arange(x.shape[0], dtype=torch.float32)[:, None] * inv).cos()
+        return ((x @ w) * table).sum()
+
+    x, w = torch.randn(6, 3, requires_grad=True), torch.randn(3, 4, requires_grad=True)
+    xe, we = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    torch.compile(f, backend="smelt")(x, w).backward()
+    f(xe, we).backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    torch.testing.assert_close(w.grad, we.grad)
+    assert torch.is_grad_enabled()
+    whole(new_graphs(before))
+
+
+def test_flex_attention_graph_runs_its_vmap_part_eagerly():
+    """Dynamo's graph of flex_attention builds the block mask with vmap
+    (functorch-wrapped tensors, which have no storage): those nodes run
+    eagerly, never as graph inputs, and the result is eager's."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def rel(score, b, h, q, kv):
+        return score + (q - kv) * 0.1
+
+    def f(q, k, v):
+        return flex_attention(q, k, v, score_mod=rel)
+
+    q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    with warnings.catch_warnings():   # torch's "flex_attention called without torch.compile()"
+        warnings.simplefilter("ignore")
+        got, ref = torch.compile(f, backend="smelt")(q, k, v), f(q, k, v)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    (cf,) = new_graphs(before)
+    assert "functorch-wrapped" in cf.stats()["last_break"]
+
+
+def test_functorch_wrapped_arguments_run_eagerly():
+    """vmap / grad over a smelt-compiled function: the wrapped tensors have
+    no storage; a new trace breaks on them, and an entry compiled for plain
+    tensors (whose guards they pass) is not run on them."""
+    def f(x):
+        return torch.sin(x) * 2 + 1
+
+    x = torch.randn(5, 3)
+    cf = smelt.compile(f)
+    torch.testing.assert_close(cf(x[0]), f(x[0]))
+    torch.testing.assert_close(torch.vmap(cf)(x), f(x))
+    torch.testing.assert_close(torch.func.grad(lambda t: cf(t).sum())(x[0]), 2 * torch.cos(x[0]))
+    fresh = smelt.compile(f)
+    torch.testing.assert_close(torch.vmap(fresh)(x), f(x))
+    st = fresh._smelt.stats()
+    assert st["eager_entries"] == 1 and "functorch-wrapped" in st["last_break"], st

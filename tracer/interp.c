@@ -62,6 +62,10 @@ static char intrinsic_all[MAX_INTRINSIC][40];        /* every intrinsic's name, 
 static PyObject *s_forward, *s_globals, *s_modules, *s_params, *s_buffers, *s_dict, *s_self, *s_call, *s_func;
 static PyObject *ctx_classes[2];                 /* torch.no_grad, torch.inference_mode */
 static PyObject *device_type, *param_type, *strided;   /* torch.device, nn.Parameter, torch.strided */
+/* torch._C._functorch.is_functorch_wrapped_tensor, torch._is_functional_tensor:
+ * tensors of a transform (vmap's BatchedTensor, grad's wrapper) or of
+ * functionalization look plain from Python but have no storage of their own */
+static PyObject *wrapped_checks[2];
 /* Types whose instances never change (value_stable): torch.layout,
  * torch.memory_format, torch.finfo, torch.iinfo, torch.Size; and
  * enum.Enum. */
@@ -95,12 +99,19 @@ static int init_names(void)
     PyObject *en = PyImport_ImportModule("enum");
     enum_type = en ? PyObject_GetAttrString(en, "Enum") : NULL;
     Py_XDECREF(en);
+    PyObject *tc = PyObject_GetAttrString(torch, "_C");
+    PyObject *ft = tc ? PyObject_GetAttrString(tc, "_functorch") : NULL;
+    wrapped_checks[0] = ft ? PyObject_GetAttrString(ft, "is_functorch_wrapped_tensor") : NULL;
+    wrapped_checks[1] = PyObject_GetAttrString(torch, "_is_functional_tensor");
+    Py_XDECREF(ft);
+    Py_XDECREF(tc);
     PyObject *nn = PyImport_ImportModule("torch.nn");
     param_type = nn ? PyObject_GetAttrString(nn, "Parameter") : NULL;
     Py_XDECREF(nn);
     Py_DECREF(torch);
     return s_forward && s_globals && s_modules && s_params && s_buffers && s_dict && s_self && s_call && s_func &&
-           ctx_classes[0] && ctx_classes[1] && device_type && strided && param_type &&
+           ctx_classes[0] && ctx_classes[1] && device_type && strided && param_type && wrapped_checks[0] &&
+           wrapped_checks[1] &&
            value_types[0] && value_types[1] && value_types[2] && value_types[3] && value_types[4] && enum_type ? 0 : -1;
 }
 
@@ -397,12 +408,23 @@ PyObject *tr_strided(void) { return strided; }
 /* 1 if tensor t can be a graph input: a strided (dense) torch.Tensor or
  * nn.Parameter. A subclass would make eager's results instances of it
  * (and may override __torch_function__); sparse, quantized and other
- * layouts have no strides. 0 with a break, -1 on error. */
+ * layouts have no strides; a functorch or functional wrapper has no
+ * storage (Dynamo's graphs of vmap, create_block_mask, run such nodes
+ * eagerly). 0 with a break, -1 on error. */
 static int tensor_plain(tracer *T, PyObject *t)
 {
     PyTypeObject *tp = Py_TYPE(t);
     if ((PyObject *)tp != ops_tensor_type() && (PyObject *)tp != param_type)
         return tr_break(T, "tensor subclass %s (its __torch_function__ and result type are eager's)", tp->tp_name), 0;
+    for (int i = 0; i < 2; i++) {
+        PyObject *r = PyObject_CallOneArg(wrapped_checks[i], t);
+        if (!r)
+            return -1;
+        int wrapped = r == Py_True;
+        Py_DECREF(r);
+        if (wrapped)
+            return tr_break(T, "a %s tensor (no storage of its own)", i ? "functionalized" : "functorch-wrapped (vmap, grad)"), 0;
+    }
     PyObject *layout = PyObject_GetAttrString(t, "layout");
     if (!layout)
         return -1;

@@ -44,7 +44,7 @@ static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class s
 static PyObject *build_class_fn, *function_meta;   /* builtins.__build_class__, torch.autograd.function.FunctionMeta */
 
 /* What the tracer answers itself, by callable. */
-typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD,
+typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD, Q_RAW_SET_GRAD,
                           Q_DISPATCH } query_kind;
 static PyObject *queries;   /* dict: callable -> query_kind */
 
@@ -107,6 +107,7 @@ int obj_init(void)
         { "is_grad_enabled", Q_GRAD }, { "get_default_dtype", Q_DTYPE },
         { "is_autocast_enabled", Q_AUTOCAST }, { "enable_grad", Q_ENABLE_GRAD }, { "set_grad_enabled", Q_SET_GRAD },
         { "_C._len_torch_dispatch_stack", Q_DISPATCH },
+        { "_C._set_grad_enabled", Q_RAW_SET_GRAD },   /* what Dynamo's graphs call for no_grad regions */
     };
     int rc = grad_mgr && grad_exit && autocast_type && grad_enabled_fn && copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe && function_meta && build_class_fn ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
@@ -1436,8 +1437,10 @@ int32_t obj_grad_manager(tracer *T, int on)
 }
 
 /* torch.set_grad_enabled(mode): the mode changes at the call (as in eager);
- * the manager it returns restores the mode before it on __exit__. */
-static int32_t set_grad_enabled(tracer *T, const call_args *a)
+ * the manager it returns restores the mode before it on __exit__.
+ * torch._C._set_grad_enabled(mode) (raw) changes it the same and returns
+ * None. */
+static int32_t set_grad_enabled(tracer *T, const call_args *a, int raw)
 {
     int on;
     int32_t mode = a->npos == 1 && !a->nkw ? a->pos[0] : a->nkw == 1 && !a->npos ? a->kwv[0] : -1;
@@ -1454,7 +1457,7 @@ static int32_t set_grad_enabled(tracer *T, const call_args *a)
     tr_grad_mode(T, st);
     T->vals[m].pos = st;
     T->vals[m].sl[0] = saved;
-    return m;
+    return raw ? tv_obj(T, Py_None, -1) : m;
 }
 
 /* Whether function fn is torch's own code (its context managers change
@@ -1638,8 +1641,8 @@ int32_t obj_query(tracer *T, PyObject *fn, const call_args *a)
         return signature_query(T, fn, a);
     if (q == Q_ENABLE_GRAD)
         return a->npos || a->nkw ? tr_break(T, "torch.enable_grad() arguments") : obj_grad_manager(T, 1);
-    if (q == Q_SET_GRAD)
-        return set_grad_enabled(T, a);
+    if (q == Q_SET_GRAD || q == Q_RAW_SET_GRAD)
+        return set_grad_enabled(T, a, q == Q_RAW_SET_GRAD);
     if (a->npos || a->nkw)
         return tr_break(T, "arguments to a compile-time query");
     if (q == Q_TRUE || q == Q_FALSE)

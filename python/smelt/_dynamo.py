@@ -53,10 +53,11 @@ def backend(gm, example_inputs, *, mode=None, options=None):
     `mode` and `options` are torch.compile's, checked as smelt.compile
     checks them (options: smelt's OPTIONS)."""
     settings = _api._settings(False, None, None, mode, options)
-    if _sizes_from_tensors(gm):
+    if _sizes_from_tensors(gm) | _inline_wrappers(gm):
         gm.recompile()
-    if getattr(gm, "_needs_recompile", lambda: False)():
-        gm.real_recompile()   # a _LazyGraphModule: its forward is a stub until then
+    for m in gm.modules():   # a _LazyGraphModule's forward is a stub until made real
+        if getattr(m, "_needs_recompile", lambda: False)():
+            m.real_recompile()
     fn = gm.forward.__func__
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"smelt backend: expected an FX GraphModule, got {type(gm).__name__}")
@@ -98,6 +99,33 @@ def _sizes_from_tensors(gm):
                 size = gm.graph.call_method("size", hit)
             n.replace_all_uses_with(size)
             changed = True
+    return changed
+
+
+# Higher-order ops that only wrap a subgraph (body, *args): the body's
+# values are the op's. Checkpointing decides what the backward keeps, which
+# smelt's own split decides anyway.
+WRAPPERS = ("tag_activation_checkpoint", "wrap")
+
+
+def _inline_wrappers(gm):
+    """Replaces each call of a WRAPPERS op on a submodule body by a call
+    of the body's forward (traced inline by smelt; its keyword arguments,
+    the checkpoint's options, dropped). True if the graph changed."""
+    import torch
+    ops = {getattr(torch.ops.higher_order, name, None) for name in WRAPPERS} - {None}
+    changed = False
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or n.target not in ops or not n.args:
+            continue
+        body = n.args[0]
+        if getattr(body, "op", None) != "get_attr" or not isinstance(gm.get_submodule(body.target), torch.nn.Module):
+            continue
+        with gm.graph.inserting_before(n):   # body.forward(*args): not GraphModule.__call__'s _WrappedCall
+            call = gm.graph.call_method("forward", (body, *n.args[1:]))
+        n.replace_all_uses_with(call)
+        gm.graph.erase_node(n)
+        changed = True
     return changed
 
 
