@@ -344,3 +344,30 @@ def test_functorch_wrapped_arguments_run_eagerly():
     torch.testing.assert_close(torch.vmap(fresh)(x), f(x))
     st = fresh._smelt.stats()
     assert st["eager_entries"] == 1 and "functorch-wrapped" in st["last_break"], st
+
+
+def test_hf_gpt2_training_steps_match_eager():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=64,
+                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    m = transformers.GPT2LMHeadModel(cfg).train()
+    ref = copy.deepcopy(m)
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    cm = torch.compile(m, backend="smelt")
+    opt, opt_ref = torch.optim.AdamW(m.parameters(), lr=1e-3), torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    for _ in range(3):
+        ids = torch.randint(0, 100, (2, 12))
+        losses = []
+        for model, o in ((cm, opt), (ref, opt_ref)):
+            loss = model(ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            losses.append(loss.item())
+        assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-4)
+    cfs = new_graphs(before)
+    whole(cfs, len(cfs))
+    assert all(cf.stats()["backward_compiles"] == 1 for cf in cfs)
