@@ -35,7 +35,7 @@ interpreters() {
         for p in "$(command -v "python$v" || true)" "$HOME"/.pyenv/versions/"$v".*/bin/python"$v"; do
             [ -n "$p" ] && [ -x "$p" ] || continue
             real=$(readlink -f "$p")
-            "$p" -c "import sys; assert sys.version_info[:2] == ($v)" 2>/dev/null || continue
+            "$p" -c "import sys; assert sys.version_info[:2] == (${v/./, })" 2>/dev/null || continue
             [[ $seen == *" $real "* ]] && continue
             seen+="$real "
             echo "$p"
