@@ -67,14 +67,16 @@ def wheel_link_args():
     """Static LLVM for a wheel: its archives and their system libraries, zlib
     and zstd linked in too (libzstd-dev has the archive); z3, libxml2 and the
     rest are named by llvm-config but unreferenced by these components, and
-    --as-needed drops them. libstdc++ stays the system's (torch needs it too;
-    the manylinux policy allows it). --exclude-libs keeps every archive's
-    symbols local, so this LLVM cannot clash with another one in the process."""
+    --as-needed drops them. libstdc++ linked in as well (its GCC 12 symbol
+    versions would ask for more than manylinux_2_34 allows; oneDNN uses
+    the system's) and arc4random (glibc 2.36) replaced by
+    pyext/glibc_compat.c's. --exclude-libs keeps every archive's symbols
+    local, so this LLVM cannot clash with another one in the process."""
     static = {"-lz": "-l:libz.a", "-lzstd": "-l:libzstd.a"}
     system = [static.get(f, f) for f in llvm_config("--link-static", "--system-libs")]
     return [*llvm_config("--link-static", "--ldflags", "--libs", *LLVM_COMPONENTS),
-            "-Wl,--as-needed", *system, "-lstdc++", "-Wl,--no-as-needed",
-            "-Wl,--exclude-libs,ALL", "-Wl,--gc-sections", "-Wl,--strip-debug"]
+            "-Wl,--as-needed", *system, "-Wl,--no-as-needed", "-l:libstdc++.a",
+            "-Wl,--wrap=arc4random", "-Wl,--exclude-libs,ALL", "-Wl,--gc-sections", "-Wl,--strip-debug"]
 
 
 def link_args():
