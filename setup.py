@@ -109,8 +109,8 @@ PY_TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 
 
 def build_lib():
-    """Where the linked extension goes (and, for a wheel, the whole package:
-    bdist_wheel takes it from there)."""
+    """Where the linked extension goes with the rest of the package, unless
+    built in place: a wheel (pip install ., pip wheel) is made from there."""
     return os.path.join(ROOT, "build", f"lib-{'wheel' if WHEEL else VARIANT}-{PY_TAG}")
 
 
@@ -170,5 +170,5 @@ setup(
         extra_link_args=link_args(),
     )],
     cmdclass={"build_ext": BuildExt},
-    options={"build": {"build_lib": build_lib()}} if WHEEL else {},
+    options={"build": {"build_lib": build_lib()}},   # bdist_wheel (pip install .) takes it from there
 )
