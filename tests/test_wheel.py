@@ -192,3 +192,19 @@ def test_suite_files_against_the_installed_package(venv):
          os.path.join(REPO, "tests", "test_vmath.py") + "::test_trig_large_arguments_in_one_vector",
          os.path.join(REPO, "tests", "test_vmath.py") + "::test_float64_keeps_one_ulp"],
         cwd=root, env=clean_env(root))
+
+
+def test_wheel_declares_the_dynamo_backend_entry_point(wheel, venv):
+    """torch.compile(backend="smelt") without `import smelt`, from the venv:
+    the wheel's metadata names the backend and Dynamo loads the venv's smelt."""
+    z = zipfile.ZipFile(wheel)
+    eps = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
+    assert len(eps) == 1 and "smelt = smelt._dynamo:backend" in z.read(eps[0]).decode(), eps
+    py, site, root = venv
+    out = run([py, "-c", "import sys, torch\n"
+               "m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())\n"
+               "x = torch.randn(3, 8)\n"
+               "with torch.no_grad():\n"
+               "    assert torch.allclose(torch.compile(m, backend='smelt')(x), m(x), atol=1e-6)\n"
+               "print(sys.modules['smelt'].__file__)"], cwd=root, env=clean_env(root))
+    assert out.strip().splitlines()[-1] == os.path.join(site, "smelt", "__init__.py"), out
