@@ -118,7 +118,9 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
         smelt_graph_free(p->graph);
         p->graph = folded;
     }
+    p->be = be;   /* (what lowering asks: where externs run; set for good below) */
     int rc = ind_lower(p, opts, err, errlen);
+    p->be = NULL;
     p->times.lower_ms = now_ms() - t0;
     p->device = opts ? opts->device : 0;
     p->code_only = opts && opts->cuda_arch;   /* (what supports_step may ask: code to read, no device needed) */

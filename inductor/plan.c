@@ -310,9 +310,9 @@ static void step_text(const smelt_plan *p, int32_t s, char *buf, size_t n)
     if (st->kind == PS_MATMUL) {
         const kern_matmul_desc *m = &st->mm;
         int nd = m->ndim;
-        snprintf(buf, n, "matmul [..%lld,%lld]@[..%lld,%lld] %s", (long long)m->a_dims[nd - 2],
+        snprintf(buf, n, "matmul [..%lld,%lld]@[..%lld,%lld] %s%s", (long long)m->a_dims[nd - 2],
                  (long long)m->a_dims[nd - 1], (long long)m->b_dims[nd - 2], (long long)m->b_dims[nd - 1],
-                 smelt_dtype_name(m->dtype));
+                 smelt_dtype_name(m->dtype), m->c_f32 ? "->float32" : "");
     } else if (st->kind == PS_SDPA) {
         const kern_sdpa_desc *d = &st->attn->d;
         snprintf(buf, n, "%s%s L %lld S %lld E %lld%s%s", st->attn->flex ? "flex attention" : "sdpa",

@@ -135,6 +135,8 @@ static int check_desc(const kern_matmul_desc *d, char *err, size_t errlen)
     }
     if ((unsigned)d->dtype >= SMELT_NDTYPES || d->dtype == SMELT_BOOL)
         return fail(err, errlen, "unsupported dtype (bool or unknown)", d);
+    if (d->c_f32 && d->dtype != SMELT_F16 && d->dtype != SMELT_BF16)
+        return fail(err, errlen, "a float32 result of operands other than float16/bfloat16", d);
     int nd = d->ndim;
     for (int i = 0; i < nd; i++)
         if (d->a_dims[i] < 0 || d->b_dims[i] < 0 || d->c_dims[i] < 0 ||
@@ -170,9 +172,9 @@ typedef enum mm_acc { MM_ACC_F32, MM_ACC_F64, MM_ACC_U64 } mm_acc;
  * index with per-operand strides (0 where an operand is broadcast), tiles
  * numbered batch-major, then row tile, then column tile. */
 typedef struct mm_plan {
-    smelt_dtype dt;
+    smelt_dtype dt, cdt;     /* of A and B; of C */
     mm_acc acc;
-    size_t esz, accsz;
+    size_t esz, cesz, accsz;
     int nbd;
     int64_t bdim[SMELT_MAX_DIMS], bsa[SMELT_MAX_DIMS], bsb[SMELT_MAX_DIMS], bsc[SMELT_MAX_DIMS];
     int64_t M, N, K, am, ak, bk, bn, cm, cn;
@@ -343,8 +345,8 @@ static void mm_tile(const mm_plan *p, int64_t t, char *buf)
                 kb, cols, p->bk, p->bn, bp, nbp);
         mm_gemm(p->acc, rows, kb, nbp, ap, bp, acc);
     }
-    mm_store(p->dt, acc, rows, cols, nbp,
-             p->c + (size_t)(off[2] + i0 * p->cm + j0 * p->cn) * p->esz, p->cm, p->cn);
+    mm_store(p->cdt, acc, rows, cols, nbp,
+             p->c + (size_t)(off[2] + i0 * p->cm + j0 * p->cn) * p->cesz, p->cm, p->cn);
 }
 
 /* kern_range_fn over tiles; scratch is allocated once per chunk. */
@@ -370,6 +372,8 @@ static void mm_plan_init(mm_plan *p, const kern_matmul_desc *d)
              : (d->dtype == SMELT_F32 || d->dtype == SMELT_F16 || d->dtype == SMELT_BF16)
                  ? MM_ACC_F32 : MM_ACC_U64;
     p->esz = k_esize[d->dtype];
+    p->cdt = d->c_f32 ? SMELT_F32 : d->dtype;
+    p->cesz = k_esize[p->cdt];
     p->accsz = p->acc == MM_ACC_F32 ? 4 : 8;
     p->nbd = nd - 2;
     for (int i = 0; i < nd - 2; i++) {
@@ -419,9 +423,9 @@ static void mm_zero(const kern_matmul_desc *d, void *c, int64_t nrows)
     for (int64_t r = 0; r < nrows; r++) {
         int64_t off[3];
         mm_batch_offsets(&p, r / p.M, off);
-        char *row = (char *)c + (size_t)(off[2] + r % p.M * p.cm) * p.esz;
+        char *row = (char *)c + (size_t)(off[2] + r % p.M * p.cm) * p.cesz;
         for (int64_t j = 0; j < p.N; j++)
-            memset(row + (size_t)(j * p.cn) * p.esz, 0, p.esz);
+            memset(row + (size_t)(j * p.cn) * p.cesz, 0, p.cesz);
     }
 }
 
@@ -430,7 +434,7 @@ static void mm_zero(const kern_matmul_desc *d, void *c, int64_t nrows)
 /* Operands as given to oneDNN: v[0..5] = a dims, a strides, b dims, b
  * strides, c dims, c strides, zero beyond ndim (keys compare bytewise). */
 typedef struct mm_key {
-    int32_t dtype, ndim, nthreads, pad_;
+    int32_t dtype, ndim, nthreads, c_f32;
     int64_t v[6][SMELT_MAX_DIMS];
 } mm_key;
 
@@ -453,7 +457,7 @@ static void mm_make_key(const kern_matmul_desc *d, int nthreads, mm_key *k)
                              d->c_dims, d->c_strides};
     int nd = d->ndim;
     memset(k, 0, sizeof *k);
-    k->dtype = d->dtype, k->ndim = nd, k->nthreads = nthreads;
+    k->dtype = d->dtype, k->ndim = nd, k->nthreads = nthreads, k->c_f32 = d->c_f32;
     for (int i = 0; i < 6; i++)
         memcpy(k->v[i], src[i], (size_t)nd * sizeof(int64_t));
     for (int o = 0; o < 4; o += 2)
@@ -469,7 +473,8 @@ static dnnl_status_t mm_key_mds(const mm_key *k, dnnl_memory_desc_t md[3])
     dnnl_data_type_t dt = k->dtype == SMELT_BF16 ? dnnl_bf16 : dnnl_f32;
     dnnl_status_t st = dnnl_success;
     for (int o = 0; o < 3 && st == dnnl_success; o++)
-        st = dnnl_memory_desc_init_by_strides(&md[o], k->ndim, k->v[2 * o], dt, k->v[2 * o + 1]);
+        st = dnnl_memory_desc_init_by_strides(&md[o], k->ndim, k->v[2 * o], o == 2 && k->c_f32 ? dnnl_f32 : dt,
+                                              k->v[2 * o + 1]);
     return st;
 }
 
@@ -561,7 +566,7 @@ typedef struct mm_split {
     const char *a, *b;
     char *c;
     int s, rc, declined;
-    size_t es;
+    size_t es, ces;          /* element bytes of A and B; of C */
     char err[256];
 } mm_split;
 
@@ -571,7 +576,7 @@ static void mm_split_range(void *ctx, int64_t begin, int64_t end)
     kern_matmul_desc p = *m->d;
     int s = m->s, nd = p.ndim;
     const char *a = m->a, *b = m->b;
-    char *c = m->c + (size_t)(begin * p.c_strides[s]) * m->es;
+    char *c = m->c + (size_t)(begin * p.c_strides[s]) * m->ces;
     p.c_dims[s] = end - begin;
     if (p.a_dims[s] != 1 || s == nd - 2) {
         a += (size_t)(begin * p.a_strides[s]) * m->es;
@@ -607,7 +612,8 @@ static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, vo
     int s = (nd > 2 && d->c_dims[0] >= nt) ? 0 : nd - 2;
     if (nt <= 1 || flops < 2e5 || d->c_dims[s] < 2)
         return mm_onednn_one(d, a, b, c, err, errlen);
-    mm_split m = { .d = d, .a = a, .b = b, .c = c, .s = s, .es = d->dtype == SMELT_F32 ? 4 : 2 };
+    mm_split m = { .d = d, .a = a, .b = b, .c = c, .s = s, .es = d->dtype == SMELT_F32 ? 4 : 2,
+                   .ces = d->dtype == SMELT_F32 || d->c_f32 ? 4 : 2 };
     int64_t n = d->c_dims[s];
     kern_parallel_for(n, (n + nt - 1) / nt, mm_split_range, &m);
     if (m.rc) {
@@ -957,6 +963,64 @@ static int mm_mkl_colmajor_a(const kern_matmul_desc *d, const void *a, const voi
     return 0;
 }
 
+/* Operand x (dims, element strides, dtype dt: F16 or BF16) as a new dense
+ * row-major float32 copy of the same dims (stride-0 dims read once per
+ * index, as any other), or NULL when out of memory. */
+static float *mm_dense_f32(smelt_dtype dt, const void *x, int nd, const int64_t *dims, const int64_t *strides)
+{
+    int64_t n = 1, idx[SMELT_MAX_DIMS] = { 0 };
+    for (int i = 0; i < nd; i++)
+        n *= dims[i];
+    float *o = malloc((size_t)(n ? n : 1) * sizeof *o);
+    if (!o)
+        return NULL;
+    const uint16_t *h = x;
+    int64_t last = dims[nd - 1], ls = strides[nd - 1];
+    for (int64_t r = 0; last && r < n / last; r++) {
+        int64_t off = 0;
+        for (int i = 0; i < nd - 1; i++)
+            off += idx[i] * strides[i];
+        float *row = o + r * last;
+        if (dt == SMELT_BF16)
+            for (int64_t j = 0; j < last; j++)
+                row[j] = bf16_to_f32(h[off + j * ls]);
+        else
+            for (int64_t j = 0; j < last; j++)
+                row[j] = f16_to_f32(h[off + j * ls]);
+        for (int i = nd - 2; i >= 0 && ++idx[i] == dims[i]; i--)
+            idx[i] = 0;
+    }
+    return o;
+}
+
+/* A half-precision product with a float32 result (c_f32) that oneDNN
+ * declined (float16, or bfloat16 on a CPU without bf16 instructions): A
+ * and B converted to dense float32 copies (exact), then the float32
+ * product, the same values as the casts' product the graph describes. */
+static int mm_half_via_f32(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                           char *err, size_t errlen)
+{
+    kern_matmul_desc f = *d;
+    int nd = d->ndim;
+    float *fa = mm_dense_f32(d->dtype, a, nd, d->a_dims, d->a_strides);
+    float *fb = fa ? mm_dense_f32(d->dtype, b, nd, d->b_dims, d->b_strides) : NULL;
+    int rc = -1;
+    if (fb) {
+        f.dtype = SMELT_F32, f.c_f32 = 0;
+        int64_t sa = 1, sb = 1;
+        for (int i = nd - 1; i >= 0; i--) {
+            f.a_strides[i] = sa, f.b_strides[i] = sb;
+            sa *= d->a_dims[i], sb *= d->b_dims[i];
+        }
+        rc = kern_matmul(&f, fa, fb, c, err, errlen);
+    } else if (err && errlen) {
+        snprintf(err, errlen, "matmul: out of memory for float32 copies of half-precision operands");
+    }
+    free(fa);
+    free(fb);
+    return rc;
+}
+
 int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                 char *err, size_t errlen)
 {
@@ -979,6 +1043,8 @@ int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c
         if (rc != MM_DECLINED)
             return rc;
     }
+    if (d->c_f32)
+        return mm_half_via_f32(d, a, b, c, err, errlen);
     return mm_portable(d, a, b, c, nbatch, err, errlen);
 }
 
