@@ -1398,6 +1398,7 @@ static int emit_sdpa(lowering *L, int32_t node)
     d->L = q->shape[nd - 2], d->S = k->shape[nd - 2], d->E = q->shape[nd - 1], d->Ev = v->shape[nd - 1];
     d->scale = (float)n->a.sdpa.scale;
     d->causal = n->a.sdpa.causal;
+    d->dtype = q->dtype == SMELT_BF16 ? KERN_SDPA_BF16 : q->dtype == SMELT_F16 ? KERN_SDPA_F16 : KERN_SDPA_F32;
     a->nin = n->nsrc;
     a->mode = n->op == SMELT_OP_SDPA_BWD;
     kern_sdpa_operand *fwd[4] = { &d->q, &d->k, &d->v, &d->mask };

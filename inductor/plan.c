@@ -230,7 +230,7 @@ static int run_sdpa(const smelt_plan *p, const plan_step *s, void **bufs, char *
         return plan_run_flex(p, s, bufs, err, errlen);
     int mask = a->mode ? 5 : 3;
     for (int k = 0; k < a->nin; k++) {
-        size_t es = k == mask && a->d.mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4;
+        size_t es = k == mask && a->d.mask_kind == KERN_SDPA_BOOL_MASK ? 1 : a->d.dtype == KERN_SDPA_F32 ? 4 : 2;
         src[k] = (const char *)bufs[a->buf[k]] + a->off[k] * (int64_t)es;
     }
     float *out = bufs[a->buf[PLAN_SDPA_OUT]];

@@ -26,6 +26,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "half.h"
 #include "onednn.h"
 #include "primcache.h"
 #include "threadpool.h"
@@ -37,70 +38,6 @@ static const unsigned char k_esize[SMELT_NDTYPES] = {
     [SMELT_I32] = 4, [SMELT_I64] = 8, [SMELT_F16] = 2, [SMELT_BF16] = 2,
     [SMELT_F32] = 4, [SMELT_F64] = 8,
 };
-
-static float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-/* IEEE half -> float, exact (subnormals, inf and NaN payloads kept). */
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
-    uint32_t exp = o & (0x7c00u << 13);
-    o += (uint32_t)(127 - 15) << 23;
-    if (exp == 0x7c00u << 13) {
-        o += (uint32_t)(128 - 16) << 23;                       /* inf, NaN */
-    } else if (exp == 0) {                                     /* zero, subnormal */
-        o += 1u << 23;
-        o = f32_bits(bits_f32(o) - bits_f32(113u << 23));
-    }
-    return bits_f32(o | (uint32_t)(h & 0x8000u) << 16);
-}
-
-/* float -> IEEE half, round to nearest even; NaN -> 0x7e00 (as torch). */
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t u = f32_bits(f);
-    uint32_t sign = u & 0x80000000u;
-    uint16_t o;
-    u ^= sign;
-    if (u >= (uint32_t)(127 + 16) << 23) {                     /* overflow, inf, NaN */
-        o = u > 0x7f800000u ? 0x7e00 : 0x7c00;
-    } else if (u < 113u << 23) {                               /* half subnormal or 0 */
-        uint32_t magic = (uint32_t)((127 - 15) + (23 - 10) + 1) << 23;
-        o = (uint16_t)(f32_bits(bits_f32(u) + bits_f32(magic)) - magic);
-    } else {
-        uint32_t odd = (u >> 13) & 1;
-        u += ((uint32_t)(15 - 127) << 23) + 0xfff + odd;
-        o = (uint16_t)(u >> 13);
-    }
-    return o | (uint16_t)(sign >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    return bits_f32((uint32_t)h << 16);
-}
-
-/* float -> bfloat16, round to nearest even; NaN -> 0x7fc0 (as torch). */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return 0x7fc0;
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
 
 /* -------------------------------------------------------------- checking */
 
@@ -204,8 +141,8 @@ static void mm_pack(smelt_dtype dt, const void *src, int64_t nr, int64_t nc,
 {
     switch (dt) {
     case SMELT_F32: MM_PACK(float, float, ); break;
-    case SMELT_F16: MM_PACK(uint16_t, float, f16_to_f32); break;
-    case SMELT_BF16: MM_PACK(uint16_t, float, bf16_to_f32); break;
+    case SMELT_F16: MM_PACK(uint16_t, float, kern_f16_to_f32); break;
+    case SMELT_BF16: MM_PACK(uint16_t, float, kern_bf16_to_f32); break;
     case SMELT_F64: MM_PACK(double, double, ); break;
     case SMELT_U8: MM_PACK(uint8_t, uint64_t, ); break;
     case SMELT_I8: MM_PACK(int8_t, uint64_t, (int64_t)); break;
@@ -232,8 +169,8 @@ static void mm_store(smelt_dtype dt, const void *src, int64_t nr, int64_t nc, in
 {
     switch (dt) {
     case SMELT_F32: MM_STORE(float, float, ); break;
-    case SMELT_F16: MM_STORE(uint16_t, float, f32_to_f16); break;
-    case SMELT_BF16: MM_STORE(uint16_t, float, f32_to_bf16); break;
+    case SMELT_F16: MM_STORE(uint16_t, float, kern_f32_to_f16); break;
+    case SMELT_BF16: MM_STORE(uint16_t, float, kern_f32_to_bf16); break;
     case SMELT_F64: MM_STORE(double, double, ); break;
     case SMELT_U8: MM_STORE(uint8_t, uint64_t, ); break;
     case SMELT_I8: MM_STORE(int8_t, uint64_t, ); break;
@@ -983,10 +920,10 @@ static float *mm_dense_f32(smelt_dtype dt, const void *x, int nd, const int64_t 
         float *row = o + r * last;
         if (dt == SMELT_BF16)
             for (int64_t j = 0; j < last; j++)
-                row[j] = bf16_to_f32(h[off + j * ls]);
+                row[j] = kern_bf16_to_f32(h[off + j * ls]);
         else
             for (int64_t j = 0; j < last; j++)
-                row[j] = f16_to_f32(h[off + j * ls]);
+                row[j] = kern_f16_to_f32(h[off + j * ls]);
         for (int i = nd - 2; i >= 0 && ++idx[i] == dims[i]; i--)
             idx[i] = 0;
     }

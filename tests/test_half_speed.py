@@ -196,3 +196,67 @@ def test_conversions_bit_exact(target):
     env = {"SMELT_CPU": target} if target else {}
     out = json.loads(run_py(CONVERT_SCRIPT, **env).strip().splitlines()[-1])
     assert out == {"torch.bfloat16": [True, True, True], "torch.float16": [True, True, True]}, out
+
+
+ATTN_CASES = ["plain", "bool-mask", "add-mask", "causal", "strided", "gqa"]
+
+
+def attn_inputs(case, dtype, gen):
+    B, H, L, S, E = 2, 3, 37, 45, 24
+    mk = lambda *s: rand(s, dtype, gen=gen, low=-2, high=2)
+    q, k, v = mk(B, H, L, E), mk(B, H, S, E), mk(B, H, S, E + 8)
+    kw = {}
+    if case == "bool-mask":
+        kw["attn_mask"] = rand((L, S), torch.float32, gen=gen, low=0, high=1) > 0.3
+    elif case == "add-mask":
+        kw["attn_mask"] = mk(B, 1, L, S)
+    elif case == "causal":
+        k, v, kw["is_causal"] = k[:, :, :L], v[:, :, :L], True
+    elif case == "strided":   # heads split from one projection, as a transformer's
+        qkv = mk(B, L, 3 * H * E)
+        q, k, v = (t.view(B, L, H, E).transpose(1, 2) for t in qkv.split(H * E, dim=2))
+    elif case == "gqa":
+        k, v, kw["enable_gqa"] = k[:, :1], v[:, :1], True
+    return q, k, v, kw
+
+
+@pytest.mark.parametrize("case", ATTN_CASES)
+@pytest.mark.parametrize("dtype", HALF, ids=dname)
+def test_sdpa_half(case, dtype, gen):
+    """Half-precision SDPA without autograd runs smelt's flash kernel (tiles
+    converted to float32 as they are packed, one rounding of the output):
+    within a rounding of the float64 value, and as close as eager is."""
+    q, k, v, kw = attn_inputs(case, dtype, gen)
+    f = smelt.compile(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw))
+    with torch.no_grad():
+        got = f(q, k, v)
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+    m = kw.get("attn_mask")
+    kw64 = dict(kw, attn_mask=m.double() if m is not None and m.dtype != torch.bool else m)
+    exact = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), **kw64)
+    assert got.dtype == dtype and got.shape == want.shape
+    ulp = 2.0 ** -8 if dtype == BF16 else 2.0 ** -11
+    err, eager_err = (got.double() - exact).abs(), (want.double() - exact).abs()
+    assert (err <= ulp * exact.abs() + 1e-3 * ulp * 16).all(), err.max()
+    assert err.max() <= eager_err.max() + ulp * exact.abs().max()
+
+
+def test_sdpa_half_is_fused():
+    """The graph has one SDPA step reading bfloat16 (no float32 copies of q,
+    k, v, no [L, S] scores)."""
+    g = C.Graph()
+    q, k, v = (g.input(BF16, (2, 3, n, 16)) for n in (20, 30, 30))
+    g.output(g.op("sdpa", q, k, v))
+    f = g.compile(keep_code=True)
+    assert "sdpa" in f.code("kernels") and f.num_kernels == 0, f.code("kernels")
+
+
+def test_sdpa_half_with_grad_decomposes(gen):
+    """With autograd the CPU decomposes half-precision attention (its kernel
+    has no half-precision backward): gradients as eager's."""
+    q, k, v, _ = attn_inputs("plain", BF16, gen)
+    f = smelt.compile(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    qs, qe = q.clone().requires_grad_(), q.clone().requires_grad_()
+    f(qs, k, v).float().sum().backward()
+    torch.nn.functional.scaled_dot_product_attention(qe, k, v).float().sum().backward()
+    torch.testing.assert_close(qs.grad, qe.grad, rtol=5e-2, atol=5e-2)
