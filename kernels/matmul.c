@@ -930,33 +930,67 @@ static float *mm_dense_f32(smelt_dtype dt, const void *x, int nd, const int64_t 
     return o;
 }
 
-/* A half-precision product with a float32 result (c_f32) that oneDNN
- * declined (float16, or bfloat16 on a CPU without bf16 instructions): A
- * and B converted to dense float32 copies (exact), then the float32
- * product, the same values as the casts' product the graph describes. */
+/* The dense row-major float32 x (dims) rounded into the F16/BF16 tensor
+ * c (same dims, element strides cs), to nearest even. */
+static void mm_round_into(smelt_dtype dt, const float *x, int nd, const int64_t *dims, void *c, const int64_t *cs)
+{
+    int64_t n = 1, idx[SMELT_MAX_DIMS] = { 0 }, last = dims[nd - 1], ls = cs[nd - 1];
+    uint16_t *h = c;
+    for (int i = 0; i < nd; i++)
+        n *= dims[i];
+    for (int64_t r = 0; last && r < n / last; r++) {
+        int64_t off = 0;
+        for (int i = 0; i < nd - 1; i++)
+            off += idx[i] * cs[i];
+        const float *row = x + r * last;
+        for (int64_t j = 0; j < last; j++)
+            h[off + j * ls] = dt == SMELT_BF16 ? kern_f32_to_bf16(row[j]) : kern_f32_to_f16(row[j]);
+        for (int i = nd - 2; i >= 0 && ++idx[i] == dims[i]; i--)
+            idx[i] = 0;
+    }
+}
+
+/* A float16/bfloat16 product oneDNN declined (float16 - oneDNN here has
+ * none -, or bfloat16 on a CPU without bf16 instructions): A and B
+ * converted to dense float32 copies (exact), the float32 product (oneDNN),
+ * then, unless c_f32, each element rounded once: the portable kernel's
+ * values (f32 accumulation, one rounding) in another summation order. */
 static int mm_half_via_f32(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                            char *err, size_t errlen)
 {
     kern_matmul_desc f = *d;
     int nd = d->ndim;
+    int64_t nc = 1;
+    for (int i = 0; i < nd; i++)
+        nc *= d->c_dims[i];
     float *fa = mm_dense_f32(d->dtype, a, nd, d->a_dims, d->a_strides);
     float *fb = fa ? mm_dense_f32(d->dtype, b, nd, d->b_dims, d->b_strides) : NULL;
+    float *fc = fb && !d->c_f32 ? malloc((size_t)nc * sizeof *fc) : NULL;
     int rc = -1;
-    if (fb) {
+    if (fb && (d->c_f32 || fc)) {
         f.dtype = SMELT_F32, f.c_f32 = 0;
-        int64_t sa = 1, sb = 1;
+        int64_t sa = 1, sb = 1, sc = 1;
         for (int i = nd - 1; i >= 0; i--) {
             f.a_strides[i] = sa, f.b_strides[i] = sb;
-            sa *= d->a_dims[i], sb *= d->b_dims[i];
+            if (fc)
+                f.c_strides[i] = sc;
+            sa *= d->a_dims[i], sb *= d->b_dims[i], sc *= d->c_dims[i];
         }
-        rc = kern_matmul(&f, fa, fb, c, err, errlen);
+        rc = kern_matmul(&f, fa, fb, fc ? (void *)fc : c, err, errlen);
+        if (rc == 0 && fc)
+            mm_round_into(d->dtype, fc, nd, d->c_dims, c, d->c_strides);
     } else if (err && errlen) {
         snprintf(err, errlen, "matmul: out of memory for float32 copies of half-precision operands");
     }
     free(fa);
     free(fb);
+    free(fc);
     return rc;
 }
+
+/* Multiply-adds from which a half-precision product oneDNN declined runs
+ * on float32 copies (oneDNN's f32 GEMM) rather than the portable kernel. */
+#define MM_VIA_F32_MACS (1 << 18)
 
 int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                 char *err, size_t errlen)
@@ -980,7 +1014,8 @@ int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c
         if (rc != MM_DECLINED)
             return rc;
     }
-    if (d->c_f32)
+    if (d->c_f32 || ((d->dtype == SMELT_F16 || d->dtype == SMELT_BF16) && kern_onednn_engine() &&
+                     (double)nbatch * (double)M * (double)N * (double)K >= MM_VIA_F32_MACS))
         return mm_half_via_f32(d, a, b, c, err, errlen);
     return mm_portable(d, a, b, c, nbatch, err, errlen);
 }

@@ -53,6 +53,8 @@ LINEAR_CASES = {
     "3d": lambda mk: (mk((2, 5, 61)), mk((31, 61)), mk((31,))),
     "row": lambda mk: (mk((1, 130)), mk((67, 130)), mk((67,))),
     "no-bias": lambda mk: (mk((9, 40)), mk((24, 40)), None),
+    "no-bias-big": lambda mk: (mk((37, 611)), mk((29, 611)), None),   # half result: float32 GEMM, one rounding
+    "no-bias-bT": lambda mk: (mk((3, 37, 611))[:, :, ::1], mk((611, 29)).T, None),
     "x-transposed": lambda mk: (mk((61, 37)).T, mk((29, 61)), mk((29,))),
     "x-sliced": lambda mk: (mk((37, 122))[:, ::2], mk((29, 61)), mk((29,))),
     "w-transposed": lambda mk: (mk((37, 61)), mk((61, 29)).T, mk((29,))),
@@ -131,13 +133,15 @@ LINEAR_SCRIPT = '''
     import torch, smelt
     torch.manual_seed(1)
     out = []
-    for dt in (torch.bfloat16, torch.float16):
-        x, w, b = torch.randn(37, 61).to(dt), torch.randn(29, 61).to(dt), torch.randn(29).to(dt)
+    for dt, bias in ((torch.bfloat16, 1), (torch.float16, 1), (torch.bfloat16, 0), (torch.float16, 0)):
+        x, w, b = torch.randn(37, 611).to(dt), torch.randn(29, 611).to(dt), torch.randn(29).to(dt)
+        b = b if bias else None
         f = smelt.compile(lambda x, w, b: torch.nn.functional.linear(x, w, b))
         with torch.no_grad():
             got = f(x, w, b).double()
-        exact = x.double() @ w.double().T + b.double()
-        bound = x.double().abs() @ w.double().abs().T + b.double().abs()
+        b64 = b.double() if bias else torch.zeros(29, dtype=torch.float64)
+        exact = x.double() @ w.double().T + b64
+        bound = x.double().abs() @ w.double().abs().T + b64.abs()
         eps = 2.0 ** -8 if dt == torch.bfloat16 else 2.0 ** -11
         out.append(bool(((got - exact).abs() <= eps * exact.abs() + 1e-5 * bound).all()))
     print(out)
@@ -148,7 +152,7 @@ LINEAR_SCRIPT = '''
                                  {"ONEDNN_MAX_CPU_ISA": "AVX2", "SMELT_CPU": "x86-64-v3"}],
                          ids=["onednn-no-bf16", "avx2-target", "avx2-both"])
 def test_linear_other_isas(env):
-    assert run_py(LINEAR_SCRIPT, **env).strip().splitlines()[-1] == "[True, True]"
+    assert run_py(LINEAR_SCRIPT, **env).strip().splitlines()[-1] == "[True, True, True, True]"
 
 
 def special_f32():
