@@ -2,8 +2,11 @@
  *
  * fp32 and bf16 (bf16 in, bf16 or f32 out, f32 accumulate) run on oneDNN's
  * matmul primitive; primitives are cached keyed by dtype, dims and strides.
- * float64, float16 and integer dtypes run on a portable blocked loop in C
- * (accumulating in f64 / f32 / int64 respectively, results cast back).
+ * float16 (and bf16 where oneDNN has no bf16 kernel) products of 2^18
+ * multiply-adds or more run on float32 copies of the operands through
+ * oneDNN's f32 GEMM, rounded once. float64, integer dtypes and smaller
+ * half-precision products run on a portable blocked loop in C
+ * (accumulating in f64 / int64 / f32 respectively, results cast back).
  */
 #ifndef SMELT_KERN_MATMUL_H
 #define SMELT_KERN_MATMUL_H
