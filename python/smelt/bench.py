@@ -189,10 +189,12 @@ def build_micro(name, size):
 # Half-precision rows: suffix -> (torch dtype name, (rtol, atol) vs eager in
 # that dtype). Eager and the compilers sum in different orders, so single
 # roundings differ by an ulp and the differences grow through the layers
-# (bfloat16 has 8 significant bits: an ulp of 1.0 is 0.0078); a wrong
-# answer is off by far more.
+# (bfloat16 has 8 significant bits: an ulp of 1.0 is 0.0078). Eager's own
+# bf16 BERT output is 0.074 from the float64 value at worst (smelt's
+# 0.073, inductor's 0.046), so two correct results may differ by about
+# 0.1; a wrong answer is off by far more.
 HALF_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-HALF_TOL = {"bf16": (6e-2, 6e-2), "fp16": (1e-2, 1e-2)}
+HALF_TOL = {"bf16": (1e-1, 1e-1), "fp16": (1.5e-2, 1.5e-2)}
 HALF_MODELS = ("mlp", "gpt2", "bert")
 
 
