@@ -88,13 +88,17 @@ static int device_steps(const ind_backend *be, const smelt_plan *p, char *err, s
     return 0;
 }
 
-/* Host plans: the CPU's attention kernel is float32 only. 0, or -1. */
+/* Host plans: the CPU's attention kernel takes float16/bfloat16 in its
+ * forward without score functions only. 0, or -1. */
 static int host_steps(const smelt_plan *p, char *err, size_t errlen)
 {
-    for (int32_t s = 0; s < p->nsteps; s++)
-        if (p->steps[s].kind == PS_SDPA && p->bufs[p->steps[s].attn->buf[0]].dtype != SMELT_F32)
-            return snprintf(err, errlen, "attention in %s runs on CUDA only (the CPU's kernel is float32)",
-                            smelt_dtype_name((smelt_dtype)p->bufs[p->steps[s].attn->buf[0]].dtype)), -1;
+    for (int32_t s = 0; s < p->nsteps; s++) {
+        const plan_sdpa *a = p->steps[s].kind == PS_SDPA ? p->steps[s].attn : NULL;
+        if (a && p->bufs[a->buf[0]].dtype != SMELT_F32 && (a->mode || a->flex))
+            return snprintf(err, errlen, "attention %s in %s runs on CUDA only (the CPU's is float32)",
+                            a->flex ? "with score functions" : "backward",
+                            smelt_dtype_name((smelt_dtype)p->bufs[a->buf[0]].dtype)), -1;
+    }
     return 0;
 }
 
@@ -118,7 +122,9 @@ static smelt_plan *build(const smelt_graph *g, const smelt_compile_opts *opts, c
         smelt_graph_free(p->graph);
         p->graph = folded;
     }
+    p->be = be;   /* (what lowering asks: where externs run; set for good below) */
     int rc = ind_lower(p, opts, err, errlen);
+    p->be = NULL;
     p->times.lower_ms = now_ms() - t0;
     p->device = opts ? opts->device : 0;
     p->code_only = opts && opts->cuda_arch;   /* (what supports_step may ask: code to read, no device needed) */

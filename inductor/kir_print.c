@@ -167,8 +167,8 @@ char *ind_kernels_print(const smelt_plan *p)
             sb_printf(&b, fmt[c->mode], c->buf[0], c->buf[1], c->nin == 3 ? ", bias" : "", c->buf[3],
                       p->bufs[c->buf[3]].chlast ? " channels-last" : "", (long long)c->d.groups);
         } else
-            sb_printf(&b, "matmul buf%d @ buf%d -> buf%d (%s)\n", st->a_buf, st->b_buf, st->c_buf,
-                      smelt_dtype_name(st->mm.dtype));
+            sb_printf(&b, "matmul buf%d @ buf%d -> buf%d (%s%s)\n", st->a_buf, st->b_buf, st->c_buf,
+                      smelt_dtype_name(st->mm.dtype), st->mm.c_f32 ? " operands, float32 result" : "");
     }
     return b.s;
 }

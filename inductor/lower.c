@@ -16,6 +16,7 @@
  * fails realizes that reduction and lowering restarts.
  */
 #include "plan.h"
+#include "backend.h"
 #include "kix.h"
 
 #include <math.h>
@@ -38,6 +39,8 @@ typedef struct lowering {
     int32_t *nuse;
     uint8_t *chlast;       /* node's temporary is stored channels-last */
     uint8_t *tile;         /* node depends on a FLEX_ARG: only ever computed in a flex tile kernel */
+    int host_externs;      /* matmuls run on the CPU (kernels/matmul.c): they may take half-precision
+                              operands with a float32 result (half_matmul) */
     const int32_t *flex_tile;   /* while one is built: its tile buffers (plan_flex.tile), else NULL */
     char *err;
     size_t errlen;
@@ -256,11 +259,37 @@ static void view_index(kir_pool *P, const smelt_graph *g, const smelt_node *n,
     }
 }
 
+/* The unrealized CAST from float16/bfloat16 to float32 under node's views
+ * (node itself, or what its chain of unrealized views starts from), or -1. */
+static int32_t half_cast_under(const lowering *L, int32_t node)
+{
+    const smelt_graph *g = L->g;
+    while (!L->realized[node] && smelt_op_kind_of((smelt_op)g->nodes[node].op) == SMELT_KIND_VIEW)
+        node = g->nodes[node].src[0];
+    const smelt_node *n = &g->nodes[node];
+    if (L->realized[node] || n->op != SMELT_OP_CAST || n->dtype != SMELT_F32)
+        return -1;
+    int sd = g->nodes[n->src[0]].dtype;
+    return sd == SMELT_F16 || sd == SMELT_BF16 ? node : -1;
+}
+
+static int strided_ex(lowering *L, int32_t node, int through_cast, int32_t *buf, int64_t *off, int64_t *st);
+
 /* Strided form of node (a realized buffer seen through views): buffer,
  * element offset and strides. 0 if not expressible without a copy. */
 static int strided_of(lowering *L, int32_t node, int32_t *buf, int64_t *off, int64_t *st)
 {
+    return strided_ex(L, node, 0, buf, off, st);
+}
+
+/* strided_of; through_cast: an unrealized half-to-float32 CAST in the view
+ * chain (half_cast_under) passes too: the result is then the strided form
+ * of the half-precision values the float32 ones are cast from. */
+static int strided_ex(lowering *L, int32_t node, int through_cast, int32_t *buf, int64_t *off, int64_t *st)
+{
     const smelt_node *n = &L->g->nodes[node];
+    if (through_cast && half_cast_under(L, node) == node)
+        return strided_ex(L, n->src[0], 0, buf, off, st);
     if (L->realized[node]) {
         *buf = L->buf_of[node];
         *off = 0;
@@ -276,7 +305,7 @@ static int strided_of(lowering *L, int32_t node, int32_t *buf, int64_t *off, int
         return 0;
     const smelt_node *s = &L->g->nodes[n->src[0]];
     int64_t ss[SMELT_MAX_DIMS];
-    if (!strided_of(L, n->src[0], buf, off, ss))
+    if (!strided_ex(L, n->src[0], through_cast, buf, off, ss))
         return 0;
     int k = n->ndim - s->ndim;
     switch ((smelt_op)n->op) {
@@ -848,14 +877,74 @@ static void unrealize_shared(lowering *L)
     free(root);
 }
 
+/* Whether matmul node i reads its operands as bfloat16 (the buffers the
+ * float32 casts of half_cast_under read) and writes its float32 result,
+ * the casts never stored: on the CPU, both operands such casts, each a
+ * strided view once the bfloat16 value under it is. The product is the
+ * same (exact products, f32 accumulation); oneDNN multiplies bf16 at twice
+ * the f32 rate where the CPU has bf16 instructions, and no cast copies are
+ * made. float16 keeps its casts (vectorised kernels, stored in the
+ * source's layout): oneDNN here has no float16 matmul, and the matmul's
+ * own conversion (mm_half_via_f32) is scalar. */
+static int half_matmul(lowering *L, int32_t i)
+{
+    const smelt_graph *g = L->g;
+    const smelt_node *n = &g->nodes[i];
+    if (!L->host_externs || n->op != SMELT_OP_MATMUL || n->dtype != SMELT_F32)
+        return 0;
+    int32_t c0 = half_cast_under(L, n->src[0]), c1 = half_cast_under(L, n->src[1]);
+    if (c0 < 0 || c1 < 0 || g->nodes[g->nodes[c0].src[0]].dtype != SMELT_BF16 ||
+        g->nodes[g->nodes[c1].src[0]].dtype != SMELT_BF16)
+        return 0;
+    for (int k = 0; k < 2; k++) {
+        int32_t h = g->nodes[k ? c1 : c0].src[0], buf;
+        int64_t off, st[SMELT_MAX_DIMS];
+        uint8_t was = L->realized[h];
+        L->realized[h] = 1;   /* (as it will be: would the views then be strided?) */
+        int ok = strided_ex(L, n->src[k], 1, &buf, &off, st);
+        L->realized[h] = was;
+        if (!ok)
+            return 0;
+    }
+    return 1;
+}
+
+/* A matmul source x that is no strided view of a buffer: the float32 cast
+ * of a half-precision value under views (the casts of a half-precision
+ * linear: permute(cast(weight))) is stored in its own layout, a straight
+ * copy (a transposing one took 64 ms for a 4096x1024 weight), where the
+ * views over it are then strided; anything else is stored itself. */
+static void realize_matmul_source(lowering *L, int32_t x)
+{
+    int32_t c = half_cast_under(L, x), buf;
+    int64_t off, st[SMELT_MAX_DIMS];
+    if (c >= 0 && c != x) {
+        L->realized[c] = 1;
+        if (strided_of(L, x, &buf, &off, st))
+            return;
+        L->realized[c] = 0;
+    }
+    L->realized[x] = 1;
+}
+
 /* Sources of library calls, and what GATHER reads from, that are not a
  * strided view of a buffer are realized (after the layouts are chosen: a
- * reshape of a channels-last buffer is not a view). */
+ * reshape of a channels-last buffer is not a view). A half_matmul's
+ * operands realize the half-precision values under their casts instead. */
 static void realize_extern_sources(lowering *L)
 {
     const smelt_graph *g = L->g;
     for (int32_t i = 0; i < g->n; i++) {
         const smelt_node *n = &g->nodes[i];
+        if (half_matmul(L, i)) {
+            for (int k = 0; k < 2; k++) {
+                int32_t h = g->nodes[half_cast_under(L, n->src[k])].src[0], buf;
+                int64_t off, st[SMELT_MAX_DIMS];
+                if (!strided_of(L, h, &buf, &off, st))
+                    L->realized[h] = 1;
+            }
+            continue;
+        }
         if (n->op != SMELT_OP_MATMUL && n->op != SMELT_OP_CALL && n->op != SMELT_OP_SDPA && n->op != SMELT_OP_SDPA_BWD &&
             !is_conv_op(n->op) && n->op != SMELT_OP_GATHER && n->op != SMELT_OP_FLEX && n->op != SMELT_OP_FLEX_BWD)
             continue;
@@ -864,7 +953,11 @@ static void realize_extern_sources(lowering *L)
             int64_t off, st[SMELT_MAX_DIMS];
             if (L->tile[n->src[k]])
                 continue;   /* a score function's value: evaluated per tile */
-            if (!strided_of(L, n->src[k], &buf, &off, st))
+            if (strided_of(L, n->src[k], &buf, &off, st))
+                continue;
+            if (n->op == SMELT_OP_MATMUL)
+                realize_matmul_source(L, n->src[k]);
+            else
                 L->realized[n->src[k]] = 1;
         }
     }
@@ -1203,7 +1296,10 @@ static int emit_matmul(lowering *L, int32_t node)
     const smelt_node *n = &L->g->nodes[node];
     plan_step s = { .kind = PS_MATMUL, .c_buf = L->buf_of[node] };
     kern_matmul_desc *m = &s.mm;
-    m->dtype = n->dtype;
+    int half = half_matmul(L, node);
+    m->dtype = half ? (smelt_dtype)L->g->nodes[L->g->nodes[half_cast_under(L, n->src[0])].src[0]].dtype
+                    : (smelt_dtype)n->dtype;
+    m->c_f32 = half;
     m->ndim = n->ndim;
     int64_t cs[SMELT_MAX_DIMS];
     contiguous_strides(n->ndim, n->shape, cs);
@@ -1217,7 +1313,7 @@ static int emit_matmul(lowering *L, int32_t node)
         int64_t *str = k ? m->b_strides : m->a_strides;
         int32_t buf;
         int64_t off;
-        if (!strided_of(L, n->src[k], &buf, &off, st))
+        if (!strided_ex(L, n->src[k], half, &buf, &off, st))
             abort();
         int pad = n->ndim - a->ndim;
         for (int d = 0; d < n->ndim; d++) {
@@ -1302,6 +1398,7 @@ static int emit_sdpa(lowering *L, int32_t node)
     d->L = q->shape[nd - 2], d->S = k->shape[nd - 2], d->E = q->shape[nd - 1], d->Ev = v->shape[nd - 1];
     d->scale = (float)n->a.sdpa.scale;
     d->causal = n->a.sdpa.causal;
+    d->dtype = q->dtype == SMELT_BF16 ? KERN_SDPA_BF16 : q->dtype == SMELT_F16 ? KERN_SDPA_F16 : KERN_SDPA_F32;
     a->nin = n->nsrc;
     a->mode = n->op == SMELT_OP_SDPA_BWD;
     kern_sdpa_operand *fwd[4] = { &d->q, &d->k, &d->v, &d->mask };
@@ -1960,6 +2057,7 @@ int ind_lower(smelt_plan *p, const smelt_compile_opts *o, char *err, size_t errl
     L.nuse = calloc((size_t)g->n + 1, sizeof(int32_t));
     L.chlast = calloc((size_t)g->n + 1, 1);
     L.tile = calloc((size_t)g->n + 1, 1);
+    L.host_externs = !p->be || !p->be->device_memory;
     if (!L.realized || !L.buf_of || !L.nuse || !L.chlast || !L.tile)
         abort();
     for (int32_t i = 0; i < g->n; i++) {

@@ -230,7 +230,7 @@ static int run_sdpa(const smelt_plan *p, const plan_step *s, void **bufs, char *
         return plan_run_flex(p, s, bufs, err, errlen);
     int mask = a->mode ? 5 : 3;
     for (int k = 0; k < a->nin; k++) {
-        size_t es = k == mask && a->d.mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4;
+        size_t es = k == mask && a->d.mask_kind == KERN_SDPA_BOOL_MASK ? 1 : a->d.dtype == KERN_SDPA_F32 ? 4 : 2;
         src[k] = (const char *)bufs[a->buf[k]] + a->off[k] * (int64_t)es;
     }
     float *out = bufs[a->buf[PLAN_SDPA_OUT]];
@@ -310,9 +310,9 @@ static void step_text(const smelt_plan *p, int32_t s, char *buf, size_t n)
     if (st->kind == PS_MATMUL) {
         const kern_matmul_desc *m = &st->mm;
         int nd = m->ndim;
-        snprintf(buf, n, "matmul [..%lld,%lld]@[..%lld,%lld] %s", (long long)m->a_dims[nd - 2],
+        snprintf(buf, n, "matmul [..%lld,%lld]@[..%lld,%lld] %s%s", (long long)m->a_dims[nd - 2],
                  (long long)m->a_dims[nd - 1], (long long)m->b_dims[nd - 2], (long long)m->b_dims[nd - 1],
-                 smelt_dtype_name(m->dtype));
+                 smelt_dtype_name(m->dtype), m->c_f32 ? "->float32" : "");
     } else if (st->kind == PS_SDPA) {
         const kern_sdpa_desc *d = &st->attn->d;
         snprintf(buf, n, "%s%s L %lld S %lld E %lld%s%s", st->attn->flex ? "flex attention" : "sdpa",

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PLAN_RECORD_VERSION 7
+#define PLAN_RECORD_VERSION 8
 #define PLAN_MAGIC "SMELTPLN"
 #define PLAN_MAX_COUNT (1 << 24)
 

@@ -23,6 +23,7 @@
  * one, chosen once per process from the CPU.
  */
 #include "attention.h"
+#include "half.h"
 #include "threadpool.h"
 
 #include <immintrin.h>
@@ -81,6 +82,18 @@ typedef struct sdpa_isa {
 } sdpa_isa;
 
 /* ---------------------------------------------------------------- scalar */
+
+/* Element i of an operand of dtype dt, as float32 (exact). */
+static inline float elem(const void *p, int64_t i, kern_sdpa_dtype dt)
+{
+    if (dt == KERN_SDPA_BF16)
+        return kern_bf16_to_f32(((const uint16_t *)p)[i]);
+    if (dt == KERN_SDPA_F16)
+        return kern_f16_to_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+static size_t elem_size(kern_sdpa_dtype dt) { return dt == KERN_SDPA_F32 ? 4 : 2; }
 
 static void mm_scalar(int M, int N, int K, const float *a, int64_t sam, int64_t sak, const float *b, int64_t ldb,
                       float *c, int64_t ldc, int acc)
@@ -366,9 +379,9 @@ static const sdpa_isa *pick_isa(void)
 typedef struct sdpa_job {
     const kern_sdpa_desc *d;
     const kern_sdpa_extra *x;
-    const float *q, *k, *v;
+    const void *q, *k, *v;   /* of d->dtype */
     const void *mask;
-    float *out;
+    void *out;
     int64_t nqb;           /* query blocks per batch entry */
     const sdpa_isa *isa;
     int failed;
@@ -389,33 +402,41 @@ static const void *mask_of(const kern_sdpa_desc *d, const void *mask, int64_t b)
 {
     if (d->mask_kind == KERN_SDPA_NO_MASK)
         return NULL;
-    return (const char *)mask + batch_offset(d, &d->mask, b) * (d->mask_kind == KERN_SDPA_BOOL_MASK ? 1 : 4);
+    return (const char *)mask + batch_offset(d, &d->mask, b) *
+                                    (int64_t)(d->mask_kind == KERN_SDPA_BOOL_MASK ? 1 : elem_size(d->dtype));
 }
 
-/* Rows [0, n) of x (operand o's strides, cols columns) transposed into t
- * (cols rows of ld >= n), zeros past row n. VW rows at a time, so that
- * what is read and written stays in L1 for wide rows. */
-static void pack_t(const float *x, const kern_sdpa_operand *o, int64_t n, int64_t cols, float *t, int64_t ld)
+/* Rows [0, n) of x (operand o's strides, cols columns, dtype dt)
+ * transposed into t (cols rows of ld >= n) as float32, zeros past row n.
+ * VW rows at a time, so that what is read and written stays in L1 for
+ * wide rows. */
+static void pack_t(const void *x, kern_sdpa_dtype dt, const kern_sdpa_operand *o, int64_t n, int64_t cols,
+                   float *t, int64_t ld)
 {
+    const float *xf = x;
     for (int64_t j0 = 0; j0 < n; j0 += VW)
         for (int64_t e = 0; e < cols; e++)
-            for (int64_t j = j0; j < j0 + VW && j < n; j++)
-                t[e * ld + j] = x[j * o->row + e * o->col];
+            if (dt == KERN_SDPA_F32)
+                for (int64_t j = j0; j < j0 + VW && j < n; j++)
+                    t[e * ld + j] = xf[j * o->row + e * o->col];
+            else
+                for (int64_t j = j0; j < j0 + VW && j < n; j++)
+                    t[e * ld + j] = elem(x, j * o->row + e * o->col, dt);
     for (int64_t e = 0; e < cols; e++)
         memset(t + e * ld + n, 0, sizeof(float) * (size_t)(ld - n));
 }
 
-/* The keys of one batch entry packed; its values read in place when their
- * columns are contiguous, else packed. */
-static void pack_kv(const kern_sdpa_desc *d, const float *k, const float *v, sdpa_scratch *w)
+/* The keys of one batch entry packed; its values read in place when they
+ * are float32 with contiguous columns, else packed (as float32). */
+static void pack_kv(const kern_sdpa_desc *d, const void *k, const void *v, sdpa_scratch *w)
 {
-    pack_t(k, &d->k, d->S, d->E, w->kt, round_vw(d->S));
+    pack_t(k, d->dtype, &d->k, d->S, d->E, w->kt, round_vw(d->S));
     w->vp = v, w->ldv = d->v.row;
-    if (d->v.col == 1)
+    if (d->v.col == 1 && d->dtype == KERN_SDPA_F32)
         return;
     for (int64_t j = 0; j < d->S; j++)
         for (int64_t e = 0; e < d->Ev; e++)
-            w->vb[j * d->Ev + e] = v[j * d->v.row + e * d->v.col];
+            w->vb[j * d->Ev + e] = elem(v, j * d->v.row + e * d->v.col, d->dtype);
     w->vp = w->vb, w->ldv = d->Ev;
 }
 
@@ -441,6 +462,9 @@ static void apply_mask(const kern_sdpa_desc *d, const void *mask, int64_t i0, in
             else
                 for (int c = 0; c < lim; c++)
                     row[c] = m[c * mc] ? row[c] : -INFINITY;
+        } else if (d->mask_kind == KERN_SDPA_ADD_MASK && d->dtype != KERN_SDPA_F32) {
+            for (int c = 0; c < lim; c++)
+                row[c] += elem(mask, i * d->mask.row + (j0 + c) * mc, d->dtype);
         } else if (d->mask_kind == KERN_SDPA_ADD_MASK) {
             const float *m = (const float *)mask + i * d->mask.row + j0 * mc;
             if (mc == 1)
@@ -463,7 +487,7 @@ static int block_masked(const kern_sdpa_desc *d, const void *mask, int64_t i0, i
         for (int c = 0; c < nk; c++) {
             int64_t at = base + c * d->mask.col;
             if (d->mask_kind == KERN_SDPA_BOOL_MASK ? ((const uint8_t *)mask)[at] != 0
-                                                    : ((const float *)mask)[at] != -INFINITY)
+                                                    : elem(mask, at, d->dtype) != -INFINITY)
                 return 0;
         }
     }
@@ -493,15 +517,15 @@ static void tile_scores(const kern_sdpa_desc *d, const kern_sdpa_hook *h, const 
 
 /* Query rows i0 .. i0+nq of an entry (at q) into w->qb, scaled; the
  * softmax state of each row reset. */
-static void load_q(const kern_sdpa_desc *d, const sdpa_isa *isa, const float *q, int64_t i0, int nq,
+static void load_q(const kern_sdpa_desc *d, const sdpa_isa *isa, const void *q, int64_t i0, int nq,
                    sdpa_scratch *w)
 {
-    if (d->q.col == 1)
-        isa->scale_rows(w->qb, d->E, q + i0 * d->q.row, d->q.row, nq, d->E, w->qscale);
+    if (d->q.col == 1 && d->dtype == KERN_SDPA_F32)
+        isa->scale_rows(w->qb, d->E, (const float *)q + i0 * d->q.row, d->q.row, nq, d->E, w->qscale);
     else
         for (int r = 0; r < nq; r++)
             for (int64_t e = 0; e < d->E; e++)
-                w->qb[r * d->E + e] = q[(i0 + r) * d->q.row + e * d->q.col] * d->scale;
+                w->qb[r * d->E + e] = elem(q, (i0 + r) * d->q.row + e * d->q.col, d->dtype) * d->scale;
     for (int r = 0; r < nq; r++)
         w->m[r] = -INFINITY;
     memset(w->l, 0, sizeof(w->l[0]) * (size_t)nq);
@@ -525,10 +549,12 @@ static void run_item(const sdpa_job *J, int64_t t, sdpa_scratch *w)
     int64_t b = t / J->nqb, i0 = (t % J->nqb) * BQ, E = d->E, Ev = d->Ev;
     int nq = d->L - i0 < BQ ? (int)(d->L - i0) : BQ;
     const void *mask = mask_of(d, J->mask, b);
-    load_q(d, isa, J->q + batch_offset(d, &d->q, b), i0, nq, w);
+    int64_t es = (int64_t)elem_size(d->dtype);
+    load_q(d, isa, (const char *)J->q + batch_offset(d, &d->q, b) * es, i0, nq, w);
     memset(w->acc, 0, sizeof(float) * (size_t)(nq * Ev));
     if (w->packed != b) {
-        pack_kv(d, J->k + batch_offset(d, &d->k, b), J->v + batch_offset(d, &d->v, b), w);
+        pack_kv(d, (const char *)J->k + batch_offset(d, &d->k, b) * es,
+                (const char *)J->v + batch_offset(d, &d->v, b) * es, w);
         w->packed = b;
     }
     int64_t jend = d->causal && i0 + nq < d->S ? i0 + nq : d->S, SP = round_vw(d->S);
@@ -549,7 +575,16 @@ static void run_item(const sdpa_job *J, int64_t t, sdpa_scratch *w)
         if (J->x->lse)
             J->x->lse[(b * d->L + i0 + r) * J->x->lse_row] = l == 0 ? -INFINITY : w->m[r] + logf(l);
     }
-    isa->scale_rows(J->out + (b * d->L + i0) * orow, orow, w->acc, Ev, nq, Ev, w->corr);
+    if (d->dtype == KERN_SDPA_F32) {
+        isa->scale_rows((float *)J->out + (b * d->L + i0) * orow, orow, w->acc, Ev, nq, Ev, w->corr);
+        return;
+    }
+    isa->scale_rows(w->acc, Ev, w->acc, Ev, nq, Ev, w->corr);
+    uint16_t *o = (uint16_t *)J->out + (b * d->L + i0) * orow;
+    for (int r = 0; r < nq; r++)
+        for (int64_t e = 0; e < Ev; e++)
+            o[r * orow + e] = d->dtype == KERN_SDPA_BF16 ? kern_f32_to_bf16(w->acc[r * Ev + e])
+                                                          : kern_f32_to_f16(w->acc[r * Ev + e]);
 }
 
 static void sdpa_range(void *ctx, int64_t begin, int64_t end)
@@ -557,7 +592,7 @@ static void sdpa_range(void *ctx, int64_t begin, int64_t end)
     sdpa_job *J = ctx;
     const kern_sdpa_desc *d = J->d;
     sdpa_scratch w;
-    int64_t SP = round_vw(d->S), nvb = d->v.col == 1 ? 0 : d->S * d->Ev;
+    int64_t SP = round_vw(d->S), nvb = d->v.col == 1 && d->dtype == KERN_SDPA_F32 ? 0 : d->S * d->Ev;
     size_t n = (size_t)(BQ * d->E + d->E * SP + nvb + BQ * BK + BQ * d->Ev);
     float *mem = aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64);
     if (!mem) {
@@ -577,17 +612,21 @@ static void sdpa_range(void *ctx, int64_t begin, int64_t end)
     free(mem);
 }
 
-int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
-              const void *mask, float *out, char *err, size_t errlen)
+int kern_sdpa(const kern_sdpa_desc *d, const void *q, const void *k, const void *v,
+              const void *mask, void *out, char *err, size_t errlen)
 {
     kern_sdpa_extra none = { 0 };
     return kern_sdpa_ex(d, &none, q, k, v, mask, out, err, errlen);
 }
 
-int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float *q, const float *k,
-                 const float *v, const void *mask, float *out, char *err, size_t errlen)
+int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const void *q, const void *k,
+                 const void *v, const void *mask, void *out, char *err, size_t errlen)
 {
     const sdpa_isa *isa = pick_isa();
+    if (d->dtype != KERN_SDPA_F32 && (d->dtype != KERN_SDPA_BF16 && d->dtype != KERN_SDPA_F16))
+        return snprintf(err, errlen, "sdpa: unknown dtype %d", (int)d->dtype), -1;
+    if (d->dtype != KERN_SDPA_F32 && x->hook)
+        return snprintf(err, errlen, "sdpa: a score hook (flex attention) on half-precision operands"), -1;
     if (d->nb < 0 || d->nb > KERN_SDPA_MAX_BATCH || d->L < 0 || d->S < 0 || d->E < 1 || d->Ev < 0)
         return snprintf(err, errlen, "sdpa: bad sizes (L %lld, S %lld, E %lld, Ev %lld)", (long long)d->L,
                         (long long)d->S, (long long)d->E, (long long)d->Ev), -1;
@@ -601,7 +640,7 @@ int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float 
     if (d->S == 0 || d->Ev == 0) {   /* no keys: zero rows, as torch */
         int64_t orow = x->out_row ? x->out_row : d->Ev;
         for (int64_t r = 0; r < nbatch * d->L; r++) {
-            memset(out + r * orow, 0, sizeof(float) * (size_t)d->Ev);
+            memset((char *)out + r * orow * (int64_t)elem_size(d->dtype), 0, elem_size(d->dtype) * (size_t)d->Ev);
             if (x->lse && d->S == 0)
                 x->lse[r * x->lse_row] = -INFINITY;
         }
@@ -674,7 +713,7 @@ static void bwd_stats_range(void *ctx, int64_t begin, int64_t end)
         const float *o = J->o + batch_offset(d, &d->o, b), *g = J->g + batch_offset(d, &d->g, b);
         const void *mask = mask_of(d, J->mask, b);
         if (packed != b) {
-            pack_t(k, &d->k, d->S, E, w.kt, SP);
+            pack_t(k, KERN_SDPA_F32, &d->k, d->S, E, w.kt, SP);
             packed = b;
         }
         for (int64_t i0 = qb0 * BQ; i0 < qb1 * BQ && i0 < d->L; i0 += BQ) {
@@ -741,8 +780,8 @@ static void bwd_grad_range(void *ctx, int64_t begin, int64_t end)
         for (int64_t kbk = kb0; kbk < kb1; kbk++) {
             int64_t j0 = kbk * BK;
             int nk = S - j0 < BK ? (int)(S - j0) : BK, width = (int)round_vw(nk);
-            pack_t(k + j0 * d->k.row, &d->k, nk, E, kt, BK);
-            pack_t(v + j0 * d->v.row, &d->v, nk, Ev, vt, BK);
+            pack_t(k + j0 * d->k.row, KERN_SDPA_F32, &d->k, nk, E, kt, BK);
+            pack_t(v + j0 * d->v.row, KERN_SDPA_F32, &d->v, nk, Ev, vt, BK);
             for (int jj = 0; jj < nk; jj++)
                 for (int64_t e = 0; e < E; e++)
                     kb[jj * E + e] = kt[e * BK + jj];
@@ -815,6 +854,8 @@ int kern_sdpa_backward_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, con
                           const float *v, const void *mask, const float *o, const float *g, float *dq, float *dk,
                           float *dv, char *err, size_t errlen)
 {
+    if (d->dtype != KERN_SDPA_F32)
+        return snprintf(err, errlen, "sdpa backward: float32 only"), -1;
     if (d->nb < 0 || d->nb > KERN_SDPA_MAX_BATCH || d->L < 0 || d->S < 0 || d->E < 1 || d->Ev < 0)
         return snprintf(err, errlen, "sdpa backward: bad sizes (L %lld, S %lld, E %lld, Ev %lld)",
                         (long long)d->L, (long long)d->S, (long long)d->E, (long long)d->Ev), -1;

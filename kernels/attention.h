@@ -26,6 +26,13 @@
 
 typedef enum kern_sdpa_mask { KERN_SDPA_NO_MASK, KERN_SDPA_BOOL_MASK, KERN_SDPA_ADD_MASK } kern_sdpa_mask;
 
+/* The dtype of q, k, v, out and an additive mask. F32 everywhere; BF16 and
+ * F16 only in the forward without a hook: each element read is converted
+ * to float32 as the kernel packs its tiles (no float32 copy of a whole
+ * operand), everything is computed in float32 as for F32, and each output
+ * element is rounded once (to nearest even), as eager's flash kernel. */
+typedef enum kern_sdpa_dtype { KERN_SDPA_F32, KERN_SDPA_BF16, KERN_SDPA_F16 } kern_sdpa_dtype;
+
 /* One operand: batch strides, then the row and column strides. */
 typedef struct kern_sdpa_operand {
     int64_t bstride[KERN_SDPA_MAX_BATCH];
@@ -41,6 +48,7 @@ typedef struct kern_sdpa_desc {
     kern_sdpa_mask mask_kind;   /* bool: 1 = attend; add: float32 added to the scores */
     kern_sdpa_operand q, k, v, mask;
     kern_sdpa_operand o, g;     /* kern_sdpa_backward only: out and its gradient */
+    kern_sdpa_dtype dtype;
 } kern_sdpa_desc;
 
 /* Flex attention's hook into the kernels (inductor/flex.c): for batch
@@ -83,12 +91,13 @@ typedef struct kern_sdpa_extra {
     kern_sdpa_operand dlse_op;
 } kern_sdpa_extra;
 
-/* Computes out (contiguous [batch.., L, Ev]) across the thread pool.
- * 0, or -1 with a message in err (bad sizes). */
-int kern_sdpa(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
-              const void *mask, float *out, char *err, size_t errlen);
-int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float *q, const float *k,
-                 const float *v, const void *mask, float *out, char *err, size_t errlen);
+/* Computes out (contiguous [batch.., L, Ev]) across the thread pool; q,
+ * k, v, out (and an additive mask) of d->dtype. 0, or -1 with a message
+ * in err (bad sizes, a half-precision dtype with a hook). */
+int kern_sdpa(const kern_sdpa_desc *d, const void *q, const void *k, const void *v,
+              const void *mask, void *out, char *err, size_t errlen);
+int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const void *q, const void *k,
+                 const void *v, const void *mask, void *out, char *err, size_t errlen);
 
 /* The gradients of kern_sdpa's out for a gradient g of it, flash-style:
  * the probabilities are recomputed block by block (from q, k, the mask and
@@ -97,7 +106,7 @@ int kern_sdpa_ex(const kern_sdpa_desc *d, const kern_sdpa_extra *x, const float 
  * strides; g with d->g's ([batch.., L, Ev] both). Writes dq [batch.., L, E],
  * dk [batch.., S, E] and dv [batch.., S, Ev], contiguous over all of q's
  * batch dims: where k or v broadcast a batch dim, the caller sums it.
- * 0, or -1 with a message in err. */
+ * d->dtype must be F32. 0, or -1 with a message in err. */
 int kern_sdpa_backward(const kern_sdpa_desc *d, const float *q, const float *k, const float *v,
                        const void *mask, const float *o, const float *g, float *dq, float *dk, float *dv,
                        char *err, size_t errlen);

@@ -256,6 +256,8 @@ static int check_desc(const kern_matmul_desc *d, char *why, size_t n)
     int nd = d->ndim;
     if (nd < 2 || nd > SMELT_MAX_DIMS)
         return kern_say(why, n, "cuBLAS matmul: ndim %d", nd), -1;
+    if (d->c_f32)
+        return kern_say(why, n, "cuBLAS matmul: a float32 result of half-precision operands (a CPU plan's form)"), -1;
     if (d->a_dims[nd - 1] != d->b_dims[nd - 2] || d->c_dims[nd - 2] != d->a_dims[nd - 2] ||
         d->c_dims[nd - 1] != d->b_dims[nd - 1])
         return kern_say(why, n, "cuBLAS matmul: shapes do not agree"), -1;

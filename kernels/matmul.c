@@ -26,6 +26,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "half.h"
 #include "onednn.h"
 #include "primcache.h"
 #include "threadpool.h"
@@ -37,70 +38,6 @@ static const unsigned char k_esize[SMELT_NDTYPES] = {
     [SMELT_I32] = 4, [SMELT_I64] = 8, [SMELT_F16] = 2, [SMELT_BF16] = 2,
     [SMELT_F32] = 4, [SMELT_F64] = 8,
 };
-
-static float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-/* IEEE half -> float, exact (subnormals, inf and NaN payloads kept). */
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t o = (uint32_t)(h & 0x7fffu) << 13;
-    uint32_t exp = o & (0x7c00u << 13);
-    o += (uint32_t)(127 - 15) << 23;
-    if (exp == 0x7c00u << 13) {
-        o += (uint32_t)(128 - 16) << 23;                       /* inf, NaN */
-    } else if (exp == 0) {                                     /* zero, subnormal */
-        o += 1u << 23;
-        o = f32_bits(bits_f32(o) - bits_f32(113u << 23));
-    }
-    return bits_f32(o | (uint32_t)(h & 0x8000u) << 16);
-}
-
-/* float -> IEEE half, round to nearest even; NaN -> 0x7e00 (as torch). */
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t u = f32_bits(f);
-    uint32_t sign = u & 0x80000000u;
-    uint16_t o;
-    u ^= sign;
-    if (u >= (uint32_t)(127 + 16) << 23) {                     /* overflow, inf, NaN */
-        o = u > 0x7f800000u ? 0x7e00 : 0x7c00;
-    } else if (u < 113u << 23) {                               /* half subnormal or 0 */
-        uint32_t magic = (uint32_t)((127 - 15) + (23 - 10) + 1) << 23;
-        o = (uint16_t)(f32_bits(bits_f32(u) + bits_f32(magic)) - magic);
-    } else {
-        uint32_t odd = (u >> 13) & 1;
-        u += ((uint32_t)(15 - 127) << 23) + 0xfff + odd;
-        o = (uint16_t)(u >> 13);
-    }
-    return o | (uint16_t)(sign >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    return bits_f32((uint32_t)h << 16);
-}
-
-/* float -> bfloat16, round to nearest even; NaN -> 0x7fc0 (as torch). */
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return 0x7fc0;
-    u += 0x7fffu + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
 
 /* -------------------------------------------------------------- checking */
 
@@ -135,6 +72,8 @@ static int check_desc(const kern_matmul_desc *d, char *err, size_t errlen)
     }
     if ((unsigned)d->dtype >= SMELT_NDTYPES || d->dtype == SMELT_BOOL)
         return fail(err, errlen, "unsupported dtype (bool or unknown)", d);
+    if (d->c_f32 && d->dtype != SMELT_F16 && d->dtype != SMELT_BF16)
+        return fail(err, errlen, "a float32 result of operands other than float16/bfloat16", d);
     int nd = d->ndim;
     for (int i = 0; i < nd; i++)
         if (d->a_dims[i] < 0 || d->b_dims[i] < 0 || d->c_dims[i] < 0 ||
@@ -170,9 +109,9 @@ typedef enum mm_acc { MM_ACC_F32, MM_ACC_F64, MM_ACC_U64 } mm_acc;
  * index with per-operand strides (0 where an operand is broadcast), tiles
  * numbered batch-major, then row tile, then column tile. */
 typedef struct mm_plan {
-    smelt_dtype dt;
+    smelt_dtype dt, cdt;     /* of A and B; of C */
     mm_acc acc;
-    size_t esz, accsz;
+    size_t esz, cesz, accsz;
     int nbd;
     int64_t bdim[SMELT_MAX_DIMS], bsa[SMELT_MAX_DIMS], bsb[SMELT_MAX_DIMS], bsc[SMELT_MAX_DIMS];
     int64_t M, N, K, am, ak, bk, bn, cm, cn;
@@ -202,8 +141,8 @@ static void mm_pack(smelt_dtype dt, const void *src, int64_t nr, int64_t nc,
 {
     switch (dt) {
     case SMELT_F32: MM_PACK(float, float, ); break;
-    case SMELT_F16: MM_PACK(uint16_t, float, f16_to_f32); break;
-    case SMELT_BF16: MM_PACK(uint16_t, float, bf16_to_f32); break;
+    case SMELT_F16: MM_PACK(uint16_t, float, kern_f16_to_f32); break;
+    case SMELT_BF16: MM_PACK(uint16_t, float, kern_bf16_to_f32); break;
     case SMELT_F64: MM_PACK(double, double, ); break;
     case SMELT_U8: MM_PACK(uint8_t, uint64_t, ); break;
     case SMELT_I8: MM_PACK(int8_t, uint64_t, (int64_t)); break;
@@ -230,8 +169,8 @@ static void mm_store(smelt_dtype dt, const void *src, int64_t nr, int64_t nc, in
 {
     switch (dt) {
     case SMELT_F32: MM_STORE(float, float, ); break;
-    case SMELT_F16: MM_STORE(uint16_t, float, f32_to_f16); break;
-    case SMELT_BF16: MM_STORE(uint16_t, float, f32_to_bf16); break;
+    case SMELT_F16: MM_STORE(uint16_t, float, kern_f32_to_f16); break;
+    case SMELT_BF16: MM_STORE(uint16_t, float, kern_f32_to_bf16); break;
     case SMELT_F64: MM_STORE(double, double, ); break;
     case SMELT_U8: MM_STORE(uint8_t, uint64_t, ); break;
     case SMELT_I8: MM_STORE(int8_t, uint64_t, ); break;
@@ -343,8 +282,8 @@ static void mm_tile(const mm_plan *p, int64_t t, char *buf)
                 kb, cols, p->bk, p->bn, bp, nbp);
         mm_gemm(p->acc, rows, kb, nbp, ap, bp, acc);
     }
-    mm_store(p->dt, acc, rows, cols, nbp,
-             p->c + (size_t)(off[2] + i0 * p->cm + j0 * p->cn) * p->esz, p->cm, p->cn);
+    mm_store(p->cdt, acc, rows, cols, nbp,
+             p->c + (size_t)(off[2] + i0 * p->cm + j0 * p->cn) * p->cesz, p->cm, p->cn);
 }
 
 /* kern_range_fn over tiles; scratch is allocated once per chunk. */
@@ -370,6 +309,8 @@ static void mm_plan_init(mm_plan *p, const kern_matmul_desc *d)
              : (d->dtype == SMELT_F32 || d->dtype == SMELT_F16 || d->dtype == SMELT_BF16)
                  ? MM_ACC_F32 : MM_ACC_U64;
     p->esz = k_esize[d->dtype];
+    p->cdt = d->c_f32 ? SMELT_F32 : d->dtype;
+    p->cesz = k_esize[p->cdt];
     p->accsz = p->acc == MM_ACC_F32 ? 4 : 8;
     p->nbd = nd - 2;
     for (int i = 0; i < nd - 2; i++) {
@@ -419,9 +360,9 @@ static void mm_zero(const kern_matmul_desc *d, void *c, int64_t nrows)
     for (int64_t r = 0; r < nrows; r++) {
         int64_t off[3];
         mm_batch_offsets(&p, r / p.M, off);
-        char *row = (char *)c + (size_t)(off[2] + r % p.M * p.cm) * p.esz;
+        char *row = (char *)c + (size_t)(off[2] + r % p.M * p.cm) * p.cesz;
         for (int64_t j = 0; j < p.N; j++)
-            memset(row + (size_t)(j * p.cn) * p.esz, 0, p.esz);
+            memset(row + (size_t)(j * p.cn) * p.cesz, 0, p.cesz);
     }
 }
 
@@ -430,7 +371,7 @@ static void mm_zero(const kern_matmul_desc *d, void *c, int64_t nrows)
 /* Operands as given to oneDNN: v[0..5] = a dims, a strides, b dims, b
  * strides, c dims, c strides, zero beyond ndim (keys compare bytewise). */
 typedef struct mm_key {
-    int32_t dtype, ndim, nthreads, pad_;
+    int32_t dtype, ndim, nthreads, c_f32;
     int64_t v[6][SMELT_MAX_DIMS];
 } mm_key;
 
@@ -453,7 +394,7 @@ static void mm_make_key(const kern_matmul_desc *d, int nthreads, mm_key *k)
                              d->c_dims, d->c_strides};
     int nd = d->ndim;
     memset(k, 0, sizeof *k);
-    k->dtype = d->dtype, k->ndim = nd, k->nthreads = nthreads;
+    k->dtype = d->dtype, k->ndim = nd, k->nthreads = nthreads, k->c_f32 = d->c_f32;
     for (int i = 0; i < 6; i++)
         memcpy(k->v[i], src[i], (size_t)nd * sizeof(int64_t));
     for (int o = 0; o < 4; o += 2)
@@ -469,7 +410,8 @@ static dnnl_status_t mm_key_mds(const mm_key *k, dnnl_memory_desc_t md[3])
     dnnl_data_type_t dt = k->dtype == SMELT_BF16 ? dnnl_bf16 : dnnl_f32;
     dnnl_status_t st = dnnl_success;
     for (int o = 0; o < 3 && st == dnnl_success; o++)
-        st = dnnl_memory_desc_init_by_strides(&md[o], k->ndim, k->v[2 * o], dt, k->v[2 * o + 1]);
+        st = dnnl_memory_desc_init_by_strides(&md[o], k->ndim, k->v[2 * o], o == 2 && k->c_f32 ? dnnl_f32 : dt,
+                                              k->v[2 * o + 1]);
     return st;
 }
 
@@ -561,7 +503,7 @@ typedef struct mm_split {
     const char *a, *b;
     char *c;
     int s, rc, declined;
-    size_t es;
+    size_t es, ces;          /* element bytes of A and B; of C */
     char err[256];
 } mm_split;
 
@@ -571,7 +513,7 @@ static void mm_split_range(void *ctx, int64_t begin, int64_t end)
     kern_matmul_desc p = *m->d;
     int s = m->s, nd = p.ndim;
     const char *a = m->a, *b = m->b;
-    char *c = m->c + (size_t)(begin * p.c_strides[s]) * m->es;
+    char *c = m->c + (size_t)(begin * p.c_strides[s]) * m->ces;
     p.c_dims[s] = end - begin;
     if (p.a_dims[s] != 1 || s == nd - 2) {
         a += (size_t)(begin * p.a_strides[s]) * m->es;
@@ -607,7 +549,8 @@ static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, vo
     int s = (nd > 2 && d->c_dims[0] >= nt) ? 0 : nd - 2;
     if (nt <= 1 || flops < 2e5 || d->c_dims[s] < 2)
         return mm_onednn_one(d, a, b, c, err, errlen);
-    mm_split m = { .d = d, .a = a, .b = b, .c = c, .s = s, .es = d->dtype == SMELT_F32 ? 4 : 2 };
+    mm_split m = { .d = d, .a = a, .b = b, .c = c, .s = s, .es = d->dtype == SMELT_F32 ? 4 : 2,
+                   .ces = d->dtype == SMELT_F32 || d->c_f32 ? 4 : 2 };
     int64_t n = d->c_dims[s];
     kern_parallel_for(n, (n + nt - 1) / nt, mm_split_range, &m);
     if (m.rc) {
@@ -957,6 +900,98 @@ static int mm_mkl_colmajor_a(const kern_matmul_desc *d, const void *a, const voi
     return 0;
 }
 
+/* Operand x (dims, element strides, dtype dt: F16 or BF16) as a new dense
+ * row-major float32 copy of the same dims (stride-0 dims read once per
+ * index, as any other), or NULL when out of memory. */
+static float *mm_dense_f32(smelt_dtype dt, const void *x, int nd, const int64_t *dims, const int64_t *strides)
+{
+    int64_t n = 1, idx[SMELT_MAX_DIMS] = { 0 };
+    for (int i = 0; i < nd; i++)
+        n *= dims[i];
+    float *o = malloc((size_t)(n ? n : 1) * sizeof *o);
+    if (!o)
+        return NULL;
+    const uint16_t *h = x;
+    int64_t last = dims[nd - 1], ls = strides[nd - 1];
+    for (int64_t r = 0; last && r < n / last; r++) {
+        int64_t off = 0;
+        for (int i = 0; i < nd - 1; i++)
+            off += idx[i] * strides[i];
+        float *row = o + r * last;
+        if (dt == SMELT_BF16)
+            for (int64_t j = 0; j < last; j++)
+                row[j] = kern_bf16_to_f32(h[off + j * ls]);
+        else
+            for (int64_t j = 0; j < last; j++)
+                row[j] = kern_f16_to_f32(h[off + j * ls]);
+        for (int i = nd - 2; i >= 0 && ++idx[i] == dims[i]; i--)
+            idx[i] = 0;
+    }
+    return o;
+}
+
+/* The dense row-major float32 x (dims) rounded into the F16/BF16 tensor
+ * c (same dims, element strides cs), to nearest even. */
+static void mm_round_into(smelt_dtype dt, const float *x, int nd, const int64_t *dims, void *c, const int64_t *cs)
+{
+    int64_t n = 1, idx[SMELT_MAX_DIMS] = { 0 }, last = dims[nd - 1], ls = cs[nd - 1];
+    uint16_t *h = c;
+    for (int i = 0; i < nd; i++)
+        n *= dims[i];
+    for (int64_t r = 0; last && r < n / last; r++) {
+        int64_t off = 0;
+        for (int i = 0; i < nd - 1; i++)
+            off += idx[i] * cs[i];
+        const float *row = x + r * last;
+        for (int64_t j = 0; j < last; j++)
+            h[off + j * ls] = dt == SMELT_BF16 ? kern_f32_to_bf16(row[j]) : kern_f32_to_f16(row[j]);
+        for (int i = nd - 2; i >= 0 && ++idx[i] == dims[i]; i--)
+            idx[i] = 0;
+    }
+}
+
+/* A float16/bfloat16 product oneDNN declined (float16 - oneDNN here has
+ * none -, or bfloat16 on a CPU without bf16 instructions): A and B
+ * converted to dense float32 copies (exact), the float32 product (oneDNN),
+ * then, unless c_f32, each element rounded once: the portable kernel's
+ * values (f32 accumulation, one rounding) in another summation order. */
+static int mm_half_via_f32(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                           char *err, size_t errlen)
+{
+    kern_matmul_desc f = *d;
+    int nd = d->ndim;
+    int64_t nc = 1;
+    for (int i = 0; i < nd; i++)
+        nc *= d->c_dims[i];
+    float *fa = mm_dense_f32(d->dtype, a, nd, d->a_dims, d->a_strides);
+    float *fb = fa ? mm_dense_f32(d->dtype, b, nd, d->b_dims, d->b_strides) : NULL;
+    float *fc = fb && !d->c_f32 ? malloc((size_t)nc * sizeof *fc) : NULL;
+    int rc = -1;
+    if (fb && (d->c_f32 || fc)) {
+        f.dtype = SMELT_F32, f.c_f32 = 0;
+        int64_t sa = 1, sb = 1, sc = 1;
+        for (int i = nd - 1; i >= 0; i--) {
+            f.a_strides[i] = sa, f.b_strides[i] = sb;
+            if (fc)
+                f.c_strides[i] = sc;
+            sa *= d->a_dims[i], sb *= d->b_dims[i], sc *= d->c_dims[i];
+        }
+        rc = kern_matmul(&f, fa, fb, fc ? (void *)fc : c, err, errlen);
+        if (rc == 0 && fc)
+            mm_round_into(d->dtype, fc, nd, d->c_dims, c, d->c_strides);
+    } else if (err && errlen) {
+        snprintf(err, errlen, "matmul: out of memory for float32 copies of half-precision operands");
+    }
+    free(fa);
+    free(fb);
+    free(fc);
+    return rc;
+}
+
+/* Multiply-adds from which a half-precision product oneDNN declined runs
+ * on float32 copies (oneDNN's f32 GEMM) rather than the portable kernel. */
+#define MM_VIA_F32_MACS (1 << 18)
+
 int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                 char *err, size_t errlen)
 {
@@ -979,6 +1014,9 @@ int kern_matmul(const kern_matmul_desc *d, const void *a, const void *b, void *c
         if (rc != MM_DECLINED)
             return rc;
     }
+    if (d->c_f32 || ((d->dtype == SMELT_F16 || d->dtype == SMELT_BF16) && kern_onednn_engine() &&
+                     (double)nbatch * (double)M * (double)N * (double)K >= MM_VIA_F32_MACS))
+        return mm_half_via_f32(d, a, b, c, err, errlen);
     return mm_portable(d, a, b, c, nbatch, err, errlen);
 }
 

@@ -1,9 +1,12 @@
 /* smelt matmul: C[b] = A[b] @ B[b] over broadcast batch dims.
  *
- * fp32 and bf16 (bf16 in, bf16 out, f32 accumulate) run on oneDNN's matmul
- * primitive; primitives are cached keyed by dtype, dims and strides.
- * float64, float16 and integer dtypes run on a portable blocked loop in C
- * (accumulating in f64 / f32 / int64 respectively, results cast back).
+ * fp32 and bf16 (bf16 in, bf16 or f32 out, f32 accumulate) run on oneDNN's
+ * matmul primitive; primitives are cached keyed by dtype, dims and strides.
+ * float16 (and bf16 where oneDNN has no bf16 kernel) products of 2^18
+ * multiply-adds or more run on float32 copies of the operands through
+ * oneDNN's f32 GEMM, rounded once. float64, integer dtypes and smaller
+ * half-precision products run on a portable blocked loop in C
+ * (accumulating in f64 / int64 / f32 respectively, results cast back).
  */
 #ifndef SMELT_KERN_MATMUL_H
 #define SMELT_KERN_MATMUL_H
@@ -19,8 +22,12 @@
  * and stride-0 broadcast operands are used in place, never copied by the
  * caller). c is written in full. */
 typedef struct kern_matmul_desc {
-    smelt_dtype dtype;
+    smelt_dtype dtype;   /* of A and B; of C too unless c_f32 */
     int ndim;
+    /* 1: dtype is F16 or BF16 and C is float32, the f32-accumulated product
+     * not rounded to half precision (what a half-precision linear computes
+     * before its bias and its one rounding); 0: C has dtype. */
+    int c_f32, pad_;
     int64_t a_dims[SMELT_MAX_DIMS], a_strides[SMELT_MAX_DIMS];
     int64_t b_dims[SMELT_MAX_DIMS], b_strides[SMELT_MAX_DIMS];
     int64_t c_dims[SMELT_MAX_DIMS], c_strides[SMELT_MAX_DIMS];

@@ -287,3 +287,26 @@ def test_training_bench_tiny(tmp_path):
     assert s["grad_err"] < 1e-4
     for k in ("median_ms", "first_ms", "warm_first_ms"):
         assert finite(s[k]) and finite(rec["eager"]["median_ms"]), (k, s)
+
+
+def test_half_rows():
+    """The half-precision rows: the same models in bfloat16 and float16 (the
+    group 'half'), their tolerance, and one run of the tiny bf16 MLP under
+    smelt checked against eager in bf16 (in this process; no timing)."""
+    import torch
+
+    import smelt
+    assert bench.expand_models("half") == ("mlp-bf16", "gpt2-bf16", "bert-bf16",
+                                           "mlp-fp16", "gpt2-fp16", "bert-fp16")
+    assert set(bench.HALF) <= set(bench.expand_models("all"))
+    wl = bench.BUILDERS["mlp-bf16"]("tiny")
+    assert wl.tol == bench.HALF_TOL["bf16"] and wl.config["dtype"] == "bfloat16"
+    assert all(p.dtype == torch.bfloat16 for p in wl.fn.parameters())
+    assert wl.inputs[0].dtype == torch.bfloat16
+    with torch.no_grad():
+        check = bench.Check(wl.fn(*wl.inputs), wl.tol)
+        check.add(smelt.compile(wl.fn)(*wl.inputs))
+    assert check.result()["ok"], check.result()
+    line = bench.half_summary([{"name": "mlp-bf16", "smelt_over_eager": 0.5, "smelt_over_inductor": 2.0}])
+    assert line == ("half precision: bf16: smelt faster than eager on 1 of 1; "
+                    "bf16: smelt faster than inductor on 0 of 1")

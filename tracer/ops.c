@@ -1557,6 +1557,20 @@ static int32_t h_split(tracer *T, const call_args *a, smelt_op op)
 
 static int32_t where3(tracer *T, int32_t c, int32_t x, int32_t y);
 
+/* Whether a gradient could flow through what the trace computes now:
+ * grad mode on (turned on in the trace, or not turned off in it and on
+ * outside it, which the guards check). */
+static int sdpa_grad_possible(tracer *T)
+{
+    if (T->no_grad != 0)
+        return T->no_grad < 0;
+    PyObject *on = PyObject_CallMethod(PyImport_AddModule("torch"), "is_grad_enabled", NULL);
+    int r = on != Py_False;   /* (unknown: as if on) */
+    Py_XDECREF(on);
+    PyErr_Clear();
+    return r;
+}
+
 /* The SDPA graph op (flash kernel) for float32 q, k, v of one rank and an
  * optional bool/float32 mask broadcastable to [.., L, S] (padded to that
  * rank with leading 1s); -2 when the form is not one it takes (then the
@@ -1568,8 +1582,10 @@ static int32_t sdpa_fused(tracer *T, int32_t q, int32_t k, int32_t v, int32_t ma
         return -2;
     const smelt_node *qn = node(T, q), *kn = node(T, k), *vn = node(T, v);
     int nd = qn->ndim;
-    /* float16/bfloat16: on CUDA (its attention kernels take them; the CPU's are float32) */
-    int dt_ok = qn->dtype == SMELT_F32 || (T->device >= 0 && (qn->dtype == SMELT_F16 || qn->dtype == SMELT_BF16));
+    /* float16/bfloat16: on CUDA (its attention kernels take them), on the
+     * CPU without autograd (its kernel takes them in the forward only) */
+    int half = qn->dtype == SMELT_F16 || qn->dtype == SMELT_BF16;
+    int dt_ok = qn->dtype == SMELT_F32 || (half && (T->device >= 0 || !sdpa_grad_possible(T)));
     if (!dt_ok || kn->dtype != qn->dtype || vn->dtype != qn->dtype || kn->ndim != nd ||
         vn->ndim != nd || nd < 2 || nd > 8 || (mask >= 0 && causal))
         return -2;

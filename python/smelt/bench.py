@@ -6,6 +6,10 @@ Workloads (eval mode, torch.no_grad(), float32):
   cnn        conv3x3-BatchNorm-ReLU-MaxPool stages, global average pool, Linear
   gpt2       transformers GPT2LMHeadModel (random weights, use_cache=False) forward
   bert       transformers BertModel (BERT-base widths, fewer layers) forward
+  mlp-bf16, gpt2-bf16, bert-bf16, mlp-fp16, gpt2-fp16, bert-fp16 (group: half)
+             the same models, weights and inputs in bfloat16 / float16
+             (Module.to(dtype)), checked against eager in that dtype with
+             the dtype's tolerance (HALF_TOL)
   chain, chainmath, softmax, layernorm, sum
              the kernels of benchmarks/micro.py (group name: micro), here run
              through smelt.compile / torch.compile on the eager function
@@ -182,10 +186,38 @@ def build_micro(name, size):
                     {"micro_case": name, "quick_sizes": size != "default"}, case["tol"])
 
 
+# Half-precision rows: suffix -> (torch dtype name, (rtol, atol) vs eager in
+# that dtype). Eager and the compilers sum in different orders, so single
+# roundings differ by an ulp and the differences grow through the layers
+# (bfloat16 has 8 significant bits: an ulp of 1.0 is 0.0078). Eager's own
+# bf16 BERT output is 0.074 from the float64 value at worst (smelt's
+# 0.073, inductor's 0.046), so two correct results may differ by about
+# 0.1; a wrong answer is off by far more.
+HALF_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+HALF_TOL = {"bf16": (1e-1, 1e-1), "fp16": (1.5e-2, 1.5e-2)}
+HALF_MODELS = ("mlp", "gpt2", "bert")
+
+
+def build_half(base, tag, size):
+    """Workload `base` with its module and floating inputs in the dtype of
+    HALF_DTYPES[tag] (the same random weights and inputs as `base`)."""
+    import torch
+    dt = getattr(torch, HALF_DTYPES[tag])
+    wl = BUILDERS[base](size)
+    wl.fn = wl.fn.to(dt)
+    wl.inputs = tuple(x.to(dt) if x.is_floating_point() else x for x in wl.inputs)
+    wl.desc, wl.tol = f"{wl.desc}, {HALF_DTYPES[tag]}", HALF_TOL[tag]
+    wl.config = dict(wl.config, dtype=HALF_DTYPES[tag])
+    return wl
+
+
 BUILDERS = {"mlp": build_mlp, "cnn": build_cnn, "gpt2": build_gpt2, "bert": build_bert}
+HALF = tuple(f"{m}-{t}" for t in HALF_DTYPES for m in HALF_MODELS)
+BUILDERS.update({f"{m}-{t}": (lambda size, m=m, t=t: build_half(m, t, size))
+                 for t in HALF_DTYPES for m in HALF_MODELS})
 BUILDERS.update({m: (lambda size, m=m: build_micro(m, size)) for m in MICRO})
 MODELS = tuple(BUILDERS)
-GROUPS = {"micro": MICRO, "models": ("mlp", "cnn", "gpt2", "bert"), "all": MODELS}
+GROUPS = {"micro": MICRO, "models": ("mlp", "cnn", "gpt2", "bert"), "half": HALF, "all": MODELS}
 
 
 # --------------------------------------------------------------------------
@@ -716,6 +748,9 @@ def print_table(records):
               f"{field(rec, 'smelt', 'median_s', 1e3):>9} {field(rec, 'inductor', 'median_s', 1e3):>9} "
               f"{fmt(rec.get('smelt_over_eager'), '.2f'):>8} {fmt(rec.get('smelt_over_inductor'), '.2f'):>6} "
               f"{err_field(rec, 'smelt'):>10} {err_field(rec, 'inductor'):>9}  {smelt_status(rec)}")
+    line = half_summary(records)
+    if line:
+        print(line)
     print_memory(records)
     print_first_calls(records)
     print_dynamo_smelt(records)
@@ -744,6 +779,20 @@ def print_dynamo_smelt(records):
               f"{field(rec, 'smelt', 'median_s', 1e3):>9} {fmt(rec.get('dynamo_smelt_over_smelt'), '.2f'):>9} "
               f"{first_field(rec, 'dynamo+smelt'):>12} {first_field(rec, 'smelt'):>13} "
               f"{fmt(rec.get('dynamo_smelt_over_smelt_first'), '.1f'):>11} {err_field(rec, 'dynamo+smelt'):>9}  {what}")
+
+
+def half_summary(records):
+    """'half precision (issue 20): smelt faster than eager on 2 of 3 bf16
+    rows, than inductor on ...', or None without half-precision rows."""
+    parts = []
+    for tag in HALF_DTYPES:
+        rows = [r for r in records if r["name"].endswith("-" + tag)]
+        for other in ("eager", "inductor"):
+            done = [r for r in rows if f"smelt_over_{other}" in r]
+            if done:
+                won = [r["name"] for r in done if r[f"smelt_over_{other}"] < 1]
+                parts.append(f"{tag}: smelt faster than {other} on {len(won)} of {len(done)}")
+    return "half precision: " + "; ".join(parts) if parts else None
 
 
 def print_memory(records):
