@@ -602,6 +602,11 @@ static int32_t h_softmax(tracer *T, const call_args *a, smelt_op op)
     if (tr_int(T, dv, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
         return -1;
     uint32_t m = node(T, x)->ndim ? 1u << dim : 0;
+    /* float16/bfloat16 in float32, rounded once (ATen's vectorised softmax
+     * converts each row to float, its sum is never rounded) */
+    int dt = node(T, x)->dtype, x0 = x;
+    if ((dt == SMELT_F16 || dt == SMELT_BF16) && (x = cast_to(T, x, SMELT_F32)) < 0)
+        return -1;
     /* the shift by the row maximum changes no value's gradient (softmax is
      * shift-invariant): detached, so a compiled backward is softmax's own
      * formula, not also amax's (three more passes over a 50257-wide row) */
@@ -614,11 +619,13 @@ static int32_t h_softmax(tracer *T, const call_args *a, smelt_op op)
     int32_t r;
     if (op == SMELT_OP_LOG)   /* log_softmax */
         r = op2(T, SMELT_OP_SUB, sh, op1(T, SMELT_OP_LOG, s));
-    else if (node(T, x)->dtype != SMELT_F32 && node(T, x)->dtype != SMELT_F64)
-        r = op2(T, SMELT_OP_DIV, e, s);   /* one rounding of the quotient in f16/bf16 */
+    else if (x != x0)
+        r = op2(T, SMELT_OP_DIV, e, s);   /* f16/bf16: the quotient rounded once */
     else   /* as ATen's softmax: times 1/sum, no divide per element */
         r = op2(T, SMELT_OP_MUL, e, op1(T, SMELT_OP_RECIPROCAL, s));
-    return fresh_contiguous(T, x, r);   /* eager's softmax result is contiguous */
+    if (r >= 0 && x != x0)
+        r = cast_to(T, r, dt);
+    return fresh_contiguous(T, x0, r);   /* eager's softmax result is contiguous */
 }
 
 static int norm_shape_dims(tracer *T, const call_args *a, int32_t x, uint32_t *mask)
@@ -685,21 +692,26 @@ static int32_t h_rms_norm(tracer *T, const call_args *a, smelt_op op)
     if (T->vals[x].kind != V_TENSOR || norm_shape_dims(T, a, x, &m))
         return -1;
     smelt_dtype dt = node(T, x)->dtype;
-    double dflt = dt == SMELT_F64 ? 2.220446049250313e-16 : dt == SMELT_F16 ? 0.0009765625
-                : dt == SMELT_BF16 ? 0.0078125 : 1.1920928955078125e-07;
+    /* the default eps is that of the computation dtype (float32 for
+     * float16/bfloat16, as ATen's opmath) */
+    double dflt = dt == SMELT_F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
     double eps = get_float(T, arg(a, 3, "eps"), dflt, &err);
     if (err)
         return -1;
-    /* eager: x in float32 times rsqrt(mean(x^2) + eps), rounded to x's
-     * dtype, then times weight */
+    /* eager: x in float32 times rsqrt(mean(x^2) + eps), times a weight of
+     * x's dtype also in float32, rounded once to x's dtype */
     int half = dt == SMELT_F16 || dt == SMELT_BF16;
+    int32_t w = arg(a, 2, "weight");
+    int wsame = !is_none(T, w) && T->vals[w].kind == V_TENSOR && node(T, w)->dtype == dt;
     int32_t xf = half ? cast_to(T, x, SMELT_F32) : x;
     int32_t ms = xf < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xf, xf), m, 1, 0);
     int32_t r = ms < 0 ? -1 : op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, ms, num(T, eps)));
     int32_t y = r < 0 ? -1 : op2(T, SMELT_OP_MUL, xf, r);
+    if (y >= 0 && half && wsame)
+        return cast_to(T, op2(T, SMELT_OP_MUL, y, cast_to(T, w, SMELT_F32)), dt);
     if (y >= 0 && half)
         y = cast_to(T, y, dt);
-    return y < 0 ? -1 : affine(T, y, arg(a, 2, "weight"), -1);
+    return y < 0 ? -1 : affine(T, y, w, -1);
 }
 
 /* matmul with torch's 1-d rules: a 1-d operand gains a dim that is dropped
@@ -1784,6 +1796,16 @@ static int32_t sdpa_core(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mas
     int32_t fused = sdpa_fused(T, q, k, v, is_none(T, mask) ? -1 : mask, scale, causal);
     if (fused != -2)
         return fused;
+    /* float16/bfloat16 in float32, rounded once (ATen's CPU flash attention
+     * accumulates scores, softmax and output in float) */
+    int dt = node(T, q)->dtype;
+    if ((dt == SMELT_F16 || dt == SMELT_BF16) && node(T, k)->dtype == dt && node(T, v)->dtype == dt) {
+        int32_t mf = !is_none(T, mask) && T->vals[mask].kind == V_TENSOR && node(T, mask)->dtype == dt
+                   ? cast_to(T, mask, SMELT_F32) : mask;
+        int32_t r = sdpa_core(T, cast_to(T, q, SMELT_F32), cast_to(T, k, SMELT_F32), cast_to(T, v, SMELT_F32),
+                              mf, scale, causal, op);
+        return r < 0 ? r : cast_to(T, r, dt);
+    }
     int nd = node(T, k)->ndim;
     int32_t s = matmul(T, q, v_transpose(T, k, nd - 2, nd - 1));
     s = s < 0 ? -1 : op2(T, SMELT_OP_MUL, s, num(T, scale));
