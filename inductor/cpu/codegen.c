@@ -701,14 +701,17 @@ static LLVMValueRef binary_int(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef 
     }
 }
 
+/* x clamped to the node's bounds (numbers: for f16/bf16 in f32, ATen's
+ * opmath bounds; a clamped value then rounds where it is stored). */
 static LLVMValueRef clamp(cg *g, const smelt_node *n, smelt_dtype dt, LLVMValueRef x, int w)
 {
+    smelt_dtype bd = dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt;
     if (n->a.clamp.has_lo) {
-        LLVMValueRef lo = cval(g, dt, n->a.clamp.flo, n->a.clamp.ilo, w);
+        LLVMValueRef lo = cval(g, bd, n->a.clamp.flo, n->a.clamp.ilo, w);
         x = is_fp(dt) ? sel(g, fcmp(g, LLVMRealOLT, x, lo), lo, x) : maxmin(g, 1, dt, x, lo);
     }
     if (n->a.clamp.has_hi) {
-        LLVMValueRef hi = cval(g, dt, n->a.clamp.fhi, n->a.clamp.ihi, w);
+        LLVMValueRef hi = cval(g, bd, n->a.clamp.fhi, n->a.clamp.ihi, w);
         x = is_fp(dt) ? sel(g, fcmp(g, LLVMRealOGT, x, hi), hi, x) : maxmin(g, 0, dt, x, hi);
     }
     return x;
