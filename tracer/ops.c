@@ -7653,6 +7653,8 @@ static PyObject *resolve(PyObject *torch, PyObject *F, const char *name)
     return o;
 }
 
+static int ac_init(PyObject *torch, PyObject *F);
+
 int ops_init(void)
 {
     PyObject *torch = PyImport_ImportModule("torch");
@@ -7668,6 +7670,8 @@ int ops_init(void)
     if (!tensor_type || !size_type || !cpu_device || !by_obj || !by_name)
         goto fail;
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
+    if (ac_init(torch, F))
+        goto fail;
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     PyObject *ag = PyImport_ImportModule("smelt._autograd");
     dropout_fn = ag ? PyObject_GetAttrString(ag, "dropout_noise") : NULL;
@@ -7867,9 +7871,137 @@ static int32_t out_call(tracer *T, const op_entry *e, PyObject *fn, PyObject *na
 /* Runs table entry idx for callable fn (a torch function) or method
  * `name` (fn NULL); writes the result into argument 0 when the call is in
  * place (inplace: a method named x.op_; or the entry says so). */
-static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, const call_args *a, int inplace)
+/* ---------- CPU autocast ---------- */
+
+/* What CPU autocast does to a call's floating-point tensors (ATen's
+ * autocast_mode.cpp, AutocastCPU, torch 2.13): AC_LOWER casts them to the
+ * autocast dtype, AC_FP32 to float32, AC_PROMOTE to the widest of them,
+ * AC_PAD is F.pad (float32 in the reflect/replicate modes). float64
+ * tensors are never cast. Calls of anything else run in their inputs'
+ * dtypes, as eager's. */
+enum { AC_NONE, AC_LOWER, AC_FP32, AC_PROMOTE, AC_PAD };
+
+static const struct { const char *names; int policy; } ac_table[] = {
+    { "F.linear torch.matmul T.matmul torch.mm T.mm torch.bmm T.bmm torch.addmm T.addmm torch.baddbmm "
+      "T.baddbmm torch.addbmm T.addbmm torch.linalg.vecdot F.prelu torch.prelu F.scaled_dot_product_attention "
+      "torch._native_multi_head_attention torch.conv1d torch.conv2d torch.conv3d torch.conv_transpose1d "
+      "torch.conv_transpose2d torch.conv_transpose3d torch.conv_tbc torch.convolution T.__matmul__ T.__rmatmul__", AC_LOWER },
+    { "torch.prod T.prod torch.cdist torch.trace T.trace F.mse_loss F.l1_loss F.smooth_l1_loss F.huber_loss "
+      "F.binary_cross_entropy_with_logits F.binary_cross_entropy F.margin_ranking_loss F.cosine_embedding_loss "
+      "F.hinge_embedding_loss F.soft_margin_loss F.poisson_nll_loss F.kl_div F.triplet_margin_loss "
+      "F.multi_margin_loss F.multilabel_margin_loss torch._C._nn.nll_loss_nd torch._C._nn.nll_loss "
+      "torch._C._nn.nll_loss2d torch._C._nn.cross_entropy_loss torch._C._nn.avg_pool3d "
+      "torch._C._nn.adaptive_avg_pool3d torch.max_pool3d torch._C._nn.max_pool3d_with_indices F.grid_sample "
+      "torch.quantile T.quantile torch.nanquantile T.nanquantile torch.inverse T.inverse torch.pinverse "
+      "T.pinverse torch.cholesky T.cholesky", AC_FP32 },
+    { "torch.cat torch.concat torch.concatenate torch.stack torch.index_copy T.index_copy", AC_PROMOTE },
+    { "F.pad torch._C._nn.pad", AC_PAD },
+};
+
+static PyObject *ac_by_obj, *ac_by_name;   /* callable / Tensor method name -> policy */
+
+static int ac_init(PyObject *torch, PyObject *F)
+{
+    ac_by_obj = PyDict_New();
+    ac_by_name = PyDict_New();
+    for (size_t i = 0; ac_by_obj && ac_by_name && i < sizeof ac_table / sizeof ac_table[0]; i++) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", ac_table[i].names);
+        PyObject *pol = PyLong_FromLong(ac_table[i].policy);
+        for (char *tok = strtok(buf, " "); pol && tok; tok = strtok(NULL, " ")) {
+            PyObject *o = resolve(torch, F, tok);
+            if (o && PyDict_SetItem(ac_by_obj, o, pol))
+                PyErr_Clear();
+            if (!strncmp(tok, "T.", 2) && PyDict_SetItemString(ac_by_name, tok + 2, pol))
+                PyErr_Clear();
+            Py_XDECREF(o);
+        }
+        Py_XDECREF(pol);
+    }
+    return ac_by_obj && ac_by_name ? 0 : -1;
+}
+
+/* The autocast policy of a call of fn (or of Tensor method `name`). */
+static int ac_policy(PyObject *fn, PyObject *name)
+{
+    PyObject *p = fn ? PyDict_GetItemWithError(ac_by_obj, fn) : PyDict_GetItemWithError(ac_by_name, name);
+    if (!p)
+        PyErr_Clear();
+    return p ? (int)PyLong_AsLong(p) : AC_NONE;
+}
+
+/* Whether v is a tensor autocast casts (floating, not float64). */
+static int ac_eligible(tracer *T, int32_t v)
+{
+    if (v < 0 || T->vals[v].kind != V_TENSOR)
+        return 0;
+    int dt = node(T, v)->dtype;
+    return smelt_dtype_is_float((smelt_dtype)dt) && dt != SMELT_F64;
+}
+
+/* The dtype policy pol casts a's eligible tensors to (-1: none). */
+static int ac_target(tracer *T, int pol, const call_args *a)
+{
+    if (pol == AC_LOWER)
+        return T->ac_dtype;
+    if (pol == AC_FP32)
+        return SMELT_F32;
+    if (pol == AC_PAD) {
+        int32_t m = arg(a, 2, "mode");
+        PyObject *o = m >= 0 ? tr_const(T, m) : NULL;
+        return o && PyUnicode_Check(o) && (PyUnicode_CompareWithASCIIString(o, "reflect") == 0 ||
+                                           PyUnicode_CompareWithASCIIString(o, "replicate") == 0) ? SMELT_F32 : -1;
+    }
+    int widest = -1;   /* AC_PROMOTE: float16 < bfloat16 < float32 as promotion (mixed halves: float32) */
+    for (int k = 0; k < a->npos + a->nkw; k++) {
+        int32_t v = k < a->npos ? a->pos[k] : a->kwv[k - a->npos];
+        if (!ac_eligible(T, v))
+            continue;
+        int dt = node(T, v)->dtype;
+        widest = widest < 0 || widest == dt ? dt : SMELT_F32;
+    }
+    return widest;
+}
+
+/* a as CPU autocast passes it to fn (or method `name`) in the trace's
+ * state: *out = a, or b with the eligible tensors cast (pos/kwv are
+ * the caller's arrays of SMELT_AC_MAXARGS). 0, -1 on a break. */
+#define SMELT_AC_MAXARGS 16
+static int ac_args(tracer *T, PyObject *fn, PyObject *name, const call_args *a, call_args *b, int32_t *pos,
+                   int32_t *kwv, const call_args **out)
+{
+    *out = a;
+    if (!T->ac_on || T->device >= 0)   /* CPU autocast casts CPU tensors only */
+        return 0;
+    int pol = ac_policy(fn, name), to = pol ? ac_target(T, pol, a) : -1;
+    if (to < 0)
+        return T->broke ? -1 : 0;
+    if (a->npos > SMELT_AC_MAXARGS || a->nkw > SMELT_AC_MAXARGS)
+        return tr_break(T, "a call with more than %d arguments under autocast", SMELT_AC_MAXARGS);
+    *b = *a;
+    b->pos = pos;
+    b->kwv = kwv;
+    for (int k = 0; k < a->npos + a->nkw; k++) {
+        int32_t v = k < a->npos ? a->pos[k] : a->kwv[k - a->npos];
+        if (ac_eligible(T, v) && (v = cast_to(T, v, to)) < 0)
+            return -1;
+        if (k < a->npos)
+            pos[k] = v;
+        else
+            kwv[k - a->npos] = v;
+    }
+    *out = b;
+    return 0;
+}
+
+static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, const call_args *a0, int inplace)
 {
     const op_entry *e = &table[PyLong_AsSsize_t(idx)];
+    call_args b;
+    int32_t bpos[SMELT_AC_MAXARGS], bkwv[SMELT_AC_MAXARGS];
+    const call_args *a;
+    if (ac_args(T, fn, name, a0, &b, bpos, bkwv, &a))
+        return -1;
     int32_t o = arg(a, -1, "out");
     if (!is_none(T, o))
         return out_call(T, e, fn, name, a, o);
@@ -8127,6 +8259,12 @@ int32_t ops_binary(tracer *T, int nb, int32_t a, int32_t b)
     int base = nb >= NB_INPLACE ? nb - NB_INPLACE : nb;
     if (base < 0 || base >= NB_INPLACE)
         return tr_break(T, "binary operator %d", nb);
+    if (base == NB_MATRIX_MULTIPLY && T->ac_on && T->device < 0) {   /* a @ b under CPU autocast */
+        if (ac_eligible(T, a) && (a = cast_to(T, a, T->ac_dtype)) < 0)
+            return -1;
+        if (ac_eligible(T, b) && (b = cast_to(T, b, T->ac_dtype)) < 0)
+            return -1;
+    }
     if (base == NB_MATRIX_MULTIPLY)
         return matmul(T, a, b);
     return op2(T, nb_ops[base], a, b);
