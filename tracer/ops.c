@@ -7994,6 +7994,8 @@ static int ac_args(tracer *T, PyObject *fn, PyObject *name, const call_args *a, 
     return 0;
 }
 
+static int32_t dispatch_cast(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a, int inplace);
+
 static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, const call_args *a0, int inplace)
 {
     const op_entry *e = &table[PyLong_AsSsize_t(idx)];
@@ -8002,6 +8004,16 @@ static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, 
     const call_args *a;
     if (ac_args(T, fn, name, a0, &b, bpos, bkwv, &a))
         return -1;
+    int host_ok = T->ac_host_ok;
+    T->ac_host_ok |= a != a0;   /* its arguments cast: a host call of it is what eager's autocast runs */
+    int32_t r = dispatch_cast(T, e, fn, name, a, inplace);
+    T->ac_host_ok = host_ok;
+    return r;
+}
+
+/* dispatch with the arguments as autocast casts them. */
+static int32_t dispatch_cast(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a, int inplace)
+{
     int32_t o = arg(a, -1, "out");
     if (!is_none(T, o))
         return out_call(T, e, fn, name, a, o);

@@ -238,6 +238,7 @@ typedef struct tracer {
     int nfloat_inputs;     /* Python floats read as inputs (tr_float_input: made on the CPU each run) */
     int ac_on, ac_dtype;   /* CPU autocast in the trace (objects.c): on, and its smelt dtype (F16/BF16);
                               starts as outside the trace (guarded), changed by `with torch.autocast` */
+    int ac_host_ok;        /* in a call whose arguments autocast cast (ops.c dispatch): host calls allowed */
 } tracer;
 
 /* interp.c: a tensor on `dev` (-1 the CPU, n CUDA device n; obj its
