@@ -155,15 +155,10 @@ static LLVMValueRef cfp(cg *g, LLVMTypeRef t, double v, int w)
 }
 
 /* Constant `v` (given as double and int) in the compute type of dt. */
-static LLVMValueRef round_to(cg *g, LLVMValueRef x, smelt_dtype dt, int w);
-
-/* A constant of dtype dt (f16/bf16: the value rounded to that precision, a
- * half tensor's element; folded by LLVM). */
+/* A constant of dtype dt (an f16/bf16 one comes rounded: lower.c ex_const). */
 static LLVMValueRef cval(cg *g, smelt_dtype dt, double f, int64_t i, int w)
 {
     LLVMTypeRef t = ctype(g, dt);
-    if (dt == SMELT_F16 || dt == SMELT_BF16)
-        return round_to(g, cfp(g, t, f, w), dt, w);
     return is_fp(dt) ? cfp(g, t, f, w) : cint(g, t, dt == SMELT_BOOL ? (i != 0) : i, w);
 }
 
