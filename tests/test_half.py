@@ -28,7 +28,8 @@ vanishes for the large representative cases. An output that is non-finite
 where eager's and the reference's are finite fails too.
 
 Cases: PyTorch's OpInfo database (tests/opinfo_lib.py: each entry's first
-sample that runs in float64 too, both dtypes, inputs as OpInfo makes them:
+sample that runs in float64 too, in float16 or bfloat16 alternately, inputs
+as OpInfo makes them:
 random, odd sizes, some non-contiguous) and a representative list at larger
 odd sizes (norms, softmax, reductions, cumulative ops, activations, losses,
 matmul/linear/conv, attention, non-contiguous inputs) where accumulation
@@ -96,12 +97,15 @@ def _sample(op, dtype):
     return None
 
 
-@pytest.mark.parametrize("op", OPS, ids=[o.full_name if hasattr(o, "full_name") else o.name for o in OPS])
-def test_opinfo_half_accuracy(op):
+@pytest.mark.parametrize("i", range(len(OPS)), ids=[o.full_name if hasattr(o, "full_name") else o.name for o in OPS])
+def test_opinfo_half_accuracy(i):
+    """Entry i in float16 when i is even, bfloat16 when odd (both dtypes
+    over the database, half the compile time; either when the entry has
+    only one)."""
+    op = OPS[i]
     sup = op.supported_dtypes("cpu")
-    for dtype in HALF:
-        if dtype not in sup:
-            continue
+    order = HALF if i % 2 == 0 else HALF[::-1]
+    for dtype in [d for d in order if d in sup][:1]:
         got = _sample(op, dtype)
         if got is None:
             continue
@@ -109,7 +113,8 @@ def test_opinfo_half_accuracy(op):
         s, serr = L._call(smelt.compile(f), L.exact_copies(tensors), 0)
         assert serr is None, f"{op.name} {dtype}: smelt raises {serr!r} where eager does not"
         for a, b, rr in zip(pytree.tree_leaves(e), pytree.tree_leaves(s), pytree.tree_leaves(r)):
-            if isinstance(a, torch.Tensor) and a.dtype in HALF and a.numel() and \
+            if isinstance(a, torch.Tensor) and a.dtype in HALF and a.numel() and a.layout == torch.strided and \
+                    isinstance(b, torch.Tensor) and b.layout == torch.strided and \
                     isinstance(rr, torch.Tensor) and rr.dtype == torch.float64 and rr.shape == a.shape:
                 check(op.name, a, b, rr, dtype)
 
@@ -129,18 +134,18 @@ CASES = {
                         lambda: [_t(3, 16, 31, 17) + 0.5, _t(16), _t(16), _t(16), _t(16)]),
     "batch_norm_train": (lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
                          lambda: [_t(3, 16, 31, 17) + 0.5, _t(16), _t(16)]),
-    "softmax": (lambda x: torch.softmax(x, -1), lambda: [_t(37, 4099)]),
+    "softmax": (lambda x: torch.softmax(x, -1), lambda: [_t(37, 2053)]),
     "softmax_dim0": (lambda x: torch.softmax(x, 0), lambda: [_t(1031, 7)]),
-    "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda: [_t(37, 4099)]),
+    "log_softmax": (lambda x: torch.log_softmax(x, -1), lambda: [_t(37, 2053)]),
     "softmin": (lambda x: F.softmin(x, -1), lambda: [_t(37, 1031)]),
-    "sum": (lambda x: x.sum(-1), lambda: [_t(37, 4099)]),
-    "sum_all": (lambda x: x.sum(), lambda: [_t(37, 4099)]),
-    "mean_nc": (lambda x: x.t().mean(-1), lambda: [_t(4099, 37)]),
-    "var_std": (lambda x: (x.var(-1), x.std(0)), lambda: [_t(37, 4099)]),
+    "sum": (lambda x: x.sum(-1), lambda: [_t(37, 2053)]),
+    "sum_all": (lambda x: x.sum(), lambda: [_t(37, 2053)]),
+    "mean_nc": (lambda x: x.t().mean(-1), lambda: [_t(2053, 37)]),
+    "var_std": (lambda x: (x.var(-1), x.std(0)), lambda: [_t(37, 2053)]),
     "prod": (lambda x: (x * 0.01 + 1).prod(-1), lambda: [_t(37, 257)]),
     "cumsum": (lambda x: x.cumsum(-1), lambda: [_t(37, 61)]),
-    "vector_norm": (lambda x: torch.linalg.vector_norm(x, dim=-1), lambda: [_t(37, 4099)]),
-    "normalize": (lambda x: F.normalize(x, dim=-1), lambda: [_t(37, 4099)]),
+    "vector_norm": (lambda x: torch.linalg.vector_norm(x, dim=-1), lambda: [_t(37, 2053)]),
+    "normalize": (lambda x: F.normalize(x, dim=-1), lambda: [_t(37, 2053)]),
     "gelu": (lambda x: (F.gelu(x), F.gelu(x, approximate="tanh")), lambda: [_t(37, 1031)]),
     "silu_mish": (lambda x: (F.silu(x), F.mish(x), F.hardswish(x), F.selu(x)), lambda: [_t(37, 1031)]),
     "chain": (lambda x: (x * 1.1 + 0.3).sin() * x.exp() - x.tanh(), lambda: [_t(37, 1031)]),
