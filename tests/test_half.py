@@ -33,7 +33,8 @@ as OpInfo makes them:
 random, odd sizes, some non-contiguous) and a representative list at larger
 odd sizes (norms, softmax, reductions, cumulative ops, activations, losses,
 matmul/linear/conv, attention, non-contiguous inputs) where accumulation
-error shows. Then the benchmark models (python/smelt/bench.py: MLP, CNN,
+error shows, and the gradients of a subset of it (a compiled backward
+against float64 autograd). Then the benchmark models (python/smelt/bench.py: MLP, CNN,
 GPT-2, BERT at tiny sizes) in bfloat16: inference outputs and one training
 step's gradients against the float64 model."""
 import copy
@@ -180,6 +181,35 @@ def test_representative_half_accuracy(name, dtype):
     for a, b, r in zip(pytree.tree_leaves(e), pytree.tree_leaves(s), pytree.tree_leaves(ref)):
         assert b.dtype == a.dtype and b.shape == a.shape
         check(name, a, b, r, dtype)
+
+
+GRAD_CASES = ("layer_norm", "rms_norm", "group_norm", "softmax", "log_softmax", "gelu", "silu_mish", "linear",
+              "sdpa_causal", "mse_l1", "cross_entropy", "sum", "addcmul_lerp")
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=["f16", "bf16"])
+@pytest.mark.parametrize("name", GRAD_CASES)
+def test_representative_half_gradients(name, dtype):
+    """The gradients of the floating inputs (a compiled backward) against
+    float64 autograd, for a random output gradient."""
+    fn, make = CASES[name]
+    torch.manual_seed(hash(name) % 1000)
+    base = [t.to(dtype) if t.is_floating_point() else t for t in make()]
+    outs = pytree.tree_leaves(fn(*base))
+    gs = [torch.randn(o.shape, dtype=torch.float64) for o in outs]
+    grads = []
+    for mode in ("ref", "eager", "smelt"):
+        ins = [(up(t) if mode == "ref" else t.detach().clone()).requires_grad_() if t.is_floating_point() else t
+               for t in base]
+        f = smelt.compile(fn) if mode == "smelt" else fn
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ys = pytree.tree_leaves(f(*ins))
+        torch.autograd.backward(ys, [g.to(y.dtype) for g, y in zip(gs, ys)])
+        grads.append([t.grad for t in ins if t.is_floating_point()])
+    for r, e, s in zip(*grads):
+        assert s.dtype == e.dtype == dtype
+        check(name + " grad", e, s, r, dtype)
 
 
 # ---------------------------------------------------------------- the bench models in bfloat16
