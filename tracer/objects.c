@@ -1341,8 +1341,8 @@ int32_t obj_super(tracer *T, PyObject *cls, int32_t self)
 
 /* ---------- calls the tracer answers itself ---------- */
 
-/* The device type string a device argument names (new reference), or
- * NULL (a break; -1 in *err with an exception). */
+/* The device type string the only argument (device_type=) of an
+ * autocast query names (new reference), or NULL after a break. */
 static PyObject *device_type_of(tracer *T, const call_args *a, const char *what)
 {
     int kw = a->npos == 0 && a->nkw == 1 && PyUnicode_CompareWithASCIIString(a->kwn[0], "device_type") == 0;
@@ -1411,7 +1411,8 @@ static int ac_outside_dtype(tracer *T)
 int obj_is_autocast(PyObject *o) { return o == autocast_type; }
 
 /* The CPU autocast state outside the trace: T->ac_on, T->ac_dtype (-1
- * when off and not float16/bfloat16). */
+ * when not float16/bfloat16). 0, -1 with an exception or after a break
+ * (on with another dtype: not modelled). */
 int obj_autocast_start(tracer *T)
 {
     PyObject *cpu = PyUnicode_FromString("cpu");
@@ -1425,8 +1426,8 @@ int obj_autocast_start(tracer *T)
     Py_XDECREF(dt);
     if (T->ac_on)
         T->r->autocast = 1;
-    if (T->ac_on && T->ac_dtype != SMELT_F16 && T->ac_dtype != SMELT_BF16)
-        T->ac_on = 0;   /* eager's CPU autocast casts to float16/bfloat16 only */
+    if (rc == 0 && T->ac_on && T->ac_dtype != SMELT_F16 && T->ac_dtype != SMELT_BF16)
+        return tr_break(T, "CPU autocast to a dtype other than float16/bfloat16");
     return rc;
 }
 
