@@ -40,6 +40,7 @@ step's gradients against the float64 model."""
 import copy
 import math
 import warnings
+import zlib
 
 import pytest
 import torch
@@ -171,7 +172,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_representative_half_accuracy(name, dtype):
     fn, make = CASES[name]
-    torch.manual_seed(hash(name) % 1000)
+    torch.manual_seed(zlib.crc32(name.encode()))
     ins = [t.to(dtype) if t.is_floating_point() else t for t in make()]
     ref = fn(*[up(t) for t in ins])
     e = fn(*ins)
@@ -193,7 +194,7 @@ def test_representative_half_gradients(name, dtype):
     """The gradients of the floating inputs (a compiled backward) against
     float64 autograd, for a random output gradient."""
     fn, make = CASES[name]
-    torch.manual_seed(hash(name) % 1000)
+    torch.manual_seed(zlib.crc32(name.encode()))
     base = [t.to(dtype) if t.is_floating_point() else t for t in make()]
     outs = pytree.tree_leaves(fn(*base))
     gs = [torch.randn(o.shape, dtype=torch.float64) for o in outs]

@@ -3807,11 +3807,17 @@ static int32_t h_hardtanh(tracer *T, const call_args *a, smelt_op op)
     return err ? -1 : clamp_num(T, arg(a, 0, "input"), lo, hi);
 }
 
-/* hardsigmoid / hardswish (op SIGMOID / MUL): clamp(x + 3, 0, 6) / 6 (times x). */
+/* hardsigmoid / hardswish (op SIGMOID / MUL): clamp(x + 3, 0, 6) / 6 (times x).
+ * The clamp's gradient flows only strictly inside (-3, 3), as eager's
+ * hardsigmoid/hardswish_backward (the clamp's own would include the ends:
+ * hardswish's gradient -0.5 at -3, 1.5 at 3, where eager's is 0 and 1). */
 static int32_t h_hard(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input");
-    int32_t h = op2(T, SMELT_OP_DIV, clamp_num(T, op2(T, SMELT_OP_ADD, x, num(T, 3.0)), 0.0, 6.0), num(T, 6.0));
+    int32_t s = op2(T, SMELT_OP_ADD, x, num(T, 3.0)), c = clamp_num(T, s, 0.0, 6.0);
+    int32_t in = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, x, num(T, -3.0)), op2(T, SMELT_OP_LT, x, num(T, 3.0)));
+    int32_t cg = in < 0 || c < 0 ? -1 : where3(T, in, s, op1(T, SMELT_OP_DETACH, c));
+    int32_t h = cg < 0 ? -1 : op2(T, SMELT_OP_DIV, cg, num(T, 6.0));
     return op == SMELT_OP_MUL ? op2(T, SMELT_OP_MUL, x, h) : h;
 }
 
