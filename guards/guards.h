@@ -198,6 +198,9 @@ int guard_add_tensor_match(guard_node *n, PyObject *example, const uint8_t *dyna
 /* Global state, on the root: torch.is_grad_enabled() and
  * torch.get_default_dtype() must return what they return now. */
 int guard_add_global_state(guard_tree *t);
+/* The CPU autocast state (enabled, dtype) as leaves on the root: for an
+ * entry traced under CPU autocast. 0, -1 with an exception. */
+int guard_add_autocast_state(guard_tree *t);
 
 /* Makes every check fetch node n's value even if nothing checks it (so
  * that guard_check_values can hand it out): a fetch that fails then fails

@@ -280,6 +280,40 @@ static PyObject *truth_of(PyObject *o)
     return t < 0 ? NULL : Py_NewRef(t ? Py_True : Py_False);
 }
 
+/* The autocast state an entry traced under CPU autocast is guarded on:
+ * the CPU's enabled state and dtype, CUDA's enabled state. */
+static const struct {
+    const char *attr, *device, *text;
+} autocast_state[] = {
+    {"is_autocast_enabled", "cpu", "torch.is_autocast_enabled('cpu')"},
+    {"get_autocast_dtype", "cpu", "torch.get_autocast_dtype('cpu')"},
+    {"is_autocast_enabled", "cuda", "torch.is_autocast_enabled('cuda')"},   /* (any device's is guarded: this one runs eagerly) */
+};
+
+int guard_add_autocast_state(guard_tree *t)
+{
+    PyObject *torch = PyImport_ImportModule("torch"), *ft = PyImport_ImportModule("functools");
+    PyObject *partial = ft ? PyObject_GetAttrString(ft, "partial") : NULL;
+    int rc = torch && partial ? 0 : -1;
+    for (size_t i = 0; rc == 0 && i < sizeof autocast_state / sizeof autocast_state[0]; i++) {
+        PyObject *f = PyObject_GetAttrString(torch, autocast_state[i].attr);
+        PyObject *o = f ? PyObject_CallFunction(partial, "Os", f, autocast_state[i].device) : NULL;
+        PyObject *now = o ? PyObject_CallNoArgs(o) : NULL;
+        Py_XDECREF(f);
+        if (!now) {
+            Py_XDECREF(o);
+            rc = -1;
+            break;
+        }
+        rc = guard_leaf_push(t->nodes[0], (guard_leaf){.kind = LEAF_CALL_IS, .obj = o, .aux = now,
+                                                        .text = autocast_state[i].text});
+    }
+    Py_XDECREF(torch);
+    Py_XDECREF(ft);
+    Py_XDECREF(partial);
+    return rc;
+}
+
 int guard_add_global_state(guard_tree *t)
 {
     int rc = 0;

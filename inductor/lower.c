@@ -20,6 +20,7 @@
 #include "kix.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,11 +80,39 @@ static smelt_dtype result_type(const smelt_graph *g, int n, const int32_t *src)
     return smelt_result_type(s, n, (smelt_dtype)g->default_float);
 }
 
+/* v rounded to float16/bfloat16 (through float32, as c10::Half and
+ * c10::BFloat16 convert a double), round to nearest even; v itself for
+ * other dtypes. */
+static double half_value(double v, smelt_dtype dt)
+{
+    if ((dt != SMELT_F16 && dt != SMELT_BF16) || isnan(v))
+        return v;
+    float f = (float)v;
+    if (dt == SMELT_BF16) {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    float a = fabsf(f);
+    if (a >= 65520.0f)   /* past the midpoint above 65504: infinity */
+        return copysign(INFINITY, f);
+    if (a == 0)
+        return f;
+    int e;
+    frexpf(a, &e);
+    int q = e - 11 < -24 ? -24 : e - 11;   /* the spacing of float16 values near a: 2^q */
+    return copysign(ldexpf(nearbyintf(ldexpf(a, -q)), q), f);
+}
+
+/* A constant of dtype dt: a float16/bfloat16 one holds its rounded value
+ * (a tensor of that dtype), as every back end computes it in f32. */
 static int32_t ex_const(kir_pool *P, smelt_dtype dt, double f, int64_t i)
 {
     kexpr e = kexpr_blank(KE_CONST, dt);
     if (smelt_dtype_is_float(dt))
-        e.f = f;
+        e.f = half_value(f, dt);
     else
         e.i = i;
     return kexpr_intern(P, e);

@@ -112,6 +112,7 @@ typedef struct FunctionObject {
 
 static PyObject *grad_enabled_fn;   /* torch.is_grad_enabled */
 static PyObject *autocast_fn;   /* torch._C._is_any_autocast_enabled */
+static PyObject *autocast_dev_fn;   /* torch.is_autocast_enabled */
 static PyObject *increment_version_fn;   /* torch._C._increment_version */
 static PyObject *scalar_tensor_fn;   /* torch.scalar_tensor */
 static PyObject *mode_stack_fn[2];   /* torch._C._len_torch_function_stack, _len_torch_dispatch_stack */
@@ -345,7 +346,8 @@ static guard_tree *build_tree(PyObject *fn, int nargs, PyObject *names, tr_resul
     guard_tree *t = guard_tree_new();
     guard_node **nodes = PyMem_Calloc((size_t)r->nsrcs + 1, sizeof *nodes);
     PyObject *vars = names ? Py_NewRef(names) : PyCode_GetVarnames(co), *cells = PyCode_GetFreevars(co);
-    int ok = t && nodes && vars && cells && guard_add_global_state(t) == 0;
+    int ok = t && nodes && vars && cells && guard_add_global_state(t) == 0 &&
+             (!r->autocast || guard_add_autocast_state(t) == 0);
     if (t && !nodes)
         PyErr_NoMemory();
     for (int32_t i = 0; ok && i < r->nsrcs; i++)
@@ -1236,8 +1238,15 @@ static int eager_state(tr_result *r, int *autograd)
         return -1;
     int rc = on == Py_True;
     Py_DECREF(on);
+    if (rc) {   /* the trace applied CPU autocast's casts (tracer/ops.c); CUDA's are not built */
+        PyObject *cuda = PyObject_CallFunction(autocast_dev_fn, "s", "cuda");
+        if (!cuda)
+            return -1;
+        rc = cuda == Py_True;
+        Py_DECREF(cuda);
+    }
     if (rc) {
-        snprintf(r->reason, sizeof r->reason, "autocast is on: compiled autocast regions are not built yet");
+        snprintf(r->reason, sizeof r->reason, "CUDA autocast is on: compiled CUDA autocast regions are not built yet");
         return 1;
     }
     for (int k = 0; k < 2; k++) {   /* a TorchFunctionMode / TorchDispatchMode would not see compiled ops */
@@ -1943,6 +1952,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         grad_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : NULL;
         PyObject *tc0 = torch ? PyObject_GetAttrString(torch, "_C") : NULL;
         autocast_fn = tc0 ? PyObject_GetAttrString(tc0, "_is_any_autocast_enabled") : NULL;
+        autocast_dev_fn = torch ? PyObject_GetAttrString(torch, "is_autocast_enabled") : NULL;
         increment_version_fn = tc0 ? PyObject_GetAttrString(tc0, "_increment_version") : NULL;
         scalar_tensor_fn = torch ? PyObject_GetAttrString(torch, "scalar_tensor") : NULL;
         Py_XDECREF(tc0);
@@ -1954,7 +1964,7 @@ static PyObject *function_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         null_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         resume_mark = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
         Py_XDECREF(torch);
-        if (!grad_enabled_fn || !autocast_fn || !increment_version_fn || !scalar_tensor_fn || !hook_made || !null_mark || !resume_mark ||
+        if (!grad_enabled_fn || !autocast_fn || !autocast_dev_fn || !increment_version_fn || !scalar_tensor_fn || !hook_made || !null_mark || !resume_mark ||
             !mode_stack_fn[0] || !mode_stack_fn[1] ||
             tracer_init())
             return NULL;

@@ -37,14 +37,14 @@ def run_both(fn, *args):
     return outs[0], outs[1], info
 
 
-def same(e, r):
+def same(e, r, **tol):
     if isinstance(e, Exception):
         assert type(r) is type(e) and str(r) == str(e), (r, e)
         return
     assert not isinstance(r, Exception), r
     for a, b in zip(e if isinstance(e, tuple) else (e,), r if isinstance(r, tuple) else (r,)):
         assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride(), (a, b)
-        torch.testing.assert_close(b, a, equal_nan=True)
+        torch.testing.assert_close(b, a, equal_nan=True, **tol)
 
 
 def native(info):
@@ -293,13 +293,15 @@ def test_scatter_family():
 
 
 def test_mvlgamma():
-    """mvlgamma as eager builds it; eager checks no domain (inf below it)."""
+    """mvlgamma as eager builds it; eager checks no domain (inf below it).
+    float16: eager rounds each op of its composite, smelt keeps float32 in
+    between (test_half.py checks the accuracy): within 2 ULPs."""
     g = torch.Generator().manual_seed(10)
     for dt in (torch.float32, torch.float64, torch.float16, torch.int64):
         x = (torch.rand(3, 7, generator=g) * 5 + 2.5).to(dt)
         for p in (1, 3, 5):
             e, r, info = run_both(lambda x: torch.mvlgamma(x, p) * 2, x)
-            same(e, r)
+            same(e, r, **(dict(rtol=2e-3, atol=1e-5) if dt == torch.float16 else {}))
             native(info)
     low = torch.tensor([3.0, 1.0, -4.0, float("nan")])
     e, r, info = run_both(lambda x: torch.mvlgamma(x, 3) * 2, low)

@@ -622,6 +622,8 @@ static PyObject *modelled_strides(tracer *T, const ext_pending *p)
 int32_t ext_emit(tracer *T, ext_pending *p, const call_args *a)
 {
     PyObject *expected = NULL;
+    if (T->ac_on && !T->ac_host_ok)   /* run by the plan outside any autocast region: casts inside it would be missing */
+        return tr_break(T, "host call of %U under CPU autocast is not compiled", p->name);
     if (p->need_layout && meta_layout(T, p))
         return -1;
     uint64_t key;

@@ -2129,6 +2129,8 @@ int32_t tr_call(tracer *T, int32_t fn, const call_args *a)
         return call_super(T, a);
     if (o == ctx_classes[0] || o == ctx_classes[1])
         return grad_off_manager(T, a);
+    if (obj_is_autocast(o))
+        return obj_autocast_manager(T, a);
     r = bi_call(T, o, a);
     if (r == -2 && PyExceptionClass_Check(o) && exc_class_plain(o))
         r = bi_pure(T, a, o);   /* an exception instance, for `raise` */
@@ -4941,7 +4943,7 @@ static int trace_once(PyObject *fn, const tr_start *st, int stop_at, tr_result *
     if (!(f = frame_new((PyObject *)co, fn, T.globals, -1, 0)))
         goto done;
     f->is_top = 1;
-    if (top_setup(&T, co, st, f))
+    if (obj_autocast_start(&T) || top_setup(&T, co, st, f))
         goto done;
     int32_t ret = run_frame(&T, f);
     if (ret < 0 && !T.stopped && T.exc && !T.broke && !PyErr_Occurred())

@@ -39,12 +39,17 @@ static PyObject *sn[SN_N];
 static PyObject *odict_type, *ddict_type, *lru_type, *module_base, *abc_meta, *partial_type;
 static PyObject *copy_fns[2], *copy_dispatch;   /* copy.copy, copy.deepcopy; copyreg.dispatch_table */
 static PyObject *grad_mgr, *grad_exit;           /* markers: a grad-mode manager, its __exit__ */
+static PyObject *ac_mgr, *ac_exit;               /* markers: a CPU autocast manager, its __exit__ */
+static PyObject *ac_enabled_fn, *ac_dtype_fn;    /* torch.is_autocast_enabled, torch.get_autocast_dtype */
+static void ac_set(tracer *T, int code);
+static int ac_outside_dtype(tracer *T);
 static PyObject *autocast_type, *grad_enabled_fn;   /* torch.autocast, torch.is_grad_enabled */
 static destructor py_class_dealloc;   /* tp_dealloc of classes made by a class statement */
 static PyObject *build_class_fn, *function_meta;   /* builtins.__build_class__, torch.autograd.function.FunctionMeta */
 
 /* What the tracer answers itself, by callable. */
-typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD, Q_RAW_SET_GRAD,
+typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_AUTOCAST_DTYPE, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD,
+                          Q_RAW_SET_GRAD,
                           Q_DISPATCH } query_kind;
 static PyObject *queries;   /* dict: callable -> query_kind */
 
@@ -83,6 +88,10 @@ int obj_init(void)
     grad_mgr = PyUnicode_InternFromString("<smelt: grad-mode context manager>");
     grad_exit = PyUnicode_InternFromString("<smelt: grad-mode manager exit>");
     autocast_type = torch ? PyObject_GetAttrString(torch, "autocast") : NULL;
+    ac_mgr = PyUnicode_InternFromString("<smelt: autocast manager>");
+    ac_exit = PyUnicode_InternFromString("<smelt: autocast manager exit>");
+    ac_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_autocast_enabled") : NULL;
+    ac_dtype_fn = torch ? PyObject_GetAttrString(torch, "get_autocast_dtype") : NULL;
     grad_enabled_fn = torch ? PyObject_GetAttrString(torch, "is_grad_enabled") : NULL;
     abc_meta = abc ? PyObject_GetAttrString(abc, "ABCMeta") : NULL;
     Py_XDECREF(abc);
@@ -105,11 +114,11 @@ int obj_init(void)
         { "_utils.is_compiling", Q_TRUE }, { "compiler.is_exporting", Q_FALSE },
         { "jit.is_scripting", Q_FALSE }, { "jit.is_tracing", Q_FALSE },
         { "is_grad_enabled", Q_GRAD }, { "get_default_dtype", Q_DTYPE },
-        { "is_autocast_enabled", Q_AUTOCAST }, { "enable_grad", Q_ENABLE_GRAD }, { "set_grad_enabled", Q_SET_GRAD },
+        { "is_autocast_enabled", Q_AUTOCAST }, { "get_autocast_dtype", Q_AUTOCAST_DTYPE }, { "enable_grad", Q_ENABLE_GRAD }, { "set_grad_enabled", Q_SET_GRAD },
         { "_C._len_torch_dispatch_stack", Q_DISPATCH },
         { "_C._set_grad_enabled", Q_RAW_SET_GRAD },   /* what Dynamo's graphs call for no_grad regions */
     };
-    int rc = grad_mgr && grad_exit && autocast_type && grad_enabled_fn && copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe && function_meta && build_class_fn ? 0 : -1;
+    int rc = grad_mgr && grad_exit && autocast_type && ac_mgr && ac_exit && ac_enabled_fn && ac_dtype_fn && grad_enabled_fn && copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe && function_meta && build_class_fn ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
         rc = add_query(torch, qs[i].path, qs[i].k);
     rc = rc || !insp ? -1 : add_query(insp, "signature", Q_SIGNATURE);
@@ -485,6 +494,10 @@ int32_t obj_call_object(tracer *T, int32_t fn, const call_args *a)
         return call_outside_partial(T, fn, a);
     if (T->vals[fn].kind == V_OBJ && T->vals[fn].obj == grad_exit) {   /* a grad-mode manager's __exit__ */
         tr_grad_mode(T, T->vals[fn].pos);
+        return tv_obj(T, Py_None, -1);
+    }
+    if (T->vals[fn].kind == V_OBJ && T->vals[fn].obj == ac_exit) {   /* an autocast manager's __exit__ */
+        ac_set(T, T->vals[fn].pos);
         return tv_obj(T, Py_None, -1);
     }
     return T->vals[fn].kind == V_OBJ ? call_user_object(T, fn, a) : -2;
@@ -1330,31 +1343,138 @@ int32_t obj_super(tracer *T, PyObject *cls, int32_t self)
 
 /* ---------- calls the tracer answers itself ---------- */
 
-/* torch.is_autocast_enabled(device): CPU only, or without arguments (the
- * states the guard tree guards). */
-static int32_t autocast_query(tracer *T, PyObject *fn, const call_args *a)
+/* The device type string the only argument (device_type=) of an
+ * autocast query names (new reference), or NULL after a break. */
+static PyObject *device_type_of(tracer *T, const call_args *a, const char *what)
 {
-    if (a->npos == 0 && a->nkw == 0) {   /* the legacy no-device form: CUDA's state, guarded as global state */
+    int kw = a->npos == 0 && a->nkw == 1 && PyUnicode_CompareWithASCIIString(a->kwn[0], "device_type") == 0;
+    PyObject *dev = (a->npos == 1 && !a->nkw) || kw ? tr_pyobj(T, kw ? a->kwv[0] : a->pos[0]) : NULL;
+    if (!dev) {
+        if (!T->broke)
+            tr_break(T, "%s without a device type", what);
+        return NULL;
+    }
+    PyObject *s = PyUnicode_Check(dev) ? Py_NewRef(dev) : PyObject_GetAttrString(dev, "type");
+    Py_DECREF(dev);
+    if (!s || !PyUnicode_Check(s)) {
+        Py_XDECREF(s);
+        PyErr_Clear();
+        tr_break(T, "%s of an unknown device", what);
+        return NULL;
+    }
+    return s;
+}
+
+/* torch.is_autocast_enabled(device) / torch.get_autocast_dtype(device)
+ * (dtype 1): the CPU's as the trace has it (outside state guarded, `with
+ * torch.autocast` regions in the trace), or without arguments (the legacy
+ * CUDA state, guarded as global state). Other devices break. */
+static int32_t autocast_query(tracer *T, PyObject *fn, const call_args *a, int dtype)
+{
+    if (a->npos == 0 && a->nkw == 0 && !dtype) {
         PyObject *r = PyObject_CallNoArgs(fn);
         int32_t v = r ? tv_obj(T, r, -1) : -1;
         Py_XDECREF(r);
         return v;
     }
-    int kw = a->npos == 0 && a->nkw == 1 && PyUnicode_CompareWithASCIIString(a->kwn[0], "device_type") == 0;
-    PyObject *dev = (a->npos == 1 && !a->nkw) || kw ? tr_pyobj(T, kw ? a->kwv[0] : a->pos[0]) : NULL;
-    if (!dev)
-        return T->broke ? -1 : tr_break(T, "torch.is_autocast_enabled() without a device type");
-    PyObject *s = PyUnicode_Check(dev) ? Py_NewRef(dev) : PyObject_GetAttrString(dev, "type");
-    int cpu = s && PyUnicode_Check(s) && PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
-    PyObject *r = cpu ? PyObject_CallOneArg(fn, s) : NULL;
-    Py_XDECREF(s);
-    Py_DECREF(dev);
-    PyErr_Clear();
-    if (!r)
+    PyObject *s = device_type_of(T, a, dtype ? "torch.get_autocast_dtype()" : "torch.is_autocast_enabled()");
+    if (!s)
+        return -1;
+    int cpu = PyUnicode_CompareWithASCIIString(s, "cpu") == 0;
+    Py_DECREF(s);
+    if (!cpu)
         return tr_break(T, "autocast state of a non-CPU device is not guarded");
-    int32_t v = tv_obj(T, r, -1);
-    Py_DECREF(r);
+    if (!dtype)
+        return tv_obj(T, T->ac_on ? Py_True : Py_False, -1);
+    int d = T->ac_on ? T->ac_dtype : ac_outside_dtype(T);
+    if (d != SMELT_F16 && d != SMELT_BF16)
+        return d == -2 ? -1 : tr_break(T, "torch.get_autocast_dtype('cpu') is neither float16 nor bfloat16");
+    PyObject *r = PyObject_GetAttrString(PyImport_AddModule("torch"), d == SMELT_F16 ? "float16" : "bfloat16");
+    int32_t v = r ? tv_obj(T, r, -1) : -1;
+    Py_XDECREF(r);
     return v;
+}
+
+/* The CPU autocast dtype outside the trace as a smelt dtype (-1 another,
+ * -2 with an exception), from now on guarded with the enabled state
+ * (tr_result.autocast). */
+static int ac_outside_dtype(tracer *T)
+{
+    PyObject *cpu = PyUnicode_FromString("cpu"), *d = cpu ? PyObject_CallOneArg(ac_dtype_fn, cpu) : NULL;
+    Py_XDECREF(cpu);
+    if (!d)
+        return -2;
+    int r = ops_dtype_of(d);
+    Py_DECREF(d);
+    T->r->autocast = 1;
+    return r;
+}
+
+int obj_is_autocast(PyObject *o) { return o == autocast_type; }
+
+/* The CPU autocast state outside the trace: T->ac_on, T->ac_dtype (-1
+ * when not float16/bfloat16). 0, -1 with an exception or after a break
+ * (on with another dtype: not modelled). */
+int obj_autocast_start(tracer *T)
+{
+    PyObject *cpu = PyUnicode_FromString("cpu");
+    PyObject *on = cpu ? PyObject_CallOneArg(ac_enabled_fn, cpu) : NULL;
+    PyObject *dt = cpu ? PyObject_CallOneArg(ac_dtype_fn, cpu) : NULL;
+    Py_XDECREF(cpu);
+    int rc = on && dt ? 0 : -1;
+    T->ac_on = on == Py_True;
+    T->ac_dtype = dt ? ops_dtype_of(dt) : -1;
+    Py_XDECREF(on);
+    Py_XDECREF(dt);
+    if (T->ac_on)
+        T->r->autocast = 1;
+    if (rc == 0 && T->ac_on && T->ac_dtype != SMELT_F16 && T->ac_dtype != SMELT_BF16)
+        return tr_break(T, "CPU autocast to a dtype other than float16/bfloat16");
+    return rc;
+}
+
+/* A constant argument of torch.autocast(...): positional i or keyword
+ * name, dflt when absent (borrowed; NULL: a break). */
+static PyObject *ac_arg(tracer *T, const call_args *a, int i, const char *name, PyObject *dflt)
+{
+    int32_t v = ops_arg(a, i, name);
+    return v < 0 ? dflt : tr_const(T, v);
+}
+
+/* torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)
+ * in the trace: a manager value (pos: the state it sets, 0 off or 1 + the
+ * smelt dtype; sl[0] -2 until entered). */
+int32_t obj_autocast_manager(tracer *T, const call_args *a)
+{
+    PyObject *dev = ac_arg(T, a, 0, "device_type", NULL), *dt = ac_arg(T, a, 1, "dtype", Py_None);
+    PyObject *en = ac_arg(T, a, 2, "enabled", Py_True), *ce = ac_arg(T, a, 3, "cache_enabled", Py_None);
+    if (!dev || !dt || !en || !ce || a->npos + a->nkw > 4)
+        return T->broke ? -1 : tr_break(T, "torch.autocast() arguments");
+    if (!PyUnicode_Check(dev) || PyUnicode_CompareWithASCIIString(dev, "cpu") != 0)
+        return tr_break(T, "torch.autocast(%R): only the CPU's autocast is compiled", dev);
+    if (!PyBool_Check(en) || (ce != Py_None && !PyBool_Check(ce)))
+        return tr_break(T, "torch.autocast() with a non-bool enabled/cache_enabled");
+    int sd = dt == Py_None ? ac_outside_dtype(T) : ops_dtype_of(dt);   /* None: the CPU's autocast dtype (guarded) */
+    if (sd == -2)
+        return -1;
+    if (en == Py_True && sd != SMELT_F16 && sd != SMELT_BF16)
+        return tr_break(T, "CPU autocast to %R (eager warns and disables it)", dt);
+    int32_t m = tv_obj(T, ac_mgr, -1);
+    if (m >= 0) {
+        T->vals[m].pos = en == Py_True ? 1 + sd : 0;
+        T->vals[m].sl[0] = -2;
+    }
+    return m;
+}
+
+/* The trace's autocast state as a manager's code (0 off, 1 + dtype). */
+static int ac_code(tracer *T) { return T->ac_on ? 1 + T->ac_dtype : 0; }
+
+static void ac_set(tracer *T, int code)
+{
+    T->ac_on = code > 0;
+    if (code > 0)
+        T->ac_dtype = code - 1;
 }
 
 /* inspect.signature(f) of a function or bound method known at trace time:
@@ -1502,6 +1622,19 @@ static int user_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
 int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en)
 {
     tv *x = &T->vals[m];
+    if (x->kind == V_OBJ && x->obj == ac_mgr) {   /* torch.autocast: the state set, __exit__ restores it */
+        if (x->sl[0] != -2)
+            return tr_break(T, "an autocast manager entered twice");
+        int saved = ac_code(T);
+        x->sl[0] = saved;
+        ac_set(T, x->pos);
+        *ex = tv_obj(T, ac_exit, -1);
+        *en = m;
+        if (*ex < 0)
+            return -1;
+        T->vals[*ex].pos = saved;
+        return 0;
+    }
     if (!(x->kind == V_OBJ && x->obj == grad_mgr))
         return user_enter(T, m, ex, en);
     int saved = x->sl[0] != -2 ? x->sl[0] : T->no_grad;
@@ -1635,8 +1768,8 @@ int32_t obj_query(tracer *T, PyObject *fn, const call_args *a)
         return -2;
     }
     query_kind q = (query_kind)PyLong_AsLong(k);
-    if (q == Q_AUTOCAST)
-        return autocast_query(T, fn, a);
+    if (q == Q_AUTOCAST || q == Q_AUTOCAST_DTYPE)
+        return autocast_query(T, fn, a, q == Q_AUTOCAST_DTYPE);
     if (q == Q_SIGNATURE)
         return signature_query(T, fn, a);
     if (q == Q_ENABLE_GRAD)

@@ -602,6 +602,11 @@ static int32_t h_softmax(tracer *T, const call_args *a, smelt_op op)
     if (tr_int(T, dv, &d) || norm_dim(T, d, node(T, x)->ndim, &dim))
         return -1;
     uint32_t m = node(T, x)->ndim ? 1u << dim : 0;
+    /* float16/bfloat16 in float32, rounded once (ATen's vectorised softmax
+     * converts each row to float, its sum is never rounded) */
+    int dt = node(T, x)->dtype, x0 = x;
+    if ((dt == SMELT_F16 || dt == SMELT_BF16) && (x = cast_to(T, x, SMELT_F32)) < 0)
+        return -1;
     /* the shift by the row maximum changes no value's gradient (softmax is
      * shift-invariant): detached, so a compiled backward is softmax's own
      * formula, not also amax's (three more passes over a 50257-wide row) */
@@ -614,11 +619,13 @@ static int32_t h_softmax(tracer *T, const call_args *a, smelt_op op)
     int32_t r;
     if (op == SMELT_OP_LOG)   /* log_softmax */
         r = op2(T, SMELT_OP_SUB, sh, op1(T, SMELT_OP_LOG, s));
-    else if (node(T, x)->dtype != SMELT_F32 && node(T, x)->dtype != SMELT_F64)
-        r = op2(T, SMELT_OP_DIV, e, s);   /* one rounding of the quotient in f16/bf16 */
+    else if (x != x0)
+        r = op2(T, SMELT_OP_DIV, e, s);   /* f16/bf16: the quotient rounded once */
     else   /* as ATen's softmax: times 1/sum, no divide per element */
         r = op2(T, SMELT_OP_MUL, e, op1(T, SMELT_OP_RECIPROCAL, s));
-    return fresh_contiguous(T, x, r);   /* eager's softmax result is contiguous */
+    if (r >= 0 && x != x0)
+        r = cast_to(T, r, dt);
+    return fresh_contiguous(T, x0, r);   /* eager's softmax result is contiguous */
 }
 
 static int norm_shape_dims(tracer *T, const call_args *a, int32_t x, uint32_t *mask)
@@ -685,21 +692,26 @@ static int32_t h_rms_norm(tracer *T, const call_args *a, smelt_op op)
     if (T->vals[x].kind != V_TENSOR || norm_shape_dims(T, a, x, &m))
         return -1;
     smelt_dtype dt = node(T, x)->dtype;
-    double dflt = dt == SMELT_F64 ? 2.220446049250313e-16 : dt == SMELT_F16 ? 0.0009765625
-                : dt == SMELT_BF16 ? 0.0078125 : 1.1920928955078125e-07;
+    /* the default eps is that of the computation dtype (float32 for
+     * float16/bfloat16, as ATen's opmath) */
+    double dflt = dt == SMELT_F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
     double eps = get_float(T, arg(a, 3, "eps"), dflt, &err);
     if (err)
         return -1;
-    /* eager: x in float32 times rsqrt(mean(x^2) + eps), rounded to x's
-     * dtype, then times weight */
+    /* eager: x in float32 times rsqrt(mean(x^2) + eps), times a weight of
+     * x's dtype also in float32, rounded once to x's dtype */
     int half = dt == SMELT_F16 || dt == SMELT_BF16;
+    int32_t w = arg(a, 2, "weight");
+    int wsame = !is_none(T, w) && T->vals[w].kind == V_TENSOR && node(T, w)->dtype == dt;
     int32_t xf = half ? cast_to(T, x, SMELT_F32) : x;
     int32_t ms = xf < 0 ? -1 : red(T, SMELT_OP_MEAN, op2(T, SMELT_OP_MUL, xf, xf), m, 1, 0);
     int32_t r = ms < 0 ? -1 : op1(T, SMELT_OP_RSQRT, op2(T, SMELT_OP_ADD, ms, num(T, eps)));
     int32_t y = r < 0 ? -1 : op2(T, SMELT_OP_MUL, xf, r);
+    if (y >= 0 && half && wsame)
+        return cast_to(T, op2(T, SMELT_OP_MUL, y, cast_to(T, w, SMELT_F32)), dt);
     if (y >= 0 && half)
         y = cast_to(T, y, dt);
-    return y < 0 ? -1 : affine(T, y, arg(a, 2, "weight"), -1);
+    return y < 0 ? -1 : affine(T, y, w, -1);
 }
 
 /* matmul with torch's 1-d rules: a 1-d operand gains a dim that is dropped
@@ -1800,6 +1812,16 @@ static int32_t sdpa_core(tracer *T, int32_t q, int32_t k, int32_t v, int32_t mas
     int32_t fused = sdpa_fused(T, q, k, v, is_none(T, mask) ? -1 : mask, scale, causal);
     if (fused != -2)
         return fused;
+    /* float16/bfloat16 in float32, rounded once (ATen's CPU flash attention
+     * accumulates scores, softmax and output in float) */
+    int dt = node(T, q)->dtype;
+    if ((dt == SMELT_F16 || dt == SMELT_BF16) && node(T, k)->dtype == dt && node(T, v)->dtype == dt) {
+        int32_t mf = !is_none(T, mask) && T->vals[mask].kind == V_TENSOR && node(T, mask)->dtype == dt
+                   ? cast_to(T, mask, SMELT_F32) : mask;
+        int32_t r = sdpa_core(T, cast_to(T, q, SMELT_F32), cast_to(T, k, SMELT_F32), cast_to(T, v, SMELT_F32),
+                              mf, scale, causal, op);
+        return r < 0 ? r : cast_to(T, r, dt);
+    }
     int nd = node(T, k)->ndim;
     int32_t s = matmul(T, q, v_transpose(T, k, nd - 2, nd - 1));
     s = s < 0 ? -1 : op2(T, SMELT_OP_MUL, s, num(T, scale));
@@ -3801,11 +3823,17 @@ static int32_t h_hardtanh(tracer *T, const call_args *a, smelt_op op)
     return err ? -1 : clamp_num(T, arg(a, 0, "input"), lo, hi);
 }
 
-/* hardsigmoid / hardswish (op SIGMOID / MUL): clamp(x + 3, 0, 6) / 6 (times x). */
+/* hardsigmoid / hardswish (op SIGMOID / MUL): clamp(x + 3, 0, 6) / 6 (times x).
+ * The clamp's gradient flows only strictly inside (-3, 3), as eager's
+ * hardsigmoid/hardswish_backward (the clamp's own would include the ends:
+ * hardswish's gradient -0.5 at -3, 1.5 at 3, where eager's is 0 and 1). */
 static int32_t h_hard(tracer *T, const call_args *a, smelt_op op)
 {
     int32_t x = arg(a, 0, "input");
-    int32_t h = op2(T, SMELT_OP_DIV, clamp_num(T, op2(T, SMELT_OP_ADD, x, num(T, 3.0)), 0.0, 6.0), num(T, 6.0));
+    int32_t s = op2(T, SMELT_OP_ADD, x, num(T, 3.0)), c = clamp_num(T, s, 0.0, 6.0);
+    int32_t in = op2(T, SMELT_OP_LOGICAL_AND, op2(T, SMELT_OP_GT, x, num(T, -3.0)), op2(T, SMELT_OP_LT, x, num(T, 3.0)));
+    int32_t cg = in < 0 || c < 0 ? -1 : where3(T, in, s, op1(T, SMELT_OP_DETACH, c));
+    int32_t h = cg < 0 ? -1 : op2(T, SMELT_OP_DIV, cg, num(T, 6.0));
     return op == SMELT_OP_MUL ? op2(T, SMELT_OP_MUL, x, h) : h;
 }
 
@@ -7647,6 +7675,8 @@ static PyObject *resolve(PyObject *torch, PyObject *F, const char *name)
     return o;
 }
 
+static int ac_init(PyObject *torch, PyObject *F);
+
 int ops_init(void)
 {
     PyObject *torch = PyImport_ImportModule("torch");
@@ -7662,6 +7692,8 @@ int ops_init(void)
     if (!tensor_type || !size_type || !cpu_device || !by_obj || !by_name)
         goto fail;
     getitem_fn = PyObject_GetAttrString(tensor_type, "__getitem__");
+    if (ac_init(torch, F))
+        goto fail;
     nn_pad = resolve(torch, F, "torch._C._nn.pad");
     PyObject *ag = PyImport_ImportModule("smelt._autograd");
     dropout_fn = ag ? PyObject_GetAttrString(ag, "dropout_noise") : NULL;
@@ -7861,9 +7893,149 @@ static int32_t out_call(tracer *T, const op_entry *e, PyObject *fn, PyObject *na
 /* Runs table entry idx for callable fn (a torch function) or method
  * `name` (fn NULL); writes the result into argument 0 when the call is in
  * place (inplace: a method named x.op_; or the entry says so). */
-static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, const call_args *a, int inplace)
+/* ---------- CPU autocast ---------- */
+
+/* What CPU autocast does to a call's floating-point tensors (ATen's
+ * autocast_mode.cpp, AutocastCPU, torch 2.13): AC_LOWER casts them to the
+ * autocast dtype, AC_FP32 to float32, AC_PROMOTE to the widest of them,
+ * AC_PAD is F.pad (float32 in the reflect/replicate modes). float64
+ * tensors are never cast. Calls of anything else run in their inputs'
+ * dtypes, as eager's. */
+enum { AC_NONE, AC_LOWER, AC_FP32, AC_PROMOTE, AC_PAD };
+
+static const struct { const char *names; int policy; } ac_table[] = {
+    { "F.linear torch.matmul T.matmul torch.mm T.mm torch.bmm T.bmm torch.addmm T.addmm torch.baddbmm "
+      "T.baddbmm torch.addbmm T.addbmm torch.linalg.vecdot F.prelu torch.prelu F.scaled_dot_product_attention "
+      "torch._native_multi_head_attention torch.conv1d torch.conv2d torch.conv3d torch.conv_transpose1d "
+      "torch.conv_transpose2d torch.conv_transpose3d torch.conv_tbc torch.convolution T.__matmul__ T.__rmatmul__", AC_LOWER },
+    { "torch.prod T.prod torch.cdist torch.trace T.trace F.mse_loss F.l1_loss F.smooth_l1_loss F.huber_loss "
+      "F.binary_cross_entropy_with_logits F.binary_cross_entropy F.margin_ranking_loss F.cosine_embedding_loss "
+      "F.hinge_embedding_loss F.soft_margin_loss F.poisson_nll_loss F.kl_div F.triplet_margin_loss "
+      "F.multi_margin_loss F.multilabel_margin_loss torch._C._nn.nll_loss_nd torch._C._nn.nll_loss "
+      "torch._C._nn.nll_loss2d torch._C._nn.cross_entropy_loss torch._C._nn.avg_pool3d "
+      "torch._C._nn.adaptive_avg_pool3d torch.max_pool3d torch._C._nn.max_pool3d_with_indices F.grid_sample "
+      "torch.quantile T.quantile torch.nanquantile T.nanquantile torch.inverse T.inverse torch.pinverse "
+      "T.pinverse torch.cholesky T.cholesky", AC_FP32 },
+    { "torch.cat torch.concat torch.concatenate torch.stack torch.index_copy T.index_copy", AC_PROMOTE },
+    { "F.pad torch._C._nn.pad", AC_PAD },
+};
+
+static PyObject *ac_by_obj, *ac_by_name;   /* callable / Tensor method name -> policy */
+
+static int ac_init(PyObject *torch, PyObject *F)
+{
+    ac_by_obj = PyDict_New();
+    ac_by_name = PyDict_New();
+    for (size_t i = 0; ac_by_obj && ac_by_name && i < sizeof ac_table / sizeof ac_table[0]; i++) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", ac_table[i].names);
+        PyObject *pol = PyLong_FromLong(ac_table[i].policy);
+        for (char *tok = strtok(buf, " "); pol && tok; tok = strtok(NULL, " ")) {
+            PyObject *o = resolve(torch, F, tok);
+            if (o && PyDict_SetItem(ac_by_obj, o, pol))
+                PyErr_Clear();
+            if (!strncmp(tok, "T.", 2) && PyDict_SetItemString(ac_by_name, tok + 2, pol))
+                PyErr_Clear();
+            Py_XDECREF(o);
+        }
+        Py_XDECREF(pol);
+    }
+    return ac_by_obj && ac_by_name ? 0 : -1;
+}
+
+/* The autocast policy of a call of fn (or of Tensor method `name`). */
+static int ac_policy(PyObject *fn, PyObject *name)
+{
+    PyObject *p = fn ? PyDict_GetItemWithError(ac_by_obj, fn) : PyDict_GetItemWithError(ac_by_name, name);
+    if (!p)
+        PyErr_Clear();
+    return p ? (int)PyLong_AsLong(p) : AC_NONE;
+}
+
+/* Whether v is a tensor autocast casts (floating, not float64). */
+static int ac_eligible(tracer *T, int32_t v)
+{
+    if (v < 0 || T->vals[v].kind != V_TENSOR)
+        return 0;
+    int dt = node(T, v)->dtype;
+    return smelt_dtype_is_float((smelt_dtype)dt) && dt != SMELT_F64;
+}
+
+/* The dtype policy pol casts a's eligible tensors to (-1: none). */
+static int ac_target(tracer *T, int pol, const call_args *a)
+{
+    if (pol == AC_LOWER)
+        return T->ac_dtype;
+    if (pol == AC_FP32)
+        return SMELT_F32;
+    if (pol == AC_PAD) {
+        int32_t m = arg(a, 2, "mode");
+        PyObject *o = m >= 0 ? tr_const(T, m) : NULL;
+        return o && PyUnicode_Check(o) && (PyUnicode_CompareWithASCIIString(o, "reflect") == 0 ||
+                                           PyUnicode_CompareWithASCIIString(o, "replicate") == 0) ? SMELT_F32 : -1;
+    }
+    int widest = -1;   /* AC_PROMOTE: float16 < bfloat16 < float32 as promotion (mixed halves: float32) */
+    for (int k = 0; k < a->npos + a->nkw; k++) {
+        int32_t v = k < a->npos ? a->pos[k] : a->kwv[k - a->npos];
+        if (!ac_eligible(T, v))
+            continue;
+        int dt = node(T, v)->dtype;
+        widest = widest < 0 || widest == dt ? dt : SMELT_F32;
+    }
+    return widest;
+}
+
+/* a as CPU autocast passes it to fn (or method `name`) in the trace's
+ * state: *out = a, or b with the eligible tensors cast (pos/kwv are
+ * the caller's arrays of SMELT_AC_MAXARGS). 0, -1 on a break. */
+#define SMELT_AC_MAXARGS 16
+static int ac_args(tracer *T, PyObject *fn, PyObject *name, const call_args *a, call_args *b, int32_t *pos,
+                   int32_t *kwv, const call_args **out)
+{
+    *out = a;
+    if (!T->ac_on || T->device >= 0)   /* CPU autocast casts CPU tensors only */
+        return 0;
+    int pol = ac_policy(fn, name), to = pol ? ac_target(T, pol, a) : -1;
+    if (to < 0)
+        return T->broke ? -1 : 0;
+    if (a->npos > SMELT_AC_MAXARGS || a->nkw > SMELT_AC_MAXARGS)
+        return tr_break(T, "a call with more than %d arguments under autocast", SMELT_AC_MAXARGS);
+    *b = *a;
+    b->pos = pos;
+    b->kwv = kwv;
+    for (int k = 0; k < a->npos + a->nkw; k++) {
+        int32_t v = k < a->npos ? a->pos[k] : a->kwv[k - a->npos];
+        if (ac_eligible(T, v) && (v = cast_to(T, v, to)) < 0)
+            return -1;
+        if (k < a->npos)
+            pos[k] = v;
+        else
+            kwv[k - a->npos] = v;
+    }
+    *out = b;
+    return 0;
+}
+
+static int32_t dispatch_cast(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a, int inplace);
+
+static int32_t dispatch(tracer *T, PyObject *idx, PyObject *fn, PyObject *name, const call_args *a0, int inplace)
 {
     const op_entry *e = &table[PyLong_AsSsize_t(idx)];
+    call_args b;
+    int32_t bpos[SMELT_AC_MAXARGS], bkwv[SMELT_AC_MAXARGS];
+    const call_args *a;
+    if (ac_args(T, fn, name, a0, &b, bpos, bkwv, &a))
+        return -1;
+    int host_ok = T->ac_host_ok;
+    T->ac_host_ok |= a != a0;   /* its arguments cast: a host call of it is what eager's autocast runs */
+    int32_t r = dispatch_cast(T, e, fn, name, a, inplace);
+    T->ac_host_ok = host_ok;
+    return r;
+}
+
+/* dispatch with the arguments as autocast casts them. */
+static int32_t dispatch_cast(tracer *T, const op_entry *e, PyObject *fn, PyObject *name, const call_args *a, int inplace)
+{
     int32_t o = arg(a, -1, "out");
     if (!is_none(T, o))
         return out_call(T, e, fn, name, a, o);
@@ -8121,6 +8293,12 @@ int32_t ops_binary(tracer *T, int nb, int32_t a, int32_t b)
     int base = nb >= NB_INPLACE ? nb - NB_INPLACE : nb;
     if (base < 0 || base >= NB_INPLACE)
         return tr_break(T, "binary operator %d", nb);
+    if (base == NB_MATRIX_MULTIPLY && T->ac_on && T->device < 0) {   /* a @ b under CPU autocast */
+        if (ac_eligible(T, a) && (a = cast_to(T, a, T->ac_dtype)) < 0)
+            return -1;
+        if (ac_eligible(T, b) && (b = cast_to(T, b, T->ac_dtype)) < 0)
+            return -1;
+    }
     if (base == NB_MATRIX_MULTIPLY)
         return matmul(T, a, b);
     return op2(T, nb_ops[base], a, b);

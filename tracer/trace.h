@@ -191,6 +191,8 @@ typedef struct tr_result {
     tr_dyn *dyn;           /* sizes that are symbols (PyMem), or NULL: every size static */
     int device;            /* the graph's tensors: -1 on the CPU, n on CUDA device n (compiled by the
                               cuda back end) */
+    int autocast;          /* the trace started under CPU autocast: its enabled state and dtype are
+                              guarded (guard_add_autocast_state) */
 } tr_result;
 
 /* Where a trace starts: the bound parameters of a call (pc 0), or a frame

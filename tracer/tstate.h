@@ -236,6 +236,9 @@ typedef struct tracer {
                               (tr_device: one device per graph) */
     PyObject *device_obj;  /* CUDA: that torch.device (held by r->keep) */
     int nfloat_inputs;     /* Python floats read as inputs (tr_float_input: made on the CPU each run) */
+    int ac_on, ac_dtype;   /* CPU autocast in the trace (objects.c): on, and its smelt dtype (F16/BF16);
+                              starts as outside the trace (guarded), changed by `with torch.autocast` */
+    int ac_host_ok;        /* in a call whose arguments autocast cast (ops.c dispatch): host calls allowed */
 } tracer;
 
 /* interp.c: a tensor on `dev` (-1 the CPU, n CUDA device n; obj its
@@ -626,6 +629,14 @@ int32_t obj_partial_new(tracer *T, const call_args *a);   /* functools.partial(.
  * torch.enable_grad(): on 1): entering sets T->no_grad, its __exit__
  * restores it. */
 int32_t obj_grad_manager(tracer *T, int on);
+/* CPU autocast: obj_autocast_start sets T->ac_on/ac_dtype from the state
+ * outside the trace (0, -1 with an exception); obj_autocast_manager is
+ * `torch.autocast(...)` (a manager `with` can enter: entering sets the
+ * trace's state, its __exit__ restores it; a break for anything but the
+ * CPU with float16/bfloat16); obj_is_autocast(o): o is torch.autocast. */
+int obj_autocast_start(tracer *T);
+int32_t obj_autocast_manager(tracer *T, const call_args *a);
+int obj_is_autocast(PyObject *o);
 /* BEFORE_WITH on manager value m: *ex its __exit__ (a value to call with
  * (None, None, None)), *en what __enter__ returned. 0, or -1 (break). */
 int obj_enter(tracer *T, int32_t m, int32_t *ex, int32_t *en);

@@ -13,7 +13,11 @@
  *   vectorised var innermost (vector body + scalar tail); vector partials are
  *   combined lane by lane at the end.
  * Values are computed in f32 for f16/bf16, i1 for bool; loads and stores
- * convert from/to the storage type. Transcendentals come from vmath.c.
+ * convert from/to the storage type. A pointwise chain of f16/bf16 ops keeps
+ * its intermediates in f32 (as Inductor does): the value is rounded once,
+ * where it is stored or explicitly CAST (a graph op boundary eager also
+ * rounds at: a reduction's result, a .half()), never after each op, so a
+ * fused chain is at least as accurate as eager's op-by-op rounding. Transcendentals come from vmath.c.
  */
 #include "cpu.h"
 #include "../kix.h"
@@ -151,10 +155,26 @@ static LLVMValueRef cfp(cg *g, LLVMTypeRef t, double v, int w)
 }
 
 /* Constant `v` (given as double and int) in the compute type of dt. */
+/* A constant of dtype dt (an f16/bf16 one comes rounded: lower.c ex_const). */
 static LLVMValueRef cval(cg *g, smelt_dtype dt, double f, int64_t i, int w)
 {
     LLVMTypeRef t = ctype(g, dt);
     return is_fp(dt) ? cfp(g, t, f, w) : cint(g, t, dt == SMELT_BOOL ? (i != 0) : i, w);
+}
+
+/* The compute dtype operand k of op x takes: a float constant (a Python
+ * number) of a wider dtype enters float16/bfloat16 arithmetic in f32,
+ * unrounded, as ATen's opmath scalar does (x * 0.0174532 is one rounding). */
+static smelt_dtype operand_dtype(cg *g, const kexpr *x, int k, smelt_dtype cd)
+{
+    smelt_op op = (smelt_op)x->gop;
+    const kexpr *s = &g->P->ex[x->src[k]];
+    if (op == SMELT_OP_WHERE && k == 0)
+        return SMELT_BOOL;
+    if ((cd == SMELT_F16 || cd == SMELT_BF16) && s->op == KE_CONST && (s->dtype == SMELT_F32 || s->dtype == SMELT_F64) &&
+        (op == SMELT_OP_ADD || op == SMELT_OP_SUB || op == SMELT_OP_MUL || op == SMELT_OP_DIV))
+        return SMELT_F32;
+    return cd;
 }
 
 static LLVMValueRef lanes(cg *g, int w)   /* <0, 1, ..., w-1> as i64 */
@@ -676,14 +696,17 @@ static LLVMValueRef binary_int(cg *g, smelt_op op, smelt_dtype dt, LLVMValueRef 
     }
 }
 
+/* x clamped to the node's bounds (numbers: for f16/bf16 in f32, ATen's
+ * opmath bounds; a clamped value then rounds where it is stored). */
 static LLVMValueRef clamp(cg *g, const smelt_node *n, smelt_dtype dt, LLVMValueRef x, int w)
 {
+    smelt_dtype bd = dt == SMELT_F16 || dt == SMELT_BF16 ? SMELT_F32 : dt;
     if (n->a.clamp.has_lo) {
-        LLVMValueRef lo = cval(g, dt, n->a.clamp.flo, n->a.clamp.ilo, w);
+        LLVMValueRef lo = cval(g, bd, n->a.clamp.flo, n->a.clamp.ilo, w);
         x = is_fp(dt) ? sel(g, fcmp(g, LLVMRealOLT, x, lo), lo, x) : maxmin(g, 1, dt, x, lo);
     }
     if (n->a.clamp.has_hi) {
-        LLVMValueRef hi = cval(g, dt, n->a.clamp.fhi, n->a.clamp.ihi, w);
+        LLVMValueRef hi = cval(g, bd, n->a.clamp.fhi, n->a.clamp.ihi, w);
         x = is_fp(dt) ? sel(g, fcmp(g, LLVMRealOGT, x, hi), hi, x) : maxmin(g, 0, dt, x, hi);
     }
     return x;
@@ -727,8 +750,7 @@ static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
     }
     for (int k = 0; k < 3 && x->src[k] >= 0; k++) {
         const kexpr *s = &g->P->ex[x->src[k]];
-        smelt_dtype to = (op == SMELT_OP_WHERE && k == 0) ? SMELT_BOOL : cd;
-        a[k] = conv(g, emit(g, x->src[k], w), s->dtype, to, w);
+        a[k] = conv(g, emit(g, x->src[k], w), s->dtype, operand_dtype(g, x, k, cd), w);
     }
     if (op == SMELT_OP_CAST)
         return conv(g, a[0], cd, x->dtype, w);
@@ -764,9 +786,7 @@ static LLVMValueRef emit_op(cg *g, const kexpr *x, int w)
         r = is_fp(cd) ? unary_fp(g, op, a[0], w) : unary_int(g, op, cd, a[0], w);
     if (!r)
         abort();   /* the builder rejects op/dtype pairs not handled above */
-    if (r && (cd == SMELT_F16 || cd == SMELT_BF16) && x->dtype == cd)
-        r = round_to(g, r, cd, w);
-    return r;
+    return r;   /* f16/bf16: kept in f32 until a store or a CAST rounds it (see the header) */
 }
 
 /* Value of expression e at the current loop point, w lanes (w = 1 or L). */

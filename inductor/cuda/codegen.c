@@ -465,9 +465,7 @@ static int emit_kop(cg *g, const kexpr *x)
         r = is_fp(cd) ? unary_fp(g, op, t, a[0]) : unary_int(g, op, cd, a[0]);
     if (r < 0)
         abort();   /* an op/dtype pair the lowering never makes */
-    if ((cd == SMELT_F16 || cd == SMELT_BF16) && x->dtype == cd)
-        r = round_to(g, r, cd);
-    return r;
+    return r;   /* f16/bf16 kept in f32 until a store or a CAST rounds it (as the CPU back end) */
 }
 
 static int emit(cg *g, int32_t e)

@@ -622,9 +622,7 @@ static uint32_t emit_kop(sg *g, const kexpr *x)
         r = is_fp(cd) ? unary_fp(g, op, a[0]) : unary_int(g, op, cd, a[0]);
     if (!r)
         abort();   /* an op/dtype pair the lowering never makes (the CPU back end aborts on the same) */
-    if ((cd == SMELT_F16 || cd == SMELT_BF16) && x->dtype == cd)
-        r = round_to(g, r, cd);
-    return r;
+    return r;   /* f16/bf16 kept in f32 until a store or a CAST rounds it (as the CPU back end) */
 }
 
 /* Value of expression e at the current loop point. */
