@@ -373,3 +373,33 @@ def test_hf_gpt2_training_steps_match_eager():
     cfs = new_graphs(before)
     whole(cfs, len(cfs))
     assert all(cf.stats()["backward_compiles"] == 1 for cf in cfs)
+
+
+def test_autocast_region_in_the_graph_compiles_with_eager_values_and_gradients():
+    torch.manual_seed(0)
+    lin, ln = torch.nn.Linear(16, 32), torch.nn.LayerNorm(32)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):   # Dynamo: _enter_autocast/_exit_autocast calls
+            h = torch.relu(lin(x))
+            y = ln(h)
+        return (y.float() * x.sum()).sum(), h
+
+    x = torch.randn(6, 16)
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    loss, h = torch.compile(f, backend="smelt")(x)
+    loss.backward()
+    grads = [p.grad.clone() for p in (*lin.parameters(), *ln.parameters())]
+    for p in (*lin.parameters(), *ln.parameters()):
+        p.grad = None
+    ref_loss, ref_h = f(x)
+    ref_loss.backward()
+    assert h.dtype == ref_h.dtype == torch.bfloat16
+    torch.testing.assert_close(h, ref_h)
+    torch.testing.assert_close(loss, ref_loss, rtol=2e-2, atol=1e-2)
+    for g, p in zip(grads, (*lin.parameters(), *ln.parameters())):
+        assert g.dtype == p.grad.dtype == torch.float32
+        torch.testing.assert_close(g, p.grad, rtol=3e-2, atol=3e-2)
+    assert not torch.is_autocast_enabled("cpu")
+    whole(new_graphs(before))

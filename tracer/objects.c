@@ -49,7 +49,7 @@ static PyObject *build_class_fn, *function_meta;   /* builtins.__build_class__, 
 
 /* What the tracer answers itself, by callable. */
 typedef enum query_kind { Q_TRUE, Q_FALSE, Q_GRAD, Q_DTYPE, Q_AUTOCAST, Q_AUTOCAST_DTYPE, Q_SIGNATURE, Q_ENABLE_GRAD, Q_SET_GRAD,
-                          Q_RAW_SET_GRAD,
+                          Q_RAW_SET_GRAD, Q_ENTER_AUTOCAST, Q_EXIT_AUTOCAST,
                           Q_DISPATCH } query_kind;
 static PyObject *queries;   /* dict: callable -> query_kind */
 
@@ -117,6 +117,8 @@ int obj_init(void)
         { "is_autocast_enabled", Q_AUTOCAST }, { "get_autocast_dtype", Q_AUTOCAST_DTYPE }, { "enable_grad", Q_ENABLE_GRAD }, { "set_grad_enabled", Q_SET_GRAD },
         { "_C._len_torch_dispatch_stack", Q_DISPATCH },
         { "_C._set_grad_enabled", Q_RAW_SET_GRAD },   /* what Dynamo's graphs call for no_grad regions */
+        { "amp.autocast_mode._enter_autocast", Q_ENTER_AUTOCAST },   /* ... and for autocast regions */
+        { "amp.autocast_mode._exit_autocast", Q_EXIT_AUTOCAST },
     };
     int rc = grad_mgr && grad_exit && autocast_type && ac_mgr && ac_exit && ac_enabled_fn && ac_dtype_fn && grad_enabled_fn && copy_fns[0] && copy_fns[1] && copy_dispatch && odict_type && ddict_type && lru_type && partial_type && module_base && abc_meta && queries && torch && probe && function_meta && build_class_fn ? 0 : -1;
     for (size_t i = 0; !rc && i < sizeof qs / sizeof qs[0]; i++)
@@ -1467,6 +1469,30 @@ int32_t obj_autocast_manager(tracer *T, const call_args *a)
     return m;
 }
 
+static int ac_code(tracer *T);
+
+/* torch.amp.autocast_mode._enter_autocast(*args) (enter 1: a manager made
+ * as torch.autocast(*args) makes it, entered, returned) and
+ * _exit_autocast(manager) (the state before its entry restored): the
+ * calls Dynamo's graphs make for a `with torch.autocast(...)` region. */
+static int32_t autocast_unmanaged(tracer *T, const call_args *a, int enter)
+{
+    if (enter) {
+        int32_t m = obj_autocast_manager(T, a);
+        if (m < 0)
+            return m;
+        int saved = ac_code(T);
+        T->vals[m].sl[0] = saved;
+        ac_set(T, T->vals[m].pos);
+        return m;
+    }
+    tv *x = a->npos == 1 && !a->nkw ? &T->vals[a->pos[0]] : NULL;
+    if (!x || x->kind != V_OBJ || x->obj != ac_mgr || x->sl[0] == -2)
+        return tr_break(T, "_exit_autocast() of something other than an entered autocast manager");
+    ac_set(T, x->sl[0]);
+    return tv_obj(T, Py_None, -1);
+}
+
 /* The trace's autocast state as a manager's code (0 off, 1 + dtype). */
 static int ac_code(tracer *T) { return T->ac_on ? 1 + T->ac_dtype : 0; }
 
@@ -1774,6 +1800,8 @@ int32_t obj_query(tracer *T, PyObject *fn, const call_args *a)
         return signature_query(T, fn, a);
     if (q == Q_ENABLE_GRAD)
         return a->npos || a->nkw ? tr_break(T, "torch.enable_grad() arguments") : obj_grad_manager(T, 1);
+    if (q == Q_ENTER_AUTOCAST || q == Q_EXIT_AUTOCAST)
+        return autocast_unmanaged(T, a, q == Q_ENTER_AUTOCAST);
     if (q == Q_SET_GRAD || q == Q_RAW_SET_GRAD)
         return set_grad_enabled(T, a, q == Q_RAW_SET_GRAD);
     if (a->npos || a->nkw)
