@@ -19,6 +19,7 @@
 #include "log.h"
 #include "module.h"
 #include "../kernels/memory.h"
+#include "../guards/pycompat.h"
 
 typedef struct input_spec {
     uint8_t dtype, ndim;
@@ -426,7 +427,7 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
         Py_CLEAR(self->held[j]);
         return s;
     }
-    if (!self->held[j] || PyWeakref_GET_OBJECT(self->held[j]) != t) {   /* a new tensor object */
+    if (!self->held[j] || smelt_weakref_target(self->held[j]) != t) {   /* a new tensor object */
         PyObject *ref = weight_ref(self, j, t);
         if (!ref) {
             PyErr_Clear();
