@@ -3200,10 +3200,24 @@ static int32_t do_call(tracer *T, tframe *f, int argc)
  * arguments instead of in a KW_NAMES before. */
 static int32_t call_kw(tracer *T, tframe *f, int argc)
 {
-    int32_t names = f->stack[--f->sp];
-    if (T->vals[names].kind != V_OBJ || !PyTuple_Check(T->vals[names].obj))
+    int32_t names = f->stack[--f->sp];   /* a constant tuple (LOAD_CONST), wrapped as V_TUPLE */
+    if (T->vals[names].kind != V_TUPLE)
         return tr_break(T, "CALL_KW without a tuple of names");
-    f->kwnames = T->vals[names].obj;   /* a constant of the code (LOAD_CONST) */
+    int n = T->vals[names].n;
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {
+        tv *k = &T->vals[T->vals[names].items[i]];
+        if (k->kind != V_OBJ || !PyUnicode_Check(k->obj)) {
+            Py_DECREF(t);
+            return tr_break(T, "CALL_KW with a keyword name that is not a string");
+        }
+        PyTuple_SET_ITEM(t, i, Py_NewRef(k->obj));
+    }
+    int rc = t ? tr_keep(T, t) : -1;   /* kept by the trace: f->kwnames is borrowed */
+    Py_XDECREF(t);
+    if (rc)
+        return -1;
+    f->kwnames = t;
     return do_call(T, f, argc);
 }
 
