@@ -3205,13 +3205,14 @@ static int32_t call_kw(tracer *T, tframe *f, int argc)
         return tr_break(T, "CALL_KW without a tuple of names");
     int n = T->vals[names].n;
     PyObject *t = PyTuple_New(n);
-    for (int i = 0; t && i < n; i++) {
-        tv *k = &T->vals[T->vals[names].items[i]];
-        if (k->kind != V_OBJ || !PyUnicode_Check(k->obj)) {
+    for (int i = 0; t && i < n; i++) {   /* guarded when read from a frame state (a continuation's stack) */
+        int32_t k = T->vals[names].items[i];
+        PyObject *o = T->vals[k].kind == V_OBJ ? tr_const(T, k) : NULL;
+        if (!o || !PyUnicode_Check(o)) {
             Py_DECREF(t);
-            return tr_break(T, "CALL_KW with a keyword name that is not a string");
+            return T->broke || PyErr_Occurred() ? -1 : tr_break(T, "CALL_KW with a keyword name that is not a string");
         }
-        PyTuple_SET_ITEM(t, i, Py_NewRef(k->obj));
+        PyTuple_SET_ITEM(t, i, Py_NewRef(o));
     }
     int rc = t ? tr_keep(T, t) : -1;   /* kept by the trace: f->kwnames is borrowed */
     Py_XDECREF(t);
