@@ -3431,7 +3431,8 @@ static int none_known(tracer *T, int32_t v);
 
 /* The conditional jumps: whether op tests `is None` (else truth), which
  * outcome jumps, and whether the target lies back (3.11 has forward and
- * backward forms; 3.12 only forward ones, named without a direction). */
+ * backward forms; 3.12 and 3.13 only forward ones, named without a
+ * direction; 3.13's truth tests take a bool made by TO_BOOL or COMPARE_OP). */
 static const struct { uint8_t op, none, when, back; } cond_jumps[] = {
     { OP_POP_JUMP_IF_FALSE, 0, 0, 0 }, { OP_POP_JUMP_IF_TRUE, 0, 1, 0 },
     { OP_POP_JUMP_IF_NONE, 1, 1, 0 }, { OP_POP_JUMP_IF_NOT_NONE, 1, 0, 0 },
