@@ -15,10 +15,11 @@
 # Pytest arguments default to `-q tests`. Prints one line per version and
 # exits 1 if any suite (or its setup or build) failed, or if no
 # interpreter was found. Logs: build/test-all-pythons/<version>.*.log.
+# SMELT_PYTHONS="3.12 3.13" limits the versions tried.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd -P)
-VERSIONS=(3.11 3.12 3.13)
+read -r -a VERSIONS <<<"${SMELT_PYTHONS:-3.11 3.12 3.13}"
 LOGDIR=build/test-all-pythons
 PYENV_ROOT=${PYENV_ROOT:-$HOME/.pyenv}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
