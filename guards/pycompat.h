@@ -37,4 +37,17 @@ static inline PyObject *smelt_weakref_target(PyObject *ref)
 #endif
 }
 
+/* 1 if a weak reference to o (an instance, not a type) exists: the head
+ * of its weak reference list, at tp_weaklistoffset from the object. 3.12
+ * and 3.13 give classes with managed weak references (a Python subclass
+ * such as torch.Tensor) a negative offset: the slot lies in the
+ * pre-header, before the object, where CPython's own
+ * _PyObject_GET_WEAKREFS_LISTPTR reads it with the same sum. 0 when the
+ * type has no weak references at all. */
+static inline int smelt_has_weakrefs(PyObject *o)
+{
+    Py_ssize_t off = Py_TYPE(o)->tp_weaklistoffset;
+    return off != 0 && *(PyObject **)((char *)o + off) != NULL;
+}
+
 #endif

@@ -206,8 +206,7 @@ static void *data_ptr(pyext_state *st, PyObject *t, int *err)
 static int reusable(pyext_state *st, CompiledObject *self, Py_ssize_t k, PyObject *t)
 {
     static PyObject *use_count;   /* torch._C._storage_Use_Count */
-    Py_ssize_t wo = Py_TYPE(t)->tp_weaklistoffset;
-    if (Py_REFCNT(t) != 1 || (wo > 0 && *(PyObject **)((char *)t + wo) != NULL))
+    if (Py_REFCNT(t) != 1 || smelt_has_weakrefs(t))
         return 0;
     if (!use_count) {
         PyObject *m = PyImport_ImportModule("torch._C");
