@@ -7,7 +7,7 @@ OCL_ICD_VENDORS ?= $(CURDIR)/build/opencl-vendors
 export OCL_ICD_VENDORS
 ASAN_RUN = LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0
 
-.PHONY: setup build demo test bench opinfo ulp debug clean wheel
+.PHONY: setup build demo test test-all-pythons bench opinfo ulp debug clean wheel
 
 setup:
 	@bash scripts/setup.sh
@@ -23,6 +23,12 @@ demo: setup
 # tests/test_targets.py.
 test: setup
 	$(PYTHON) -m pytest -q tests
+
+# The suite on each of CPython 3.11, 3.12 and 3.13 that is present
+# (python3.X on PATH, else pyenv's): packages installed and smelt._C built
+# for each, one pass/fail line per version; fails if any fails.
+test-all-pythons: setup
+	@bash scripts/test_all_pythons.sh
 
 # PyTorch's OpInfo database through smelt with every sample (the suite's
 # tests/test_opinfo.py takes the first two per dtype) and the reference

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "guards.h"
+#include "pycompat.h"
 
 /* A growable malloc'd string. */
 typedef struct guard_buf {

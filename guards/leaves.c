@@ -446,7 +446,7 @@ static int check_not_same_as(guard_ctx *c, const guard_node *n, const guard_leaf
 /* ID_WEAK: the referent is alive and is v. */
 static int check_id_weak(guard_ctx *c, const guard_node *n, const guard_leaf *l, PyObject *v)
 {
-    PyObject *target = PyWeakref_GET_OBJECT(l->obj);
+    PyObject *target = smelt_weakref_target(l->obj);
     if (target != Py_None && target == v)
         return 1;
     if (target == Py_None)

@@ -133,7 +133,7 @@ void guard_leaf_text(guard_buf *b, const guard_node *n, const guard_leaf *l)
     case LEAF_ID_NOT: guard_buf_printf(b, "%s is not ", s); break;
     case LEAF_ID_WEAK:
         guard_buf_printf(b, "%s is ", s);
-        guard_obj_text(b, PyWeakref_GET_OBJECT(l->obj));
+        guard_obj_text(b, smelt_weakref_target(l->obj));
         return;
     case LEAF_EQUALS: case LEAF_VALUE_EQ: guard_buf_printf(b, "%s == ", s); break;
     case LEAF_SAME_AS: guard_buf_printf(b, "%s is %s", s, n->tree->nodes[l->n]->source); return;

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "module.h"
 #include "../kernels/memory.h"
+#include "../guards/pycompat.h"
 
 typedef struct input_spec {
     uint8_t dtype, ndim;
@@ -205,8 +206,7 @@ static void *data_ptr(pyext_state *st, PyObject *t, int *err)
 static int reusable(pyext_state *st, CompiledObject *self, Py_ssize_t k, PyObject *t)
 {
     static PyObject *use_count;   /* torch._C._storage_Use_Count */
-    Py_ssize_t wo = Py_TYPE(t)->tp_weaklistoffset;
-    if (Py_REFCNT(t) != 1 || (wo > 0 && *(PyObject **)((char *)t + wo) != NULL))
+    if (Py_REFCNT(t) != 1 || smelt_has_weakrefs(t))
         return 0;
     if (!use_count) {
         PyObject *m = PyImport_ImportModule("torch._C");
@@ -426,7 +426,7 @@ static smelt_input_stamp stamp_of(CompiledObject *self, int j, PyObject *t)
         Py_CLEAR(self->held[j]);
         return s;
     }
-    if (!self->held[j] || PyWeakref_GET_OBJECT(self->held[j]) != t) {   /* a new tensor object */
+    if (!self->held[j] || smelt_weakref_target(self->held[j]) != t) {   /* a new tensor object */
         PyObject *ref = weight_ref(self, j, t);
         if (!ref) {
             PyErr_Clear();

@@ -24,6 +24,7 @@
 #include "../autograd/autograd.h"
 #include "debugdir.h"
 #include "../guards/guards.h"
+#include "../guards/pycompat.h"
 #include "../tracer/trace.h"
 #include "../tracer/eval_frame.h"
 #include "../inductor/cpu/jit.h"
@@ -1800,7 +1801,7 @@ static PyObject *cache_target(const code_cache *c)
 {
     if (c->cf)
         return c->cf;
-    PyObject *o = c->wr ? PyWeakref_GetObject(c->wr) : NULL;
+    PyObject *o = c->wr ? smelt_weakref_target(c->wr) : NULL;
     return o && o != Py_None ? o : NULL;
 }
 
@@ -2106,7 +2107,7 @@ static PyObject *function_reset_hooked(PyObject *unused, PyObject *unused2)
     (void)unused2;
     Py_ssize_t keep = 0;
     for (Py_ssize_t i = 0; hook_made && i < PyList_GET_SIZE(hook_made); i++) {
-        PyObject *ref = PyList_GET_ITEM(hook_made, i), *cf = PyWeakref_GetObject(ref);
+        PyObject *ref = PyList_GET_ITEM(hook_made, i), *cf = smelt_weakref_target(ref);
         if (cf == Py_None)
             continue;
         drop_entries((FunctionObject *)cf);

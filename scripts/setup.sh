@@ -10,6 +10,9 @@
 #                            (auditwheel, patchelf; libzstd-dev, whose
 #                            archive the wheel's static LLVM links)
 #   scripts/setup.sh build   only the extension, always relinked
+#   scripts/setup.sh pips    only the Python packages (pip) for $PYTHON,
+#                            no Debian packages, no build: what
+#                            scripts/test_all_pythons.sh runs per interpreter
 #
 # Environment: PYTHON (default python3), SMELT_DEBUG=1 for the ASan/UBSan
 # build (see README). Installs with apt-get (as root, or through sudo) and pip;
@@ -200,6 +203,16 @@ flock 9   # several people may run it in one checkout at once
 if [ "${1:-}" = build ]; then
     resolve_python
     build force
+    exit 0
+fi
+if [ "${1:-}" = pips ]; then
+    resolve_python
+    needs=$(python_needs "")
+    for n in python3-dev python3-pip; do
+        [[ " $needs " == *" $n "* ]] && { say "$PY lacks $n (Python.h or pip): install it first"; exit 1; }
+    done
+    install_pips $needs
+    install_opencl
     exit 0
 fi
 command -v "$PY" >/dev/null || install_debs python3

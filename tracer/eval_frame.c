@@ -1,18 +1,19 @@
 /* The frame hook, version-independent part: the per-thread callback, the
  * install refcount, the eval-frame function's control flow, skip rules and
  * co_extra storage. The frame layout is read in frame_py311.c /
- * frame_py312.c (tracer_frame_open, tracer_frame_discard). */
+ * frame_py312.c / frame_py313.c (tracer_frame_open, tracer_frame_discard). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "eval_frame.h"
 
-#if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030d0000
-#error "smelt's frame hook supports CPython 3.11 and 3.12 (a new version needs a frame_py3XX.c)"
+#if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030e0000
+#error "smelt's frame hook supports CPython 3.11 to 3.13 (a new version needs a frame_py3XX.c)"
 #endif
 
 /* co_extra API: private names in 3.11, PyUnstable_ (old ones deprecated)
- * from 3.12. */
+ * from 3.12 (3.13 keeps them; _PyInterpreterState_{Get,Set}EvalFrameFunc
+ * keep their names in 3.11 to 3.13). */
 #if PY_VERSION_HEX >= 0x030c0000
 #define code_get_extra PyUnstable_Code_GetExtra
 #define code_set_extra PyUnstable_Code_SetExtra

@@ -21,8 +21,9 @@
  * evaluator it had before (CPython's default, whose specialised calls back
  * off while any custom one is set).
  *
- * Everything here needs the GIL. CPython 3.11 and 3.12 only (the frame
- * layout is read in frame_py311.c / frame_py312.c). Include after Python.h.
+ * Everything here needs the GIL. CPython 3.11 to 3.13 only (the frame
+ * layout is read in frame_py311.c / frame_py312.c / frame_py313.c).
+ * Include after Python.h.
  */
 #ifndef SMELT_TRACER_EVAL_FRAME_H
 #define SMELT_TRACER_EVAL_FRAME_H
@@ -137,8 +138,8 @@ int tracer_frame_open(struct _PyInterpreterFrame *frame, tracer_frame_view *v);
 
 /* Called after on_frame returned a result or raised for an opened frame,
  * in place of running it: does to the frame what the evaluator does when
- * a frame returns (3.12: clear and pop it; 3.11: nothing, the caller
- * does). */
+ * a frame returns (3.12, 3.13: clear and pop it; 3.11: nothing, the
+ * caller does). */
 void tracer_frame_discard(PyThreadState *ts, struct _PyInterpreterFrame *frame);
 
 #endif

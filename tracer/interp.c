@@ -1,4 +1,4 @@
-/* interp.c — symbolic interpretation of CPython 3.11 and 3.12 bytecode.
+/* interp.c — symbolic interpretation of CPython 3.11, 3.12 and 3.13 bytecode.
  *
  * Entry: tracer_trace(). The loop follows the single path the traced call's
  * arguments take: a branch on a constant is decided now (and the constant
@@ -17,8 +17,8 @@
 #include <stdarg.h>
 #include <string.h>
 
-#if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030d0000
-#error "smelt's tracer interprets CPython 3.11 and 3.12 bytecode only"
+#if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030e0000
+#error "smelt's tracer interprets CPython 3.11 to 3.13 bytecode only"
 #endif
 
 #define MAX_DEPTH 48
@@ -131,7 +131,9 @@ static void read_names(PyObject *seq, char (*names)[40], Py_ssize_t n)
 
 /* op_of, ncache and tr_opname_all from the opcode module: opmap by name
  * (pseudo-opcodes, numbered from 256 in 3.12, never occur in code) and
- * _inline_cache_entries, the interpreter's own cache sizes. */
+ * _inline_cache_entries, the interpreter's own cache sizes: a list by
+ * opcode in 3.11 and 3.12, a dict by name (opcodes without caches left
+ * out) in 3.13. */
 static int init_opcodes(PyObject *opcode)
 {
     PyObject *opmap = PyObject_GetAttrString(opcode, "opmap");
@@ -147,8 +149,16 @@ static int init_opcodes(PyObject *opcode)
         if (code >= 0 && code < 256)
             tr_op_of[code] = (uint8_t)i;
     }
-    for (Py_ssize_t i = 0; i < 256 && i < PySequence_Size(caches); i++) {
-        PyObject *v = PySequence_GetItem(caches, i);
+    memset(tr_ncache, 0, sizeof tr_ncache);
+    PyObject *name, *v;
+    for (Py_ssize_t pos = 0; PyDict_Check(caches) && PyDict_Next(caches, &pos, &name, &v);) {
+        PyObject *c = PyDict_GetItemWithError(opmap, name);
+        long code = c ? PyLong_AsLong(c) : -1;
+        if (code >= 0 && code < 256)
+            tr_ncache[code] = (uint8_t)PyLong_AsLong(v);
+    }
+    for (Py_ssize_t i = 0; !PyDict_Check(caches) && i < 256 && i < PySequence_Size(caches); i++) {
+        v = PySequence_GetItem(caches, i);
         tr_ncache[i] = v ? (uint8_t)PyLong_AsLong(v) : 0;
         Py_XDECREF(v);
     }
@@ -1469,19 +1479,44 @@ static int32_t call_vfunc(tracer *T, int32_t fv, const call_args *a)
     return enter_frame(T, f);
 }
 
-/* MAKE_FUNCTION: pops code and the parts `flags` says are there. */
+/* Gives V_FUNC fv the part `flag` names (MAKE_FUNCTION's flags in 3.11
+ * and 3.12, SET_FUNCTION_ATTRIBUTE's argument in 3.13): 1 the defaults (a
+ * tuple), 2 the keyword defaults (a dict), 4 the annotations (not kept),
+ * 8 the closure (a tuple of cells). 0, or -1 (break). */
+static int func_set_part(tracer *T, int32_t fv, int flag, int32_t v)
+{
+    switch (flag) {
+    case 1:
+        if (T->vals[v].kind != V_TUPLE)
+            return tr_break(T, "function defaults");
+        T->vals[fv].sl[0] = v;
+        return 0;
+    case 2:
+        if ((v = tr_dict_value(T, v)) < 0)
+            return -1;
+        T->vals[fv].sl[1] = v;
+        return 0;
+    case 4:
+        return 0;
+    case 8:
+        if (T->vals[v].kind != V_TUPLE)
+            return tr_break(T, "function closure");
+        for (int i = 0; i < T->vals[v].n; i++)
+            if (tv_push_item(T, fv, T->vals[v].items[i], NULL))
+                return -1;
+        return 0;
+    default:
+        return tr_break(T, "function attribute %d", flag);
+    }
+}
+
+/* MAKE_FUNCTION: pops code and the parts `flags` says are there (3.11,
+ * 3.12; 3.13 passes 0 and sets each part by SET_FUNCTION_ATTRIBUTE). */
 static int32_t make_function(tracer *T, tframe *f, int flags)
 {
     int32_t code = f->stack[--f->sp];
-    int32_t clo = (flags & 8) ? f->stack[--f->sp] : -1;
-    if (flags & 4)
-        f->sp--;   /* annotations */
-    int32_t kwd = (flags & 2) ? f->stack[--f->sp] : -1;
-    int32_t defs = (flags & 1) ? f->stack[--f->sp] : -1;
     if (T->vals[code].kind != V_OBJ || !PyCode_Check(T->vals[code].obj))
         return tr_break(T, "MAKE_FUNCTION without a code object");
-    if ((kwd >= 0 && (kwd = tr_dict_value(T, kwd)) < 0) || (defs >= 0 && T->vals[defs].kind != V_TUPLE))
-        return defs >= 0 && T->vals[defs].kind != V_TUPLE ? tr_break(T, "function defaults") : -1;
     int32_t fv = tv_new(T, V_FUNC);
     if (fv < 0)
         return -1;
@@ -1490,12 +1525,21 @@ static int32_t make_function(tracer *T, tframe *f, int flags)
     x->aux = f->globals;
     x->self_ = f->func_src;
     x->pos = f->trusted;
-    x->sl[0] = defs;
-    x->sl[1] = kwd;
-    for (int i = 0; clo >= 0 && i < T->vals[clo].n; i++)
-        if (tv_push_item(T, fv, T->vals[clo].items[i], NULL))
+    x->sl[0] = x->sl[1] = -1;
+    for (int flag = 8; flag >= 1; flag >>= 1)   /* pushed defaults first, closure last */
+        if ((flags & flag) && func_set_part(T, fv, flag, f->stack[--f->sp]))
             return -1;
     return fv;
+}
+
+/* SET_FUNCTION_ATTRIBUTE flag (3.13): [part, function] -> [function]. */
+static int set_function_attribute(tracer *T, tframe *f, int flag)
+{
+    int32_t fv = f->stack[--f->sp], v = f->stack[f->sp - 1];
+    if (T->vals[fv].kind != V_FUNC)
+        return tr_break(T, "SET_FUNCTION_ATTRIBUTE on a %s", kind_name(T, fv));
+    f->stack[f->sp - 1] = fv;
+    return func_set_part(T, fv, flag, v);
 }
 
 /* ---------- calls ---------- */
@@ -2072,7 +2116,7 @@ static int32_t call_module_slice(tracer *T, int32_t fn, const call_args *a);
  * it), which is why user code's weakrefs are not followed. */
 static int32_t weakref_call(tracer *T, PyObject *ref)
 {
-    PyObject *o = PyWeakref_GetObject(ref);
+    PyObject *o = smelt_weakref_target(ref);
     if (o == Py_None)
         return tr_break(T, "call of a dead weakref");
     PyObject *key = ops_is_tensor(o) ? PyLong_FromVoidPtr(o) : NULL;
@@ -3152,10 +3196,10 @@ static int32_t do_call(tracer *T, tframe *f, int argc)
     if (kw > 32)
         return tr_break(T, "too many keyword arguments");
     int32_t *args = &f->stack[base + 2];
-    int32_t fn = f->stack[base + 1];
+    int32_t fn = f->stack[base + NULL_FIRST];   /* [NULL, fn, args] (3.11, 3.12), [fn, NULL, args] (3.13) */
     int32_t pos[66];
     int npos = argc - kw;
-    if (T->vals[f->stack[base]].kind != V_NULL) {   /* method form: [meth, self, args] */
+    if (T->vals[f->stack[base + !NULL_FIRST]].kind != V_NULL) {   /* method form: [meth, self, args] */
         fn = f->stack[base];
         pos[0] = f->stack[base + 1];
         memcpy(pos + 1, args, sizeof(int32_t) * (size_t)npos);
@@ -3176,11 +3220,39 @@ static int32_t do_call(tracer *T, tframe *f, int argc)
     return r;
 }
 
+/* CALL_KW argc (3.13): CALL with the keyword names' tuple on top of the
+ * arguments instead of in a KW_NAMES before. */
+static int32_t call_kw(tracer *T, tframe *f, int argc)
+{
+    int32_t names = f->stack[--f->sp];   /* a constant tuple (LOAD_CONST), wrapped as V_TUPLE */
+    if (T->vals[names].kind != V_TUPLE)
+        return tr_break(T, "CALL_KW without a tuple of names");
+    int n = T->vals[names].n;
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t && i < n; i++) {   /* guarded when read from a frame state (a continuation's stack) */
+        int32_t k = T->vals[names].items[i];
+        PyObject *o = T->vals[k].kind == V_OBJ ? tr_const(T, k) : NULL;
+        if (!o || !PyUnicode_Check(o)) {
+            Py_DECREF(t);
+            return T->broke || PyErr_Occurred() ? -1 : tr_break(T, "CALL_KW with a keyword name that is not a string");
+        }
+        PyTuple_SET_ITEM(t, i, Py_NewRef(o));
+    }
+    int rc = t ? tr_keep(T, t) : -1;   /* kept by the trace: f->kwnames is borrowed */
+    Py_XDECREF(t);
+    if (rc)
+        return -1;
+    f->kwnames = t;
+    return do_call(T, f, argc);
+}
+
+/* CALL_FUNCTION_EX: [NULL, fn] (3.11, 3.12) or [fn, NULL] (3.13), the
+ * arguments' iterable, the keywords' mapping if has_kw. */
 static int32_t call_ex(tracer *T, tframe *f, int has_kw)
 {
     int32_t kwd = has_kw ? f->stack[f->sp - 1] : -1;
     int32_t args = f->stack[f->sp - 1 - has_kw];
-    int32_t fn = f->stack[f->sp - 2 - has_kw];
+    int32_t fn = f->stack[f->sp - 2 - has_kw - !NULL_FIRST];
     int32_t r = call_ex_args(T, fn, args, kwd);   /* the arguments stay live during the call */
     f->sp -= 3 + has_kw;   /* and the NULL */
     return r;
@@ -3383,7 +3455,8 @@ static int none_known(tracer *T, int32_t v);
 
 /* The conditional jumps: whether op tests `is None` (else truth), which
  * outcome jumps, and whether the target lies back (3.11 has forward and
- * backward forms; 3.12 only forward ones, named without a direction). */
+ * backward forms; 3.12 and 3.13 only forward ones, named without a
+ * direction; 3.13's truth tests take a bool made by TO_BOOL or COMPARE_OP). */
 static const struct { uint8_t op, none, when, back; } cond_jumps[] = {
     { OP_POP_JUMP_IF_FALSE, 0, 0, 0 }, { OP_POP_JUMP_IF_TRUE, 0, 1, 0 },
     { OP_POP_JUMP_IF_NONE, 1, 1, 0 }, { OP_POP_JUMP_IF_NOT_NONE, 1, 0, 0 },
@@ -3679,8 +3752,19 @@ static int32_t item_binop(tracer *T, int nb, int32_t a, int32_t b)
     return r < 0 ? -1 : ops_inplace_value(T, a, r);
 }
 
+/* Pushes callable a and the NULL a call finds beside it, in the
+ * version's order (NULL_FIRST). */
+static int push_with_null(tracer *T, tframe *f, int32_t a)
+{
+    if (a < 0)
+        return -1;
+    if (NULL_FIRST)
+        return push(f, tv_new(T, V_NULL)) || push(f, a);
+    return push(f, a) || push(f, tv_new(T, V_NULL));
+}
+
 /* LOAD_ATTR, and 3.11's LOAD_METHOD (method = 1): the attribute replaces
- * the object; a method load also pushes NULL under it (what CPython does
+ * the object; a method load also pushes NULL beside it (what CPython does
  * for an attribute that is not a plain method: the bound value smelt
  * makes carries its self). */
 static int load_attr(tracer *T, tframe *f, PyObject *name, int method)
@@ -3692,8 +3776,8 @@ static int load_attr(tracer *T, tframe *f, PyObject *name, int method)
         f->stack[f->sp - 1] = a;
         return 0;
     }
-    f->stack[f->sp - 1] = tv_new(T, V_NULL);
-    return f->stack[f->sp - 1] < 0 ? -1 : push(f, a);
+    f->sp--;
+    return push_with_null(T, f, a);
 }
 
 /* LOAD_SUPER_ATTR (3.12): super(cls, self).name from the three values it
@@ -3712,9 +3796,7 @@ static int load_super_attr(tracer *T, tframe *f, int arg)
     call_args a = { .pos = pos, .npos = 2 };
     int32_t s = call_super(T, &a);
     int32_t v = s < 0 ? -1 : tr_load_attr(T, s, PyTuple_GET_ITEM(f->names, arg >> 2));
-    if (v < 0 || ((arg & 1) && push(f, tv_new(T, V_NULL))))
-        return -1;
-    return push(f, v);
+    return (arg & 1) ? push_with_null(T, f, v) : push(f, v);
 }
 
 /* A slice of the n (2 or 3) values parts: start, stop, step (None: absent). */
@@ -3961,6 +4043,34 @@ static int raise_varargs(tracer *T, tframe *f, int argc)
 /* Runs frame f from f->pc to its RETURN_VALUE (the returned value) or, in
  * a generator, to its next YIELD_VALUE (the yielded value, f->yielded set,
  * f->pc after it). */
+/* LOAD_FAST idx: the local's value; in 3.13 also what 3.12's
+ * LOAD_CLOSURE did: a cell or free variable's slot loaded to build a
+ * closure gives its cell. 0, or -1 (break). */
+static int load_fast(tracer *T, tframe *f, int idx)
+{
+    const char *kinds = PyBytes_AS_STRING(((PyCodeObject *)f->code)->co_localspluskinds);
+    if (kinds[idx] & (TR_FAST_CELL | TR_FAST_FREE))
+        return push(f, load_closure(T, f, idx));
+    if (f->locals[idx] < 0)
+        return tr_break(T, "local read before assignment");
+    return push(f, f->locals[idx]);
+}
+
+/* STORE_FAST idx of the top (popped); storing NULL (a local saved
+ * unbound by LOAD_FAST_AND_CLEAR) unbinds it. */
+static void store_fast(tracer *T, tframe *f, int idx)
+{
+    int32_t v = f->stack[--f->sp];
+    f->locals[idx] = T->vals[v].kind == V_NULL ? -1 : v;
+}
+
+/* TO_BOOL (3.13), and COMPARE_OP's conversion: v's truth as a bool. */
+static int32_t to_bool(tracer *T, int32_t v)
+{
+    int t;
+    return tr_truth(T, v, &t) ? -1 : tv_bool(T, t);
+}
+
 static int32_t run_frame(tracer *T, tframe *f)
 {
     const uint8_t *code = (const uint8_t *)PyBytes_AS_STRING(f->bytes);
@@ -4003,33 +4113,34 @@ static int32_t run_frame(tracer *T, tframe *f)
             continue;
         }
         case OP_LOAD_CONST: r = push(f, tv_obj(T, PyTuple_GET_ITEM(f->consts, arg), -1)); break;
-        case OP_LOAD_FAST: case OP_LOAD_FAST_CHECK:
-            if (f->locals[arg] < 0)
-                r = tr_break(T, "local read before assignment");
-            else
-                r = push(f, f->locals[arg]);
+        case OP_LOAD_FAST: case OP_LOAD_FAST_CHECK: r = load_fast(T, f, arg); break;
+        case OP_LOAD_FAST_LOAD_FAST:   /* 3.13: two locals, 4 bits each */
+            r = load_fast(T, f, arg >> 4) || load_fast(T, f, arg & 15) ? -1 : 0;
             break;
+        case OP_STORE_FAST_LOAD_FAST:   /* 3.13 */
+            store_fast(T, f, arg >> 4);
+            r = load_fast(T, f, arg & 15);
+            break;
+        case OP_STORE_FAST_STORE_FAST:   /* 3.13: the top into the first */
+            store_fast(T, f, arg >> 4);
+            store_fast(T, f, arg & 15);
+            continue;
         case OP_LOAD_FAST_AND_CLEAR:   /* 3.12 inlined comprehensions save a local (maybe unbound) */
             r = push(f, f->locals[arg] >= 0 ? f->locals[arg] : tv_new(T, V_NULL));
             f->locals[arg] = -1;
             break;
-        case OP_STORE_FAST: {   /* storing NULL (a local saved unbound) unbinds it */
-            int32_t v = f->stack[--f->sp];
-            f->locals[arg] = T->vals[v].kind == V_NULL ? -1 : v;
-            continue;
-        }
+        case OP_STORE_FAST: store_fast(T, f, arg); continue;
         case OP_DELETE_FAST: f->locals[arg] = -1; continue;
         case OP_LOAD_DEREF: r = push(f, load_deref(T, f, arg)); break;
         case OP_STORE_DEREF: r = store_deref(T, f, arg, f->stack[--f->sp]); break;
         case OP_LOAD_CLOSURE: r = push(f, load_closure(T, f, arg)); break;
         case OP_MAKE_FUNCTION: r = push(f, make_function(T, f, arg)); break;
-        case OP_LOAD_GLOBAL:
-            if ((arg & 1) && push(f, tv_new(T, V_NULL))) {
-                r = -1;
-                break;
-            }
-            r = push(f, load_global(T, f, PyTuple_GET_ITEM(f->names, arg >> 1)));
+        case OP_SET_FUNCTION_ATTRIBUTE: r = set_function_attribute(T, f, arg); break;
+        case OP_LOAD_GLOBAL: {
+            int32_t g = load_global(T, f, PyTuple_GET_ITEM(f->names, arg >> 1));
+            r = (arg & 1) ? push_with_null(T, f, g) : push(f, g);
             break;
+        }
         case OP_LOAD_ATTR: r = load_attr(T, f, PyTuple_GET_ITEM(f->names, ATTR_NAME(arg)), ATTR_METHOD(arg)); break;
         case OP_STORE_GLOBAL: r = store_global(T, f, PyTuple_GET_ITEM(f->names, arg), f->stack[--f->sp]); break;
         case OP_LOAD_METHOD: r = load_attr(T, f, PyTuple_GET_ITEM(f->names, arg), 1); break;
@@ -4041,6 +4152,7 @@ static int32_t run_frame(tracer *T, tframe *f)
         case OP_DELETE_ATTR: r = obj_setattr(T, f->stack[--f->sp], PyTuple_GET_ITEM(f->names, arg), -1); break;
         case OP_KW_NAMES: f->kwnames = PyTuple_GET_ITEM(f->consts, arg); continue;
         case OP_CALL: r = push(f, do_call(T, f, arg)); break;
+        case OP_CALL_KW: r = push(f, call_kw(T, f, arg)); break;
         case OP_CALL_FUNCTION_EX: r = push(f, call_ex(T, f, arg & 1)); break;
         case OP_BINARY_OP: case OP_COMPARE_OP: {   /* operands stay live (on the stack) during the op */
             int32_t a = f->stack[f->sp - 2], b = f->stack[f->sp - 1];
@@ -4050,6 +4162,8 @@ static int32_t run_frame(tracer *T, tframe *f)
             }
             int32_t v = op == OP_BINARY_OP && subscr_update(T, code, n, pc, a, arg) ? item_binop(T, arg, a, b)
                       : op == OP_BINARY_OP ? tr_binop(T, arg, a, b) : tr_compare(T, CMP_OF(arg), a, b);
+            if (v >= 0 && op == OP_COMPARE_OP && CMP_BOOL(arg))
+                v = to_bool(T, v);
             f->sp -= 2;
             r = push(f, v);
             break;
@@ -4067,6 +4181,10 @@ static int32_t run_frame(tracer *T, tframe *f)
         }
         case OP_UNARY_NEGATIVE: case OP_UNARY_POSITIVE: case OP_UNARY_INVERT: case OP_UNARY_NOT:
             f->stack[f->sp - 1] = unary(T, op, f->stack[f->sp - 1]);
+            r = f->stack[f->sp - 1] < 0 ? -1 : 0;
+            break;
+        case OP_TO_BOOL:   /* 3.13: before a conditional jump, `not`, and/or */
+            f->stack[f->sp - 1] = to_bool(T, f->stack[f->sp - 1]);
             r = f->stack[f->sp - 1] < 0 ? -1 : 0;
             break;
         case OP_BINARY_SUBSCR: {
@@ -4175,7 +4293,7 @@ static int32_t run_frame(tracer *T, tframe *f)
             }
             break;
         }
-        case OP_END_FOR: f->sp -= 2; continue;
+        case OP_END_FOR: f->sp -= END_FOR_POPS; continue;
         case OP_SEND: r = send(T, f, &pc, arg); break;
         case OP_END_SEND:
             f->stack[f->sp - 2] = f->stack[f->sp - 1];
@@ -4202,6 +4320,9 @@ static int32_t run_frame(tracer *T, tframe *f)
             continue;
         }
         case OP_FORMAT_VALUE: r = push(f, format_value(T, f, arg)); break;
+        case OP_CONVERT_VALUE: r = push(f, format_value(T, f, arg & 3)); break;   /* 3.13: str/repr/ascii */
+        case OP_FORMAT_SIMPLE: r = push(f, format_value(T, f, 0)); break;        /* 3.13: format(v) */
+        case OP_FORMAT_WITH_SPEC: r = push(f, format_value(T, f, 4)); break;     /* 3.13: format(v, spec) */
         case OP_BUILD_STRING: r = push(f, build_string(T, f, arg)); break;
         case OP_MATCH_SEQUENCE: case OP_MATCH_MAPPING: {
             int b = match_kind(T, f->stack[f->sp - 1], op == OP_MATCH_SEQUENCE ? Py_TPFLAGS_SEQUENCE : Py_TPFLAGS_MAPPING);

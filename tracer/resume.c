@@ -192,31 +192,48 @@ static int reads_frame(PyObject *fn)
     return r != 0;
 }
 
-/* CALL argc: [callable or NULL, self or callable, args...], the last
- * len(kwnames) arguments by keyword. */
+/* CALL argc: [method, self, args...] or, for a callable without self,
+ * [NULL, callable, args...] (3.11, 3.12) / [callable, NULL, args...]
+ * (3.13; tstate.h's NULL_FIRST); the last len(kwnames) arguments by
+ * keyword. */
 static int step_call(tr_fstate *st, int argc)
 {
     int kw = st->kwnames ? (int)PyTuple_GET_SIZE(st->kwnames) : 0;
     if (st->sp < argc + 2)
         return 0;
     PyObject **base = &st->slots[st->nslots + st->sp - argc - 2];
-    PyObject *fn = base[0] ? base[0] : base[1], **args = base[0] ? base + 1 : base + 2;
+    int method = base[!NULL_FIRST] != NULL;
+    PyObject *fn = method ? base[0] : base[NULL_FIRST], **args = method ? base + 1 : base + 2;
     if (reads_frame(fn))
         return 0;
-    Py_ssize_t npos = (base[0] ? argc + 1 : argc) - kw;
+    Py_ssize_t npos = (method ? argc + 1 : argc) - kw;
     PyObject *r = PyObject_Vectorcall(fn, args, (size_t)npos, kw ? st->kwnames : NULL);
     st->kwnames = NULL;
     drop(st, argc + 2);
     return push_result(st, r);
 }
 
-/* CALL_FUNCTION_EX flags: [NULL, func, args, kwargs if flags & 1]. */
+/* CALL_KW argc (3.13): CALL with the keyword names' tuple on top. */
+static int step_call_kw(tr_fstate *st, int argc)
+{
+    if (st->sp < argc + 3 || st->kwnames || !PyTuple_Check(peek(st, 1)))
+        return 0;
+    PyObject *names = pop(st);
+    st->kwnames = names;
+    int rc = step_call(st, argc);
+    st->kwnames = NULL;
+    Py_DECREF(names);
+    return rc;
+}
+
+/* CALL_FUNCTION_EX flags: [NULL, func] (3.11, 3.12) or [func, NULL]
+ * (3.13), args, kwargs if flags & 1. */
 static int step_call_ex(tr_fstate *st, int flags)
 {
     int k = flags & 1;
     if (st->sp < 3 + k)
         return 0;
-    PyObject *kwargs = k ? peek(st, 1) : NULL, *args = peek(st, 1 + k), *fn = peek(st, 2 + k);
+    PyObject *kwargs = k ? peek(st, 1) : NULL, *args = peek(st, 1 + k), *fn = peek(st, 2 + k + !NULL_FIRST);
     if (reads_frame(fn))
         return 0;
     PyObject *t = PyTuple_CheckExact(args) ? Py_NewRef(args) : PySequence_Tuple(args);
@@ -300,6 +317,16 @@ static int step_two(tr_fstate *st, PyObject *(*fn)(PyObject *, PyObject *, int),
 
 static PyObject *op_binary(PyObject *a, PyObject *b, int nb) { return binary(nb, a, b); }
 static PyObject *op_compare(PyObject *a, PyObject *b, int cmp) { return PyObject_RichCompare(a, b, cmp); }
+
+/* 3.13's COMPARE_OP with its bool flag: the comparison's truth (no
+ * identity shortcut, as CPython's: PyObject_IsTrue of the result). */
+static PyObject *op_compare_bool(PyObject *a, PyObject *b, int cmp)
+{
+    PyObject *r = PyObject_RichCompare(a, b, cmp);
+    int t = r ? PyObject_IsTrue(r) : -1;
+    Py_XDECREF(r);
+    return t < 0 ? NULL : Py_NewRef(t ? Py_True : Py_False);
+}
 static PyObject *op_getitem(PyObject *a, PyObject *b, int unused) { (void)unused; return PyObject_GetItem(a, b); }
 
 static PyObject *op_is(PyObject *a, PyObject *b, int invert)
@@ -340,6 +367,15 @@ static int step_unary(tr_fstate *st, int op)
     }
     Py_DECREF(v);
     return push_result(st, r);
+}
+
+/* TO_BOOL (3.13): the top replaced by its truth. */
+static int step_to_bool(tr_fstate *st)
+{
+    PyObject *v = pop(st);
+    int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return push_result(st, t < 0 ? NULL : Py_NewRef(t ? Py_True : Py_False));
 }
 
 /* STORE_ATTR / STORE_SUBSCR / STORE_GLOBAL: the store, values popped. */
@@ -391,6 +427,7 @@ static int step_insn(PyCodeObject *co, PyObject *globals, tr_fstate *st, const i
 {
     switch (i->op) {
     case OP_CALL: return step_call(st, i->arg);
+    case OP_CALL_KW: return step_call_kw(st, i->arg);
     case OP_CALL_FUNCTION_EX: return step_call_ex(st, i->arg);
     case OP_POP_JUMP_IF_FALSE: case OP_POP_JUMP_IF_TRUE: case OP_POP_JUMP_IF_NONE: case OP_POP_JUMP_IF_NOT_NONE:
     case OP_POP_JUMP_FORWARD_IF_FALSE: case OP_POP_JUMP_FORWARD_IF_TRUE:
@@ -401,13 +438,17 @@ static int step_insn(PyCodeObject *co, PyObject *globals, tr_fstate *st, const i
     case OP_COMPARE_OP:
         if (CMP_OF(i->arg) < Py_LT || CMP_OF(i->arg) > Py_GE)
             return 0;
-        return step_two(st, op_compare, CMP_OF(i->arg));
+        return step_two(st, CMP_BOOL(i->arg) ? op_compare_bool : op_compare, CMP_OF(i->arg));
+    case OP_TO_BOOL: return step_to_bool(st);
     case OP_IS_OP: return step_two(st, op_is, i->arg);
     case OP_CONTAINS_OP: return step_two(st, op_contains, i->arg);
     case OP_BINARY_SUBSCR: return step_two(st, op_getitem, 0);
     case OP_UNARY_NEGATIVE: case OP_UNARY_POSITIVE: case OP_UNARY_INVERT: case OP_UNARY_NOT:
         return step_unary(st, i->op);
     case OP_FORMAT_VALUE: return step_format(st, i->arg);
+    case OP_CONVERT_VALUE: return step_format(st, i->arg & 3);   /* 3.13: str/repr/ascii */
+    case OP_FORMAT_SIMPLE: return step_format(st, 0);            /* 3.13: format(v) */
+    case OP_FORMAT_WITH_SPEC: return step_format(st, 4);         /* 3.13: format(v, spec) */
     case OP_STORE_ATTR: case OP_STORE_SUBSCR: case OP_STORE_GLOBAL:
         return step_store(st, i, co->co_names, globals);
     case OP_UNPACK_SEQUENCE: return step_unpack(st, i->arg);

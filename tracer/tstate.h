@@ -6,33 +6,62 @@
 
 #include "trace.h"
 #include "hostcall.h"
+#include "../guards/pycompat.h"
 
 
 /* ---------- bytecode (interp.c's tables, shared with resume.c) ---------- */
 
-/* Where one opcode differs between the two versions:
+/* Where one opcode differs between the versions:
  *   CMP_OF(arg)       COMPARE_OP's comparison (Py_LT..Py_GE): the whole
  *                     argument in 3.11; 3.12 keeps a cache mask in the low
- *                     4 bits.
+ *                     4 bits; 3.13 also a flag in bit 4 (CMP_BOOL).
+ *   CMP_BOOL(arg)     the comparison's result is converted to bool (3.13,
+ *                     `if a < b`: no TO_BOOL follows); always 0 before.
  *   ATTR_NAME(arg), ATTR_METHOD(arg)   LOAD_ATTR's name index and method
  *                     flag: 3.12 folds LOAD_METHOD into LOAD_ATTR's low
  *                     bit (3.11: the whole argument, never a method load).
  *   FOR_EXIT_SKIP     code units skipped after an exhausted FOR_ITER's
  *                     target: 3.12 jumps onto an END_FOR that it never
- *                     runs (the iterator is popped by FOR_ITER itself).
+ *                     runs (the iterator is popped by FOR_ITER itself);
+ *                     3.13 over END_FOR and the POP_TOP after it.
+ *   END_FOR_POPS      values END_FOR pops (3.12: two, it is POP_TOP
+ *                     twice; 3.13: one, a POP_TOP follows it).
  *   SEND_POPS_RECEIVER  an exhausted SEND pops its receiver itself (3.11);
- *                     3.12 leaves it for the END_SEND at the target. */
-#if PY_VERSION_HEX >= 0x030c0000
+ *                     3.12 leaves it for the END_SEND at the target.
+ *   NULL_FIRST        the order of the two values under a CALL's
+ *                     arguments when the callable has no self: 3.11 and
+ *                     3.12 [NULL, callable] (LOAD_GLOBAL, LOAD_ATTR and
+ *                     LOAD_SUPER_ATTR with their method/NULL bit push the
+ *                     NULL first, PUSH_NULL comes before the callable);
+ *                     3.13 [callable, NULL] (pushed after it). A method
+ *                     is [method, self] in all. CALL_FUNCTION_EX's
+ *                     callable and NULL are in the same order. */
+#if PY_VERSION_HEX >= 0x030d0000
+#define CMP_OF(arg) ((arg) >> 5)
+#define CMP_BOOL(arg) (((arg) >> 4) & 1)
+#define FOR_EXIT_SKIP 2
+#define END_FOR_POPS 1
+#define NULL_FIRST 0
+#elif PY_VERSION_HEX >= 0x030c0000
 #define CMP_OF(arg) ((arg) >> 4)
-#define ATTR_NAME(arg) ((arg) >> 1)
-#define ATTR_METHOD(arg) ((arg) & 1)
+#define CMP_BOOL(arg) 0
 #define FOR_EXIT_SKIP 1
-#define SEND_POPS_RECEIVER 0
+#define END_FOR_POPS 2
+#define NULL_FIRST 1
 #else
 #define CMP_OF(arg) (arg)
+#define CMP_BOOL(arg) 0
+#define FOR_EXIT_SKIP 0
+#define END_FOR_POPS 2
+#define NULL_FIRST 1
+#endif
+#if PY_VERSION_HEX >= 0x030c0000
+#define ATTR_NAME(arg) ((arg) >> 1)
+#define ATTR_METHOD(arg) ((arg) & 1)
+#define SEND_POPS_RECEIVER 0
+#else
 #define ATTR_NAME(arg) (arg)
 #define ATTR_METHOD(arg) 0
-#define FOR_EXIT_SKIP 0
 #define SEND_POPS_RECEIVER 1
 #endif
 
@@ -55,10 +84,13 @@
     X(SEND) X(GET_YIELD_FROM_ITER) X(STORE_ATTR) X(DELETE_ATTR) X(PUSH_EXC_INFO) X(POP_EXCEPT) \
     X(CHECK_EXC_MATCH) X(RERAISE) X(RAISE_VARARGS) X(LOAD_ASSERTION_ERROR) X(STORE_GLOBAL) X(DELETE_GLOBAL) \
     X(WITH_EXCEPT_START) X(MATCH_SEQUENCE) X(MATCH_MAPPING) X(MATCH_KEYS) X(MATCH_CLASS) X(LOAD_BUILD_CLASS) \
-    /* 3.12 only */ \
+    /* 3.12 on */ \
     X(POP_JUMP_IF_FALSE) X(POP_JUMP_IF_TRUE) X(POP_JUMP_IF_NONE) X(POP_JUMP_IF_NOT_NONE) \
     X(BINARY_SLICE) X(STORE_SLICE) X(END_FOR) X(END_SEND) X(RETURN_CONST) X(LOAD_FAST_CHECK) \
-    X(LOAD_FAST_AND_CLEAR) X(LOAD_SUPER_ATTR) X(CALL_INTRINSIC_1)
+    X(LOAD_FAST_AND_CLEAR) X(LOAD_SUPER_ATTR) X(CALL_INTRINSIC_1) \
+    /* 3.13 on */ \
+    X(CALL_KW) X(TO_BOOL) X(LOAD_FAST_LOAD_FAST) X(STORE_FAST_LOAD_FAST) X(STORE_FAST_STORE_FAST) \
+    X(FORMAT_SIMPLE) X(FORMAT_WITH_SPEC) X(CONVERT_VALUE) X(SET_FUNCTION_ATTRIBUTE)
 
 enum {
 #define X(n) OP_##n,
@@ -68,7 +100,7 @@ enum {
 };
 
 /* co_localspluskinds bits (Include/internal/pycore_code.h, the same in
- * 3.11 and 3.12): the slot holds a cell (a cell variable) / is a free
+ * 3.11 to 3.13): the slot holds a cell (a cell variable) / is a free
  * variable. */
 #define TR_FAST_CELL 0x40
 #define TR_FAST_FREE 0x80
