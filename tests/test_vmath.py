@@ -123,7 +123,10 @@ def test_trig_large_arguments_in_one_vector():
 def test_log1p_of_exp_fused_as_eager():
     """log1p(exp(x)) is one fused function (softplus's form) that keeps
     eager's overflow: inf where eager's float32 e^x is inf, the largest
-    finite point included; the float16 form keeps its rounded exp."""
+    finite point included. In float16 the fused chain keeps e^x in float32
+    (half-precision numerics: one rounding, at the store), so where eager's
+    float16 e^x overflows (x > 11.09) smelt gives the float64 result rounded
+    and eager inf; elsewhere they agree."""
     x = torch.tensor([88.72283172607421875, 88.72283935546875, 89.0, 1e30, math.inf, -math.inf, math.nan,
                       -0.0, 0.0, 1e-45, -87.5, -104.5, 20.0, -30.0, 0.3, -0.3, 1.0, -1.0])
     f = compiled(lambda t: torch.log1p(torch.exp(t)))
@@ -132,7 +135,11 @@ def test_log1p_of_exp_fused_as_eager():
     ref = torch.nn.functional.softplus(y.double(), threshold=1e9)
     assert (ulp(f(y), ref) <= ulp(torch.log1p(torch.exp(y)), ref).clamp(min=4)).all()
     h = (torch.randn(4099, generator=torch.Generator().manual_seed(8)) * 10).half()
-    torch.testing.assert_close(f(h), torch.log1p(torch.exp(h)), rtol=1e-3, atol=0, equal_nan=True)
+    got, eager = f(h), torch.log1p(torch.exp(h))
+    over = eager.isinf() & (h > 11)
+    assert over.any() and not (eager.isinf() & ~over).any()
+    torch.testing.assert_close(got[~over], eager[~over], rtol=1e-3, atol=0, equal_nan=True)
+    assert torch.equal(got[over], torch.log1p(torch.exp(h[over].double())).half())
 
 
 FUSED = {
