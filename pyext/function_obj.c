@@ -1763,11 +1763,35 @@ static PyObject *dispatch(FunctionObject *self, const call_frame *f)
     }
 }
 
+/* 1 if fn has more parameters than a frame smelt binds holds: it runs
+ * eagerly (last_break says why; logged once on graph_breaks). */
+static int too_many_params(FunctionObject *self)
+{
+    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(self->fn);
+    int total = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+                !!(co->co_flags & CO_VARKEYWORDS);
+    if (total <= MAX_LOCALS)
+        return 0;
+    if (!self->last_reason) {
+        self->last_reason = PyUnicode_FromFormat("%d parameters (smelt binds at most %d): run eagerly", total,
+                                                 MAX_LOCALS);
+        if (self->last_reason && pyext_log_on(PYEXT_LOG_GRAPH_BREAKS)) {
+            const char *t = PyUnicode_AsUTF8(self->last_reason);
+            if (t)
+                pyext_log_write(PYEXT_LOG_GRAPH_BREAKS, t);
+        }
+        PyErr_Clear();
+    }
+    return 1;
+}
+
 static PyObject *function_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwn)
 {
     FunctionObject *self = (FunctionObject *)op;
     PyObject *loc[MAX_LOCALS + MAX_CELLS], *res = NULL;
     int nargs;
+    if (too_many_params(self))
+        return PyObject_Vectorcall(self->fn, args, nargsf, kwn);
     if (bind(self->fn, args, nargsf, kwn, loc, &nargs))
         return NULL;
     call_frame f = { .loc = loc, .nloc = add_cells(self->fn, loc, nargs), .nargs = nargs, .site = &self->top,

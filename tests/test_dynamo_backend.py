@@ -403,3 +403,34 @@ def test_autocast_region_in_the_graph_compiles_with_eager_values_and_gradients()
         torch.testing.assert_close(g, p.grad, rtol=3e-2, atol=3e-2)
     assert not torch.is_autocast_enabled("cpu")
     whole(new_graphs(before))
+
+
+def test_graph_with_more_inputs_than_a_call_takes_compiles_whole():
+    """40 Linear layers: Dynamo passes 81 inputs (weights, biases, x); smelt
+    takes them as one tuple and traces forward inline."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(40)])
+    x = torch.randn(3, 8, requires_grad=True)
+    xe = x.detach().clone().requires_grad_()
+    torch._dynamo.reset()
+    before = len(smelt._dynamo.compiled_graphs())
+    cm = torch.compile(m, backend="smelt")
+    got = cm(x)
+    got.sum().backward()
+    grads = [x.grad] + [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    ref = m(xe)
+    ref.sum().backward()
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, [xe.grad] + [p.grad for p in m.parameters()]):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+    whole(new_graphs(before))
+
+
+def test_function_with_more_parameters_than_smelt_binds_runs_eagerly():
+    ns = {}
+    exec("def f(" + ", ".join(f"a{i}" for i in range(70)) + "):\n    return a0 * 2 + a69", ns)
+    xs = [torch.randn(3) for _ in range(70)]
+    cf = smelt.compile(ns["f"])
+    torch.testing.assert_close(cf(*xs), ns["f"](*xs))
+    assert "70 parameters" in cf._smelt.stats()["last_break"]

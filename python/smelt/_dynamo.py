@@ -53,8 +53,12 @@ def backend(gm, example_inputs, *, mode=None, options=None):
     `mode` and `options` are torch.compile's, checked as smelt.compile
     checks them (options: smelt's OPTIONS)."""
     settings = _api._settings(False, None, None, mode, options)
-    if _sizes_from_tensors(gm) | _inline_wrappers(gm):
+    changed = _sizes_from_tensors(gm) | _inline_wrappers(gm)
+    wide = sum(nd.op == "placeholder" for nd in gm.graph.nodes) > MAX_PARAMS
+    if changed:
         gm.recompile()
+    if wide:   # (a large model's parameters): forward(self, inputs), one tuple, on a copy (Dynamo reads gm's inputs)
+        gm = _box_inputs(gm)
     for m in gm.modules():   # a _LazyGraphModule's forward is a stub until made real
         if getattr(m, "_needs_recompile", lambda: False)():
             m.real_recompile()
@@ -64,6 +68,11 @@ def backend(gm, example_inputs, *, mode=None, options=None):
     n = next(_count)
     code = fn.__code__
     name = f"dynamo_graph_{n}"
+    if wide:   # called with the inputs, it passes them to forward as one tuple
+        fn, bound_to = _graph_call, gm.forward
+        code = fn.__code__
+    else:
+        bound_to = gm
     fn = types.FunctionType(code.replace(co_name=name, co_qualname=name), fn.__globals__, name,
                             fn.__defaults__, fn.__closure__)
     cf = _api._function(fn, settings)
@@ -72,7 +81,38 @@ def backend(gm, example_inputs, *, mode=None, options=None):
         ops = [nd for nd in gm.graph.nodes if nd.op in ("call_function", "call_method", "call_module")]
         log.info("graph %d: %d inputs, %d calls, compiled by smelt as %s (%s)", n, len(example_inputs),
                  len(ops), name, code.co_filename)
-    return types.MethodType(cf, gm)
+    return types.MethodType(cf, bound_to)
+
+
+# Parameters smelt binds per compiled frame (pyext/function_obj.c
+# MAX_LOCALS, less self): wider graphs go through _graph_call.
+MAX_PARAMS = 63
+
+
+def _graph_call(forward, *inputs):
+    """A wide graph's compiled entry: its forward (rewritten by _box_inputs)
+    traced inline on the inputs as one tuple: no call has more arguments
+    than the tracer takes."""
+    return forward(inputs)
+
+
+def _box_inputs(gm):
+    """A copy of gm whose inputs are one tuple input `inputs`, each old
+    input `inputs[i]`."""
+    import operator
+    import torch.fx
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    old = [nd for nd in graph.nodes if nd.op == "placeholder"]
+    with graph.inserting_before(old[0]):
+        box = graph.placeholder("inputs")
+    with graph.inserting_after(old[-1]):
+        for i in reversed(range(len(old))):
+            item = graph.call_function(operator.getitem, (box, i))
+            old[i].replace_all_uses_with(item)
+    for nd in old:
+        graph.erase_node(nd)
+    return torch.fx.GraphModule(gm, graph)
 
 
 def _sizes_from_tensors(gm):
