@@ -195,13 +195,20 @@ static int bind_defaults(PyObject *fn, PyCodeObject *co, PyObject **names, PyObj
 /* Lays out fn's parameters from a vectorcall into loc (new refs), as
  * CPython does: positional/keyword parameters, *args tuple, **kwargs dict;
  * *nargs gets their number. 0, or -1 with TypeError (loc then empty). */
+/* Parameters of code co: positional, keyword-only, *args, **kwargs. */
+static int param_count(PyCodeObject *co)
+{
+    return co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
+           !!(co->co_flags & CO_VARKEYWORDS);
+}
+
 static int bind(PyObject *fn, PyObject *const *args, size_t nargsf, PyObject *kwn, PyObject **loc, int *nargs)
 {
     PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(fn);
     Py_ssize_t na = PyVectorcall_NARGS(nargsf), nkw = kwn ? PyTuple_GET_SIZE(kwn) : 0;
     int np = co->co_argcount, nk = co->co_kwonlyargcount;
     int hv = !!(co->co_flags & CO_VARARGS), hk = !!(co->co_flags & CO_VARKEYWORDS);
-    int total = np + nk + hv + hk;
+    int total = param_count(co);
     *nargs = 0;
     if (total > MAX_LOCALS)
         return PyErr_SetString(PyExc_TypeError, "smelt: too many parameters"), -1;
@@ -1767,9 +1774,7 @@ static PyObject *dispatch(FunctionObject *self, const call_frame *f)
  * eagerly (last_break says why; logged once on graph_breaks). */
 static int too_many_params(FunctionObject *self)
 {
-    PyCodeObject *co = (PyCodeObject *)PyFunction_GET_CODE(self->fn);
-    int total = co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
-                !!(co->co_flags & CO_VARKEYWORDS);
+    int total = param_count((PyCodeObject *)PyFunction_GET_CODE(self->fn));
     if (total <= MAX_LOCALS)
         return 0;
     if (!self->last_reason) {
