@@ -503,6 +503,7 @@ typedef struct mm_split {
     const char *a, *b;
     char *c;
     int s, rc, declined;
+    int64_t unit;            /* columns per index when s is the last dim */
     size_t es, ces;          /* element bytes of A and B; of C */
     char err[256];
 } mm_split;
@@ -513,9 +514,13 @@ static void mm_split_range(void *ctx, int64_t begin, int64_t end)
     kern_matmul_desc p = *m->d;
     int s = m->s, nd = p.ndim;
     const char *a = m->a, *b = m->b;
+    if (s == nd - 1) {                 /* columns, in units of m->unit */
+        begin *= m->unit;
+        end = end * m->unit < p.c_dims[s] ? end * m->unit : p.c_dims[s];
+    }
     char *c = m->c + (size_t)(begin * p.c_strides[s]) * m->ces;
     p.c_dims[s] = end - begin;
-    if (p.a_dims[s] != 1 || s == nd - 2) {
+    if (s != nd - 1 && (p.a_dims[s] != 1 || s == nd - 2)) {
         a += (size_t)(begin * p.a_strides[s]) * m->es;
         p.a_dims[s] = end - begin;
     }
@@ -533,10 +538,43 @@ static void mm_split_range(void *ctx, int64_t begin, int64_t end)
     }
 }
 
+/* Floating-point operations from which a product that is not split along
+ * a batch dim runs on oneDNN's own OpenMP team of nt threads: oneDNN
+ * blocks a large GEMM across its threads better than whole row or column
+ * pieces do (its B reorder is shared; bf16 256x4096x4096 on 2 threads:
+ * 9.2 ms vs 9.9 split, eager 9.3; float32 18.2 vs 20.0), and at this size
+ * the team's spin after the call is lost in the noise. */
+#define MM_TEAM_FLOPS 5e7
+
+/* d on oneDNN with nt OpenMP threads (its primitive cached apart from the
+ * single-threaded ones): as mm_onednn_one. */
+static int mm_onednn_team(const kern_matmul_desc *d, const void *a, const void *b, void *c, int nt,
+                          char *err, size_t errlen)
+{
+    int saved = kern_onednn_threads_begin(nt);
+    mm_key k;
+    mm_make_key(d, nt, &k);
+    mm_entry *e = kern_primcache_get(&g_cache, &k);
+    int rc = MM_DECLINED;
+    if (e && e->prim)
+        rc = mm_dnnl_exec(e, a, b, c, err, errlen);
+    if (e)
+        kern_primcache_release(&g_cache, e);
+    kern_onednn_serial_end(saved);
+    return rc;
+}
+
+/* Columns of C a thread's piece of a column split is a multiple of. */
+#define MM_COL_UNIT 64
+
 /* oneDNN runs each call single-threaded: its OpenMP team would otherwise
  * spin against smelt's own thread pool (milliseconds lost per call on a
  * busy machine). The work is split across smelt's pool instead, along the
- * outermost batch dim when it is large enough, else along the rows. */
+ * outermost batch dim when it is large enough, else along the longer of
+ * the rows and the columns of C: each thread then streams its own part of
+ * the larger operand and all of the smaller one (a row split of a weight-
+ * bound product - 256 rows against a 4096x4096 weight - had every thread
+ * read the whole weight: 2x the memory traffic). */
 static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                      char *err, size_t errlen)
 {
@@ -547,11 +585,16 @@ static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, vo
     for (int i = 0; i < nd - 2; i++)
         flops *= (double)d->c_dims[i];
     int s = (nd > 2 && d->c_dims[0] >= nt) ? 0 : nd - 2;
+    int64_t M = d->c_dims[nd - 2], N = d->c_dims[nd - 1];
+    if (nt > 1 && s == nd - 2 && flops >= MM_TEAM_FLOPS && kern_onednn_pins_threads())
+        return mm_onednn_team(d, a, b, c, nt, err, errlen);
+    if (s == nd - 2 && N > M && N >= 2 * MM_COL_UNIT)
+        s = nd - 1;
     if (nt <= 1 || flops < 2e5 || d->c_dims[s] < 2)
         return mm_onednn_one(d, a, b, c, err, errlen);
     mm_split m = { .d = d, .a = a, .b = b, .c = c, .s = s, .es = d->dtype == SMELT_F32 ? 4 : 2,
-                   .ces = d->dtype == SMELT_F32 || d->c_f32 ? 4 : 2 };
-    int64_t n = d->c_dims[s];
+                   .ces = d->dtype == SMELT_F32 || d->c_f32 ? 4 : 2, .unit = MM_COL_UNIT };
+    int64_t n = s == nd - 1 ? (N + MM_COL_UNIT - 1) / MM_COL_UNIT : d->c_dims[s];
     kern_parallel_for(n, (n + nt - 1) / nt, mm_split_range, &m);
     if (m.rc) {
         snprintf(err, errlen, "%s", m.err);
@@ -900,33 +943,67 @@ static int mm_mkl_colmajor_a(const kern_matmul_desc *d, const void *a, const voi
     return 0;
 }
 
-/* Operand x (dims, element strides, dtype dt: F16 or BF16) as a new dense
- * row-major float32 copy of the same dims (stride-0 dims read once per
- * index, as any other), or NULL when out of memory. */
-static float *mm_dense_f32(smelt_dtype dt, const void *x, int nd, const int64_t *dims, const int64_t *strides)
+/* A float32 copy of the F16/BF16 tensor x (dims, element strides), dense
+ * in x's own order of its last two dims: a transposed matrix (stride 1
+ * along dim nd-2) is copied transposed, so that the source is read
+ * along its rows (reading across them - a weight's w.t() - was 6 ns an
+ * element). The copy's element strides are stored in os. Rows converted in
+ * parallel on smelt's pool. NULL when out of memory. */
+typedef struct mm_dense {
+    smelt_dtype dt;
+    const uint16_t *h;
+    float *o;
+    int nd, swap;
+    const int64_t *dims, *strides;
+    int64_t last, ls;            /* the inner dim of the copy: its size, x's stride */
+} mm_dense;
+
+static void mm_dense_rows(void *ctx, int64_t begin, int64_t end)
 {
-    int64_t n = 1, idx[SMELT_MAX_DIMS] = { 0 };
+    const mm_dense *m = ctx;
+    int nd = m->nd;
+    for (int64_t r = begin; r < end; r++) {
+        /* r over the copy's outer dims: x's batch dims, then the matrix
+         * dim that is not inner */
+        int64_t off = 0, q = r;
+        int outer = m->swap ? nd - 1 : nd - 2;
+        off += (q % m->dims[outer]) * m->strides[outer];
+        q /= m->dims[outer];
+        for (int i = nd - 3; i >= 0; i--) {
+            off += (q % m->dims[i]) * m->strides[i];
+            q /= m->dims[i];
+        }
+        float *row = m->o + r * m->last;
+        const uint16_t *src = m->h + off;
+        if (m->dt == SMELT_BF16)
+            for (int64_t j = 0; j < m->last; j++)
+                row[j] = kern_bf16_to_f32(src[j * m->ls]);
+        else
+            for (int64_t j = 0; j < m->last; j++)
+                row[j] = kern_f16_to_f32(src[j * m->ls]);
+    }
+}
+
+static float *mm_dense_f32(smelt_dtype dt, const void *x, int nd, const int64_t *dims, const int64_t *strides,
+                           int64_t *os)
+{
+    int64_t n = 1;
     for (int i = 0; i < nd; i++)
         n *= dims[i];
     float *o = malloc((size_t)(n ? n : 1) * sizeof *o);
     if (!o)
         return NULL;
-    const uint16_t *h = x;
-    int64_t last = dims[nd - 1], ls = strides[nd - 1];
-    for (int64_t r = 0; last && r < n / last; r++) {
-        int64_t off = 0;
-        for (int i = 0; i < nd - 1; i++)
-            off += idx[i] * strides[i];
-        float *row = o + r * last;
-        if (dt == SMELT_BF16)
-            for (int64_t j = 0; j < last; j++)
-                row[j] = kern_bf16_to_f32(h[off + j * ls]);
-        else
-            for (int64_t j = 0; j < last; j++)
-                row[j] = kern_f16_to_f32(h[off + j * ls]);
-        for (int i = nd - 2; i >= 0 && ++idx[i] == dims[i]; i--)
-            idx[i] = 0;
-    }
+    int swap = strides[nd - 2] == 1 && strides[nd - 1] != 1 && dims[nd - 2] > 1 && dims[nd - 1] > 1;
+    int in = swap ? nd - 2 : nd - 1, outer = swap ? nd - 1 : nd - 2;
+    mm_dense m = { .dt = dt, .h = x, .o = o, .nd = nd, .swap = swap, .dims = dims, .strides = strides,
+                   .last = dims[in], .ls = strides[in] };
+    os[in] = 1, os[outer] = dims[in];
+    int64_t sz = dims[nd - 2] * dims[nd - 1];
+    for (int i = nd - 3; i >= 0; i--)
+        os[i] = sz, sz *= dims[i];
+    int64_t rows = m.last ? n / m.last : 0;
+    if (rows)
+        kern_parallel_for(rows, m.last * rows < (1 << 16) ? rows : 64, mm_dense_rows, &m);
     return o;
 }
 
@@ -963,18 +1040,16 @@ static int mm_half_via_f32(const kern_matmul_desc *d, const void *a, const void 
     int64_t nc = 1;
     for (int i = 0; i < nd; i++)
         nc *= d->c_dims[i];
-    float *fa = mm_dense_f32(d->dtype, a, nd, d->a_dims, d->a_strides);
-    float *fb = fa ? mm_dense_f32(d->dtype, b, nd, d->b_dims, d->b_strides) : NULL;
+    float *fa = mm_dense_f32(d->dtype, a, nd, d->a_dims, d->a_strides, f.a_strides);
+    float *fb = fa ? mm_dense_f32(d->dtype, b, nd, d->b_dims, d->b_strides, f.b_strides) : NULL;
     float *fc = fb && !d->c_f32 ? malloc((size_t)nc * sizeof *fc) : NULL;
     int rc = -1;
     if (fb && (d->c_f32 || fc)) {
         f.dtype = SMELT_F32, f.c_f32 = 0;
-        int64_t sa = 1, sb = 1, sc = 1;
-        for (int i = nd - 1; i >= 0; i--) {
-            f.a_strides[i] = sa, f.b_strides[i] = sb;
-            if (fc)
-                f.c_strides[i] = sc;
-            sa *= d->a_dims[i], sb *= d->b_dims[i], sc *= d->c_dims[i];
+        int64_t sc = 1;
+        for (int i = nd - 1; i >= 0 && fc; i--) {
+            f.c_strides[i] = sc;
+            sc *= d->c_dims[i];
         }
         rc = kern_matmul(&f, fa, fb, fc ? (void *)fc : c, err, errlen);
         if (rc == 0 && fc)

@@ -95,9 +95,18 @@ int kern_onednn_serial_begin(void)
     return old;
 }
 
+int kern_onednn_threads_begin(int n)
+{
+    pthread_once(&g_once, onednn_init_once);
+    int old = D.omp_set ? D.omp_get() : 1;
+    if (D.omp_set && old != n)
+        D.omp_set(n);
+    return old;
+}
+
 void kern_onednn_serial_end(int saved)
 {
-    if (D.omp_set && saved != 1)
+    if (D.omp_set && saved != D.omp_get())
         D.omp_set(saved);
 }
 

@@ -32,6 +32,9 @@ int kern_onednn_pins_threads(void);
  * to hand to kern_onednn_serial_end, which restores the previous count. */
 int kern_onednn_serial_begin(void);
 void kern_onednn_serial_end(int saved);
+/* The same with n threads (oneDNN's team runs one large call; 1 if the
+ * count cannot be set, see kern_onednn_pins_threads). */
+int kern_onednn_threads_begin(int n);
 
 /* Gives the size-1 dims among dims[0..nd) the strides a dense row-major
  * layout would give them (the others' strides are kept), so that a layout

@@ -284,3 +284,54 @@ def test_bench_model_bf16_training_step(name):
         errs_s.append(L.rel_err(b.grad, r.grad)[0])
     me, ms = sum(errs_e) / len(errs_e), sum(errs_s) / len(errs_s)
     assert ms <= me * 1.25 + U[torch.bfloat16] / 8, f"{name}: mean gradient error smelt {ms:.3g}, eager {me:.3g}"
+
+
+def _every_finite(dtype):
+    """Every finite value of a 16-bit float dtype, once."""
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    return bits[torch.isfinite(bits.float())]
+
+
+SQRT1_2 = math.sqrt(0.5)
+# The functions whose half-precision kernels take vmath's float32-only
+# erfc tail (vm.half_out): float64 references as eager computes them.
+ERFC_FAMILY = {
+    "ndtr": (torch.special.ndtr, lambda x: 0.5 * torch.erfc(-x * SQRT1_2)),
+    "erfc": (torch.erfc, torch.erfc),
+    "erf": (torch.erf, torch.erf),
+    "gelu": (F.gelu, lambda x: 0.5 * x * torch.erfc(-x * SQRT1_2)),
+}
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+@pytest.mark.parametrize("name", list(ERFC_FAMILY))
+def test_erfc_family_correctly_rounded_on_every_half_value(name, dtype):
+    """ndtr, erfc, erf and GELU over every finite float16/bfloat16 input:
+    a kernel whose result is half precision computes the erfc tail in
+    float32 alone (4 float32 ULPs at most, 2^-8 of a float16 ULP), so every
+    result must still be the float64 value correctly rounded (within half
+    an ULP of the dtype, ties either way), and non-finite exactly where
+    eager's is. "Within half an ULP" allows 2^-8 ULP more: an input whose
+    exact result lies that close to a tie between two half values rounds
+    either way from any float32 value near it (float32's own last ULP is
+    2^-13 of a float16 ULP), while a wrong result is an ULP or more off."""
+    f, ref_of = ERFC_FAMILY[name]
+    x = _every_finite(dtype)
+    with torch.no_grad():
+        s = smelt.compile(lambda x: f(x))(x)
+        e = f(x)
+    assert s.dtype == dtype
+    ref = ref_of(x.double())
+    fin = torch.isfinite(e.double())
+    assert torch.equal(torch.isfinite(s.double()), fin)
+    r, sv = ref[fin], s.double()[fin]
+    # the ULP of the correctly rounded result (the dtype's smallest
+    # subnormal step below its normal range)
+    fi = torch.finfo(dtype)
+    mag = r.to(dtype).double().abs().clamp_min(fi.tiny)
+    ulp = torch.pow(2.0, torch.floor(torch.log2(mag))) * fi.eps
+    err = (sv - r).abs() / ulp
+    worst = err.argmax()
+    assert err.max().item() <= 0.5 + 2.0 ** -8, (
+        f"{name} {dtype}: {err.max().item():.3f} ULP at x={x[fin][worst].item()!r} "
+        f"(smelt {sv[worst].item()!r}, float64 {r[worst].item()!r})")

@@ -112,3 +112,40 @@ def test_matmul_split_across_threads(shapes, gen):
             assert_close(out, a @ b, rtol=rtol, atol=atol)
     finally:
         C.set_num_threads(old)
+
+
+# (a shape, b shape, how b is made): wide products split by columns (N > M,
+# N not a multiple of the 64-column unit), products large enough for
+# oneDNN's own thread team (>= 5e7 flops), operands transposed in memory
+# (a weight's w.t(), the float16 path copies them in their own order).
+SPLIT_CASES = {
+    "cols-odd": ((37, 301), (301, 1000), False),
+    "cols-bT": ((64, 256), (700, 256), True),
+    "team": ((300, 512), (512, 520), False),
+    "team-bT": ((257, 384), (1031, 384), True),
+    "team-batch1": ((1, 129, 512), (1, 512, 640), False),
+}
+SPLIT_PARAMS = [(c, dt) for c in SPLIT_CASES for dt in (F32, BF16, F16)]
+
+
+@pytest.mark.parametrize("case,dtype", SPLIT_PARAMS, ids=[f"{c}-{dname(d)}" for c, d in SPLIT_PARAMS])
+def test_matmul_column_split_and_team(case, dtype, gen):
+    """The ways a large 2-d product is divided among 2 threads (rows,
+    columns of C, oneDNN's own team) and half-precision operands copied to
+    float32: the values of torch.matmul, twice (a cached primitive reused)."""
+    import smelt._C as C
+    sa, sb, bt = SPLIT_CASES[case]
+    old = C.get_num_threads()
+    C.set_num_threads(2)
+    try:
+        for _ in range(2):
+            a = rand(sa, dtype, gen=gen, low=-1, high=1)
+            b = rand(sb, dtype, gen=gen, low=-1, high=1)
+            b = b.transpose(-1, -2) if bt else b
+            ref = torch.matmul(a.double(), b.double())
+            out, _ = run_compiled(lambda g, x, y: g.op("matmul", x, y), a, b)
+            rtol, atol = mm_tol(a, b, ref.to(dtype))
+            assert out.dtype == dtype
+            assert_close(out.double(), ref, rtol=rtol, atol=atol)
+    finally:
+        C.set_num_threads(old)

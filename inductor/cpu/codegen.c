@@ -196,8 +196,14 @@ static LLVMValueRef call_intr(cg *g, const char *name, LLVMTypeRef t, LLVMValueR
 /* The vector math layer (vmath.c) for this kernel's function. */
 static vm vm_of(cg *g)
 {
+    int half_out = g->k->nitems > 0;
+    for (int i = 0; i < g->k->nitems && half_out; i++) {
+        const kitem *it = &g->k->items[i];
+        smelt_dtype dt = it->kind == KI_REDUCE ? SMELT_F16 : g->p->bufs[it->buf].dtype;
+        half_out = dt == SMELT_F16 || dt == SMELT_BF16;
+    }
     vm v = { .C = g->C, .M = g->M, .B = g->B, .fn = g->fn, .vbits = g->vbits,
-             .fma = g->tgt && g->tgt->fma };
+             .fma = g->tgt && g->tgt->fma, .half_out = half_out };
     return v;
 }
 

@@ -28,6 +28,9 @@ typedef struct vm {
     LLVMValueRef fn;   /* the function being built (fallback blocks go in it) */
     int vbits;         /* native vector width in bits (SLEEF's variant) */
     int fma;           /* the target has fused multiply-add */
+    int half_out;      /* every result of the kernel is rounded to float16 or
+                          bfloat16: a float32 function may spend a few of its
+                          last ULPs (at most 4) for speed, see vm_erfcf */
 } vm;
 
 /* op applied to x (float32 or float64, scalar or vector); NULL if op is not
