@@ -575,11 +575,19 @@ static int mm_onednn_team(const kern_matmul_desc *d, const void *a, const void *
  * the larger operand and all of the smaller one (a row split of a weight-
  * bound product - 256 rows against a 4096x4096 weight - had every thread
  * read the whole weight: 2x the memory traffic). */
+static int mm_fold(const kern_matmul_desc *d, kern_matmul_desc *f);
+
 static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                      char *err, size_t errlen)
 {
     if (!kern_onednn_engine() || (d->dtype == SMELT_BF16 && !kern_onednn_native_bf16()))
         return MM_DECLINED;
+    /* one B for every batch entry (a linear layer on [batch, seq, in]): one
+     * 2-d product over all the rows, not a product per batch entry each
+     * reading all of B */
+    kern_matmul_desc folded;
+    if (d->ndim > 2 && mm_fold(d, &folded) == 0)
+        d = &folded;
     int nd = d->ndim, nt = kern_get_num_threads();
     double flops = 2.0 * (double)d->c_dims[nd - 2] * (double)d->c_dims[nd - 1] * (double)d->a_dims[nd - 1];
     for (int i = 0; i < nd - 2; i++)
@@ -824,7 +832,7 @@ static int mm_fold(const kern_matmul_desc *d, kern_matmul_desc *f)
         rows *= d->c_dims[i];
     }
     memset(f, 0, sizeof *f);
-    f->dtype = d->dtype, f->ndim = 2;
+    f->dtype = d->dtype, f->ndim = 2, f->c_f32 = d->c_f32;
     f->a_dims[0] = f->c_dims[0] = rows;
     f->a_dims[1] = f->b_dims[0] = d->a_dims[nd - 1];
     f->b_dims[1] = f->c_dims[1] = d->c_dims[nd - 1];

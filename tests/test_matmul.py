@@ -124,6 +124,9 @@ SPLIT_CASES = {
     "team": ((300, 512), (512, 520), False),
     "team-bT": ((257, 384), (1031, 384), True),
     "team-batch1": ((1, 129, 512), (1, 512, 640), False),
+    # one 2-d B for every batch entry: folded into one product of 4*96 rows
+    "folded-bT": ((4, 96, 384), (1000, 384), True),
+    "folded-cols": ((3, 5, 200), (200, 300), False),
 }
 SPLIT_PARAMS = [(c, dt) for c in SPLIT_CASES for dt in (F32, BF16, F16)]
 

@@ -93,9 +93,12 @@ def venv(wheel):
         env_dir = os.path.join(root, "venv")
         run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", env_dir])
         py = os.path.join(env_dir, "bin", "python")
-        # with its dependencies but no index: torch>=2.5 must be met by the torch already there
+        # with its dependencies but no index: torch>=2.5 must be met by the torch already there.
+        # Without PYTHONPATH: the checkout's python/ (make test-all-pythons puts it there)
+        # holds smelt.egg-info, which pip would take for smelt already installed
+        pip_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-index",
-             "--disable-pip-version-check", wheel])
+             "--disable-pip-version-check", wheel], env=pip_env)
         site = run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=root).strip()
         yield py, site, root
     finally:

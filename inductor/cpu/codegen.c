@@ -209,7 +209,11 @@ static vm vm_of(cg *g)
 
 /* ---------- conversions ---------- */
 
-/* f32 (vector) -> bf16 bits (i16), round to nearest even, NaN quiet. */
+/* f32 (vector) -> bf16 bits (i16), round to nearest even, NaN quiet:
+ * integer arithmetic, not AVX512-BF16's vcvtneps2bf16, which flushes
+ * float32 denormals (inputs and results) to zero where torch's rounding
+ * keeps them (bf16 has float32's exponent range: 2^-133 is a bf16 value).
+ * The widening direction is a shift, as fast as any instruction. */
 static LLVMValueRef f32_to_bf16(cg *g, LLVMValueRef x, int w)
 {
     LLVMValueRef bits = LLVMBuildBitCast(g->B, x, vec(g->i32, w), "");
