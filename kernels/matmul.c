@@ -993,12 +993,12 @@ static void mm_dense_rows(void *ctx, int64_t begin, int64_t end)
 }
 
 static float *mm_dense_f32(smelt_dtype dt, const void *x, int nd, const int64_t *dims, const int64_t *strides,
-                           int64_t *os)
+                           int64_t *os, float *into)
 {
     int64_t n = 1;
     for (int i = 0; i < nd; i++)
         n *= dims[i];
-    float *o = malloc((size_t)(n ? n : 1) * sizeof *o);
+    float *o = into ? into : malloc((size_t)(n ? n : 1) * sizeof *o);
     if (!o)
         return NULL;
     int swap = strides[nd - 2] == 1 && strides[nd - 1] != 1 && dims[nd - 2] > 1 && dims[nd - 1] > 1;
@@ -1035,33 +1035,58 @@ static void mm_round_into(smelt_dtype dt, const float *x, int nd, const int64_t 
     }
 }
 
+/* Bytes of float32 copy of B converted at once by mm_half_via_f32. */
+#define MM_HALF_CHUNK_BYTES (8 << 20)
+
 /* A float16/bfloat16 product oneDNN declined (float16 - oneDNN here has
  * none -, or bfloat16 on a CPU without bf16 instructions): A and B
  * converted to dense float32 copies (exact), the float32 product (oneDNN),
  * then, unless c_f32, each element rounded once: the portable kernel's
- * values (f32 accumulation, one rounding) in another summation order. */
+ * values (f32 accumulation, one rounding) in another summation order.
+ * B (and C's float32 values) go in pieces of whole columns of at most
+ * MM_HALF_CHUNK_BYTES, one buffer reused: a 4096x4096 float16 weight needs
+ * 8 MB at a time, not a 64 MB copy per call (and its page faults). */
 static int mm_half_via_f32(const kern_matmul_desc *d, const void *a, const void *b, void *c,
                            char *err, size_t errlen)
 {
     kern_matmul_desc f = *d;
     int nd = d->ndim;
-    int64_t nc = 1;
-    for (int i = 0; i < nd; i++)
-        nc *= d->c_dims[i];
-    float *fa = mm_dense_f32(d->dtype, a, nd, d->a_dims, d->a_strides, f.a_strides);
-    float *fb = fa ? mm_dense_f32(d->dtype, b, nd, d->b_dims, d->b_strides, f.b_strides) : NULL;
-    float *fc = fb && !d->c_f32 ? malloc((size_t)nc * sizeof *fc) : NULL;
+    int64_t N = d->c_dims[nd - 1], bcols = 1, ccols = 1;   /* elements per column of B, of C */
+    for (int i = 0; i < nd - 1; i++)
+        bcols *= d->b_dims[i], ccols *= d->c_dims[i];
+    int64_t w = MM_HALF_CHUNK_BYTES / (4 * (bcols > 0 ? bcols : 1)) / MM_COL_UNIT * MM_COL_UNIT;
+    w = w < MM_COL_UNIT ? MM_COL_UNIT : w > N ? N : w;
+    float *fa = mm_dense_f32(d->dtype, a, nd, d->a_dims, d->a_strides, f.a_strides, NULL);
+    float *fb = fa ? malloc((size_t)(bcols * w) * sizeof *fb) : NULL;
+    float *fc = fb && !d->c_f32 ? malloc((size_t)(ccols * w) * sizeof *fc) : NULL;
     int rc = -1;
     if (fb && (d->c_f32 || fc)) {
+        rc = 0;
         f.dtype = SMELT_F32, f.c_f32 = 0;
-        int64_t sc = 1;
-        for (int i = nd - 1; i >= 0 && fc; i--) {
-            f.c_strides[i] = sc;
-            sc *= d->c_dims[i];
+        for (int64_t j0 = 0; j0 < N && rc == 0; j0 += w) {
+            int64_t cw = N - j0 < w ? N - j0 : w;
+            int64_t bd[SMELT_MAX_DIMS], cd[SMELT_MAX_DIMS];
+            memcpy(bd, d->b_dims, sizeof bd);
+            memcpy(cd, d->c_dims, sizeof cd);
+            bd[nd - 1] = cw, cd[nd - 1] = cw;
+            mm_dense_f32(d->dtype, (const uint16_t *)b + j0 * d->b_strides[nd - 1], nd, bd, d->b_strides,
+                         f.b_strides, fb);
+            f.b_dims[nd - 1] = cw, f.c_dims[nd - 1] = cw;
+            void *cp;
+            if (fc) {
+                int64_t sc = 1;
+                for (int i = nd - 1; i >= 0; i--) {
+                    f.c_strides[i] = sc;
+                    sc *= cd[i];
+                }
+                cp = fc;
+            } else {
+                cp = (float *)c + j0 * d->c_strides[nd - 1];
+            }
+            rc = kern_matmul(&f, fa, fb, cp, err, errlen);
+            if (rc == 0 && fc)
+                mm_round_into(d->dtype, fc, nd, cd, (uint16_t *)c + j0 * d->c_strides[nd - 1], d->c_strides);
         }
-        rc = kern_matmul(&f, fa, fb, fc ? (void *)fc : c, err, errlen);
-        if (rc == 0 && fc)
-            mm_round_into(d->dtype, fc, nd, d->c_dims, c, d->c_strides);
     } else if (err && errlen) {
         snprintf(err, errlen, "matmul: out of memory for float32 copies of half-precision operands");
     }

@@ -127,6 +127,10 @@ SPLIT_CASES = {
     # one 2-d B for every batch entry: folded into one product of 4*96 rows
     "folded-bT": ((4, 96, 384), (1000, 384), True),
     "folded-cols": ((3, 5, 200), (200, 300), False),
+    # float16 (and bf16 without bf16 instructions) converts B to float32 in
+    # pieces of 8 MB of whole columns: several pieces and a ragged last one
+    "half-pieces": ((33, 1024), (1024, 2100), False),
+    "half-pieces-bT-batched": ((2, 17, 700), (2, 1500, 700), True),
 }
 SPLIT_PARAMS = [(c, dt) for c in SPLIT_CASES for dt in (F32, BF16, F16)]
 
