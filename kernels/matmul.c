@@ -477,16 +477,17 @@ static int mm_dnnl_exec(const mm_entry *e, const void *a, const void *b, void *c
 
 #define MM_DECLINED 1
 
-/* Runs a validated fp32/bf16 d with M, N, K > 0 on oneDNN, single-threaded
- * (smelt's pool splits the work, see mm_onednn): 0 done, -1 error,
- * MM_DECLINED if oneDNN has no fast kernel for the dtype or layout (or is
- * unavailable) and the portable kernel should run. */
-static int mm_onednn_one(const kern_matmul_desc *d, const void *a, const void *b, void *c,
-                         char *err, size_t errlen)
+/* Runs a validated fp32/bf16 d with M, N, K > 0 on oneDNN with nt OpenMP
+ * threads (1: smelt's pool splits the work, see mm_onednn; the primitives
+ * of each count cached apart): 0 done, -1 error, MM_DECLINED if oneDNN has
+ * no fast kernel for the dtype or layout (or is unavailable) and the
+ * portable kernel should run. */
+static int mm_onednn_threads(const kern_matmul_desc *d, const void *a, const void *b, void *c, int nt,
+                             char *err, size_t errlen)
 {
-    int saved = kern_onednn_serial_begin();
+    int saved = kern_onednn_threads_begin(nt);
     mm_key k;
-    mm_make_key(d, kern_onednn_pins_threads(), &k);
+    mm_make_key(d, nt > 1 ? nt : kern_onednn_pins_threads(), &k);
     mm_entry *e = kern_primcache_get(&g_cache, &k);
     int rc = MM_DECLINED;
     if (e && e->prim)
@@ -495,6 +496,12 @@ static int mm_onednn_one(const kern_matmul_desc *d, const void *a, const void *b
         kern_primcache_release(&g_cache, e);
     kern_onednn_serial_end(saved);
     return rc;
+}
+
+static int mm_onednn_one(const kern_matmul_desc *d, const void *a, const void *b, void *c,
+                         char *err, size_t errlen)
+{
+    return mm_onednn_threads(d, a, b, c, 1, err, errlen);
 }
 
 /* A piece of a matmul: rows (or batch entries) [begin, end) along dim s. */
@@ -546,24 +553,6 @@ static void mm_split_range(void *ctx, int64_t begin, int64_t end)
  * the team's spin after the call is lost in the noise. */
 #define MM_TEAM_FLOPS 5e7
 
-/* d on oneDNN with nt OpenMP threads (its primitive cached apart from the
- * single-threaded ones): as mm_onednn_one. */
-static int mm_onednn_team(const kern_matmul_desc *d, const void *a, const void *b, void *c, int nt,
-                          char *err, size_t errlen)
-{
-    int saved = kern_onednn_threads_begin(nt);
-    mm_key k;
-    mm_make_key(d, nt, &k);
-    mm_entry *e = kern_primcache_get(&g_cache, &k);
-    int rc = MM_DECLINED;
-    if (e && e->prim)
-        rc = mm_dnnl_exec(e, a, b, c, err, errlen);
-    if (e)
-        kern_primcache_release(&g_cache, e);
-    kern_onednn_serial_end(saved);
-    return rc;
-}
-
 /* Columns of C a thread's piece of a column split is a multiple of. */
 #define MM_COL_UNIT 64
 
@@ -595,7 +584,7 @@ static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, vo
     int s = (nd > 2 && d->c_dims[0] >= nt) ? 0 : nd - 2;
     int64_t M = d->c_dims[nd - 2], N = d->c_dims[nd - 1];
     if (nt > 1 && s == nd - 2 && flops >= MM_TEAM_FLOPS && kern_onednn_pins_threads())
-        return mm_onednn_team(d, a, b, c, nt, err, errlen);
+        return mm_onednn_threads(d, a, b, c, nt, err, errlen);
     if (s == nd - 2 && N > M && N >= 2 * MM_COL_UNIT)
         s = nd - 1;
     if (nt <= 1 || flops < 2e5 || d->c_dims[s] < 2)
