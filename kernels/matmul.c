@@ -504,13 +504,16 @@ static int mm_onednn_one(const kern_matmul_desc *d, const void *a, const void *b
     return mm_onednn_threads(d, a, b, c, 1, err, errlen);
 }
 
-/* A piece of a matmul: rows (or batch entries) [begin, end) along dim s. */
+/* Columns of C a thread's piece of a column split is a multiple of. */
+#define MM_COL_UNIT 64
+
+/* A piece of a matmul: rows (or batch entries) [begin, end) along dim s,
+ * or columns of C in units of MM_COL_UNIT when s is the last dim. */
 typedef struct mm_split {
     const kern_matmul_desc *d;
     const char *a, *b;
     char *c;
     int s, rc, declined;
-    int64_t unit;            /* columns per index when s is the last dim */
     size_t es, ces;          /* element bytes of A and B; of C */
     char err[256];
 } mm_split;
@@ -521,9 +524,9 @@ static void mm_split_range(void *ctx, int64_t begin, int64_t end)
     kern_matmul_desc p = *m->d;
     int s = m->s, nd = p.ndim;
     const char *a = m->a, *b = m->b;
-    if (s == nd - 1) {                 /* columns, in units of m->unit */
-        begin *= m->unit;
-        end = end * m->unit < p.c_dims[s] ? end * m->unit : p.c_dims[s];
+    if (s == nd - 1) {                 /* columns, in units of MM_COL_UNIT */
+        begin *= MM_COL_UNIT;
+        end = end * MM_COL_UNIT < p.c_dims[s] ? end * MM_COL_UNIT : p.c_dims[s];
     }
     char *c = m->c + (size_t)(begin * p.c_strides[s]) * m->ces;
     p.c_dims[s] = end - begin;
@@ -552,9 +555,6 @@ static void mm_split_range(void *ctx, int64_t begin, int64_t end)
  * 9.2 ms vs 9.9 split, eager 9.3; float32 18.2 vs 20.0), and at this size
  * the team's spin after the call is lost in the noise. */
 #define MM_TEAM_FLOPS 5e7
-
-/* Columns of C a thread's piece of a column split is a multiple of. */
-#define MM_COL_UNIT 64
 
 /* oneDNN runs each call single-threaded: its OpenMP team would otherwise
  * spin against smelt's own thread pool (milliseconds lost per call on a
@@ -590,7 +590,7 @@ static int mm_onednn(const kern_matmul_desc *d, const void *a, const void *b, vo
     if (nt <= 1 || flops < 2e5 || d->c_dims[s] < 2)
         return mm_onednn_one(d, a, b, c, err, errlen);
     mm_split m = { .d = d, .a = a, .b = b, .c = c, .s = s, .es = d->dtype == SMELT_F32 ? 4 : 2,
-                   .ces = d->dtype == SMELT_F32 || d->c_f32 ? 4 : 2, .unit = MM_COL_UNIT };
+                   .ces = d->dtype == SMELT_F32 || d->c_f32 ? 4 : 2 };
     int64_t n = s == nd - 1 ? (N + MM_COL_UNIT - 1) / MM_COL_UNIT : d->c_dims[s];
     kern_parallel_for(n, (n + nt - 1) / nt, mm_split_range, &m);
     if (m.rc) {
@@ -950,7 +950,7 @@ typedef struct mm_dense {
     smelt_dtype dt;
     const uint16_t *h;
     float *o;
-    int nd, swap;
+    int nd, outer;               /* outer: the matrix dim that is not the copy's inner one */
     const int64_t *dims, *strides;
     int64_t last, ls;            /* the inner dim of the copy: its size, x's stride */
 } mm_dense;
@@ -963,9 +963,8 @@ static void mm_dense_rows(void *ctx, int64_t begin, int64_t end)
         /* r over the copy's outer dims: x's batch dims, then the matrix
          * dim that is not inner */
         int64_t off = 0, q = r;
-        int outer = m->swap ? nd - 1 : nd - 2;
-        off += (q % m->dims[outer]) * m->strides[outer];
-        q /= m->dims[outer];
+        off += (q % m->dims[m->outer]) * m->strides[m->outer];
+        q /= m->dims[m->outer];
         for (int i = nd - 3; i >= 0; i--) {
             off += (q % m->dims[i]) * m->strides[i];
             q /= m->dims[i];
@@ -992,7 +991,7 @@ static float *mm_dense_f32(smelt_dtype dt, const void *x, int nd, const int64_t 
         return NULL;
     int swap = strides[nd - 2] == 1 && strides[nd - 1] != 1 && dims[nd - 2] > 1 && dims[nd - 1] > 1;
     int in = swap ? nd - 2 : nd - 1, outer = swap ? nd - 1 : nd - 2;
-    mm_dense m = { .dt = dt, .h = x, .o = o, .nd = nd, .swap = swap, .dims = dims, .strides = strides,
+    mm_dense m = { .dt = dt, .h = x, .o = o, .nd = nd, .outer = outer, .dims = dims, .strides = strides,
                    .last = dims[in], .ls = strides[in] };
     os[in] = 1, os[outer] = dims[in];
     int64_t sz = dims[nd - 2] * dims[nd - 1];

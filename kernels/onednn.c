@@ -86,15 +86,6 @@ int kern_onednn_pins_threads(void)
     return D.omp_set != NULL;
 }
 
-int kern_onednn_serial_begin(void)
-{
-    pthread_once(&g_once, onednn_init_once);
-    int old = D.omp_set ? D.omp_get() : 1;
-    if (old != 1)
-        D.omp_set(1);
-    return old;
-}
-
 int kern_onednn_threads_begin(int n)
 {
     pthread_once(&g_once, onednn_init_once);
@@ -102,6 +93,11 @@ int kern_onednn_threads_begin(int n)
     if (D.omp_set && old != n)
         D.omp_set(n);
     return old;
+}
+
+int kern_onednn_serial_begin(void)
+{
+    return kern_onednn_threads_begin(1);
 }
 
 void kern_onednn_serial_end(int saved)

@@ -192,15 +192,16 @@ static int bind_defaults(PyObject *fn, PyCodeObject *co, PyObject **names, PyObj
     return 0;
 }
 
-/* Lays out fn's parameters from a vectorcall into loc (new refs), as
- * CPython does: positional/keyword parameters, *args tuple, **kwargs dict;
- * *nargs gets their number. 0, or -1 with TypeError (loc then empty). */
 /* Parameters of code co: positional, keyword-only, *args, **kwargs. */
 static int param_count(PyCodeObject *co)
 {
     return co->co_argcount + co->co_kwonlyargcount + !!(co->co_flags & CO_VARARGS) +
            !!(co->co_flags & CO_VARKEYWORDS);
 }
+
+/* Lays out fn's parameters from a vectorcall into loc (new refs), as
+ * CPython does: positional/keyword parameters, *args tuple, **kwargs dict;
+ * *nargs gets their number. 0, or -1 with TypeError (loc then empty). */
 
 static int bind(PyObject *fn, PyObject *const *args, size_t nargsf, PyObject *kwn, PyObject **loc, int *nargs)
 {

@@ -1,14 +1,14 @@
 /* The frame hook, version-independent part: the per-thread callback, the
  * install refcount, the eval-frame function's control flow, skip rules and
- * co_extra storage. The frame layout is read in frame_py311.c /
- * frame_py312.c / frame_py313.c (tracer_frame_open, tracer_frame_discard). */
+ * co_extra storage. The frame layout is read in frame.c
+ * (tracer_frame_open, tracer_frame_discard, tracer_frame_resume). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "eval_frame.h"
 
 #if PY_VERSION_HEX < 0x030b0000 || PY_VERSION_HEX >= 0x030e0000
-#error "smelt's frame hook supports CPython 3.11 to 3.13 (a new version needs a frame_py3XX.c)"
+#error "smelt's frame hook supports CPython 3.11 to 3.13 (a new version needs its frame layout in frame.c)"
 #endif
 
 /* co_extra API: private names in 3.11, PyUnstable_ (old ones deprecated)

@@ -22,7 +22,7 @@
  * off while any custom one is set).
  *
  * Everything here needs the GIL. CPython 3.11 to 3.13 only (the frame
- * layout is read in frame_py311.c / frame_py312.c / frame_py313.c).
+ * layout is read in frame.c).
  * Include after Python.h.
  */
 #ifndef SMELT_TRACER_EVAL_FRAME_H
@@ -130,7 +130,7 @@ tracer_extra *tracer_code_extra(PyObject *code);
  * -1 with an exception (e is then not stored and not freed). */
 int tracer_set_code_extra(PyObject *code, tracer_extra *e);
 
-/* ---- between eval_frame.c and the per-version frame_py3XX.c only ---- */
+/* ---- between eval_frame.c and frame.c only ---- */
 
 /* Fills v for frame if it is a fresh frame owned by its thread (created
  * for a call, no instruction run yet) and returns 1; returns 0 otherwise. */

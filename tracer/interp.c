@@ -3756,8 +3756,6 @@ static int32_t item_binop(tracer *T, int nb, int32_t a, int32_t b)
  * version's order (NULL_FIRST). */
 static int push_with_null(tracer *T, tframe *f, int32_t a)
 {
-    if (a < 0)
-        return -1;
     if (NULL_FIRST)
         return push(f, tv_new(T, V_NULL)) || push(f, a);
     return push(f, a) || push(f, tv_new(T, V_NULL));
